@@ -1,0 +1,110 @@
+"""Typed configuration of the agents: network sizes, normalisation and PPO hyper-parameters.
+
+Every number of the paper's policy and training recipe (Baker et al. 2020; spec
+`hide_and_seek.md` §6-7) is a named field here, with the paper's value as its default. The
+classes are plain dataclasses of ints, floats and bools so that they load from YAML unchanged
+(`AgentConfig.from_dict`). Numbers the paper does not give are marked "(ours)".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class NetworkConfig:
+    """Shape of the policy and value networks (both use the same shape, separate weights)."""
+
+    lidar_filters: int = 9
+    lidar_kernel: int = 3  # circular padding keeps the 30 rays a ring
+    embed_dim: int = 128  # per-entity and self embeddings, attention width
+    attention_heads: int = 4  # 4 heads x 32 = embed_dim
+    dense_dim: int = 256
+    lstm_dim: int = 256
+    move_bins: int = 11  # x force, y force, z torque; grab and lock are binary
+    head_init_std: float = 0.01  # every output head starts near uniform / near zero
+    obs_norm_beta: float = 0.99999
+    obs_clip: float = 5.0
+    obs_norm_min_var: float = 1e-2  # (ours) keeps near-constant features from exploding
+    value_norm_beta: float = 0.99999
+    value_norm_min_var: float = 1e-4  # (ours) floor of the PopArt variance
+
+    def __post_init__(self) -> None:
+        if self.embed_dim % self.attention_heads:
+            raise ValueError(
+                f"embed_dim ({self.embed_dim}) must be divisible by attention_heads "
+                f"({self.attention_heads})"
+            )
+        if self.lidar_kernel % 2 == 0:
+            raise ValueError(
+                f"lidar_kernel must be odd to keep 'same' width, got {self.lidar_kernel}"
+            )
+
+    @property
+    def action_sizes(self) -> tuple[int, ...]:
+        """Per-agent MultiDiscrete action: x force, y force, z torque, grab, lock."""
+        return (self.move_bins, self.move_bins, self.move_bins, 2, 2)
+
+
+@dataclass
+class PPOConfig:
+    """PPO + GAE with truncated BPTT (spec §7)."""
+
+    gamma: float = 0.998
+    gae_lambda: float = 0.95
+    clip_coef: float = 0.2
+    ent_coef: float = 0.01  # on the entropy summed over the 5 action heads
+    vf_coef: float = 0.5  # on 0.5 * squared error of the normalised value
+    clip_value_loss: bool = False  # (ours) PPO2-style value clipping, off by default
+    value_clip: float = 0.2  # used only when clip_value_loss
+    lr: float = 3e-4
+    weight_decay: float = 1e-6  # coupled L2, as torch.optim.Adam applies it
+    adam_eps: float = 1e-8  # (ours) torch's default
+    max_grad_norm: float = 5.0
+    bptt_len: int = 10  # steps per BPTT segment; chunks store the LSTM state every bptt_len
+    # Sample reuse in the paper comes from the trainer replaying each chunk about 4 times across
+    # optimisation steps, so one update() is one pass of one minibatch by default.
+    epochs: int = 1
+    minibatches: int = 1
+    normalize_advantages: bool = True  # (ours) per minibatch
+
+    def __post_init__(self) -> None:
+        for name in ("bptt_len", "epochs", "minibatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"PPOConfig.{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class AgentConfig:
+    """Everything `hns_train/agents/` needs: `network` and `ppo` sections."""
+
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> AgentConfig:
+        """Build from a nested dict (e.g. parsed YAML); unknown keys are a ValueError."""
+        data = dict(data or {})
+        unknown = set(data) - {"network", "ppo"}
+        if unknown:
+            raise ValueError(
+                f"unknown agent config sections {sorted(unknown)}; expected network, ppo"
+            )
+        return cls(
+            network=_from_dict(NetworkConfig, data.get("network")),
+            ppo=_from_dict(PPOConfig, data.get("ppo")),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _from_dict(cls: type, data: dict[str, Any] | None) -> Any:
+    data = dict(data or {})
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} fields {sorted(unknown)}; known: {sorted(names)}")
+    return cls(**data)
