@@ -1,0 +1,108 @@
+"""Running statistics: observation normalisation and PopArt value normalisation.
+
+Both use `EmaMeanStd`: an exponential moving average (β = 0.99999) of the mean and second
+moment, with the Adam-style debiasing term 1 - β^n. One update = one batch (not one sample).
+The debiased average therefore equals the exact mean of the batch statistics for the first
+≈1/(1-β) = 100k updates and only then starts to forget: an exact running mean that turns into
+an EMA by itself, with no switch-over constant. Before the first update mean = 0 and std = 1.
+Statistics are float64 buffers, so they travel with `state_dict` and 1 - β keeps its precision.
+
+Observation normalisation (`ObsNormalizer`): per feature, i.e. the last axis of every non-mask
+key; entity rows of one type share statistics (slots are interchangeable) and only rows that
+exist this episode (spoof mask) contribute. Normalised values are clipped to [-5, 5]; masks pass
+through untouched. The trainer updates it, so actors and learner always use the same numbers.
+
+Value normalisation (`popart_update`): the value head predicts (V - μ) / σ. When μ, σ move, the
+head's weight and bias are rescaled so that σ·head(x) + μ is unchanged (van Hasselt et al. 2016).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from hns_train.agents.config import NetworkConfig
+from hns_train.agents.observations import ObsLayout
+
+
+class EmaMeanStd(nn.Module):
+    """Debiased EMA of mean and variance over all but the trailing `shape` dims."""
+
+    def __init__(self, shape: tuple[int, ...], beta: float, min_var: float) -> None:
+        super().__init__()
+        self.shape = tuple(shape)
+        self.beta = beta
+        self.min_var = min_var
+        self.register_buffer("biased_mean", torch.zeros(self.shape, dtype=torch.float64))
+        self.register_buffer("biased_sq", torch.zeros(self.shape, dtype=torch.float64))
+        self.register_buffer("debias", torch.zeros((), dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor, weight: torch.Tensor | None = None) -> None:
+        """Fold in one batch. `weight` (x's leading dims, 0/1) drops rows, e.g. absent entities."""
+        x = x.to(torch.float64).reshape((-1,) + self.shape)
+        if weight is None:
+            mean, sq = x.mean(0), x.square().mean(0)
+        else:
+            w = weight.to(torch.float64).reshape(-1, *([1] * len(self.shape)))
+            total = w.sum()
+            if total <= 0:
+                return
+            mean, sq = (w * x).sum(0) / total, (w * x.square()).sum(0) / total
+        self.biased_mean.mul_(self.beta).add_(mean, alpha=1 - self.beta)
+        self.biased_sq.mul_(self.beta).add_(sq, alpha=1 - self.beta)
+        self.debias.mul_(self.beta).add_(1 - self.beta)
+
+    def mean_std(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Current (mean, std) as float32; (0, 1) before the first update."""
+        seen = self.debias > 0
+        d = self.debias.clamp(min=1e-300)
+        mean = self.biased_mean / d
+        var = (self.biased_sq / d - mean.square()).clamp(min=self.min_var)
+        mean = torch.where(seen, mean, torch.zeros_like(mean))
+        std = torch.where(seen, var.sqrt(), torch.ones_like(var))
+        return mean.float(), std.float()
+
+
+class ObsNormalizer(nn.Module):
+    """Per-feature running normalisation of every non-mask observation key."""
+
+    def __init__(self, layout: ObsLayout, config: NetworkConfig) -> None:
+        super().__init__()
+        self.clip = config.obs_clip
+        self.stats = nn.ModuleDict(
+            {
+                key: EmaMeanStd(
+                    layout.shapes[key][-1:], config.obs_norm_beta, config.obs_norm_min_var
+                )
+                for key in layout.feature_keys
+            }
+        )
+        # Entity features count only where the entity exists, not the zero padding of absent ones.
+        self.row_weight = {s.kind.key: s.kind.exists_mask for s in layout.entities}
+
+    def forward(self, obs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        out = dict(obs)
+        for key, stat in self.stats.items():
+            mean, std = stat.mean_std()
+            out[key] = ((obs[key] - mean) / std).clamp(-self.clip, self.clip)
+        return out
+
+    @torch.no_grad()
+    def update(self, obs: Mapping[str, torch.Tensor]) -> None:
+        for key, stat in self.stats.items():
+            weight_key = self.row_weight.get(key)
+            stat.update(obs[key], None if weight_key is None else obs[weight_key])
+
+
+@torch.no_grad()
+def popart_update(stats: EmaMeanStd, head: nn.Linear, targets: torch.Tensor) -> None:
+    """Update the value statistics with `targets` and rescale `head` to preserve its
+    de-normalised outputs: σ' (W' x + b') + μ' = σ (W x + b) + μ."""
+    old_mean, old_std = stats.mean_std()
+    stats.update(targets)
+    new_mean, new_std = stats.mean_std()
+    head.weight.mul_(old_std / new_std)
+    head.bias.mul_(old_std).add_(old_mean - new_mean).div_(new_std)

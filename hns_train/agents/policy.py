@@ -1,0 +1,195 @@
+"""`ActorCritic`: policy + omniscient value network, their normalisers, and batched acting.
+
+Both teams and all teammates share these parameters (the `is_hider` feature tells them apart).
+The policy network attends over visible entities, the value network over every existing one;
+their weights are separate. Everything a policy worker needs to act is in this module's
+`state_dict` (weights and normaliser statistics, plain tensors).
+
+Recurrent state: one float32 array of shape (B, 4, lstm_dim) per agent batch, rows
+[policy h, policy c, value h, value c]; `initial_state(B)` is zeros. `act` zeroes the state of
+agents whose `episode_start` flag is set before it processes their step, exactly as training
+does, so acting step by step and replaying the chunk as a sequence agree.
+
+Actions: int64 (B, 5) = x force, y force, z torque bins (11 each), grab (2), lock (2). Log-probs
+and entropies are sums over the 5 independent categorical heads. Values are returned
+de-normalised (in reward units); the value head itself predicts PopArt-normalised values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from hns_train.agents.config import NetworkConfig
+from hns_train.agents.networks import EntityNetwork, LSTMState
+from hns_train.agents.normalizers import EmaMeanStd, ObsNormalizer, popart_update
+from hns_train.agents.observations import ObsLayout
+
+
+class ActOutput(NamedTuple):
+    actions: np.ndarray  # (B, 5) int64
+    logp: np.ndarray  # (B,) float32
+    values: np.ndarray  # (B,) float32, de-normalised
+    state: np.ndarray  # (B, 4, lstm_dim) float32, after this step
+
+
+class Evaluation(NamedTuple):
+    logp: torch.Tensor  # (T, N)
+    entropy: torch.Tensor  # (T, N)
+    value: torch.Tensor  # (T, N), normalised
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class ActorCritic(nn.Module):
+    """Policy and value networks with observation and value normalisation."""
+
+    def __init__(
+        self,
+        obs_shapes: Mapping,
+        config: NetworkConfig | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config or NetworkConfig()
+        self.layout = ObsLayout.from_shapes(obs_shapes)
+        self.action_sizes = self.config.action_sizes
+        self.obs_norm = ObsNormalizer(self.layout, self.config)
+        self.value_norm = EmaMeanStd(
+            (), self.config.value_norm_beta, self.config.value_norm_min_var
+        )
+        self.policy_net = EntityNetwork(self.layout, self.config, sum(self.action_sizes), "visible")
+        self.value_net = EntityNetwork(self.layout, self.config, 1, "exists")
+        self.to(default_device() if device is None else torch.device(device))
+
+    @property
+    def device(self) -> torch.device:
+        return self.value_norm.debias.device
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def initial_state(self, batch_size: int) -> np.ndarray:
+        return np.zeros((batch_size, 4, self.config.lstm_dim), dtype=np.float32)
+
+    # ----- tensors in, tensors out (used by training) -----
+
+    def obs_to_tensors(
+        self, obs: Mapping[str, np.ndarray], batch_ndim: int
+    ) -> dict[str, torch.Tensor]:
+        """Validate against the layout and move to the device as float32."""
+        self.layout.check(obs, batch_ndim)
+        return {
+            k: torch.as_tensor(np.asarray(obs[k], dtype=np.float32), device=self.device)
+            for k in self.layout.shapes
+        }
+
+    def forward_sequence(
+        self, obs: Mapping[str, torch.Tensor], state: torch.Tensor, episode_start: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Raw observations (T, N, ...), state (N, 4, H), episode_start (T, N) bool ->
+        policy logits (T, N, 37), normalised values (T, N), state after the last step."""
+        obs = self.obs_norm(obs)
+        logits, (ph, pc) = self.policy_net(obs, _pair(state, 0), episode_start)
+        value, (vh, vc) = self.value_net(obs, _pair(state, 2), episode_start)
+        return logits, value.squeeze(-1), torch.stack([ph, pc, vh, vc], dim=1)
+
+    def evaluate(
+        self,
+        obs: Mapping[str, torch.Tensor],
+        state: torch.Tensor,
+        episode_start: torch.Tensor,
+        actions: torch.Tensor,
+    ) -> Evaluation:
+        """Log-probs of `actions` (T, N, 5), entropies and normalised values along a sequence."""
+        logits, value, _ = self.forward_sequence(obs, state, episode_start)
+        logp, entropy = self.log_prob_entropy(logits, actions)
+        return Evaluation(logp, entropy, value)
+
+    def split_logits(self, logits: torch.Tensor) -> list[torch.Tensor]:
+        return list(logits.split(self.action_sizes, dim=-1))
+
+    def log_prob_entropy(
+        self, logits: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logp = torch.zeros(logits.shape[:-1], device=logits.device)
+        entropy = torch.zeros_like(logp)
+        for i, head in enumerate(self.split_logits(logits)):
+            log_probs = head.log_softmax(-1)
+            logp = logp + log_probs.gather(-1, actions[..., i : i + 1]).squeeze(-1)
+            entropy = entropy - (log_probs.exp() * log_probs).sum(-1)
+        return logp, entropy
+
+    def denormalize_value(self, value: torch.Tensor) -> torch.Tensor:
+        mean, std = self.value_norm.mean_std()
+        return value * std + mean
+
+    def normalize_value(self, value: torch.Tensor) -> torch.Tensor:
+        mean, std = self.value_norm.mean_std()
+        return (value - mean) / std
+
+    @torch.no_grad()
+    def update_value_normalizer(self, returns: torch.Tensor) -> None:
+        """PopArt: fold `returns` into the statistics, keep de-normalised outputs unchanged."""
+        popart_update(self.value_norm, self.value_net.head, returns)
+
+    @torch.no_grad()
+    def update_obs_normalizer(self, obs: Mapping[str, torch.Tensor]) -> None:
+        self.obs_norm.update(obs)
+
+    # ----- numpy in, numpy out (used by actors and policy workers) -----
+
+    @torch.no_grad()
+    def act(
+        self,
+        obs: Mapping[str, np.ndarray],
+        state: np.ndarray | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> ActOutput:
+        """One step for a batch of B agents: obs (B, ...), state (B, 4, H) or None (zeros),
+        episode_start (B,) or None (no resets) -> actions, log-probs, values, new state."""
+        tensors = {k: v.unsqueeze(0) for k, v in self.obs_to_tensors(obs, 1).items()}
+        batch = tensors["observation_self"].shape[1]
+        if state is None:
+            state = self.initial_state(batch)
+        if np.shape(state) != (batch, 4, self.config.lstm_dim):
+            raise ValueError(
+                f"state has shape {np.shape(state)}; expected ({batch}, 4, {self.config.lstm_dim})"
+            )
+        starts = (
+            np.zeros(batch, dtype=bool)
+            if episode_start is None
+            else np.asarray(episode_start, bool)
+        )
+        if starts.shape != (batch,):
+            raise ValueError(f"episode_start has shape {starts.shape}; expected ({batch},)")
+        logits, value, new_state = self.forward_sequence(
+            tensors,
+            torch.as_tensor(np.asarray(state, np.float32), device=self.device),
+            torch.as_tensor(starts, device=self.device).unsqueeze(0),
+        )
+        heads = self.split_logits(logits[0])
+        if deterministic:
+            actions = torch.stack([h.argmax(-1) for h in heads], dim=-1)
+        else:
+            actions = torch.stack(
+                [torch.multinomial(h.softmax(-1), 1).squeeze(-1) for h in heads], dim=-1
+            )
+        logp, _ = self.log_prob_entropy(logits[0], actions)
+        return ActOutput(
+            actions.cpu().numpy().astype(np.int64),
+            logp.float().cpu().numpy(),
+            self.denormalize_value(value[0]).float().cpu().numpy(),
+            new_state.float().cpu().numpy(),
+        )
+
+
+def _pair(state: torch.Tensor, first: int) -> LSTMState:
+    return state[:, first], state[:, first + 1]
