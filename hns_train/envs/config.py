@@ -1,0 +1,256 @@
+"""Game configuration: every number of the hide-and-seek spec as a named, typed parameter.
+
+`GameConfig` is flat on purpose: any field can be overridden by keyword
+(`parallel_env(preset="quadrant", horizon=120)`) or from YAML. `make_config(preset, **overrides)`
+starts from a named preset and rejects unknown presets and unknown or ill-typed parameters with a
+`ValueError` that names what was wrong and what is allowed.
+
+Presets (spec §1):
+- `quadrant`: 2 v 2, horizon 80, one room in the high-x / low-y quadrant, 2 cubes, 1 ramp that
+  cannot be locked, out-of-bounds rect [0.1, 5.9]^2 that also penalises boxes and ramps.
+- `randomwalls`: the full game: 1-4 random rooms, 3-9 boxes (some elongated), 2 lockable ramps,
+  horizon 240, out-of-bounds rect [-6, 12]^2.
+- `chase`: 1 v 1 in the empty 6 m arena, short horizon, no preparation phase: the smallest task
+  that still exercises vision, for checking that a learner learns.
+
+Units: metres, seconds, radians. A "cell" is one cell of the 30 x 30 placement grid (0.2 m).
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from dataclasses import dataclass, fields
+
+Range = tuple[int, int]  # inclusive [low, high], sampled uniformly per episode
+
+
+@dataclass(frozen=True)
+class GameConfig:
+    preset: str = "quadrant"
+
+    # Teams and episode
+    n_hiders: Range = (2, 2)
+    n_seekers: Range = (2, 2)
+    horizon: int = 80
+    prep_fraction: float = 0.4
+
+    # Physics
+    timestep: float = 0.005
+    substeps: int = 15
+    gravity: float = -50.0
+
+    # Arena and walls
+    floor_size: float = 6.0
+    grid_cells: int = 30
+    walls: str = "quadrant"  # "quadrant" | "random" | "none"
+    room_cells: Range = (15, 15)  # quadrant room: inner walls on cell lines x=15 and y=15
+    n_rooms: Range = (1, 4)  # random walls
+    min_room_cells: int = 6
+    door_width: float = 0.7
+    p_one_wall_doorless: float = 0.5  # quadrant: one inner wall without a door
+    p_outer_walls: float = 1.0
+    wall_thickness: float = 0.1
+    inner_wall_height: float = 0.5
+    outer_wall_height: float = 4.0
+    wall_friction: float = 0.01
+    floor_friction: float = 0.2
+
+    # Agents
+    agent_radius: float = 0.15
+    agent_mass: float = 1.0
+    agent_friction: float = 0.01
+    agent_slide_damping: float = 10.0
+    agent_z_damping: float = 1.0
+    agent_hinge_damping: float = 10.0
+    arm_radius: float = 0.05
+    arm_offset: tuple[float, float, float] = (0.13, -0.075, -0.05)  # arms at (-x, y, z), (x, y, z)
+    actuator_gear: float = 100.0
+    action_bins: int = 11
+    max_ctrl: float = 0.9
+
+    # Boxes and ramps
+    n_boxes: Range = (2, 2)
+    n_elongated: Range = (0, 0)  # elongated count is drawn from [low, min(high, n_boxes)]
+    box_size: float = 0.5
+    elongated_size: tuple[float, float, float] = (1.65, 0.15, 0.5)
+    box_mass: float = 1.0
+    box_friction: float = 0.2
+    box_hinge_damping: float = 0.01
+    n_ramps: int = 1
+    ramp_size: float = 0.5
+    ramp_mass: float = 1.0
+    ramp_friction: float = 0.01
+    ramp_hinge_damping: float = 0.1
+    boxes_lockable: bool = True
+    ramps_lockable: bool = False
+    box_size_obs: bool = False  # append the box's full size (x, y, z) to box_obs
+
+    # Placement on the grid
+    placement: str = "quadrant"  # "quadrant" | "uniform"
+    teammate_spread_cells: int = -1  # >= 0: teammates within this many cells of the first one
+    place_tries: int = 10
+    agent_cells: int = 2
+    box_cells: int = 3
+    elongated_cells: tuple[int, int] = (9, 1)
+    ramp_cells: int = 3
+
+    # Rules
+    oob_low: float = 0.1
+    oob_high: float = 5.9
+    oob_penalty: float = -10.0
+    penalise_objects_oob: bool = True
+    vision_half_angle: float = math.radians(67.5)
+    grab_range: float = 0.25
+    n_lidar: int = 30
+    lidar_range: float = 6.0
+
+    # Rendering
+    render_width: int = 480
+    render_height: int = 480
+
+    # ------------------------------------------------------------------
+    @property
+    def prep_steps(self) -> int:
+        return int(round(self.prep_fraction * self.horizon))
+
+    @property
+    def max_hiders(self) -> int:
+        return self.n_hiders[1]
+
+    @property
+    def max_seekers(self) -> int:
+        return self.n_seekers[1]
+
+    @property
+    def max_agents(self) -> int:
+        return self.max_hiders + self.max_seekers
+
+    @property
+    def max_boxes(self) -> int:
+        return self.n_boxes[1]
+
+    @property
+    def cell(self) -> float:
+        return self.floor_size / self.grid_cells
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        errors = []
+        for name in ("n_hiders", "n_seekers", "n_boxes", "n_elongated", "n_rooms", "room_cells"):
+            lo, hi = getattr(self, name)
+            if lo < 0 or hi < lo:
+                errors.append(
+                    f"{name}={getattr(self, name)} must be (low, high) with 0 <= low <= high"
+                )
+        if self.n_hiders[0] < 1 or self.n_seekers[0] < 1:
+            errors.append("each team needs at least one agent (n_hiders, n_seekers low >= 1)")
+        if self.walls not in WALL_MODES:
+            errors.append(f"walls={self.walls!r} is not one of {WALL_MODES}")
+        if self.placement not in PLACEMENT_MODES:
+            errors.append(f"placement={self.placement!r} is not one of {PLACEMENT_MODES}")
+        if self.horizon < 1 or self.substeps < 1:
+            errors.append("horizon and substeps must be >= 1")
+        if not 0.0 <= self.prep_fraction < 1.0:
+            errors.append(f"prep_fraction={self.prep_fraction} must be in [0, 1)")
+        if self.action_bins < 2 or self.action_bins % 2 == 0:
+            errors.append(f"action_bins={self.action_bins} must be odd and >= 3 (middle bin = 0)")
+        if self.n_rooms[0] < 1:
+            errors.append("n_rooms low must be >= 1")
+        if errors:
+            raise ValueError("invalid game config: " + "; ".join(errors))
+
+
+WALL_MODES = ("quadrant", "random", "none")
+PLACEMENT_MODES = ("quadrant", "uniform")
+
+PRESETS: dict[str, dict] = {
+    "quadrant": {},
+    "randomwalls": dict(
+        horizon=240,
+        walls="random",
+        p_outer_walls=0.5,
+        wall_friction=1.0,
+        n_boxes=(3, 9),
+        n_elongated=(3, 9),
+        n_ramps=2,
+        ramps_lockable=True,
+        box_size_obs=True,
+        placement="uniform",
+        teammate_spread_cells=3,
+        oob_low=-6.0,
+        oob_high=12.0,
+        penalise_objects_oob=False,
+    ),
+    "chase": dict(
+        n_hiders=(1, 1),
+        n_seekers=(1, 1),
+        horizon=40,
+        prep_fraction=0.0,
+        walls="none",
+        p_outer_walls=1.0,
+        n_boxes=(0, 0),
+        n_ramps=0,
+        placement="uniform",
+        penalise_objects_oob=False,
+    ),
+}
+
+
+def make_config(preset: str = "quadrant", **overrides) -> GameConfig:
+    """The named preset with `overrides` applied; unknown names raise ValueError."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; allowed presets: {sorted(PRESETS)}")
+    known = {f.name for f in fields(GameConfig)} - {"preset"}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(
+            f"unknown game parameter(s) {unknown}; allowed parameters: {sorted(known)}"
+        )
+    values = {**PRESETS[preset], **overrides}
+    return GameConfig(preset=preset, **{k: _coerce(k, v) for k, v in values.items()})
+
+
+# ----------------------------------------------------------------------
+# Type checking: YAML gives lists where the dataclass wants tuples, ints where it wants floats.
+
+
+def _coerce(name: str, value):
+    hint = _HINTS[name]
+    if typing.get_origin(hint) is tuple and isinstance(value, list):
+        return tuple(value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def _matches(value, hint) -> bool:
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        return (
+            isinstance(value, tuple)
+            and len(value) == len(args)
+            and all(_matches(v, a) for v, a in zip(value, args, strict=True))
+        )
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in typing.get_args(hint))
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _check_types(cfg: GameConfig) -> None:
+    bad = [
+        f"{f.name}={getattr(cfg, f.name)!r} (expected {_HINTS[f.name]})"
+        for f in fields(cfg)
+        if not _matches(getattr(cfg, f.name), _HINTS[f.name])
+    ]
+    if bad:
+        raise ValueError("ill-typed game parameter(s): " + ", ".join(bad))
+
+
+_HINTS = typing.get_type_hints(GameConfig, globalns={**globals(), "Range": Range})

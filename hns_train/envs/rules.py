@@ -1,0 +1,147 @@
+"""The rules of hide-and-seek as array operations over a batch of W worlds (numpy only).
+
+Shapes: W worlds, A agent slots (hiders first, then seekers), O object slots (boxes, then
+ramps). Nothing here calls MuJoCo; `game.py` feeds these functions state read from MuJoCo and
+applies what they decide. The same functions can later run on GPU arrays.
+
+Rules (spec §3-4):
+- Vision: j is seen by i if j lies in i's 135-degree cone (half-angle 67.5 degrees around the
+  front direction, heading - pi/2, measured in the xy-plane) and the ray from i's centre to j's
+  centre first hits a geom of j (`ray_hit_body`).
+- Eligible object: seen on the previous step and within 0.25 m of the agent's centre, measured
+  to the object's oriented bounding box.
+- Lock (team rule): an object locked by team T is unlocked by a member of T that is eligible
+  and sends lock=0; it becomes locked if an eligible agent sends lock=1 and it is not being
+  unlocked this step. The locker is the lowest-index requesting agent (hiders before seekers).
+  Lock ownership is cleared on unlock (the original kept the stale team: a bug not copied).
+- Grab: an agent holding grab=1 keeps its object while the object stays unlocked; otherwise it
+  takes the closest eligible unlocked object. Locked objects cannot be grabbed (a weld to a
+  frozen object would freeze the agent), and locking an object releases its grabs.
+- Reward: hiders +1 if no seeker sees any hider, else -1; seekers the negation. Agents outside
+  the out-of-bounds rect get the penalty instead; with `penalise_objects_oob` every agent gets it
+  while any box or ramp is outside. All rewards are 0 during preparation and for absent agents.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+NO_TEAM = -1
+HIDERS, SEEKERS = 0, 1
+
+
+def in_vision_cone(
+    origin: np.ndarray, yaw: np.ndarray, target: np.ndarray, half_angle: float
+) -> np.ndarray:
+    """(W, A, T) bool: target t inside agent a's cone.
+
+    origin (W, A, 3), yaw (W, A), target (W, T, 3).
+    """
+    d = target[:, None, :, :2] - origin[:, :, None, :2]
+    front = np.stack([np.sin(yaw), -np.cos(yaw)], axis=-1)[:, :, None, :]
+    norm = np.linalg.norm(d, axis=-1)
+    cos = (d * front).sum(-1) / np.maximum(norm, 1e-9)
+    return cos >= np.cos(half_angle)
+
+
+def obb_distance(
+    point: np.ndarray, centre: np.ndarray, yaw: np.ndarray, half: np.ndarray
+) -> np.ndarray:
+    """(W, A, O) distance from points (W, A, 3) to yawed boxes.
+
+    Boxes are centred at (W, O, 3) with yaw (W, O) and half sizes (W, O, 3).
+    """
+    d = point[:, :, None, :] - centre[:, None, :, :]
+    c, s = np.cos(yaw)[:, None, :], np.sin(yaw)[:, None, :]
+    local = np.stack([c * d[..., 0] + s * d[..., 1], -s * d[..., 0] + c * d[..., 1], d[..., 2]], -1)
+    excess = np.maximum(np.abs(local) - half[:, None, :, :], 0.0)
+    return np.linalg.norm(excess, axis=-1)
+
+
+def eligibility(
+    seen_prev: np.ndarray,
+    dist: np.ndarray,
+    grab_range: float,
+    agent_present: np.ndarray,
+    object_present: np.ndarray,
+) -> np.ndarray:
+    """(W, A, O) bool: objects an agent may grab or lock this step."""
+    return seen_prev & (dist <= grab_range) & agent_present[:, :, None] & object_present[:, None, :]
+
+
+def update_locks(
+    locked: np.ndarray,
+    lock_team: np.ndarray,
+    lock_agent: np.ndarray,
+    eligible: np.ndarray,
+    lock_action: np.ndarray,
+    team: np.ndarray,
+    lockable: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """New (locked, lock_team, lock_agent) after one step of lock actions.
+
+    locked (W, O) bool, lock_team / lock_agent (W, O) int, eligible (W, A, O), lock_action (W, A)
+    in {0, 1}, team (A,), lockable (O,).
+    """
+    can = eligible & lockable[None, None, :]
+    wants_lock = can & (lock_action[:, :, None] == 1)
+    same_team = team[None, :, None] == lock_team[:, None, :]
+    unlock = locked & (can & (lock_action[:, :, None] == 0) & same_team).any(axis=1)
+    request = wants_lock.any(axis=1)
+    new_locked = (locked | request) & ~unlock
+    newly = new_locked & ~locked
+    locker = wants_lock.argmax(axis=1)  # first requesting agent
+    new_team = np.where(newly, team[locker], np.where(new_locked, lock_team, NO_TEAM))
+    new_agent = np.where(newly, locker, np.where(new_locked, lock_agent, -1))
+    return new_locked, new_team, new_agent
+
+
+def choose_grabs(
+    grabbed: np.ndarray,
+    grab_action: np.ndarray,
+    eligible: np.ndarray,
+    dist: np.ndarray,
+    locked: np.ndarray,
+) -> np.ndarray:
+    """(W, A) index of the object each agent holds after this step (-1: none)."""
+    if dist.shape[2] == 0:
+        return grabbed
+    w = np.arange(grabbed.shape[0])[:, None]
+    held_locked = np.where(grabbed >= 0, locked[w, np.maximum(grabbed, 0)], True)
+    keep = (grab_action == 1) & (grabbed >= 0) & ~held_locked
+    cand = np.where(eligible & ~locked[:, None, :], dist, np.inf)
+    closest = cand.argmin(axis=2)
+    has = np.isfinite(cand.min(axis=2))
+    return np.where(keep, grabbed, np.where((grab_action == 1) & has, closest, -1))
+
+
+def outside(xy: np.ndarray, low: float, high: float) -> np.ndarray:
+    return ((xy < low) | (xy > high)).any(axis=-1)
+
+
+def rewards(
+    sees_agent: np.ndarray,
+    is_hider: np.ndarray,
+    agent_present: np.ndarray,
+    agent_xy: np.ndarray,
+    object_xy: np.ndarray,
+    object_present: np.ndarray,
+    in_prep: np.ndarray,
+    oob_low: float,
+    oob_high: float,
+    oob_penalty: float,
+    penalise_objects: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rewards (W, A), hiders_seen (W,)). sees_agent (W, A, A): row sees column."""
+    seeker = ~is_hider[None, :] & agent_present
+    hider = is_hider[None, :] & agent_present
+    seen = (sees_agent & seeker[:, :, None] & hider[:, None, :]).any(axis=(1, 2))
+    team_r = np.where(seen, -1.0, 1.0)[:, None]
+    r = np.where(is_hider[None, :], team_r, -team_r)
+    penalised = outside(agent_xy, oob_low, oob_high)
+    if penalise_objects and object_xy.shape[1]:
+        bad = (outside(object_xy, oob_low, oob_high) & object_present).any(axis=1)
+        penalised = penalised | bad[:, None]
+    r = np.where(penalised, oob_penalty, r)
+    r = np.where(agent_present & ~in_prep[:, None], r, 0.0)
+    return r.astype(np.float32), seen

@@ -1,0 +1,357 @@
+"""Build a hide-and-seek world in MuJoCo with `mujoco.MjSpec` (no XML) and index its parts.
+
+Every world of one preset has the same MuJoCo sizes: a fixed number of slots for wall
+segments, agents (hiders first, then seekers), boxes and ramps. Entities absent this episode
+are parked far below the arena with collisions off and gravity compensated, so they never
+move, collide, or show up in rays or renders. Fixed sizes let worlds share one `WorldIndex`
+and let `mujoco.batch.Batch` step them together.
+
+Bodies (spec §2): agents are spheres (r 0.15, mass 1, friction 0.01) with two massless arm
+spheres marking the front (local -y); slide x/y (damping 10), slide z (1), hinge z (10), motors
+with gear 100 on x, y and yaw. Boxes (0.5 m cubes or 1.65 x 0.15 x 0.5 m) and ramps (0.5 m right
+triangular prisms, tall face at local -y) have slide x/y/z + hinge z. Walls are static boxes.
+
+Every movable body sits at the origin of the xy-plane in the model and is positioned through
+its slide joints, so qpos x/y is the body's centre and a new episode only writes qpos.
+Object joints are compiled as limited with a huge range: locking narrows the range to [q, q]
+at run time (spec §3), unlocking restores it.
+
+Geom groups: 0 solid (seen by rays: walls, agents, boxes, ramps), 1 the floor (rays skip it, so
+`mj_multiRay` can include static geoms without hitting the floor), 2 decorations (arms),
+3 parked entities and unused wall slots (never drawn, never hit).
+
+One weld equality per (agent, object) pair, inactive; grabbing writes the relative pose into
+its `eq_data` and activates it (`eq_data[11]` stays 0 so the pose is ours, not qpos0's).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from hns_train.envs.config import GameConfig
+from hns_train.envs.layout import ABSENT, CUBE, LONG_X, Layout, n_wall_slots
+
+GROUP_SOLID, GROUP_FLOOR, GROUP_DECOR, GROUP_HIDDEN = 0, 1, 2, 3
+RAY_GROUPS = np.array([1, 0, 0, 0, 0, 0], dtype=np.uint8)  # solids only
+FREE_RANGE = 1e4  # joint range of an unlocked object (metres / radians)
+PARK_Z = -50.0  # absent entities wait here
+
+HIDER_RGBA = (66 / 255, 235 / 255, 244 / 255, 1.0)
+SEEKER_RGBA = (0.93, 0.26, 0.23, 1.0)
+BOX_RGBA = (0.93, 0.66, 0.24, 1.0)
+RAMP_RGBA = (0.56, 0.36, 0.85, 1.0)
+WALL_RGBA = (0.55, 0.57, 0.6, 1.0)
+ARM_RGBA = (0.15, 0.15, 0.18, 1.0)
+
+
+@dataclass(frozen=True)
+class WorldIndex:
+    """Addresses into MjModel/MjData, identical for every world of one config."""
+
+    agent_body: np.ndarray  # (A,)
+    agent_geom: np.ndarray  # (A,) main sphere
+    agent_qpos: np.ndarray  # (A, 4) x, y, z, yaw
+    agent_qvel: np.ndarray  # (A, 4)
+    agent_ctrl: np.ndarray  # (A, 3) x, y, yaw
+    object_body: np.ndarray  # (O,) boxes then ramps
+    object_geom: np.ndarray  # (O,)
+    object_qpos: np.ndarray  # (O, 4)
+    object_qvel: np.ndarray  # (O, 4)
+    object_jnt: np.ndarray  # (O, 4) joint ids (for locking)
+    weld: np.ndarray  # (A, O) equality ids
+    geom_body: np.ndarray  # (ngeom,) body of each geom (ray hits -> entity)
+    n_boxes: int
+    n_ramps: int
+
+    @property
+    def n_agents(self) -> int:
+        return len(self.agent_body)
+
+    @property
+    def n_objects(self) -> int:
+        return len(self.object_body)
+
+
+def _friction(mu: float) -> list[float]:
+    return [mu, 0.005, 0.0001]
+
+
+def _add_object_joints(body, prefix: str, hinge_damping: float) -> None:
+    for axis, name in (([1, 0, 0], "x"), ([0, 1, 0], "y"), ([0, 0, 1], "z")):
+        body.add_joint(
+            name=f"{prefix}_{name}",
+            type=mujoco.mjtJoint.mjJNT_SLIDE,
+            axis=axis,
+            limited=mujoco.mjtLimited.mjLIMITED_TRUE,
+            range=[-FREE_RANGE, FREE_RANGE],
+        )
+    body.add_joint(
+        name=f"{prefix}_yaw",
+        type=mujoco.mjtJoint.mjJNT_HINGE,
+        axis=[0, 0, 1],
+        damping=hinge_damping,
+        limited=mujoco.mjtLimited.mjLIMITED_TRUE,
+        range=[-FREE_RANGE, FREE_RANGE],
+    )
+
+
+def _hide(geom) -> None:
+    geom.contype = 0
+    geom.conaffinity = 0
+    geom.group = GROUP_HIDDEN
+
+
+def ramp_vertices(size: float) -> np.ndarray:
+    """Right triangular prism around its bounding-box centre: tall face at -y, slope to +y."""
+    h = size / 2
+    return np.array(
+        [[-h, -h, -h], [h, -h, -h], [-h, h, -h], [h, h, -h], [-h, -h, h], [h, -h, h]], float
+    )
+
+
+def build_spec(cfg: GameConfig, layout: Layout) -> mujoco.MjSpec:
+    spec = mujoco.MjSpec()
+    spec.compiler.degree = False
+    spec.option.timestep = cfg.timestep
+    spec.option.gravity = [0.0, 0.0, cfg.gravity]
+    spec.visual.global_.offwidth = max(cfg.render_width, 640)
+    spec.visual.global_.offheight = max(cfg.render_height, 480)
+    world = spec.worldbody
+    half = cfg.floor_size / 2
+
+    world.add_geom(
+        name="floor",
+        type=mujoco.mjtGeom.mjGEOM_PLANE,
+        size=[3 * half, 3 * half, 0.1],
+        pos=[half, half, 0],
+        friction=_friction(cfg.floor_friction),
+        rgba=[0.9, 0.9, 0.86, 1],
+        group=GROUP_FLOOR,
+    )
+    spec.visual.headlight.ambient = [0.35, 0.35, 0.35]
+    spec.visual.headlight.diffuse = [0.5, 0.5, 0.5]
+    world.add_light(
+        pos=[half, half, 12],
+        dir=[0, 0, -1],
+        type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL,
+        castshadow=False,
+        diffuse=[0.5] * 3,
+    )
+    # Orthographic and from far above, so the 4 m outer walls do not hide the arena's edges.
+    world.add_camera(
+        name="top",
+        pos=[half, half, 30.0],
+        quat=[1, 0, 0, 0],
+        proj=mujoco.mjtProjection.mjPROJ_ORTHOGRAPHIC,
+        fovy=cfg.floor_size * 1.08,
+    )
+
+    for k in range(n_wall_slots(cfg)):
+        present = bool(layout.wall_present[k])
+        geom = world.add_geom(
+            name=f"wall{k}",
+            type=mujoco.mjtGeom.mjGEOM_BOX,
+            size=layout.wall_half[k] if present else [0.05, 0.05, 0.05],
+            pos=layout.wall_pos[k] if present else [-10.0 - k, -10.0, PARK_Z],
+            friction=_friction(cfg.wall_friction),
+            rgba=WALL_RGBA,
+        )
+        if not present:
+            _hide(geom)
+
+    r = cfg.agent_radius
+    for k in range(cfg.max_agents):
+        hider = k < cfg.max_hiders
+        body = world.add_body(name=f"agent{k}", pos=[0, 0, r])
+        for axis, name, damping in (
+            ([1, 0, 0], "x", cfg.agent_slide_damping),
+            ([0, 1, 0], "y", cfg.agent_slide_damping),
+            ([0, 0, 1], "z", cfg.agent_z_damping),
+        ):
+            body.add_joint(
+                name=f"agent{k}_{name}",
+                type=mujoco.mjtJoint.mjJNT_SLIDE,
+                axis=axis,
+                damping=damping,
+            )
+        body.add_joint(
+            name=f"agent{k}_yaw",
+            type=mujoco.mjtJoint.mjJNT_HINGE,
+            axis=[0, 0, 1],
+            damping=cfg.agent_hinge_damping,
+        )
+        main = body.add_geom(
+            name=f"agent{k}",
+            type=mujoco.mjtGeom.mjGEOM_SPHERE,
+            size=[r, 0, 0],
+            mass=cfg.agent_mass,
+            friction=_friction(cfg.agent_friction),
+            rgba=HIDER_RGBA if hider else SEEKER_RGBA,
+        )
+        ax, ay, az = cfg.arm_offset
+        for side in (-1, 1):
+            arm = body.add_geom(
+                type=mujoco.mjtGeom.mjGEOM_SPHERE,
+                size=[cfg.arm_radius, 0, 0],
+                pos=[side * ax, ay, az],
+                mass=0,
+                contype=0,
+                conaffinity=0,
+                group=GROUP_DECOR,
+                rgba=ARM_RGBA,
+            )
+            if not layout.agent_present[k]:
+                _hide(arm)
+        if not layout.agent_present[k]:
+            _hide(main)
+            body.gravcomp = 1.0
+        for name in ("x", "y", "yaw"):
+            spec.add_actuator(
+                name=f"agent{k}_{name}",
+                target=f"agent{k}_{name}",
+                trntype=mujoco.mjtTrn.mjTRN_JOINT,
+                gear=[cfg.actuator_gear, 0, 0, 0, 0, 0],
+                ctrllimited=mujoco.mjtLimited.mjLIMITED_TRUE,
+                ctrlrange=[-1.0, 1.0],
+            )
+
+    for k, kind in enumerate(layout.box_kind):
+        size = np.full(3, cfg.box_size) if kind in (CUBE, ABSENT) else np.array(cfg.elongated_size)
+        if kind not in (CUBE, ABSENT, LONG_X):
+            size = size[[1, 0, 2]]
+        body = world.add_body(name=f"box{k}", pos=[0, 0, size[2] / 2])
+        _add_object_joints(body, f"box{k}", cfg.box_hinge_damping)
+        geom = body.add_geom(
+            name=f"box{k}",
+            type=mujoco.mjtGeom.mjGEOM_BOX,
+            size=size / 2,
+            mass=cfg.box_mass,
+            friction=_friction(cfg.box_friction),
+            rgba=BOX_RGBA,
+        )
+        if kind == ABSENT:
+            _hide(geom)
+            body.gravcomp = 1.0
+
+    if cfg.n_ramps:
+        spec.add_mesh(name="ramp", uservert=ramp_vertices(cfg.ramp_size).ravel().tolist())
+    for k in range(cfg.n_ramps):
+        body = world.add_body(name=f"ramp{k}", pos=[0, 0, cfg.ramp_size / 2])
+        _add_object_joints(body, f"ramp{k}", cfg.ramp_hinge_damping)
+        body.add_geom(
+            name=f"ramp{k}",
+            type=mujoco.mjtGeom.mjGEOM_MESH,
+            meshname="ramp",
+            mass=cfg.ramp_mass,
+            friction=_friction(cfg.ramp_friction),
+            rgba=RAMP_RGBA,
+        )
+
+    objects = [f"box{k}" for k in range(cfg.max_boxes)] + [f"ramp{k}" for k in range(cfg.n_ramps)]
+    for a in range(cfg.max_agents):
+        for name in objects:
+            spec.add_equality(
+                name=f"grab_agent{a}_{name}",
+                type=mujoco.mjtEq.mjEQ_WELD,
+                name1=f"agent{a}",
+                name2=name,
+                objtype=mujoco.mjtObj.mjOBJ_BODY,
+                active=False,
+                data=[0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0],
+            )
+    return spec
+
+
+def index_world(cfg: GameConfig, model: mujoco.MjModel) -> WorldIndex:
+    def body(name):
+        return model.body(name).id
+
+    def joints(prefix):
+        return np.array([model.joint(f"{prefix}_{n}").id for n in ("x", "y", "z", "yaw")])
+
+    agents = [f"agent{k}" for k in range(cfg.max_agents)]
+    objects = [f"box{k}" for k in range(cfg.max_boxes)] + [f"ramp{k}" for k in range(cfg.n_ramps)]
+    agent_jnt = np.array([joints(a) for a in agents]).reshape(-1, 4)
+    object_jnt = np.array([joints(o) for o in objects], dtype=int).reshape(-1, 4)
+    weld = np.array(
+        [[model.equality(f"grab_{a}_{o}").id for o in objects] for a in agents], dtype=int
+    ).reshape(len(agents), len(objects))
+    return WorldIndex(
+        agent_body=np.array([body(a) for a in agents]),
+        agent_geom=np.array([model.geom(a).id for a in agents]),
+        agent_qpos=model.jnt_qposadr[agent_jnt],
+        agent_qvel=model.jnt_dofadr[agent_jnt],
+        agent_ctrl=np.array(
+            [[model.actuator(f"{a}_{n}").id for n in ("x", "y", "yaw")] for a in agents]
+        ).reshape(-1, 3),
+        object_body=np.array([body(o) for o in objects], dtype=int),
+        object_geom=np.array([model.geom(o).id for o in objects], dtype=int),
+        object_qpos=model.jnt_qposadr[object_jnt].reshape(-1, 4),
+        object_qvel=model.jnt_dofadr[object_jnt].reshape(-1, 4),
+        object_jnt=object_jnt,
+        weld=weld,
+        geom_body=model.geom_bodyid.copy(),
+        n_boxes=cfg.max_boxes,
+        n_ramps=cfg.n_ramps,
+    )
+
+
+def initial_qpos(cfg: GameConfig, layout: Layout, index: WorldIndex, nq: int) -> np.ndarray:
+    """Joint positions placing every entity of `layout` (absent ones parked)."""
+    qpos = np.zeros(nq)
+    for k in range(cfg.max_agents):
+        x, y = layout.agent_xy[k] if layout.agent_present[k] else (-10.0 - k, 10.0)
+        z = 0.0 if layout.agent_present[k] else PARK_Z
+        qpos[index.agent_qpos[k]] = (x, y, z, layout.agent_yaw[k])
+    for k in range(cfg.max_boxes):
+        present = layout.box_kind[k] != ABSENT
+        x, y = layout.box_xy[k] if present else (-10.0 - k, 20.0)
+        qpos[index.object_qpos[k]] = (x, y, 0.0 if present else PARK_Z, 0.0)
+    for k in range(cfg.n_ramps):
+        x, y = layout.ramp_xy[k]
+        qpos[index.object_qpos[cfg.max_boxes + k]] = (x, y, 0.0, layout.ramp_yaw[k])
+    return qpos
+
+
+def object_half_extents(cfg: GameConfig, layout: Layout) -> np.ndarray:
+    """(O, 3) half sizes of each object's bounding box in its own frame (boxes, then ramps)."""
+    halves = []
+    for kind in layout.box_kind:
+        size = np.full(3, cfg.box_size) if kind in (CUBE, ABSENT) else np.array(cfg.elongated_size)
+        if kind not in (CUBE, ABSENT, LONG_X):
+            size = size[[1, 0, 2]]
+        halves.append(size / 2)
+    halves += [np.full(3, cfg.ramp_size / 2)] * cfg.n_ramps
+    return np.array(halves).reshape(-1, 3)
+
+
+class ModelCache:
+    """Compiled models by layout structure: a world whose walls and object set recur skips the
+    compiler. Each world gets its own copy, since locks and grabs edit model fields."""
+
+    def __init__(self, cfg: GameConfig, capacity: int = 64):
+        self.cfg = cfg
+        self.capacity = capacity
+        self._models: dict[tuple, mujoco.MjModel] = {}
+        self.index: WorldIndex | None = None
+        self.hits = 0
+        self.misses = 0
+
+    def model_for(self, layout: Layout) -> mujoco.MjModel:
+        key = layout.structure_key()
+        template = self._models.get(key)
+        if template is None:
+            self.misses += 1
+            template = build_spec(self.cfg, layout).compile()
+            if len(self._models) >= self.capacity:
+                self._models.pop(next(iter(self._models)))
+            self._models[key] = template
+            if self.index is None:
+                self.index = index_world(self.cfg, template)
+        else:
+            self.hits += 1
+        return copy.copy(template)  # MjModel copies are deep
