@@ -209,6 +209,13 @@ class HideAndSeekGame:
             self.object_pos[..., :2],
             self.object_present,
             self.locked,
+            agent_pos=self.agent_pos,
+            object_pos=self.object_pos,
+            object_yaw=self.object_yaw,
+            object_vel=self.object_vel,
+            half=self.half,
+            grabbed=self.grabbed,
+            agent_radius=cfg.agent_radius,
         )
         truncated = self.t >= cfg.horizon
         infos: list[dict] = [{} for _ in range(self.n_worlds)]

@@ -8,6 +8,12 @@ Per world, over one episode:
 - `hider_return` / `seeker_return`: a team member's summed reward (teams share their reward
   except for out-of-bounds penalties, so this is the mean over the team's members).
 - `hidden_fraction`: the share of post-preparation steps in which no seeker saw any hider.
+- `num_box_surf`: post-preparation steps in which some seeker surfs a box: the seeker's centre
+  lies over the box's top face (inside its footprint, rotated with its yaw, shrunk by
+  `SURF_EDGE_MARGIN`), at least `SURF_MIN_HEIGHT` above the height of an agent resting on the
+  floor and within `SURF_MAX_GAP` of the height it would have resting on that top face, while the
+  box moves (xy speed above `SURF_MIN_SPEED`) or is grabbed by that seeker. Each step counts once
+  however many seekers surf. Ramps never count: their top is a slope, and climbing one is ramp use.
 """
 
 from __future__ import annotations
@@ -26,7 +32,14 @@ STAT_KEYS = (
     "hider_return",
     "seeker_return",
     "hidden_fraction",
+    "num_box_surf",
 )
+
+# Box-surfing detection (see the module docstring); metres and metres per second.
+SURF_MIN_HEIGHT = 0.25  # above a floor-resting agent: half a box (0.5 m) lifts it by 0.5
+SURF_MAX_GAP = 0.1  # centre within this of "radius above the top face": standing on it
+SURF_EDGE_MARGIN = 0.0  # shrink the footprint by this much (0: centre anywhere over the top)
+SURF_MIN_SPEED = 0.2  # box xy speed that counts as moving (pushes reach several m/s)
 
 
 class EpisodeStats:
@@ -72,7 +85,30 @@ class EpisodeStats:
         object_xy: np.ndarray,
         object_present: np.ndarray,
         locked: np.ndarray,
+        *,
+        agent_pos: np.ndarray | None = None,
+        object_pos: np.ndarray | None = None,
+        object_yaw: np.ndarray | None = None,
+        object_vel: np.ndarray | None = None,
+        half: np.ndarray | None = None,
+        grabbed: np.ndarray | None = None,
+        agent_radius: float = 0.15,
     ) -> None:
+        """One env step; the keyword arguments (full 3-D state) feed `num_box_surf`."""
+        if agent_pos is not None:
+            nb = self.n_boxes
+            surf = box_surfing(
+                agent_pos,
+                ~is_hider[None, :] & agent_present,
+                object_pos[:, :nb],
+                object_yaw[:, :nb],
+                object_vel[:, :nb],
+                half[:, :nb],
+                object_present[:, :nb],
+                grabbed,
+                agent_radius,
+            )
+            self.values[:, STAT_KEYS.index("num_box_surf")] += surf & ~in_prep
         for team, members in enumerate((is_hider, ~is_hider)):
             mask = agent_present & members[None, :]
             self.returns[:, team] += (rewards * mask).sum(1) / np.maximum(mask.sum(1), 1)
@@ -94,3 +130,40 @@ class EpisodeStats:
         return [
             {k: float(v) for k, v in zip(STAT_KEYS, self.values[w], strict=True)} for w in worlds
         ]
+
+
+def box_surfing(
+    agent_pos: np.ndarray,
+    is_seeker: np.ndarray,
+    box_pos: np.ndarray,
+    box_yaw: np.ndarray,
+    box_vel: np.ndarray,
+    box_half: np.ndarray,
+    box_present: np.ndarray,
+    grabbed: np.ndarray | None,
+    agent_radius: float,
+) -> np.ndarray:
+    """(W,) whether some seeker surfs a box this step (rule in the module docstring).
+
+    agent_pos (W, A, 3) centres; is_seeker (W, A) present seekers; box_pos (W, B, 3) centres,
+    box_yaw (W, B), box_vel (W, B, >=2) with xy velocity first, box_half (W, B, 3) half sizes in
+    the box frame; grabbed (W, A) object index held by each agent or -1.
+    """
+    rel = agent_pos[:, :, None, :2] - box_pos[:, None, :, :2]  # (W, A, B, 2)
+    c, s = np.cos(box_yaw)[:, None, :], np.sin(box_yaw)[:, None, :]
+    local_x = c * rel[..., 0] + s * rel[..., 1]
+    local_y = -s * rel[..., 0] + c * rel[..., 1]
+    hx = box_half[:, None, :, 0] - SURF_EDGE_MARGIN
+    hy = box_half[:, None, :, 1] - SURF_EDGE_MARGIN
+    over = (np.abs(local_x) <= hx) & (np.abs(local_y) <= hy)
+    top = box_pos[:, None, :, 2] + box_half[:, None, :, 2]
+    z = agent_pos[:, :, None, 2]
+    on_top = (np.abs(z - (top + agent_radius)) <= SURF_MAX_GAP) & (
+        z >= agent_radius + SURF_MIN_HEIGHT
+    )
+    moving = np.linalg.norm(box_vel[..., :2], axis=-1) > SURF_MIN_SPEED  # (W, B)
+    driving = moving[:, None, :]
+    if grabbed is not None:
+        driving = driving | (grabbed[:, :, None] == np.arange(box_pos.shape[1])[None, None, :])
+    surf = over & on_top & driving & is_seeker[:, :, None] & box_present[:, None, :]
+    return surf.any(axis=(1, 2))
