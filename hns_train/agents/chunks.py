@@ -98,6 +98,20 @@ class Chunk:
             raise ValueError("episode_start[t+1] must equal truncated[t] inside a chunk")
         return self
 
+    def select(self, columns: np.ndarray) -> Chunk:
+        """The chunk restricted to agent streams `columns` (indices along B)."""
+        per_stream = ("bootstrap_value", "policy_version")
+        return Chunk(
+            obs={k: v[:, columns] for k, v in self.obs.items()},
+            **{
+                f.name: getattr(self, f.name)[columns]
+                if f.name in per_stream
+                else getattr(self, f.name)[:, columns]
+                for f in fields(self)
+                if f.name != "obs"
+            },
+        )
+
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Flat name -> array dict (observations as 'obs/<key>') for the wire format."""
         out = {f"obs/{k}": v for k, v in self.obs.items()}

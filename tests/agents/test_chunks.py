@@ -55,3 +55,15 @@ def test_recorder_and_stacking_errors():
     a.values = a.values[:, :1]
     with pytest.raises(ValueError, match=r"values must have shape \(T, B\)"):
         a.validate()
+
+
+def test_select_keeps_the_chosen_streams():
+    model = ActorCritic(SHAPES, device="cpu")
+    chunk = synthetic_chunk(model, 20, 4, 10, np.random.default_rng(3), episode_len=8)
+    chunk.policy_version = np.array([3, 4, 5, 6])
+    part = chunk.select(np.array([1, 3]))
+    part.validate()
+    assert part.batch_size == 2 and part.policy_version.tolist() == [4, 6]
+    np.testing.assert_array_equal(part.obs["lidar"], chunk.obs["lidar"][:, [1, 3]])
+    np.testing.assert_array_equal(part.lstm_state, chunk.lstm_state[:, [1, 3]])
+    np.testing.assert_array_equal(part.bootstrap_value, chunk.bootstrap_value[[1, 3]])
