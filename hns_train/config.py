@@ -1,0 +1,294 @@
+"""Experiment configuration: one typed tree loaded from YAML, with `key=value` overrides.
+
+A run is described by `RunConfig`:
+
+    name, seed, runs_dir
+    game:     preset + any GameConfig field          -> hns_train.envs.make_config
+    agent:    network / ppo sections                 -> hns_train.agents.AgentConfig
+    pipeline: workers, batching, staleness, reuse    -> PipelineConfig
+    pool:     self-play snapshots and opponents      -> PoolSettings
+    eval:     evaluation matches and replays         -> EvalSettings
+    logging:  metrics cadence and wandb              -> LoggingConfig
+    stop:     when the run ends                      -> StopConfig
+
+`load_config(path, overrides)` reads a YAML file (which may name a `base:` file to start from),
+applies dotted overrides such as `pipeline.n_actors=4` (values parsed as YAML scalars), and
+checks every key and type. An unknown key or an ill-typed value raises `ConfigError` naming the
+key and the file it came from, and what is allowed. Nothing here is executed from the file:
+YAML is read with `safe_load`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hns_train.agents.config import AgentConfig
+from hns_train.envs.config import GameConfig, make_config
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+LAUNCHERS = ("serial", "local", "ray")
+WANDB_MODES = ("offline", "online", "disabled")
+
+
+class ConfigError(ValueError):
+    """A config file or override that cannot be used; the message names key and source."""
+
+
+@dataclass
+class PipelineConfig:
+    """How the actor / policy / trainer workers are laid out and how samples flow."""
+
+    launcher: str = "local"  # serial | local | ray
+    n_actors: int = 2
+    envs_per_actor: int = 16  # worlds stepped by one actor
+    ring_size: int = 2  # groups per actor: one steps while another waits for actions
+    physics_threads: int = 1  # MuJoCo threads per actor
+    n_policy_workers: int = 1
+    max_inference_batch: int = 4096  # agents per policy forward pass
+    chunk_len: int = 80  # steps per sample chunk; must divide the horizon
+    batch_chunks: int = 64  # chunks per optimisation step (paper: 64,000 of length 10)
+    reuse: int = 4  # times a chunk may be trained on (paper: about 4)
+    max_staleness: int = 4  # drop chunks produced more than this many versions ago
+    sample_buffer_chunks: int = 1024  # most chunks the trainer holds
+    checkpoint_every: int = 50  # versions between checkpoints
+    keep_checkpoints: int = 3
+    heartbeat_s: float = 1.0
+    heartbeat_timeout_s: float = 60.0  # a silent worker is restarted after this long
+    restart_trainer: bool = False  # otherwise a dead trainer stops the run
+    max_restarts: int = 20
+    transport: str = "ipc"  # ipc | tcp (serial always uses inproc)
+    host: str = "127.0.0.1"
+    device: str = "auto"  # policy workers and trainers: auto | cpu | cuda
+    torch_threads: int = 1  # per worker process
+    ray_address: str = ""  # ray launcher: existing cluster address, or empty to start one
+
+
+@dataclass
+class PoolSettings:
+    """Self-play opponents: snapshots of the learning policy join a pool."""
+
+    snapshot_every: int = 50  # versions between frozen snapshots
+    p_latest: float = 1.0  # both teams use the latest policy (the paper's setting)
+    rule: str = "uniform"  # uniform | recency | rating: how other opponents are chosen
+    p_fixed: float = 0.0  # of the non-latest draws: share of built-in opponents (random, no-op)
+    recency_decay: float = 0.9  # weight of a snapshot k snapshots older than the newest: decay^k
+    rating_temperature: float = 1.0
+
+
+@dataclass
+class EvalSettings:
+    n_workers: int = 0  # evaluation workers
+    worlds: int = 4  # matches played at once per worker
+    every_s: float = 60.0  # seconds between evaluation rounds
+    replay_share: float = 0.25  # share of matches recorded as replays
+    deterministic: bool = True  # act greedily (no exploration noise)
+    render_videos: bool = True
+
+
+@dataclass
+class LoggingConfig:
+    every_s: float = 10.0  # seconds between metrics records
+    wandb: str = "offline"  # offline | online | disabled
+    project: str = "hns_train"
+    progress: bool = True  # tqdm progress bar
+
+
+@dataclass
+class StopConfig:
+    """The run stops at the first limit reached (0 = no limit)."""
+
+    versions: int = 0
+    frames: int = 0
+    minutes: float = 0.0
+
+
+@dataclass
+class RunConfig:
+    name: str = "default"
+    seed: int = 0
+    runs_dir: str = "runs"
+    game: dict[str, Any] = field(default_factory=lambda: {"preset": "quadrant"})
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    pool: PoolSettings = field(default_factory=PoolSettings)
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    stop: StopConfig = field(default_factory=StopConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.runs_dir) / self.name
+
+    def game_config(self) -> GameConfig:
+        params = dict(self.game)
+        preset = params.pop("preset", "quadrant")
+        return make_config(preset, **params)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def check(self, source: str = "config") -> RunConfig:
+        """Cross-field rules; raises ConfigError naming the keys."""
+        p = self.pipeline
+        try:
+            game = self.game_config()
+        except ValueError as err:
+            raise ConfigError(f"{source}: game: {err}") from None
+        problems = []
+        if p.launcher not in LAUNCHERS:
+            problems.append(f"pipeline.launcher={p.launcher!r} is not one of {LAUNCHERS}")
+        if p.transport not in ("ipc", "tcp"):
+            problems.append(f"pipeline.transport={p.transport!r} is not one of ('ipc', 'tcp')")
+        if self.logging.wandb not in WANDB_MODES:
+            problems.append(f"logging.wandb={self.logging.wandb!r} is not one of {WANDB_MODES}")
+        if self.pool.rule not in ("uniform", "recency", "rating"):
+            problems.append(f"pool.rule={self.pool.rule!r} is not one of uniform/recency/rating")
+        for name in ("n_actors", "envs_per_actor", "ring_size", "n_policy_workers", "chunk_len"):
+            if getattr(p, name) < 1:
+                problems.append(f"pipeline.{name} must be >= 1, got {getattr(p, name)}")
+        if p.envs_per_actor % max(p.ring_size, 1):
+            problems.append(
+                f"pipeline.envs_per_actor={p.envs_per_actor} must be a multiple of "
+                f"pipeline.ring_size={p.ring_size}"
+            )
+        if game.horizon % max(p.chunk_len, 1):
+            problems.append(
+                f"pipeline.chunk_len={p.chunk_len} must divide the game horizon "
+                f"{game.horizon} (chunks are aligned with episodes)"
+            )
+        if p.chunk_len % self.agent.ppo.bptt_len:
+            problems.append(
+                f"pipeline.chunk_len={p.chunk_len} must be a multiple of "
+                f"agent.ppo.bptt_len={self.agent.ppo.bptt_len}"
+            )
+        if not 0.0 <= self.pool.p_latest <= 1.0:
+            problems.append(f"pool.p_latest={self.pool.p_latest} must be in [0, 1]")
+        if problems:
+            raise ConfigError(f"{source}: " + "; ".join(problems))
+        return self
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """RunConfig from a YAML file (default: configs/default.yaml) plus `key=value` overrides."""
+    path = Path(path) if path is not None else CONFIG_DIR / "default.yaml"
+    data = _read_yaml(path)
+    cfg = _build(RunConfig, data, str(path), prefix="")
+    for item in overrides or []:
+        cfg = apply_override(cfg, item)
+    return cfg.check(str(path))
+
+
+def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
+    return _build(RunConfig, data, source, prefix="").check(source)
+
+
+def save_config(cfg: RunConfig, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    tmp.replace(path)
+
+
+def apply_override(cfg: RunConfig, item: str) -> RunConfig:
+    """`section.key=value` on the command line; the value is parsed as a YAML scalar."""
+    if "=" not in item:
+        raise ConfigError(f"command line: override {item!r} must look like section.key=value")
+    key, raw = item.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError as err:
+        raise ConfigError(f"command line: cannot parse the value of {key!r}: {err}") from None
+    nested: dict[str, Any] = {}
+    node = nested
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    merged = _merge(cfg.to_dict(), nested)
+    return _build(RunConfig, merged, "command line", prefix="")
+
+
+def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    base_path = (path.parent / base).resolve()
+    if base_path in seen:
+        raise ConfigError(f"{path}: base {base!r} includes itself")
+    return _merge(_read_yaml(base_path, (*seen, path.resolve())), data)
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _build(cls: type, data: Any, source: str, prefix: str) -> Any:
+    where = prefix.rstrip(".") or "top level"
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: {where} must be a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown key(s) {[prefix + k for k in unknown]} in {where}; allowed: {names}"
+        )
+    values = {}
+    for name in names:
+        if name not in data:
+            continue
+        hint, value, key = hints[name], data[name], prefix + name
+        if dataclasses.is_dataclass(hint):
+            values[name] = _build(hint, value, source, key + ".")
+        elif name == "game" and cls is RunConfig:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: game must be a mapping with a preset")
+            values[name] = dict(value)
+        else:
+            values[name] = _check_scalar(value, hint, key, source)
+    try:
+        return cls(**values)
+    except ValueError as err:
+        raise ConfigError(f"{source}: {where}: {err}") from None
+
+
+def _check_scalar(value: Any, hint: Any, key: str, source: str) -> Any:
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    origin = typing.get_origin(hint)
+    ok = (
+        isinstance(value, typing.get_args(hint))
+        if origin in (typing.Union, types.UnionType)
+        else (hint is int and isinstance(value, int) and not isinstance(value, bool))
+        or (hint is not int and isinstance(value, hint))
+    )
+    if not ok:
+        raise ConfigError(
+            f"{source}: {key}={value!r} has type {type(value).__name__}; expected {hint.__name__}"
+        )
+    return value
