@@ -37,6 +37,7 @@ from hns_train.envs.world import (
     ModelCache,
     initial_qpos,
     object_half_extents,
+    set_locked_highlight,
 )
 
 RAY_CUTOFF = 1e3
@@ -329,6 +330,7 @@ class HideAndSeekGame:
                 d.qvel[idx.object_qvel[o]] = 0.0
             else:
                 m.jnt_range[jnt] = (-FREE_RANGE, FREE_RANGE)
+            set_locked_highlight(m, idx.object_geom[o], bool(locked[w, o]))
 
     def _apply_grabs(self, grabbed: np.ndarray) -> None:
         idx = self.index

@@ -44,8 +44,10 @@ HIDER_RGBA = (66 / 255, 235 / 255, 244 / 255, 1.0)
 SEEKER_RGBA = (0.93, 0.26, 0.23, 1.0)
 BOX_RGBA = (0.93, 0.66, 0.24, 1.0)
 RAMP_RGBA = (0.56, 0.36, 0.85, 1.0)
-WALL_RGBA = (0.55, 0.57, 0.6, 1.0)
+WALL_RGBA = (0.42, 0.44, 0.48, 1.0)
 ARM_RGBA = (0.15, 0.15, 0.18, 1.0)
+FLOOR_RGBA = (0.86, 0.85, 0.8, 1.0)
+LOCKED_EMISSION = 1.0  # a locked object glows (the original set its material's emission to 1)
 
 
 @dataclass(frozen=True)
@@ -129,17 +131,21 @@ def build_spec(cfg: GameConfig, layout: Layout) -> mujoco.MjSpec:
         size=[3 * half, 3 * half, 0.1],
         pos=[half, half, 0],
         friction=_friction(cfg.floor_friction),
-        rgba=[0.9, 0.9, 0.86, 1],
+        rgba=FLOOR_RGBA,
         group=GROUP_FLOOR,
     )
-    spec.visual.headlight.ambient = [0.35, 0.35, 0.35]
-    spec.visual.headlight.diffuse = [0.5, 0.5, 0.5]
+    # Lighting for the overhead camera: the sums stay below 1 on upward faces (no washed-out
+    # colours), and the slanted sun shades the ramp's slope apart from its top edge.
+    spec.visual.headlight.ambient = [0.3, 0.3, 0.3]
+    spec.visual.headlight.diffuse = [0.15, 0.15, 0.15]
+    spec.visual.headlight.specular = [0.0, 0.0, 0.0]
     world.add_light(
         pos=[half, half, 12],
-        dir=[0, 0, -1],
+        dir=[-0.3, 0.45, -1],
         type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL,
         castshadow=False,
-        diffuse=[0.5] * 3,
+        diffuse=[0.55] * 3,
+        specular=[0.1] * 3,
     )
     # Orthographic and from far above, so the 4 m outer walls do not hide the arena's edges.
     world.add_camera(
@@ -225,13 +231,15 @@ def build_spec(cfg: GameConfig, layout: Layout) -> mujoco.MjSpec:
             size = size[[1, 0, 2]]
         body = world.add_body(name=f"box{k}", pos=[0, 0, size[2] / 2])
         _add_object_joints(body, f"box{k}", cfg.box_hinge_damping)
+        # one material per object: locking lights up that object alone (set_locked_highlight)
+        spec.add_material(name=f"box{k}", rgba=BOX_RGBA)
         geom = body.add_geom(
             name=f"box{k}",
             type=mujoco.mjtGeom.mjGEOM_BOX,
             size=size / 2,
             mass=cfg.box_mass,
             friction=_friction(cfg.box_friction),
-            rgba=BOX_RGBA,
+            material=f"box{k}",
         )
         if kind == ABSENT:
             _hide(geom)
@@ -242,13 +250,14 @@ def build_spec(cfg: GameConfig, layout: Layout) -> mujoco.MjSpec:
     for k in range(cfg.n_ramps):
         body = world.add_body(name=f"ramp{k}", pos=[0, 0, cfg.ramp_size / 2])
         _add_object_joints(body, f"ramp{k}", cfg.ramp_hinge_damping)
+        spec.add_material(name=f"ramp{k}", rgba=RAMP_RGBA)
         body.add_geom(
             name=f"ramp{k}",
             type=mujoco.mjtGeom.mjGEOM_MESH,
             meshname="ramp",
             mass=cfg.ramp_mass,
             friction=_friction(cfg.ramp_friction),
-            rgba=RAMP_RGBA,
+            material=f"ramp{k}",
         )
 
     objects = [f"box{k}" for k in range(cfg.max_boxes)] + [f"ramp{k}" for k in range(cfg.n_ramps)]
@@ -264,6 +273,11 @@ def build_spec(cfg: GameConfig, layout: Layout) -> mujoco.MjSpec:
                 data=[0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0],
             )
     return spec
+
+
+def set_locked_highlight(model: mujoco.MjModel, geom: int, locked: bool) -> None:
+    """Draw object geom `geom` highlighted while locked (its own material's emission)."""
+    model.mat_emission[model.geom_matid[geom]] = LOCKED_EMISSION if locked else 0.0
 
 
 def index_world(cfg: GameConfig, model: mujoco.MjModel) -> WorldIndex:
