@@ -1,0 +1,399 @@
+"""Checkpoints without pickle: atomic single-file save, verified load, and a keep-newest-N folder.
+
+A checkpoint file is an envelope around a `torch.save` payload:
+
+    b"HNSCKPT1" | payload length (uint64 LE) | SHA-256 of the payload (32 bytes) | payload
+
+The payload is a dict {"format", "format_version", "meta_json", "state"} where `state` is a
+nested structure of tensors, numbers, strings, lists and dicts (state dicts of modules and
+optimisers fit as they are; numpy arrays are turned into tensors on save) and `meta` is any
+JSON-able dict, stored as JSON text. Loading checks magic, length and hash before anything is
+parsed, then uses `torch.load(weights_only=True)`, so a truncated or corrupted file is detected
+and a file holding an arbitrary pickled object is refused (`CheckpointError`, a ValueError):
+reading a checkpoint can never run code.
+
+Writes are atomic: a temporary file in the same folder is written, flushed, fsync'ed and
+renamed over the target (and the folder is fsync'ed), so readers see the old file or the new
+one, never half of one.
+
+Public API:
+- `save_checkpoint(path, state, meta=None) -> Path`, `load_checkpoint(path, map_location="cpu")
+  -> Checkpoint(state, meta, path)`; `read_meta(path)` is a cheap-ish metadata read.
+- `Counters(version, frames, episodes, wall_clock_s)`: the run's progress counters.
+- `capture_rng_state(np_rng=None)` / `restore_rng_state(saved, np_rng=None)`: python, numpy
+  (global and an optional Generator) and torch (CPU and CUDA) RNG states as tensors + JSON.
+- `training_state(ppo, counters, config=None, np_rng=None, extra_meta=None) -> (state, meta)`
+  and `restore_training(checkpoint, ppo, np_rng=None) -> TrainingInfo(counters, config, meta)`:
+  weights, optimiser moments, normalisers (buffers of `ActorCritic`), counters, RNG states and
+  the resolved config in one checkpoint.
+- `CheckpointDir(folder, keep=3)`: `save(step, state, meta)` writes `ckpt_<step>.pt` and prunes
+  to the newest `keep`; `latest()` returns the newest checkpoint that loads, skipping (with a
+  logged warning) any that is truncated or corrupt; `steps()` lists the numbered files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import random
+import re
+import struct
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"HNSCKPT1"
+HEADER = struct.Struct("<8sQ32s")  # magic, payload length, sha256
+FORMAT = "hns_train.checkpoint"
+FORMAT_VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, truncated, corrupt, of another format, or unsafe."""
+
+
+@dataclass
+class Checkpoint:
+    state: dict[str, Any]
+    meta: dict[str, Any]
+    path: Path | None = None
+
+
+# ----------------------------------------------------------------------------- single files
+
+
+def _to_safe(value: Any, where: str) -> Any:
+    """Copy `value` keeping only types `torch.load(weights_only=True)` accepts."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, np.ndarray):
+        if value.dtype == object:
+            raise ValueError(f"checkpoint state {where}: object arrays cannot be saved")
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, (str, int)):
+                raise ValueError(f"checkpoint state {where}: key {k!r} must be str or int")
+            out[k] = _to_safe(v, f"{where}/{k}")
+        return out
+    if isinstance(value, (list, tuple)):
+        items = [_to_safe(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return items if isinstance(value, list) else tuple(items)
+    raise ValueError(
+        f"checkpoint state {where}: {type(value).__name__} is not allowed; use tensors, numpy "
+        "arrays, numbers, strings, None, lists, tuples and dicts"
+    )
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # platforms without directory handles
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write `data` to `path` atomically (temp file in the same folder, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def save_checkpoint(
+    path: str | os.PathLike, state: Mapping[str, Any], meta: Mapping[str, Any] | None = None
+) -> Path:
+    """Atomically write `state` (tensors etc.) and JSON-able `meta` to `path`."""
+    try:
+        meta_json = json.dumps(dict(meta or {}), sort_keys=True)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"checkpoint meta must be JSON-serialisable: {e}") from e
+    payload = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "meta_json": meta_json,
+        "state": _to_safe(dict(state), "state"),
+    }
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    body = buffer.getvalue()
+    header = HEADER.pack(MAGIC, len(body), hashlib.sha256(body).digest())
+    return atomic_write_bytes(path, header + body)
+
+
+def _verified_body(path: Path) -> bytes:
+    """The payload bytes after checking magic, length and SHA-256 (nothing is parsed)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise CheckpointError(f"cannot read checkpoint {path}: {e}") from e
+    if len(raw) < HEADER.size:
+        raise CheckpointError(f"checkpoint {path} is truncated ({len(raw)} bytes)")
+    magic, length, digest = HEADER.unpack_from(raw)
+    if magic != MAGIC:
+        raise CheckpointError(f"{path} is not an hns_train checkpoint (bad magic {magic!r})")
+    body = raw[HEADER.size :]
+    if len(body) != length:
+        raise CheckpointError(
+            f"checkpoint {path} is truncated or padded: payload has {len(body)} bytes, "
+            f"header says {length}"
+        )
+    if hashlib.sha256(body).digest() != digest:
+        raise CheckpointError(f"checkpoint {path} is corrupt (SHA-256 mismatch)")
+    return body
+
+
+def _read_payload(path: Path, map_location: Any) -> dict[str, Any]:
+    body = _verified_body(path)
+    try:
+        payload = torch.load(io.BytesIO(body), map_location=map_location, weights_only=True)
+    except Exception as e:  # UnpicklingError for disallowed globals, RuntimeError for bad zips
+        raise CheckpointError(
+            f"checkpoint {path} was refused by the safe loader (weights_only): {e}"
+        ) from e
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint {path} does not hold an {FORMAT} payload")
+    if payload.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {path} has format version {payload.get('format_version')}; "
+            f"this code reads version {FORMAT_VERSION}"
+        )
+    return payload
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> Checkpoint:
+    """Verify and load a checkpoint; raises `CheckpointError` for anything but a valid file."""
+    path = Path(path)
+    payload = _read_payload(path, map_location)
+    try:
+        meta = json.loads(payload["meta_json"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {path} has unreadable metadata: {e}") from e
+    state = payload.get("state")
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {path} has no state dict")
+    return Checkpoint(state=state, meta=meta, path=path)
+
+
+def read_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """The metadata of a checkpoint (verifies the whole file, loads tensors on CPU)."""
+    return load_checkpoint(path).meta
+
+
+# ----------------------------------------------------------------------------- training state
+
+
+@dataclass
+class Counters:
+    """Progress of a run, on the paper's axes. `version` counts optimisation steps."""
+
+    version: int = 0
+    frames: int = 0
+    episodes: int = 0
+    wall_clock_s: float = 0.0
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Counters:
+        return cls(
+            version=int(data.get("version", 0)),
+            frames=int(data.get("frames", 0)),
+            episodes=int(data.get("episodes", 0)),
+            wall_clock_s=float(data.get("wall_clock_s", 0.0)),
+        )
+
+
+def capture_rng_state(np_rng: np.random.Generator | None = None) -> dict[str, Any]:
+    """RNG states as tensors and JSON-able values (no pickled objects)."""
+    # The global numpy RNG is captured on purpose: third-party code may still draw from it.
+    legacy = np.random.get_state(legacy=False)  # noqa: NPY002
+    version, internal, gauss = random.getstate()
+    state: dict[str, Any] = {
+        "python": {"version": version, "internal": list(internal), "gauss": gauss},
+        "numpy_global": {
+            "key": torch.from_numpy(legacy["state"]["key"].astype(np.int64)),
+            "pos": int(legacy["state"]["pos"]),
+            "has_gauss": int(legacy["has_gauss"]),
+            "gauss": float(legacy["gauss"]),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["torch_cuda"] = list(torch.cuda.get_rng_state_all())
+    if np_rng is not None:
+        state["numpy_generator"] = json.dumps(np_rng.bit_generator.state)
+    return state
+
+
+def restore_rng_state(saved: Mapping[str, Any], np_rng: np.random.Generator | None = None) -> None:
+    """Undo `capture_rng_state`: global python/numpy/torch RNGs, and `np_rng` when given."""
+    py = saved["python"]
+    random.setstate((int(py["version"]), tuple(int(x) for x in py["internal"]), py["gauss"]))
+    legacy = saved["numpy_global"]
+    np.random.set_state(  # noqa: NPY002
+        (
+            "MT19937",
+            legacy["key"].numpy().astype(np.uint32),
+            int(legacy["pos"]),
+            int(legacy["has_gauss"]),
+            float(legacy["gauss"]),
+        )
+    )
+    torch.set_rng_state(saved["torch"].to(torch.uint8))
+    if "torch_cuda" in saved and torch.cuda.is_available():
+        cuda = [s.to(torch.uint8) for s in saved["torch_cuda"]]
+        if len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+        else:
+            log.warning(
+                "checkpoint has %d CUDA RNG states, this machine %d devices; CUDA RNG not restored",
+                len(cuda),
+                torch.cuda.device_count(),
+            )
+    if np_rng is not None:
+        if "numpy_generator" not in saved:
+            raise ValueError("checkpoint holds no numpy Generator state to restore into np_rng")
+        np_rng.bit_generator.state = json.loads(saved["numpy_generator"])
+
+
+@dataclass
+class TrainingInfo:
+    counters: Counters
+    config: dict[str, Any] | None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def training_state(
+    ppo: Any,
+    counters: Counters,
+    config: Mapping[str, Any] | None = None,
+    np_rng: np.random.Generator | None = None,
+    extra_meta: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(state, meta) for `save_checkpoint`: PPO (weights, normalisers, optimiser), RNG states;
+    counters and the resolved config go into the JSON metadata."""
+    counters = Counters(**asdict(counters))
+    counters.version = int(ppo.version)  # the trainer's step count is the source of truth
+    state = {"ppo": ppo.state_dict(), "rng": capture_rng_state(np_rng)}
+    meta = {
+        "kind": "training",
+        "counters": asdict(counters),
+        "config": None if config is None else dict(config),
+        **dict(extra_meta or {}),
+    }
+    return state, meta
+
+
+def restore_training(
+    checkpoint: Checkpoint,
+    ppo: Any,
+    np_rng: np.random.Generator | None = None,
+    restore_rng: bool = True,
+) -> TrainingInfo:
+    """Load a `training_state` checkpoint into `ppo` (and the RNGs); returns counters/config."""
+    if checkpoint.meta.get("kind") != "training" or "ppo" not in checkpoint.state:
+        raise ValueError(
+            f"checkpoint {checkpoint.path} is not a training checkpoint "
+            f"(kind={checkpoint.meta.get('kind')!r})"
+        )
+    ppo.load_state_dict(checkpoint.state["ppo"])
+    if restore_rng and "rng" in checkpoint.state:
+        restore_rng_state(checkpoint.state["rng"], np_rng)
+    return TrainingInfo(
+        counters=Counters.from_dict(checkpoint.meta.get("counters", {})),
+        config=checkpoint.meta.get("config"),
+        meta=checkpoint.meta,
+    )
+
+
+# ----------------------------------------------------------------------------- numbered folder
+
+_NAME = re.compile(r"^ckpt_(\d+)\.pt$")
+
+
+class CheckpointDir:
+    """`run_dir/checkpoints`: numbered checkpoints `ckpt_<step>.pt`, the newest `keep` kept."""
+
+    def __init__(self, folder: str | os.PathLike, keep: int = 3) -> None:
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
+        self.folder = Path(folder)
+        self.keep = keep
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def path_for(self, step: int) -> Path:
+        if step < 0:
+            raise ValueError(f"checkpoint step must be >= 0, got {step}")
+        return self.folder / f"ckpt_{int(step):010d}.pt"
+
+    def steps(self) -> list[int]:
+        """Steps of the numbered files present, oldest first (validity not checked)."""
+        found = (_NAME.match(p.name) for p in self.folder.iterdir())
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def save(
+        self, step: int, state: Mapping[str, Any], meta: Mapping[str, Any] | None = None
+    ) -> Path:
+        path = save_checkpoint(self.path_for(step), state, {**dict(meta or {}), "step": step})
+        self.prune()
+        return path
+
+    def prune(self) -> None:
+        """Delete all but the newest `keep` numbered files; if none of those verifies, the
+        newest older file that does is kept too, so a bad write never costs the last good one."""
+        steps = self.steps()
+        kept, doomed = steps[-self.keep :], steps[: -self.keep]
+        if not doomed:
+            return
+        if self._newest_valid(kept) is None:
+            rescue = self._newest_valid(doomed)
+            doomed = [s for s in doomed if s != rescue]
+        for step in doomed:
+            self.path_for(step).unlink(missing_ok=True)
+
+    def _newest_valid(self, steps: list[int]) -> int | None:
+        for step in reversed(steps):
+            try:
+                _verified_body(self.path_for(step))
+                return step
+            except CheckpointError:
+                continue
+        return None
+
+    def latest(self, map_location: Any = "cpu") -> Checkpoint | None:
+        """The newest checkpoint that loads; broken ones are skipped with a warning."""
+        for step in reversed(self.steps()):
+            path = self.path_for(step)
+            try:
+                return load_checkpoint(path, map_location)
+            except CheckpointError as e:
+                log.warning("skipping unusable checkpoint: %s", e)
+        return None
