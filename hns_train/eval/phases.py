@@ -1,0 +1,350 @@
+"""Emergent-phase detection from the per-episode behaviour statistics of a training run.
+
+The paper (Baker et al., arXiv 1909.07528) describes six phases of the full hide-and-seek game,
+in order: running and chasing, fort building, ramp use, ramp defense, box surfing, surf defense.
+Each one shows up in the episode statistics of `hns_train.envs.stats` (see `docs/phases.md` for
+the reasoning behind each rule and threshold):
+
+| phase | rule on the window means (all must hold) |
+|---|---|
+| running_and_chasing | hidden_fraction <= 0.5 (seekers find hiders at least half the time) |
+| fort_building | num_box_lock_prep >= 1, max_box_move_prep >= 0.5 m, hidden_fraction >= 0.5 |
+| ramp_use | max_ramp_move - max_ramp_move_prep >= 1 m, hidden_fraction <= 0.5 |
+| ramp_defense | num_ramp_lock_prep >= 1, hidden_fraction >= 0.5 |
+| box_surfing | num_box_surf >= 2 steps per episode |
+| surf_defense | num_box_surf <= 25 % of its peak since box surfing began, num_box_lock_prep >= its
+  value at the box-surfing onset + 1, hidden_fraction >= 0.5 |
+
+Mechanics (all named parameters of `PhaseConfig`):
+- Input: the training records of `metrics.jsonl` (`episode/<stat>` = mean over the episodes
+  finished since the previous record). Records without episode statistics are ignored.
+- Window: the episode-weighted mean of each statistic over the last `window_records` records.
+- Persistence and hysteresis: a phase's streak starts at the first record whose window meets
+  every threshold; it grows by one for each record that meets them, survives records that only
+  meet the thresholds relaxed by `hysteresis` (a fraction of each threshold), and breaks
+  otherwise. After `persistence` qualifying records the phase fires, once, and the onset carries
+  the counters (episodes, frames, hours, version, time) of the streak's first record: the moment
+  the behaviour appeared, not the moment the detector became sure of it.
+- Order: with `require_order` a phase can start its streak only after its predecessor fired
+  (the paper's phases build on each other; this stops e.g. ramp moves by wandering agents
+  counting as ramp use before any fort exists).
+- Resume: `restore(onsets)` marks phases as already fired (from the `phase` records of the
+  run's metrics); `PhaseDetector.from_metrics(path)` replays a whole metrics file, which also
+  rebuilds the window and the surf-defense reference values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+PHASES = (
+    "running_and_chasing",
+    "fort_building",
+    "ramp_use",
+    "ramp_defense",
+    "box_surfing",
+    "surf_defense",
+)
+PHASE_TITLES = {
+    "running_and_chasing": "running and chasing",
+    "fort_building": "fort building",
+    "ramp_use": "ramp use",
+    "ramp_defense": "ramp defense",
+    "box_surfing": "box surfing",
+    "surf_defense": "surf defense",
+}
+STAT_PREFIX = "episode/"
+COUNTERS = ("episodes", "frames", "hours", "version", "time")
+
+
+@dataclass(frozen=True)
+class PhaseOnset:
+    """When a phase began: the counters of the first record of its confirming streak."""
+
+    phase: str
+    episodes: int
+    frames: int
+    hours: float
+    version: int
+    time: float
+
+    def __post_init__(self):
+        if self.phase not in PHASES:
+            raise ValueError(f"unknown phase {self.phase!r}; allowed phases: {list(PHASES)}")
+
+    def to_record(self) -> dict:
+        """The `{"kind": "phase", ...}` line of metrics.jsonl."""
+        return {"kind": "phase", **asdict(self)}
+
+    @classmethod
+    def from_record(cls, record: dict) -> PhaseOnset:
+        if "phase" not in record:
+            raise ValueError(f"phase record has no 'phase' key: {record!r}")
+        return cls(
+            phase=str(record["phase"]),
+            episodes=int(record.get("episodes", 0)),
+            frames=int(record.get("frames", 0)),
+            hours=float(record.get("hours", 0.0)),
+            version=int(record.get("version", 0)),
+            time=float(record.get("time", 0.0)),
+        )
+
+
+@dataclass
+class PhaseConfig:
+    """Detector settings; defaults explained in docs/phases.md."""
+
+    window_records: int = 5  # training records in the rolling (episode-weighted) window
+    persistence: int = 3  # qualifying records in a streak before a phase fires
+    hysteresis: float = 0.2  # a streak survives a window within this fraction of a threshold
+    require_order: bool = True  # a phase may start only after its predecessor fired
+    # running and chasing: seekers see a hider in at least half the play steps
+    chase_max_hidden: float = 0.5
+    # fort building: hiders move and lock boxes during preparation and win
+    fort_min_box_lock_prep: float = 1.0  # boxes locked at the end of prep (episode mean)
+    fort_min_box_move_prep: float = 0.5  # metres the farthest-moved box travelled in prep
+    fort_min_hidden: float = 0.5
+    # ramp use: ramps move after preparation (seekers carry them to the fort) and seekers win
+    ramp_use_min_move_after_prep: float = 1.0  # metres, max_ramp_move - max_ramp_move_prep
+    ramp_use_max_hidden: float = 0.5
+    # ramp defense: hiders lock ramps during preparation and win again
+    ramp_defense_min_ramp_lock_prep: float = 1.0
+    ramp_defense_min_hidden: float = 0.5
+    # box surfing: seekers ride boxes after preparation (num_box_surf steps per episode)
+    surf_min_steps: float = 2.0
+    # surf defense: surfing collapses, hiders lock more boxes in prep, hiders win
+    surf_defense_max_surf_ratio: float = 0.25  # of the peak window surf count since onset
+    surf_defense_min_extra_box_lock: float = 1.0  # over the window value at box-surfing onset
+    surf_defense_min_hidden: float = 0.5
+
+    def __post_init__(self):
+        errors = []
+        if self.window_records < 1:
+            errors.append(f"window_records={self.window_records} must be >= 1")
+        if self.persistence < 1:
+            errors.append(f"persistence={self.persistence} must be >= 1")
+        if not 0.0 <= self.hysteresis < 1.0:
+            errors.append(f"hysteresis={self.hysteresis} must be in [0, 1)")
+        if not 0.0 <= self.surf_defense_max_surf_ratio <= 1.0:
+            errors.append(
+                f"surf_defense_max_surf_ratio={self.surf_defense_max_surf_ratio} must be in [0, 1]"
+            )
+        if errors:
+            raise ValueError("invalid PhaseConfig: " + "; ".join(errors))
+
+    @classmethod
+    def from_dict(cls, values: dict | None) -> PhaseConfig:
+        values = dict(values or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown phase settings {unknown}; allowed: {sorted(known)}")
+        return cls(**values)
+
+
+# A condition: (statistic name, ">=" or "<=", threshold). Statistic names are episode stats or
+# the derived "ramp_move_after_prep".
+Condition = tuple[str, str, float]
+
+
+class PhaseDetector:
+    """Feeds on training records; `update` returns the phases whose onset it just confirmed."""
+
+    def __init__(self, config: PhaseConfig | dict | None = None):
+        if isinstance(config, dict) or config is None:
+            config = PhaseConfig.from_dict(config)
+        self.config = config
+        self.fired: dict[str, PhaseOnset] = {}
+        self._window: deque[tuple[float, dict[str, float]]] = deque(maxlen=config.window_records)
+        self._streak: dict[str, int] = dict.fromkeys(PHASES, 0)
+        self._streak_start: dict[str, dict] = {}
+        self._last_episodes: float | None = None
+        self._surf_peak: float | None = None
+        self._surf_onset_box_lock: float | None = None
+
+    # ------------------------------------------------------------------ state
+    def restore(self, onsets: Iterable[PhaseOnset | dict | str]) -> None:
+        """Mark phases as fired (from a resumed run's phase records); they never fire again."""
+        for item in onsets:
+            if isinstance(item, str):
+                item = PhaseOnset(item, 0, 0, 0.0, 0, 0.0)
+            elif isinstance(item, dict):
+                item = PhaseOnset.from_record(item)
+            self.fired.setdefault(item.phase, item)
+
+    @classmethod
+    def from_metrics(cls, path: str | Path, config: PhaseConfig | dict | None = None):
+        """A detector that has seen every training record of a metrics file and knows the
+        phases recorded there (recorded onsets win over re-detected ones)."""
+        train, onsets = read_metrics(path)
+        det = cls(config)
+        det.restore(onsets)
+        for record in train:
+            det.update(record)
+        return det
+
+    # ------------------------------------------------------------------ detection
+    def update(self, record: dict) -> list[PhaseOnset]:
+        if record.get("kind", "train") != "train":
+            return []
+        stats = {
+            k[len(STAT_PREFIX) :]: float(v)
+            for k, v in record.items()
+            if k.startswith(STAT_PREFIX) and _finite(v)
+        }
+        if not stats:
+            return []
+        episodes = record.get("episodes")
+        weight = 1.0
+        if _finite(episodes):
+            if self._last_episodes is not None and episodes > self._last_episodes:
+                weight = float(episodes - self._last_episodes)
+            self._last_episodes = float(episodes)
+        self._window.append((weight, stats))
+        means = self._means()
+        self._track_surf(means)
+
+        new: list[PhaseOnset] = []
+        for i, phase in enumerate(PHASES):
+            if phase in self.fired:
+                continue
+            if self.config.require_order and i > 0 and PHASES[i - 1] not in self.fired:
+                self._streak[phase] = 0
+                continue
+            conditions = self._conditions(phase)
+            if conditions is None:
+                continue
+            if _holds(conditions, means, 0.0):
+                if self._streak[phase] == 0:
+                    self._streak_start[phase] = record
+                self._streak[phase] += 1
+            elif not (self._streak[phase] and _holds(conditions, means, self.config.hysteresis)):
+                self._streak[phase] = 0
+            if self._streak[phase] >= self.config.persistence:
+                onset = _onset(phase, self._streak_start[phase])
+                self.fired[phase] = onset
+                new.append(onset)
+                if phase == "box_surfing":
+                    self._surf_onset_box_lock = means.get("num_box_lock_prep")
+        return new
+
+    def _means(self) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        weights: dict[str, float] = {}
+        for w, stats in self._window:
+            for k, v in stats.items():
+                totals[k] = totals.get(k, 0.0) + w * v
+                weights[k] = weights.get(k, 0.0) + w
+        means = {k: totals[k] / weights[k] for k in totals}
+        if "max_ramp_move" in means and "max_ramp_move_prep" in means:
+            means["ramp_move_after_prep"] = means["max_ramp_move"] - means["max_ramp_move_prep"]
+        return means
+
+    def _track_surf(self, means: dict[str, float]) -> None:
+        """Reference values for surf defense: the surf peak and box locks since surfing began."""
+        if "box_surfing" not in self.fired or "num_box_surf" not in means:
+            return
+        self._surf_peak = max(self._surf_peak or 0.0, means["num_box_surf"])
+        if self._surf_onset_box_lock is None:  # restored without the record that fired it
+            self._surf_onset_box_lock = means.get("num_box_lock_prep")
+
+    def _conditions(self, phase: str) -> list[Condition] | None:
+        c = self.config
+        if phase == "running_and_chasing":
+            return [("hidden_fraction", "<=", c.chase_max_hidden)]
+        if phase == "fort_building":
+            return [
+                ("num_box_lock_prep", ">=", c.fort_min_box_lock_prep),
+                ("max_box_move_prep", ">=", c.fort_min_box_move_prep),
+                ("hidden_fraction", ">=", c.fort_min_hidden),
+            ]
+        if phase == "ramp_use":
+            return [
+                ("ramp_move_after_prep", ">=", c.ramp_use_min_move_after_prep),
+                ("hidden_fraction", "<=", c.ramp_use_max_hidden),
+            ]
+        if phase == "ramp_defense":
+            return [
+                ("num_ramp_lock_prep", ">=", c.ramp_defense_min_ramp_lock_prep),
+                ("hidden_fraction", ">=", c.ramp_defense_min_hidden),
+            ]
+        if phase == "box_surfing":
+            return [("num_box_surf", ">=", c.surf_min_steps)]
+        if phase == "surf_defense":
+            if not self._surf_peak or self._surf_onset_box_lock is None:
+                return None  # surfing never measured: nothing to defend against yet
+            return [
+                ("num_box_surf", "<=", c.surf_defense_max_surf_ratio * self._surf_peak),
+                (
+                    "num_box_lock_prep",
+                    ">=",
+                    self._surf_onset_box_lock + c.surf_defense_min_extra_box_lock,
+                ),
+                ("hidden_fraction", ">=", c.surf_defense_min_hidden),
+            ]
+        raise ValueError(f"unknown phase {phase!r}; allowed phases: {list(PHASES)}")
+
+
+def _holds(conditions: list[Condition], means: dict[str, float], slack: float) -> bool:
+    """All conditions met, each threshold relaxed by `slack` times its magnitude."""
+    for key, op, threshold in conditions:
+        if key not in means:
+            return False
+        margin = slack * abs(threshold)
+        if op == ">=" and not means[key] >= threshold - margin:
+            return False
+        if op == "<=" and not means[key] <= threshold + margin:
+            return False
+    return True
+
+
+def _onset(phase: str, record: dict) -> PhaseOnset:
+    values = {k: record.get(k, 0) for k in COUNTERS}
+    return PhaseOnset(
+        phase=phase,
+        episodes=int(values["episodes"]),
+        frames=int(values["frames"]),
+        hours=float(values["hours"]),
+        version=int(values["version"]),
+        time=float(values["time"]),
+    )
+
+
+def _finite(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_metrics(path: str | Path) -> tuple[list[dict], list[PhaseOnset]]:
+    """Training records and phase onsets of a metrics.jsonl file, in file order.
+
+    A torn last line (a run killed mid-write) is skipped; any other malformed line raises
+    ValueError naming the line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"metrics file {path} does not exist")
+    lines = path.read_text().splitlines()
+    train: list[dict] = []
+    onsets: list[PhaseOnset] = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            if n == len(lines):
+                break
+            raise ValueError(f"{path}:{n} is not a JSON object: {err}") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}:{n} is not a JSON object (got {type(record).__name__})")
+        kind = record.get("kind", "train")
+        if kind == "train":
+            train.append(record)
+        elif kind == "phase":
+            onsets.append(PhaseOnset.from_record(record))
+    return train, onsets
