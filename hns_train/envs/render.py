@@ -88,8 +88,18 @@ class TopViewRenderer:
         self._scene = mujoco.MjvScene(model, maxgeom=MAX_SCENE_GEOMS)
         self._key = key
 
-    def render(self, model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
-        """(height, width, 3) uint8 frame of `data` seen from the top camera."""
+    def render(
+        self,
+        model: mujoco.MjModel,
+        data: mujoco.MjData,
+        camera: mujoco.MjvCamera | None = None,
+        decorate=None,
+    ) -> np.ndarray:
+        """(height, width, 3) uint8 frame of `data` seen from the top camera.
+
+        `camera` replaces the top camera (e.g. a free camera following an agent); `decorate`,
+        called with the `MjvScene` before drawing, may add or recolour scene geoms (overlays).
+        """
         if self._gl is None:
             raise RuntimeError("render() called after close()")
         cam = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, CAMERA)
@@ -104,10 +114,12 @@ class TopViewRenderer:
             data,
             self._option,
             None,
-            self._camera,
+            self._camera if camera is None else camera,
             mujoco.mjtCatBit.mjCAT_ALL,
             self._scene,
         )
+        if decorate is not None:
+            decorate(self._scene)
         mujoco.mjr_render(self._rect, self._scene, self._context)
         frame = np.empty((self.height, self.width, 3), dtype=np.uint8)
         mujoco.mjr_readPixels(frame, None, self._rect, self._context)

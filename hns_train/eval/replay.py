@@ -1,0 +1,647 @@
+"""Replays: one self-contained, versioned file per episode; recorder, loader and state setter.
+
+A replay holds everything needed to rebuild one world of a `HideAndSeekGame` and show (or
+re-simulate) every step of its episode: the `GameConfig`, the `Layout`, and per-step MuJoCo state
+plus the game state a viewer needs. `world.build_spec(cfg, layout).compile()` rebuilds the model.
+
+File format (`FORMAT_NAME`, version `FORMAT_VERSION`): a `.npz` written with
+`np.savez_compressed` (atomic: temporary file, then rename) and read with
+`np.load(allow_pickle=False)`, so a file can never run code. Members:
+- `header`: uint8 array of UTF-8 JSON: `format`, `version`, `game_config` (every GameConfig
+  field), `sizes` (n_frames, n_steps, nq, nv, nu, n_agents, n_objects), `layout_counts`
+  (n_hiders, n_seekers), `seed`, `world`, `metadata` (free JSON: team names and policy
+  versions under `hiders` / `seekers`, run name, ...), `episode_stats` (the game's end-of-episode
+  info, or null), `mujoco_version`, `created_unix`.
+- `layout.<field>`: the `Layout` arrays (walls, which agents/boxes exist, box kinds, poses).
+- Frame arrays, F = n_frames = n_steps + 1 rows; frame 0 is the state after reset, frame t the
+  state after t env steps: `t` (int32), `prep` (bool, t < prep_steps), `qpos`, `qvel`,
+  `qacc_warmstart`, `time` (float64), `locked` (bool, O), `lock_team` (int8, O; -1 none,
+  0 hiders, 1 seekers), `lock_qpos` (float64, O x 4: the joint values an object is pinned at
+  while locked), `grabbed` (int8, A; object index or -1), `grab_weld` (float64, A x 7: relative
+  pose in the active weld's `eq_data[3:10]`), `sees_agent` (bool, A x A: row sees column),
+  `sees_object` (bool, A x O).
+- Step arrays, n_steps rows; row t is the step from frame t to t+1: `actions` (int8, A x 5, as
+  given to the game), `ctrl` (float64, nu: controls applied), `rewards` (float32, A).
+
+Invariants: the locks and grabs recorded at frame t+1 are those in force during step t -> t+1
+(the game decides them at the start of a step), so frame t's physics state, step t's `ctrl` and
+frame t+1's constraints reproduce frame t+1 bit for bit (`Replay.set_state` + `mj_step`).
+Positions are body centres (layout.py's convention). A 2v2 quadrant episode (81 frames) is
+about 40 kB on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import mujoco
+import numpy as np
+
+from hns_train.envs import rules
+from hns_train.envs.config import GameConfig, make_config
+from hns_train.envs.layout import Layout, n_wall_slots
+from hns_train.envs.world import (
+    FREE_RANGE,
+    WorldIndex,
+    build_spec,
+    index_world,
+    set_locked_highlight,
+)
+
+FORMAT_NAME = "hns_train.replay"
+FORMAT_VERSION = 1
+SUFFIX = ".npz"
+
+
+class ReplayError(ValueError):
+    """A file that cannot be read as a replay; the message names the problem."""
+
+
+# name -> (numpy dtype, shape after the leading frame/step axis, as a function of sizes)
+FRAME_ARRAYS: dict[str, tuple[str, Callable[[dict], tuple]]] = {
+    "t": ("int32", lambda s: ()),
+    "prep": ("bool", lambda s: ()),
+    "qpos": ("float64", lambda s: (s["nq"],)),
+    "qvel": ("float64", lambda s: (s["nv"],)),
+    "qacc_warmstart": ("float64", lambda s: (s["nv"],)),
+    "time": ("float64", lambda s: ()),
+    "locked": ("bool", lambda s: (s["n_objects"],)),
+    "lock_team": ("int8", lambda s: (s["n_objects"],)),
+    "lock_qpos": ("float64", lambda s: (s["n_objects"], 4)),
+    "grabbed": ("int8", lambda s: (s["n_agents"],)),
+    "grab_weld": ("float64", lambda s: (s["n_agents"], 7)),
+    "sees_agent": ("bool", lambda s: (s["n_agents"], s["n_agents"])),
+    "sees_object": ("bool", lambda s: (s["n_agents"], s["n_objects"])),
+}
+STEP_ARRAYS: dict[str, tuple[str, Callable[[dict], tuple]]] = {
+    "actions": ("int8", lambda s: (s["n_agents"], 5)),
+    "ctrl": ("float64", lambda s: (s["nu"],)),
+    "rewards": ("float32", lambda s: (s["n_agents"],)),
+}
+LAYOUT_ARRAYS = (
+    "wall_pos",
+    "wall_half",
+    "wall_present",
+    "agent_present",
+    "agent_xy",
+    "agent_yaw",
+    "box_kind",
+    "box_xy",
+    "ramp_xy",
+    "ramp_yaw",
+    "occupancy",
+)
+SIZE_KEYS = ("n_frames", "n_steps", "nq", "nv", "nu", "n_agents", "n_objects")
+
+
+def _layout_shapes(cfg: GameConfig) -> dict[str, tuple[tuple, str]]:
+    S, A, B, R, g = n_wall_slots(cfg), cfg.max_agents, cfg.max_boxes, cfg.n_ramps, cfg.grid_cells
+    return {
+        "wall_pos": ((S, 3), "f"),
+        "wall_half": ((S, 3), "f"),
+        "wall_present": ((S,), "b"),
+        "agent_present": ((A,), "b"),
+        "agent_xy": ((A, 2), "f"),
+        "agent_yaw": ((A,), "f"),
+        "box_kind": ((B,), "i"),
+        "box_xy": ((B, 2), "f"),
+        "ramp_xy": ((R, 2), "f"),
+        "ramp_yaw": ((R,), "f"),
+        "occupancy": ((g, g), "b"),
+    }
+
+
+# ----------------------------------------------------------------------------- the replay
+
+
+@dataclass
+class Replay:
+    """One recorded episode of one world. Frame arrays have n_frames rows, step arrays n_steps."""
+
+    cfg: GameConfig
+    layout: Layout
+    arrays: dict[str, np.ndarray]
+    header: dict
+
+    # -- sizes and derived views
+    @property
+    def n_frames(self) -> int:
+        return int(self.header["sizes"]["n_frames"])
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.header["sizes"]["n_steps"])
+
+    @property
+    def metadata(self) -> dict:
+        return self.header.get("metadata") or {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+    def team_scores(self) -> np.ndarray:
+        """(n_frames, 2) cumulative hider / seeker return up to each frame.
+
+        A team's per-step reward is the mean over its present members (equal for all members
+        unless some are out of bounds), as in the episode statistics.
+        """
+        A = self.cfg.max_agents
+        hider = np.arange(A) < self.cfg.max_hiders
+        present = self.layout.agent_present
+        rewards = self.arrays["rewards"].astype(np.float64)
+        per_team = np.zeros((self.n_steps, 2))
+        for team, members in ((0, hider & present), (1, ~hider & present)):
+            if members.any():
+                per_team[:, team] = rewards[:, members].mean(axis=1)
+        return np.concatenate([np.zeros((1, 2)), np.cumsum(per_team, axis=0)])
+
+    def prep_left(self, t: int) -> int:
+        """Env steps of preparation left at frame t (0 once play has started)."""
+        return max(0, self.cfg.prep_steps - int(self.arrays["t"][t]))
+
+    # -- MuJoCo
+    def rebuild(self) -> tuple[mujoco.MjModel, mujoco.MjData]:
+        """Compile this replay's world and return (model, data) set to frame 0."""
+        model = build_spec(self.cfg, self.layout).compile()
+        sizes = self.header["sizes"]
+        got = {"nq": model.nq, "nv": model.nv, "nu": model.nu}
+        want = {k: sizes[k] for k in got}
+        if got != want:
+            raise ReplayError(
+                f"replay sizes {want} do not match the world this hns_train builds {got}; "
+                "it was written by an incompatible version of the world builder"
+            )
+        data = mujoco.MjData(model)
+        self.set_state(model, data, 0)
+        return model, data
+
+    def index(self, model: mujoco.MjModel) -> WorldIndex:
+        return index_world(self.cfg, model)
+
+    def set_state(
+        self,
+        model: mujoco.MjModel,
+        data: mujoco.MjData,
+        t: int,
+        index: WorldIndex | None = None,
+    ) -> None:
+        """Put frame t into (model, data) for display: physics state, lock pins, grab welds.
+
+        Edits the model's object joint ranges and weld data (as the game does), so use the model
+        from `rebuild()`, not a shared one. Runs `mj_kinematics`.
+        """
+        t = self._frame(t)
+        idx = index if index is not None else index_world(self.cfg, model)
+        self._set_physics(data, t)
+        self._set_constraints(model, data, t, idx)
+        mujoco.mj_kinematics(model, data)
+        mujoco.mj_camlight(model, data)  # camera and light poses for rendering
+
+    def prepare_step(
+        self,
+        model: mujoco.MjModel,
+        data: mujoco.MjData,
+        t: int,
+        index: WorldIndex | None = None,
+    ) -> None:
+        """Set (model, data) so that `mj_step(model, data, cfg.substeps)` re-simulates step t
+        and lands exactly on frame t+1: frame t's physics, step t's controls, and the locks and
+        grabs the game decided at the start of step t (recorded at frame t+1), with newly
+        locked objects stopped as the game stops them."""
+        if not 0 <= t < self.n_steps:
+            raise ValueError(f"step {t} is outside this replay's 0..{self.n_steps - 1}")
+        idx = index if index is not None else index_world(self.cfg, model)
+        self._set_physics(data, t)
+        self._set_constraints(model, data, t + 1, idx)
+        newly = self.arrays["locked"][t + 1] & ~self.arrays["locked"][t]
+        data.qvel[idx.object_qvel[newly].ravel()] = 0.0
+        data.ctrl[:] = self.arrays["ctrl"][t]
+
+    def _frame(self, t: int) -> int:
+        if not -self.n_frames <= t < self.n_frames:
+            raise ValueError(f"frame {t} is outside this replay's 0..{self.n_frames - 1}")
+        return t % self.n_frames
+
+    def _set_physics(self, data: mujoco.MjData, t: int) -> None:
+        a = self.arrays
+        data.qpos[:] = a["qpos"][t]
+        data.qvel[:] = a["qvel"][t]
+        data.qacc_warmstart[:] = a["qacc_warmstart"][t]
+        data.time = float(a["time"][t])
+
+    def _set_constraints(self, model, data, t: int, idx: WorldIndex) -> None:
+        a = self.arrays
+        jnt = idx.object_jnt
+        locked = a["locked"][t]
+        pins = a["lock_qpos"][t]
+        model.jnt_range[jnt, 0] = np.where(locked[:, None], pins, -FREE_RANGE)
+        model.jnt_range[jnt, 1] = np.where(locked[:, None], pins, FREE_RANGE)
+        for geom, on in zip(idx.object_geom, locked, strict=True):
+            set_locked_highlight(model, int(geom), bool(on))
+        data.eq_active[:] = 0
+        for agent, obj in enumerate(a["grabbed"][t]):
+            if obj >= 0:
+                eq = idx.weld[agent, obj]
+                # anchor at the object's origin, relative pose, torque scale 1, flag 0 (game.py)
+                model.eq_data[eq, :3] = 0.0
+                model.eq_data[eq, 3:10] = a["grab_weld"][t, agent]
+                model.eq_data[eq, 10:12] = (1.0, 0.0)
+                data.eq_active[eq] = 1
+
+
+# ----------------------------------------------------------------------------- recording
+
+
+class ReplayRecorder:
+    """Records world `world` of a `HideAndSeekGame` as it is stepped.
+
+    Call `record_reset()` after `game.reset(...)` has (re)started that world, then
+    `record_step(rewards, actions, info)` after every `game.step(...)`. Each call copies a few
+    small arrays (no rendering, no allocation beyond the copies).
+    """
+
+    def __init__(self, game, world: int = 0, metadata: dict | None = None):
+        if not 0 <= world < game.n_worlds:
+            raise ValueError(f"world {world} is outside the game's 0..{game.n_worlds - 1}")
+        self.game = game
+        self.world = world
+        self.metadata = dict(metadata or {})
+        self._frames: dict[str, list] = {}
+        self._steps: dict[str, list] = {}
+        self._layout: Layout | None = None
+        self._seed: int | None = None
+        self.episode_stats: dict | None = None
+
+    @property
+    def n_steps(self) -> int:
+        return len(self._steps.get("rewards", []))
+
+    def record_reset(self, seed: int | None = None) -> None:
+        """Start a new recording from the world's state right after reset."""
+        g, w = self.game, self.world
+        if g.models[w] is None:
+            raise RuntimeError("the game has not been reset: call game.reset() first")
+        self._layout = g.layouts[w]
+        self._seed = seed
+        self._frames = {k: [] for k in FRAME_ARRAYS}
+        self._steps = {k: [] for k in STEP_ARRAYS}
+        self.episode_stats = None
+        self._record_frame()
+
+    def record_step(self, rewards, actions=None, info: dict | None = None) -> None:
+        """Record the step the game just took: rewards (W, A) or (A,), actions likewise."""
+        if self._layout is None:
+            raise RuntimeError("call record_reset() before record_step()")
+        g, w = self.game, self.world
+        if g.layouts[w] is not self._layout:
+            raise RuntimeError("the recorded world was reset; start a new recording")
+        rewards = np.asarray(rewards)
+        rewards = rewards[w] if rewards.ndim == 2 else rewards
+        if actions is None:
+            actions = np.tile(g.noop, (g.n_agents, 1))
+        actions = np.asarray(actions)
+        actions = actions[w] if actions.ndim == 3 else actions
+        self._steps["rewards"].append(rewards.astype(np.float32))
+        self._steps["actions"].append(actions.astype(np.int8))
+        self._steps["ctrl"].append(g.datas[w].ctrl.copy())
+        self._record_frame()
+        if info:
+            self.episode_stats = {k: float(v) for k, v in info.items()}
+
+    def _record_frame(self) -> None:
+        g, w = self.game, self.world
+        m, d, idx = g.models[w], g.datas[w], g.index
+        f = self._frames
+        t = int(g.t[w])
+        f["t"].append(t)
+        f["prep"].append(t < g.cfg.prep_steps)
+        f["qpos"].append(d.qpos.copy())
+        f["qvel"].append(d.qvel.copy())
+        f["qacc_warmstart"].append(d.qacc_warmstart.copy())
+        f["time"].append(d.time)
+        locked = g.locked[w].copy()
+        f["locked"].append(locked)
+        f["lock_team"].append(g.lock_team[w].astype(np.int8))
+        pins = m.jnt_range[idx.object_jnt, 0]
+        f["lock_qpos"].append(np.where(locked[:, None], pins, 0.0))
+        grabbed = g.grabbed[w].copy()
+        f["grabbed"].append(grabbed.astype(np.int8))
+        weld = np.zeros((g.n_agents, 7))
+        for a in np.flatnonzero(grabbed >= 0):
+            weld[a] = m.eq_data[idx.weld[a, grabbed[a]], 3:10]
+        f["grab_weld"].append(weld)
+        f["sees_agent"].append(g.sees_agent[w].copy())
+        f["sees_object"].append(g.sees_object[w].copy())
+
+    def to_replay(self, metadata: dict | None = None) -> Replay:
+        if self._layout is None:
+            raise RuntimeError("nothing recorded: call record_reset() first")
+        g = self.game
+        m = g.models[self.world]
+        n_steps = self.n_steps
+        sizes = dict(
+            n_frames=n_steps + 1,
+            n_steps=n_steps,
+            nq=m.nq,
+            nv=m.nv,
+            nu=m.nu,
+            n_agents=g.n_agents,
+            n_objects=g.n_objects,
+        )
+        arrays = {}
+        for table, length in ((FRAME_ARRAYS, n_steps + 1), (STEP_ARRAYS, n_steps)):
+            rows = self._frames if table is FRAME_ARRAYS else self._steps
+            for name, (dtype, shape) in table.items():
+                if rows[name]:
+                    arrays[name] = np.asarray(rows[name], dtype=dtype)
+                else:
+                    arrays[name] = np.zeros((length, *shape(sizes)), dtype=dtype)
+        header = _make_header(
+            g.cfg,
+            self._layout,
+            sizes,
+            seed=self._seed,
+            world=self.world,
+            metadata={**self.metadata, **(metadata or {})},
+            episode_stats=self.episode_stats,
+        )
+        return Replay(cfg=g.cfg, layout=self._layout, arrays=arrays, header=header)
+
+    def save(self, path, metadata: dict | None = None) -> Path:
+        return save(self.to_replay(metadata), path)
+
+
+def _make_header(cfg, layout, sizes, seed, world, metadata, episode_stats) -> dict:
+    return {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "game_config": asdict(cfg),
+        "sizes": {k: int(v) for k, v in sizes.items()},
+        "layout_counts": {"n_hiders": int(layout.n_hiders), "n_seekers": int(layout.n_seekers)},
+        "seed": None if seed is None else int(seed),
+        "world": int(world),
+        "metadata": metadata,
+        "episode_stats": episode_stats,
+        "mujoco_version": mujoco.__version__,
+        "created_unix": time.time(),
+    }
+
+
+def record_episode(
+    cfg: GameConfig,
+    act: Callable[[dict[str, np.ndarray]], np.ndarray],
+    seed: int | None = None,
+    metadata: dict | None = None,
+    n_steps: int | None = None,
+) -> Replay:
+    """Play one episode of one world with `act` (obs dict (1, A, ...) -> actions (1, A, 5)).
+
+    `act` can be any action source: a trained policy wrapped to numpy, a scripted rule, or
+    `random_actions(...)`. Returns the replay; `save(replay, path)` writes it.
+    """
+    from hns_train.envs.game import HideAndSeekGame  # the game pulls in all of envs/
+
+    game = HideAndSeekGame(cfg, n_worlds=1, seed=seed)
+    obs = game.reset(seeds=[seed])
+    rec = ReplayRecorder(game, 0, metadata)
+    rec.record_reset(seed)
+    for _ in range(cfg.horizon if n_steps is None else n_steps):
+        actions = np.asarray(act(obs))
+        obs, rewards, truncated, infos = game.step(actions)
+        rec.record_step(rewards, actions, infos[0])
+        if truncated[0]:
+            break
+    return rec.to_replay()
+
+
+def random_actions(
+    cfg: GameConfig, seed: int | None = None, p_grab: float = 0.5, p_lock: float = 0.5
+) -> Callable[[dict], np.ndarray]:
+    """Uniform movement bins with grab/lock pressed with the given probabilities."""
+    rng = np.random.default_rng(seed)
+    nvec = np.array([cfg.action_bins] * 3 + [2, 2])
+
+    def act(obs: dict) -> np.ndarray:
+        W, A = obs["observation_self"].shape[:2]
+        a = rng.integers(0, nvec, size=(W, A, 5))
+        a[..., 3] = rng.random((W, A)) < p_grab
+        a[..., 4] = rng.random((W, A)) < p_lock
+        return a
+
+    return act
+
+
+def object_seeking_actions(
+    cfg: GameConfig, seed: int | None = None, p_lock: float = 0.5, noise: float = 0.3
+) -> Callable[[dict], np.ndarray]:
+    """A scripted action source that exercises grabs and locks: each agent walks to the nearest
+    existing box or ramp (with `noise` of its moves random), turns at random so its vision cone
+    sweeps the object, holds grab, and presses lock with probability `p_lock`."""
+    rng = np.random.default_rng(seed)
+    mid = cfg.action_bins // 2
+
+    def act(obs: dict) -> np.ndarray:
+        me = obs["observation_self"]  # (W, A, 10)
+        W, A = me.shape[:2]
+        xy = [obs["box_obs"][..., :2], obs["ramp_obs"][..., :2]]
+        exists = [obs["mask_ab_obs_spoof"], obs["mask_ar_obs_spoof"]]
+        obj_xy = np.concatenate(xy, axis=2)  # (W, A, O, 2)
+        obj_ok = np.concatenate(exists, axis=2) > 0
+        delta = obj_xy - me[..., None, :2]
+        dist = np.where(obj_ok, np.linalg.norm(delta, axis=-1), np.inf)
+        nearest = np.argmin(dist, axis=-1)
+        step = np.take_along_axis(delta, nearest[..., None, None], axis=2)[..., 0, :]
+        move = np.clip(np.round(step * 4), -mid, mid).astype(int) + mid
+        a = np.empty((W, A, 5), dtype=np.int64)
+        a[..., :2] = np.where(rng.random((W, A, 1)) < noise, rng.integers(0, 11, (W, A, 2)), move)
+        a[..., 2] = rng.integers(0, cfg.action_bins, (W, A))
+        a[..., 3] = 1
+        a[..., 4] = rng.random((W, A)) < p_lock
+        return a
+
+    return act
+
+
+# ----------------------------------------------------------------------------- file I/O
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def save(replay: Replay, path) -> Path:
+    """Write `replay` to `path` atomically (a temporary file in the same folder, then rename)."""
+    path = Path(path)
+    if path.suffix != SUFFIX:
+        raise ValueError(f"replay path {str(path)!r} must end in {SUFFIX}")
+    try:
+        header = json.dumps(replay.header, default=_json_default, allow_nan=True)
+    except TypeError as e:
+        raise ValueError(f"replay metadata must be JSON serialisable: {e}") from None
+    members = {"header": np.frombuffer(header.encode(), dtype=np.uint8)}
+    for name in LAYOUT_ARRAYS:
+        members[f"layout.{name}"] = np.asarray(getattr(replay.layout, name))
+    members.update(replay.arrays)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez_compressed(fh, **members)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load(path) -> Replay:
+    """Read and validate a replay; any problem raises `ReplayError` naming it."""
+    path = Path(path)
+    where = f"replay {str(path)!r}"
+    if not path.is_file():
+        raise ReplayError(f"{where}: no such file")
+    if not zipfile.is_zipfile(path):
+        raise ReplayError(
+            f"{where}: not a replay (not an .npz archive; a replay is written by "
+            "hns_train.eval.replay.save)"
+        )
+    members: dict[str, np.ndarray] = {}
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            for name in npz.files:
+                members[name] = npz[name]
+    except Exception as e:  # zip, zlib, npy header and pickle refusals all end here
+        raise ReplayError(f"{where}: truncated or corrupt file ({type(e).__name__}: {e})") from None
+    header = _read_header(members, where)
+    cfg = _read_config(header, where)
+    sizes = _read_sizes(header, cfg, where)
+    layout = _read_layout(members, header, cfg, where)
+    arrays = _read_arrays(members, sizes, cfg, where)
+    return Replay(cfg=cfg, layout=layout, arrays=arrays, header=header)
+
+
+def _read_header(members, where) -> dict:
+    raw = members.get("header")
+    if raw is None:
+        raise ReplayError(f"{where}: not a replay (the archive has no 'header' member)")
+    if raw.dtype != np.uint8 or raw.ndim != 1:
+        raise ReplayError(f"{where}: header must be a 1-D uint8 array, got {raw.dtype} {raw.shape}")
+    try:
+        header = json.loads(raw.tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ReplayError(f"{where}: header is not valid UTF-8 JSON ({e})") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
+        got = header.get("format") if isinstance(header, dict) else type(header).__name__
+        raise ReplayError(f"{where}: not a replay (format {got!r}, expected {FORMAT_NAME!r})")
+    version = header.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ReplayError(f"{where}: invalid format version {version!r} (expected an int >= 1)")
+    if version > FORMAT_VERSION:
+        raise ReplayError(
+            f"{where}: written in format version {version}, newer than the versions this "
+            f"hns_train reads (1..{FORMAT_VERSION}); update hns_train to read it"
+        )
+    for key in ("game_config", "sizes", "layout_counts"):
+        if not isinstance(header.get(key), dict):
+            raise ReplayError(f"{where}: header field {key!r} is missing or not an object")
+    if header.get("metadata") is not None and not isinstance(header["metadata"], dict):
+        raise ReplayError(f"{where}: header field 'metadata' must be an object")
+    return header
+
+
+def _read_config(header, where) -> GameConfig:
+    values = dict(header["game_config"])
+    known = {f.name for f in fields(GameConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ReplayError(f"{where}: game config has unknown fields {unknown}")
+    preset = values.pop("preset", "quadrant")
+    try:
+        return make_config(preset, **values)
+    except (ValueError, TypeError) as e:
+        raise ReplayError(f"{where}: invalid game config: {e}") from None
+
+
+def _read_sizes(header, cfg, where) -> dict:
+    sizes = header["sizes"]
+    bad = [k for k in SIZE_KEYS if not isinstance(sizes.get(k), int) or sizes[k] < 0]
+    if bad:
+        raise ReplayError(f"{where}: header sizes {bad} missing or not non-negative ints")
+    if sizes["n_frames"] != sizes["n_steps"] + 1 or sizes["n_frames"] < 1:
+        raise ReplayError(
+            f"{where}: n_frames {sizes['n_frames']} must be n_steps {sizes['n_steps']} + 1"
+        )
+    want = {"n_agents": cfg.max_agents, "n_objects": cfg.max_boxes + cfg.n_ramps}
+    for k, v in want.items():
+        if sizes[k] != v:
+            raise ReplayError(f"{where}: {k} is {sizes[k]} but its game config implies {v}")
+    return sizes
+
+
+def _check_array(value, name, shape, kind, where) -> np.ndarray:
+    if value is None:
+        raise ReplayError(f"{where}: array {name!r} is missing")
+    if value.shape != tuple(shape):
+        raise ReplayError(f"{where}: array {name!r} has shape {value.shape}, expected {shape}")
+    kinds = {"f": "f", "i": "iu", "b": "b"}[kind]
+    if value.dtype.kind not in kinds:
+        raise ReplayError(f"{where}: array {name!r} has dtype {value.dtype}, expected kind {kind}")
+    if kind == "f" and not np.isfinite(value).all():
+        raise ReplayError(f"{where}: array {name!r} holds NaN or infinite values")
+    return value
+
+
+def _read_layout(members, header, cfg, where) -> Layout:
+    counts = header["layout_counts"]
+    for k in ("n_hiders", "n_seekers"):
+        if not isinstance(counts.get(k), int):
+            raise ReplayError(f"{where}: layout_counts.{k} missing or not an int")
+    arrays = {
+        name: _check_array(members.get(f"layout.{name}"), f"layout.{name}", shape, kind, where)
+        for name, (shape, kind) in _layout_shapes(cfg).items()
+    }
+    present = arrays["agent_present"]
+    h = cfg.max_hiders
+    if (
+        int(present[:h].sum()) != counts["n_hiders"]
+        or int(present[h:].sum()) != counts["n_seekers"]
+    ):
+        raise ReplayError(f"{where}: layout agent_present disagrees with layout_counts {counts}")
+    if not np.isin(arrays["box_kind"], (0, 1, 2, 3)).all():
+        raise ReplayError(f"{where}: layout.box_kind holds values outside 0..3")
+    return Layout(**arrays, n_hiders=counts["n_hiders"], n_seekers=counts["n_seekers"])
+
+
+def _read_arrays(members, sizes, cfg, where) -> dict[str, np.ndarray]:
+    arrays = {}
+    for table, length in ((FRAME_ARRAYS, sizes["n_frames"]), (STEP_ARRAYS, sizes["n_steps"])):
+        for name, (dtype, shape) in table.items():
+            kind = np.dtype(dtype).kind.replace("u", "i")
+            value = _check_array(members.get(name), name, (length, *shape(sizes)), kind, where)
+            arrays[name] = value
+    O = sizes["n_objects"]
+    checks = [
+        ("grabbed", (arrays["grabbed"] >= -1) & (arrays["grabbed"] < O), f"-1..{O - 1}"),
+        (
+            "lock_team",
+            np.isin(arrays["lock_team"], (rules.NO_TEAM, rules.HIDERS, rules.SEEKERS)),
+            "-1, 0, 1",
+        ),
+        ("t", arrays["t"] == np.arange(sizes["n_frames"]), "0, 1, 2, ... (one row per step)"),
+        ("actions", (arrays["actions"] >= 0) & (arrays["actions"] < cfg.action_bins), "bins"),
+    ]
+    for name, ok, allowed in checks:
+        if not ok.all():
+            raise ReplayError(f"{where}: array {name!r} holds values outside {allowed}")
+    return arrays

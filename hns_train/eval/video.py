@@ -1,0 +1,315 @@
+"""Offscreen rendering of a replay to frames, PNG, mp4 or gif, with the overlays a viewer needs.
+
+Frames come from `envs.render.TopViewRenderer` (one GL context, `MUJOCO_GL=egl` on headless
+machines) on the model the replay rebuilds; this module adds, per frame:
+- locks: a locked object glows (its material's emission, set by `Replay.set_state`); in video
+  frames it is tinted towards the colour of the team that locked it (`LOCK_TINT` of the way) and
+  its glow lowered to `LOCK_EMISSION` so the tint stays visible;
+- lines of sight: a capsule from each agent to every opponent it sees, in the observer's team
+  colour (seekers seeing hiders are the lines that cost hiders their reward, drawn thicker);
+  teammates' lines with `teammate_lines=True`;
+- grabs: a white capsule from an agent to the object it holds;
+- text (PIL): step and horizon, the preparation countdown, cumulative team scores, team
+  names/policy versions from the replay metadata, and whether any hider is seen.
+
+Cameras: `top` (the model's orthographic overhead camera) or `follow:AGENT` (a free camera
+`FOLLOW_DISTANCE` m behind and `FOLLOW_ELEVATION` degrees above agent AGENT, looking along its
+heading; AGENT is a slot number, or hiderK / seekerK). Frame rate defaults to real time:
+1 / (timestep * substeps) = 13.3 fps for the presets. mp4 (H.264 via imageio-ffmpeg) needs even
+frame sizes; gif has no such limit. Outputs are written atomically (temporary file, rename).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import mujoco
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from hns_train.envs.render import TopViewRenderer
+from hns_train.envs.world import HIDER_RGBA, SEEKER_RGBA
+from hns_train.eval.replay import Replay
+
+FORMATS = ("mp4", "gif", "png")
+FOLLOW_DISTANCE = 2.5
+FOLLOW_ELEVATION = -35.0
+LOCK_TINT = 0.7
+LOCK_EMISSION = 0.35  # scene-level glow of a locked object: full emission would bleach the tint
+SIGHT_WIDTH = 0.02  # capsule radius (m) of an opponent line of sight
+SEEKER_SIGHT_WIDTH = 0.035
+GRAB_RGBA = (1.0, 1.0, 1.0, 0.9)
+TEAM_RGBA = (np.array(HIDER_RGBA), np.array(SEEKER_RGBA))
+TEAM_NAMES = ("hiders", "seekers")
+
+
+@dataclass(frozen=True)
+class VideoOptions:
+    width: int = 480
+    height: int = 480
+    camera: str = "top"  # "top" | "follow:AGENT"
+    fps: float | None = None  # None: real time
+    sight_lines: bool = True
+    teammate_lines: bool = False
+    text: bool = True
+
+    def __post_init__(self):
+        if self.width < 16 or self.height < 16:
+            raise ValueError(
+                f"frame size must be at least 16 x 16, got {self.width} x {self.height}"
+            )
+        if self.fps is not None and not self.fps > 0:
+            raise ValueError(f"fps must be positive, got {self.fps}")
+
+
+def real_time_fps(replay: Replay) -> float:
+    return 1.0 / (replay.cfg.timestep * replay.cfg.substeps)
+
+
+def agent_names(replay: Replay) -> list[str]:
+    h = replay.cfg.max_hiders
+    return [f"hider{k}" if k < h else f"seeker{k - h}" for k in range(replay.cfg.max_agents)]
+
+
+def parse_camera(spec: str, replay: Replay) -> int | None:
+    """None for the top camera, else the agent slot a `follow:AGENT` camera tracks."""
+    if spec == "top":
+        return None
+    if not spec.startswith("follow:"):
+        raise ValueError(f"camera {spec!r} is not 'top' or 'follow:AGENT'")
+    who = spec.split(":", 1)[1]
+    names = agent_names(replay)
+    present = replay.layout.agent_present
+    if who in names:
+        slot = names.index(who)
+    elif who.lstrip("-").isdigit():
+        slot = int(who)
+    else:
+        slot = -1
+    allowed = [f"{k} / {n}" for k, n in enumerate(names) if present[k]]
+    if not 0 <= slot < len(names) or not present[slot]:
+        raise ValueError(f"camera {spec!r}: no agent {who!r} in this replay; allowed: {allowed}")
+    return slot
+
+
+class ReplayVideo:
+    """Renders frames of one replay; use as a context manager or call `close()`."""
+
+    def __init__(self, replay: Replay, options: VideoOptions | None = None):
+        self.replay = replay
+        self.options = opts = options or VideoOptions()
+        self.follow = parse_camera(opts.camera, replay)
+        self.model, self.data = replay.rebuild()
+        vis = self.model.vis.global_
+        vis.offwidth = max(vis.offwidth, opts.width)
+        vis.offheight = max(vis.offheight, opts.height)
+        self.index = replay.index(self.model)
+        self.scores = replay.team_scores()
+        self.renderer = TopViewRenderer(opts.width, opts.height)
+        self._camera = None
+        if self.follow is not None:
+            self._camera = mujoco.MjvCamera()
+            self._camera.type = mujoco.mjtCamera.mjCAMERA_FREE
+            self._camera.distance = FOLLOW_DISTANCE
+            self._camera.elevation = FOLLOW_ELEVATION
+        size = max(10, opts.height // 30)
+        self._font = ImageFont.load_default(size=size)
+        self._font_size = size
+
+    # -- public
+    def frame(self, t: int) -> np.ndarray:
+        """(height, width, 3) uint8 picture of frame t with overlays."""
+        r = self.replay
+        r.set_state(self.model, self.data, t, self.index)
+        t = t % r.n_frames
+        camera = None
+        if self._camera is not None:
+            a = self.follow
+            self._camera.lookat[:] = self.data.xpos[self.index.agent_body[a]]
+            heading = r["qpos"][t, self.index.agent_qpos[a, 3]] - np.pi / 2
+            self._camera.azimuth = np.degrees(heading)
+            camera = self._camera
+        image = self.renderer.render(
+            self.model, self.data, camera=camera, decorate=lambda scene: self._decorate(scene, t)
+        )
+        if self.options.text:
+            image = self._draw_text(image, t)
+        return image
+
+    def frames(self, progress: bool = False) -> Iterator[np.ndarray]:
+        from tqdm import tqdm
+
+        steps = range(self.replay.n_frames)
+        for t in tqdm(steps, desc="rendering", unit="frame", disable=not progress, leave=False):
+            yield self.frame(t)
+
+    def close(self) -> None:
+        self.renderer.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- overlays
+    def _decorate(self, scene: mujoco.MjvScene, t: int) -> None:
+        r, idx, d = self.replay, self.index, self.data
+        locked, lock_team = r["locked"][t], r["lock_team"][t]
+        tint = {int(idx.object_geom[o]): int(lock_team[o]) for o in np.flatnonzero(locked)}
+        if tint:
+            for g in range(scene.ngeom):
+                geom = scene.geoms[g]
+                if geom.objtype == mujoco.mjtObj.mjOBJ_GEOM and geom.objid in tint:
+                    team = tint[geom.objid]
+                    if team >= 0:
+                        base = np.array(geom.rgba)
+                        geom.rgba[:] = (1 - LOCK_TINT) * base + LOCK_TINT * TEAM_RGBA[team]
+                        geom.emission = LOCK_EMISSION
+        pos = d.xpos[idx.agent_body]
+        obj_pos = d.xpos[idx.object_body]
+        team = (np.arange(r.cfg.max_agents) >= r.cfg.max_hiders).astype(int)
+        if self.options.sight_lines:
+            sees = r["sees_agent"][t]
+            for i, j in np.argwhere(sees):
+                if i == j or (team[i] == team[j] and not self.options.teammate_lines):
+                    continue
+                width = SEEKER_SIGHT_WIDTH if team[i] == 1 and team[j] == 0 else SIGHT_WIDTH
+                rgba = TEAM_RGBA[team[i]].copy()
+                rgba[3] = 0.85
+                _add_connector(scene, pos[i], pos[j], width, rgba)
+        for a, o in enumerate(r["grabbed"][t]):
+            if o >= 0:
+                _add_connector(scene, pos[a], obj_pos[o], 0.025, np.array(GRAB_RGBA))
+
+    def _draw_text(self, image: np.ndarray, t: int) -> np.ndarray:
+        r, font, size = self.replay, self._font, self._font_size
+        pil = Image.fromarray(image)
+        draw = ImageDraw.Draw(pil, "RGBA")
+        pad = max(3, size // 3)
+        left = r.prep_left(t)
+        phase = f"PREP {left}" if left else "PLAY"
+        seen = r["sees_agent"][t][r.cfg.max_hiders :, : r.cfg.max_hiders].any()
+        status = "" if left else ("  hiders SEEN" if seen else "  hiders hidden")
+        lines = [(f"t {t}/{r.cfg.horizon}  {phase}{status}", (255, 255, 255))]
+        meta = r.metadata
+        for k, name in enumerate(TEAM_NAMES):
+            colour = tuple(int(255 * c) for c in TEAM_RGBA[k][:3])
+            who = _policy_label(meta.get(name))
+            lines.append((f"{name} {self.scores[t, k]:+.0f}{who}", colour))
+        height = len(lines) * (size + pad) + pad
+        width = max(draw.textlength(s, font=font) for s, _ in lines) + 2 * pad
+        draw.rectangle([0, 0, width, height], fill=(0, 0, 0, 150))
+        for k, (s, colour) in enumerate(lines):
+            draw.text((pad, pad + k * (size + pad)), s, fill=colour, font=font)
+        return np.asarray(pil)
+
+
+def _policy_label(info) -> str:
+    if isinstance(info, dict):
+        name, version = info.get("name"), info.get("version")
+        parts = [
+            str(name) if name is not None else "",
+            f"v{version}" if version is not None else "",
+        ]
+        label = " ".join(p for p in parts if p)
+        return f"  ({label})" if label else ""
+    return f"  ({info})" if info else ""
+
+
+def _add_connector(scene: mujoco.MjvScene, a, b, width: float, rgba) -> None:
+    if scene.ngeom >= scene.maxgeom:
+        return  # a full scene drops decorations rather than failing a render
+    geom = scene.geoms[scene.ngeom]
+    mujoco.mjv_initGeom(
+        geom,
+        mujoco.mjtGeom.mjGEOM_CAPSULE,
+        np.zeros(3),
+        np.zeros(3),
+        np.eye(3).ravel(),
+        np.asarray(rgba, dtype=np.float32),
+    )
+    mujoco.mjv_connector(
+        geom, mujoco.mjtGeom.mjGEOM_CAPSULE, width, np.asarray(a, float), np.asarray(b, float)
+    )
+    geom.category = mujoco.mjtCatBit.mjCAT_DECOR
+    scene.ngeom += 1
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def output_format(path, fmt: str | None) -> str:
+    fmt = fmt or Path(path).suffix.lstrip(".").lower()
+    if fmt not in FORMATS:
+        raise ValueError(f"video format {fmt!r} is not one of {FORMATS}")
+    return fmt
+
+
+def render_png(replay: Replay, path, t: int = -1, options: VideoOptions | None = None) -> Path:
+    """Frame t (default: the last) to a PNG."""
+    import imageio.v3 as iio
+
+    with ReplayVideo(replay, options) as video:
+        image = video.frame(t)
+    return _atomic(path, lambda tmp: iio.imwrite(tmp, image, extension=".png"))
+
+
+def write_video(
+    replay: Replay,
+    path,
+    options: VideoOptions | None = None,
+    fmt: str | None = None,
+    progress: bool = False,
+) -> Path:
+    """Render every frame of `replay` to an mp4 or gif at `path`; returns the path."""
+    opts = options or VideoOptions()
+    fmt = output_format(path, fmt)
+    if fmt == "png":
+        return render_png(replay, path, -1, opts)
+    if fmt == "mp4" and (opts.width % 2 or opts.height % 2):
+        raise ValueError(f"mp4 needs even frame sizes, got {opts.width} x {opts.height}")
+    fps = opts.fps or real_time_fps(replay)
+
+    def write(tmp: str) -> None:
+        import imageio.v2 as iio2
+
+        with ReplayVideo(replay, opts) as video:
+            if fmt == "mp4":
+                writer = iio2.get_writer(
+                    tmp,
+                    format="FFMPEG",
+                    mode="I",
+                    fps=fps,
+                    codec="libx264",
+                    pixelformat="yuv420p",
+                    quality=7,
+                    macro_block_size=1,
+                )
+            else:  # gif frame durations are in milliseconds
+                writer = iio2.get_writer(
+                    tmp, format="GIF-PIL", mode="I", duration=1000.0 / fps, loop=0
+                )
+            with writer:
+                for image in video.frames(progress):
+                    writer.append_data(image)
+
+    return _atomic(path, write, suffix=f".{fmt}")
+
+
+def _atomic(path, write, suffix: str = ".png") -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
