@@ -10,12 +10,22 @@ One env step (spec §3-4):
 2. Locks, then grabs, are decided from the visibility of the previous step and the current
    distances; their MuJoCo edits are applied.
 3. Controls are set (bin k -> linspace(-0.9, 0.9, 11)[k], times gear 100, along world x/y and
-   yaw) and `substeps` physics steps run, followed by `mj_kinematics` so that positions, rays
-   and observations describe the new state.
-4. Rays: one `mj_multiRay` per present agent casts the lidar fan and one ray towards every
-   entity centre (agents, box centres, ramp bounding-box centres), over static geoms too, with
-   the floor's geom group excluded (the `flg_static` trap in the spec).
+   yaw) and `substeps` physics steps run; positions, rays and observations describe the new
+   state.
+4. Rays: every agent casts the lidar fan and one ray towards every entity centre (agents, box
+   centres, ramp bounding-box centres), over static geoms too, with the floor's geom group
+   excluded (the `flg_static` trap in the spec).
 5. Rewards, statistics, observations; the episode is truncated (never terminated) at `horizon`.
+
+Physics runs in `mujoco.batch.Batch`: one C call steps every world (on `threads` threads, the
+results bit-identical at any thread count) and one C call casts every world's rays. Each world
+keeps its own MjModel (`set_models`), because locks edit `jnt_range` and grabs edit `eq_data`;
+the batch reads those edits in place. Per-world state lives in the batch's state rows (no
+MjData per world); `datas[w]` is a `WorldState` of views into them for the lock/grab code, and
+`world_data(w)` materialises a real MjData for rendering. Body poses are computed from qpos
+(`_kinematics`): every movable body hangs off the world by slide x/y/z + hinge z with an
+identity frame, so its position is body_pos + qpos[xyz] (bit-identical to `mj_kinematics`) and
+its orientation the yaw quaternion; this spares a `mj_kinematics` or `mj_fwdPosition` per world.
 
 Seeding: world w draws its layouts from its own generator, seeded from `seed` (or from the seed
 given to `reset` for that world); physics is deterministic, so equal seeds give equal episodes.
@@ -23,7 +33,10 @@ given to `reset` for that world); physics is deterministic, so equal seeds give 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import mujoco
+import mujoco.batch
 import numpy as np
 
 from hns_train.envs import observations as O
@@ -40,22 +53,41 @@ from hns_train.envs.world import (
     set_locked_highlight,
 )
 
-RAY_CUTOFF = 1e3
+STATE = mujoco.mjtState.mjSTATE_INTEGRATION  # the rows of mujoco.batch.Batch.state
+
+
+@dataclass
+class WorldState:
+    """One world's slice of the batch, with MjData's field names: views, so writes to qpos, qvel
+    and eq_active are the world's state at its next step; xpos/xquat are read-only poses."""
+
+    qpos: np.ndarray
+    qvel: np.ndarray
+    eq_active: np.ndarray  # mjtNum in the batch's rows (MjData's is uint8)
+    xpos: np.ndarray
+    xquat: np.ndarray
 
 
 class HideAndSeekGame:
-    def __init__(self, cfg: GameConfig, n_worlds: int = 1, seed: int | None = None):
+    def __init__(
+        self, cfg: GameConfig, n_worlds: int = 1, seed: int | None = None, threads: int = 1
+    ):
         if n_worlds < 1:
             raise ValueError(f"n_worlds must be >= 1, got {n_worlds}")
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
         self.cfg = cfg
         self.n_worlds = W = n_worlds
         self.n_agents = A = cfg.max_agents
         self.n_objects = Ob = cfg.max_boxes + cfg.n_ramps
+        self.threads = threads
         self.cache = ModelCache(cfg)
         self._seed_rngs(seed)
         self.models: list[mujoco.MjModel | None] = [None] * W
-        self.datas: list[mujoco.MjData | None] = [None] * W
+        self.datas: list[WorldState] = []
         self.layouts: list = [None] * W
+        self.batch: mujoco.batch.Batch | None = None
+        self._live: mujoco.MjData | None = None  # world 0 as an MjData, once `data` was used
 
         self.is_hider = np.arange(A) < cfg.max_hiders
         self.team = np.where(self.is_hider, rules.HIDERS, rules.SEEKERS)
@@ -105,11 +137,33 @@ class HideAndSeekGame:
 
     @property
     def data(self) -> mujoco.MjData:
-        return self.datas[0]
+        """World 0 as a live MjData (single-world tools, scripted scenes, rendering).
+
+        Kept in sync with the batch once asked for: after every step and reset it holds world
+        0's state with kinematics computed, and what is written to its state (qpos, qvel, ...)
+        between steps is world 0's state from the next step (or `_read_state`) on.
+        """
+        if self._live is None:
+            if self.batch is None:
+                raise RuntimeError("call reset() before reading world data")
+            self._live = mujoco.MjData(self.models[0])
+            self._push_live()
+        return self._live
+
+    def world_data(self, w: int) -> mujoco.MjData:
+        """World w's current state as a new MjData with kinematics computed (for rendering and
+        tools; a snapshot: later steps do not change it)."""
+        if self.batch is None:
+            raise RuntimeError("call reset() before reading world data")
+        data = self.batch.get_data(int(w))
+        mujoco.mj_kinematics(self.models[w], data)
+        return data
 
     def reset(self, worlds=None, seeds=None) -> dict[str, np.ndarray]:
         """New worlds for `worlds` (default: all); returns observations of every world."""
         worlds = np.arange(self.n_worlds) if worlds is None else np.asarray(worlds, dtype=int)
+        if self.batch is None and len(np.unique(worlds)) != self.n_worlds:
+            raise ValueError("the first reset() must cover every world (worlds=None)")
         if seeds is not None:
             if len(seeds) != len(worlds):
                 raise ValueError(f"got {len(seeds)} seeds for {len(worlds)} worlds")
@@ -119,17 +173,14 @@ class HideAndSeekGame:
         cfg = self.cfg
         for w in worlds:
             layout = sample_layout(cfg, self.rngs[w])
-            model = self.cache.model_for(layout)
-            data = mujoco.MjData(model)
-            data.qpos[:] = initial_qpos(cfg, layout, self.index, model.nq)
-            mujoco.mj_kinematics(model, data)
-            self.models[w], self.datas[w], self.layouts[w] = model, data, layout
+            self.models[w], self.layouts[w] = self.cache.model_for(layout), layout
             self.agent_present[w] = layout.agent_present
             self.object_present[w] = np.concatenate(
                 [layout.box_kind != ABSENT, np.ones(cfg.n_ramps, dtype=bool)]
             )
             self.half[w] = object_half_extents(cfg, layout)
             self.box_size[w] = 2 * self.half[w, : cfg.max_boxes]
+        self._reset_physics(worlds)
         self.others[worlds] = O.others_table(self.agent_present[worlds])
         self.t[worlds] = 0
         self.locked[worlds] = False
@@ -148,9 +199,10 @@ class HideAndSeekGame:
         actions: (W, A, 5) integers in [0, nvec). Returns (obs, rewards (W, A), truncated (W,),
         infos: list of W dicts, holding the episode statistics where the episode ended).
         """
-        if self.models[0] is None:
+        if self.batch is None:
             raise RuntimeError("call reset() before step()")
         actions = self.check_actions(actions)
+        self._pull_live()
         cfg = self.cfg
         in_prep = self.t < cfg.prep_steps
         seeker_idle = in_prep[:, None] & ~self.is_hider[None, :]
@@ -175,12 +227,9 @@ class HideAndSeekGame:
         self._apply_grabs(grabbed)
 
         ctrl = self.ctrl_levels[actions[..., :3]]  # (W, A, 3)
-        ctrl_adr = self.index.agent_ctrl.ravel()
-        for w in range(self.n_worlds):
-            m, d = self.models[w], self.datas[w]
-            d.ctrl[ctrl_adr] = ctrl[w].ravel()
-            mujoco.mj_step(m, d, cfg.substeps)
-            mujoco.mj_kinematics(m, d)
+        self._ctrl[:, self._ctrl_adr] = ctrl.reshape(self.n_worlds, -1)
+        self.batch.step(nstep=cfg.substeps)
+        self._push_live()
 
         worlds = np.arange(self.n_worlds)
         self._read_state(worlds)
@@ -257,67 +306,153 @@ class HideAndSeekGame:
         seqs = np.random.SeedSequence(seed).spawn(self.n_worlds)
         self.rngs = [np.random.default_rng(s) for s in seqs]
 
-    def _read_state(self, worlds) -> None:
+    def _reset_physics(self, worlds: np.ndarray) -> None:
+        """Fresh physics state for `worlds` (their models are already in self.models)."""
+        if self.batch is None:
+            self._make_batch()
+        self.batch.set_models(self.models)
+        ids = np.unique(worlds)
+        # mj_resetData per world (qvel, warm start, controls, eq_active from the model), then
+        # the layout's poses: the same state a new MjData holds, without allocating one
+        self.batch.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
         idx = self.index
-        for w in worlds:
-            d = self.datas[w]
-            self.agent_pos[w] = d.xpos[idx.agent_body]
-            self.agent_yaw[w] = d.qpos[idx.agent_qpos[:, 3]]
-            self.agent_vel[w] = d.qvel[idx.agent_qvel]
-            self.object_pos[w] = d.xpos[idx.object_body]
-            self.object_yaw[w] = d.qpos[idx.object_qpos[:, 3]]
-            self.object_vel[w] = d.qvel[idx.object_qvel]
+        nq = self.models[ids[0]].nq
+        for w in ids:
+            m = self.models[w]
+            self._qpos[w] = initial_qpos(self.cfg, self.layouts[w], idx, nq)
+            self._body_pos[w] = m.body_pos[self._ent_body]
+            self._geom_pos[w] = m.geom_pos[self._ent_geom]
+        if ids[0] == 0:
+            self._push_live()
+
+    def _pull_live(self) -> None:
+        """World 0's state from the live MjData into the batch (writes made to `data`)."""
+        if self._live is not None:
+            mujoco.mj_getState(self.models[0], self._live, self._state0, STATE)
+
+    def _push_live(self) -> None:
+        if self._live is not None:
+            mujoco.mj_setState(self.models[0], self._live, self._state0, STATE)
+            mujoco.mj_kinematics(self.models[0], self._live)
+
+    def _make_batch(self) -> None:
+        W, idx = self.n_worlds, self.index
+        model = self.models[0]
+        for m in self.models:  # every world must give MjData the same layout (see world._hide)
+            if m.nbuffer != model.nbuffer:
+                raise RuntimeError("worlds of one config compiled to different MjData layouts")
+        self.batch = mujoco.batch.Batch(model, W, self.threads)
+        self._qpos = self.batch.bind("qpos")
+        self._qvel = self.batch.bind("qvel")
+        self._ctrl = self.batch.bind("ctrl")
+        self._eq_active = self.batch.bind("eq_active")
+        self._state0 = self.batch.state[0]
+        self._ctrl_adr = idx.agent_ctrl.ravel()
+        # entities: agents then objects (boxes, ramps); their bodies, main geoms and joints
+        self._ent_body = np.concatenate([idx.agent_body, idx.object_body]).astype(np.int64)
+        self._ent_geom = np.concatenate([idx.agent_geom, idx.object_geom]).astype(np.int64)
+        ent_qpos = np.concatenate([idx.agent_qpos, idx.object_qpos]).reshape(-1, 4)
+        self._ent_qpos_xyz = ent_qpos[:, :3]
+        self._ent_qpos_yaw = ent_qpos[:, 3]
+        E = len(self._ent_body)
+        self._body_pos = np.zeros((W, E, 3))
+        self._geom_pos = np.zeros((W, E, 3))
+        self.entity_centre = np.zeros((W, E, 3))  # main geom centres: what vision rays aim at
+        self._xpos = np.zeros((W, model.nbody, 3))
+        self._xquat = np.zeros((W, model.nbody, 4))
+        self._xquat[:, :, 0] = 1.0
+        self.datas = [
+            WorldState(
+                self._qpos[w], self._qvel[w], self._eq_active[w], self._xpos[w], self._xquat[w]
+            )
+            for w in range(W)
+        ]
+        # rays per agent: the lidar fan, then one towards each entity centre
+        self._nray = self.cfg.n_lidar + E
+        self._ray_exclude = np.repeat(idx.agent_body, self._nray).astype(np.int32)
+        self._ray_target_body = self._ent_body
+        self._self_target = (np.arange(self.n_agents), np.arange(self.n_agents))
+        self._not_self = np.ones((self.n_agents, E), dtype=bool)
+        self._not_self[self._self_target] = False
+
+    def _kinematics(self, worlds) -> None:
+        """Poses of agents and objects from qpos (see the module docstring)."""
+        q = self._qpos[worlds]
+        pos = self._body_pos[worlds] + q[:, self._ent_qpos_xyz]
+        half_yaw = 0.5 * q[:, self._ent_qpos_yaw]
+        c, s = np.cos(half_yaw), np.sin(half_yaw)
+        cos_yaw, sin_yaw = c * c - s * s, 2.0 * c * s  # mju_quat2Mat of (c, 0, 0, s)
+        g = self._geom_pos[worlds]
+        centre = pos.copy()
+        centre[..., 0] += cos_yaw * g[..., 0] - sin_yaw * g[..., 1]
+        centre[..., 1] += sin_yaw * g[..., 0] + cos_yaw * g[..., 1]
+        centre[..., 2] += g[..., 2]
+        self.entity_centre[worlds] = centre
+        bodies = self._ent_body
+        self._xpos[worlds[:, None], bodies] = pos
+        self._xquat[worlds[:, None], bodies, 0] = c
+        self._xquat[worlds[:, None], bodies, 3] = s
+
+    def _read_state(self, worlds) -> None:
+        worlds = np.asarray(worlds)
+        idx = self.index
+        self._pull_live()
+        self._kinematics(worlds)
+        q, v = self._qpos[worlds], self._qvel[worlds]
+        self.agent_pos[worlds] = self._xpos[worlds[:, None], idx.agent_body]
+        self.agent_yaw[worlds] = q[:, idx.agent_qpos[:, 3]]
+        self.agent_vel[worlds] = v[:, idx.agent_qvel]
+        self.object_pos[worlds] = self._xpos[worlds[:, None], idx.object_body]
+        self.object_yaw[worlds] = q[:, idx.object_qpos[:, 3]]
+        self.object_vel[worlds] = v[:, idx.object_qvel]
 
     def _cast_rays(self, worlds) -> None:
-        """Lidar and line of sight for the given worlds, one mj_multiRay per present agent."""
+        """Lidar and line of sight for the given worlds: one batched ray call for all of them."""
         cfg, idx = self.cfg, self.index
-        A, Ob, L = self.n_agents, self.n_objects, cfg.n_lidar
-        targets = np.concatenate(
-            [self.data_geom_centres(w)[None] for w in worlds], axis=0
-        )  # (w, A+Ob, 3)
-        target_body = np.concatenate([idx.agent_body, idx.object_body])
-        nray = L + A + Ob
-        geomid = np.empty(nray, dtype=np.int32)
-        dist = np.empty(nray)
-        hit_body = np.full((len(worlds), A, A + Ob), -1)
-        for i, w in enumerate(worlds):
-            m, d = self.models[w], self.datas[w]
-            for a in np.flatnonzero(self.agent_present[w]):
-                origin = self.agent_pos[w, a]
-                to = targets[i] - origin
-                to /= np.maximum(np.linalg.norm(to, axis=1, keepdims=True), 1e-9)
-                vec = np.concatenate([self.lidar_dirs, to]).ravel()
-                mujoco.mj_multiRay(
-                    m,
-                    d,
-                    origin,
-                    vec,
-                    RAY_GROUPS,
-                    1,
-                    int(idx.agent_body[a]),
-                    geomid,
-                    dist,
-                    None,
-                    nray,
-                    RAY_CUTOFF,
-                )
-                lidar = np.where(geomid[:L] >= 0, dist[:L], cfg.lidar_range)
-                self.lidar[w, a] = np.minimum(lidar, cfg.lidar_range)
-                hit = geomid[L:]
-                hit_body[i, a] = np.where(hit >= 0, idx.geom_body[np.maximum(hit, 0)], -1)
-        self.lidar[worlds] *= self.agent_present[worlds][..., None]
-        line_of_sight = hit_body == target_body[None, None, :]
+        worlds = np.asarray(worlds)
+        A, L = self.n_agents, cfg.n_lidar
+        n = len(worlds)
+        targets = self.entity_centre[worlds]  # (n, E, 3)
+        origin = self.agent_pos[worlds]  # (n, A, 3)
+        to = targets[:, None, :, :] - origin[:, :, None, :]  # (n, A, E, 3)
+        to /= np.maximum(np.sqrt((to * to).sum(-1, keepdims=True)), 1e-9)
+        # an agent's ray towards itself has no direction (mj_ray rejects it): cast it upwards and
+        # count it as unseen below
+        to[:, self._self_target[0], self._self_target[1]] = (0.0, 0.0, 1.0)
+        vec = np.empty((n, A, self._nray, 3))
+        vec[:, :, :L] = self.lidar_dirs
+        vec[:, :, L:] = to
+        pnt = np.broadcast_to(origin[:, :, None, :], vec.shape)
+        order = np.argsort(worlds, kind="stable")
+        ids = worlds[order]
+        dist, geomid = self.batch.ray(
+            pnt[order].reshape(n, -1, 3),
+            vec[order].reshape(n, -1, 3),
+            RAY_GROUPS,
+            True,
+            self._ray_exclude,
+            ids=ids,
+        )
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(n)
+        dist = dist[inverse].reshape(n, A, self._nray)
+        geomid = geomid[inverse].reshape(n, A, self._nray)
+        present = self.agent_present[worlds]
+        lidar = np.where(geomid[..., :L] >= 0, dist[..., :L], cfg.lidar_range)
+        self.lidar[worlds] = np.minimum(lidar, cfg.lidar_range) * present[..., None]
+        hit = geomid[..., L:]
+        hit_body = np.where(hit >= 0, idx.geom_body[np.maximum(hit, 0)], -1)
+        line_of_sight = (hit_body == self._ray_target_body) & self._not_self
         cone = rules.in_vision_cone(
             self.agent_pos[worlds], self.agent_yaw[worlds], targets, cfg.vision_half_angle
         )
-        sees = line_of_sight & cone & self.agent_present[worlds][..., None]
-        self.sees_agent[worlds] = sees[:, :, :A] & self.agent_present[worlds][:, None, :]
+        sees = line_of_sight & cone & present[..., None]
+        self.sees_agent[worlds] = sees[:, :, :A] & present[:, None, :]
         self.sees_object[worlds] = sees[:, :, A:] & self.object_present[worlds][:, None, :]
 
     def data_geom_centres(self, w: int) -> np.ndarray:
         """(A+Ob, 3) centre of each entity's main geom: the point vision rays aim at."""
-        idx = self.index
-        return self.datas[w].geom_xpos[np.concatenate([idx.agent_geom, idx.object_geom])]
+        return self.entity_centre[w]
 
     def _apply_locks(self, locked: np.ndarray) -> None:
         idx = self.index

@@ -39,6 +39,7 @@ GROUP_SOLID, GROUP_FLOOR, GROUP_DECOR, GROUP_HIDDEN = 0, 1, 2, 3
 RAY_GROUPS = np.array([1, 0, 0, 0, 0, 0], dtype=np.uint8)  # solids only
 FREE_RANGE = 1e4  # joint range of an unlocked object (metres / radians)
 PARK_Z = -50.0  # absent entities wait here
+PARKED_CONTYPE, PARKED_CONAFFINITY = 2, 4  # (2 & 4) == 0 and (2 & 1) == (4 & 1) == 0
 
 HIDER_RGBA = (66 / 255, 235 / 255, 244 / 255, 1.0)
 SEEKER_RGBA = (0.93, 0.26, 0.23, 1.0)
@@ -102,8 +103,11 @@ def _add_object_joints(body, prefix: str, hinge_damping: float) -> None:
 
 
 def _hide(geom) -> None:
-    geom.contype = 0
-    geom.conaffinity = 0
+    # Collision bits that match no geom (not even another parked one) rather than 0/0: MuJoCo
+    # leaves 0/0 geoms out of its bounding-volume tree, so hiding them would change the tree's
+    # size with the layout, and `mujoco.batch` needs one MjData layout for every world.
+    if geom.contype or geom.conaffinity:
+        geom.contype, geom.conaffinity = PARKED_CONTYPE, PARKED_CONAFFINITY
     geom.group = GROUP_HIDDEN
 
 
@@ -345,12 +349,18 @@ def object_half_extents(cfg: GameConfig, layout: Layout) -> np.ndarray:
 
 class ModelCache:
     """Compiled models by layout structure: a world whose walls and object set recur skips the
-    compiler. Each world gets its own copy, since locks and grabs edit model fields."""
+    compiler. Each world gets its own copy, since locks and grabs edit model fields.
+
+    A template is stored only when its key comes back a second time: copying a model costs
+    about a third of compiling one, and in `quadrant` / `randomwalls` the door positions are
+    continuous, so keys almost never recur (`hits` stays 0; `chase` hits every time).
+    """
 
     def __init__(self, cfg: GameConfig, capacity: int = 64):
         self.cfg = cfg
         self.capacity = capacity
         self._models: dict[tuple, mujoco.MjModel] = {}
+        self._seen: dict[tuple, None] = {}  # keys compiled once, insertion-ordered
         self.index: WorldIndex | None = None
         self.hits = 0
         self.misses = 0
@@ -358,14 +368,19 @@ class ModelCache:
     def model_for(self, layout: Layout) -> mujoco.MjModel:
         key = layout.structure_key()
         template = self._models.get(key)
-        if template is None:
-            self.misses += 1
-            template = build_spec(self.cfg, layout).compile()
+        if template is not None:
+            self.hits += 1
+            return copy.copy(template)  # MjModel copies are deep
+        self.misses += 1
+        model = build_spec(self.cfg, layout).compile()
+        if self.index is None:
+            self.index = index_world(self.cfg, model)
+        if key in self._seen:
             if len(self._models) >= self.capacity:
                 self._models.pop(next(iter(self._models)))
-            self._models[key] = template
-            if self.index is None:
-                self.index = index_world(self.cfg, template)
+            self._models[key] = copy.copy(model)
         else:
-            self.hits += 1
-        return copy.copy(template)  # MjModel copies are deep
+            if len(self._seen) >= 16 * self.capacity:
+                self._seen.pop(next(iter(self._seen)))
+            self._seen[key] = None
+        return model
