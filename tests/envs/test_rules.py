@@ -1,0 +1,278 @@
+"""Game rules and bodies on scripted scenes (spec §2-4), each pinned to a number."""
+
+import math
+
+import hns_scene as S
+import mujoco
+import numpy as np
+import pytest
+
+from hns_train.envs import rules
+from hns_train.envs.world import LOCKED_EMISSION
+
+WALL_FACE_GAP = 0.05  # half the wall thickness
+
+
+def _inner_wall(game):
+    """(x, y_centre, half_length) of the longer segment of the quadrant room's x = 3.1 wall."""
+    layout = game.layouts[0]
+    slots = [k for k in (4, 5) if layout.wall_present[k]]
+    k = max(slots, key=lambda k: layout.wall_half[k, 1])
+    return layout.wall_pos[k, 0], layout.wall_pos[k, 1], layout.wall_half[k, 1]
+
+
+# ---------------------------------------------------------------- bodies
+
+
+def test_arms_mark_the_front_that_the_vision_cone_uses():
+    game = S.one_v_one()
+    m, body = game.model, game.index.agent_body[0]
+    arms = [g for g in range(m.ngeom) if m.geom_bodyid[g] == body and g != game.index.agent_geom[0]]
+    np.testing.assert_allclose(
+        sorted(m.geom_pos[arms].tolist()), [[-0.13, -0.075, -0.05], [0.13, -0.075, -0.05]]
+    )
+    np.testing.assert_allclose(m.geom_size[arms, 0], 0.05)
+    yaw = 0.7
+    S.place(game, agents={0: (1.0, 4.2, yaw), 1: (2.0, 3.6, 0.0)})
+    d = game.data
+    mid = d.geom_xpos[arms].mean(axis=0)[:2] - d.xpos[body, :2]
+    front = mid / np.linalg.norm(mid)
+    np.testing.assert_allclose(front, [math.sin(yaw), -math.cos(yaw)], atol=1e-9)
+
+
+@pytest.mark.parametrize("yaw", [0.0, math.pi / 2])
+def test_ramp_is_tall_at_local_minus_y_and_slopes_down_to_plus_y(yaw):
+    game = S.one_v_one()
+    ramp = game.n_objects - 1
+    S.place(game, agents={0: (0.6, 3.6, 0), 1: (0.6, 4.4, 0)}, objects={ramp: (2.0, 4.2, yaw)})
+    c, s = math.cos(yaw), math.sin(yaw)
+
+    def height(local_y):  # drop a ray onto the ramp at local (0, local_y)
+        p = np.array([2.0 - s * local_y, 4.2 + c * local_y, 3.0])
+        gid = np.zeros(1, dtype=np.int32)
+        dist = mujoco.mj_ray(game.model, game.data, p, np.array([0, 0, -1.0]), None, 1, -1, gid)
+        assert gid[0] == game.index.object_geom[ramp]
+        return 3.0 - dist
+
+    # 45-degree slope: height = 0.25 - local_y over the 0.5 m footprint
+    assert height(-0.2) == pytest.approx(0.45, abs=1e-6)
+    assert height(0.0) == pytest.approx(0.25, abs=1e-6)
+    assert height(0.2) == pytest.approx(0.05, abs=1e-6)
+
+
+# ---------------------------------------------------------------- walls occlude
+
+
+def test_walls_block_lidar_and_vision():
+    """The flg_static trap: rays must stop at static walls."""
+    game = S.one_v_one(prep_fraction=0.0)
+    x, yc, _ = _inner_wall(game)
+    # hider west of the wall facing east: its +x lidar ray (k = 0) ends on the wall's face
+    S.place(game, agents={0: (x - 0.5, yc, S.FACE_PX), 1: (x + 0.5, yc, S.FACE_MX)})
+    assert game.lidar[0, 0, 0] == pytest.approx(0.5 - WALL_FACE_GAP, abs=1e-6)
+    # the seeker faces the hider through the wall: no sight either way, hiders rewarded
+    assert not game.sees_agent[0, 1, 0] and not game.sees_agent[0, 0, 1]
+    assert game.obs["mask_aa_obs"][0, 1, 0] == 0.0
+    assert S.run(game, 1).tolist() == [1.0, -1.0]
+    # same distance without the wall in between: seen, and the reward flips
+    S.place(game, agents={0: (x - 0.5, yc, S.FACE_PX), 1: (x - 1.5, yc, S.FACE_PX)})
+    assert game.sees_agent[0, 1, 0] and game.obs["mask_aa_obs"][0, 1, 0] == 1.0
+    assert S.run(game, 1).tolist() == [-1.0, 1.0]
+
+
+def test_outer_wall_hides_an_agent_outside_it_and_ends_lidar():
+    game = S.one_v_one(prep_fraction=0.0)
+    S.place(game, agents={0: (-0.5, 4.2, 0.0), 1: (1.0, 4.2, S.FACE_MX)})
+    assert not game.sees_agent[0, 1, 0]
+    # seeker's -x ray (k = 15) stops at the wall face x = 0.15
+    assert game.lidar[0, 1, 15] == pytest.approx(1.0 - 0.15, abs=1e-6)
+
+
+def test_vision_cone_is_135_degrees():
+    game = S.one_v_one(prep_fraction=0.0)
+    seeker = (2.0, 4.2, S.FACE_MX)
+    for angle, seen in ((60, True), (66, True), (69, False), (80, False)):
+        a = math.radians(angle)
+        hider = (2.0 - math.cos(a), 4.2 + math.sin(a), 0.0)
+        S.place(game, agents={0: hider, 1: seeker})
+        assert game.sees_agent[0, 1, 0] == seen, angle
+
+
+# ---------------------------------------------------------------- movement
+
+
+@pytest.mark.parametrize("yaw", [0.0, 1.0, 2.5, -2.0])
+def test_full_force_moves_along_world_x_whatever_the_heading(yaw):
+    game = S.one_v_one()
+    S.place(game, agents={0: (0.8, 4.2, yaw), 1: (2.5, 3.6, 0.0)})
+    start = S.agent_xy(game, 0)
+    S.run(game, 2, a0=S.PUSH_PX)
+    dx, dy = S.agent_xy(game, 0) - start
+    assert dx > 0.4
+    assert abs(dy) < 0.01 * dx
+    assert game.agent_yaw[0, 0] == pytest.approx(yaw, abs=0.02)
+
+
+def test_grab_drags_the_box_and_release_leaves_it():
+    game = S.one_v_one()
+    box = (4.8, 4.2, 0.0)  # room to drag it 2 m west and walk on 1.5 m
+    S.place(game, agents={0: (4.38, 4.2, S.FACE_PX), 1: (5.5, 5.0, 0.0)}, objects={0: box})
+    assert game.sees_object[0, 0, 0]
+    gap = S.object_xy(game, 0) - S.agent_xy(game, 0)
+
+    S.run(game, 4, a0=[0, 5, 5, 1, 0])  # pull west while holding
+    assert game.grabbed[0, 0] == 0
+    S.run(game, 6, a0=[5, 5, 5, 1, 0])  # hold still until both rest
+    moved = S.object_xy(game, 0)[0] - box[0]
+    assert moved < -0.5
+    np.testing.assert_allclose(S.object_xy(game, 0) - S.agent_xy(game, 0), gap, atol=0.02)
+
+    released_at, agent_at = S.object_xy(game, 0), S.agent_xy(game, 0)
+    S.run(game, 4, a0=[0, 5, 5, 0, 0])  # walk on west without grabbing
+    assert game.grabbed[0, 0] == -1
+    assert S.agent_xy(game, 0)[0] - agent_at[0] < -0.5
+    assert np.linalg.norm(S.object_xy(game, 0) - released_at) < 0.02
+
+
+def test_grab_needs_the_object_in_range():
+    game = S.one_v_one()
+    S.place(game, agents={0: (1.4, 4.2, S.FACE_PX), 1: (3.5, 5.0, 0.0)}, objects={0: (2.0, 4.2, 0)})
+    # 0.35 m from the box face: seen but out of the 0.25 m range
+    assert game.sees_object[0, 0, 0]
+    S.run(game, 1, a0=[5, 5, 5, 1, 0])
+    assert game.grabbed[0, 0] == -1
+
+
+# ---------------------------------------------------------------- locks
+
+
+def _lock_scene():
+    game = S.one_v_one(prep_fraction=0.0)
+    S.place(
+        game,
+        agents={0: (1.58, 4.2, S.FACE_PX), 1: (2.42, 4.2, S.FACE_MX)},
+        objects={0: (2.0, 4.2, 0.0)},
+    )
+    return game
+
+
+def _emission(game, o):
+    return game.model.mat_emission[game.model.geom_matid[game.index.object_geom[o]]]
+
+
+def test_lock_freezes_the_box_against_a_full_force_push():
+    game = _lock_scene()
+    S.run(game, 1, a0=[5, 5, 5, 0, 1])
+    assert game.locked[0, 0] and game.lock_team[0, 0] == rules.HIDERS
+    assert _emission(game, 0) == LOCKED_EMISSION
+    start = S.object_xy(game, 0)
+    seeker_start = S.agent_xy(game, 1)
+    # the seeker pushes west into the box at full force, asking to unlock (lock = 0)
+    S.run(game, 8, a0=[5, 5, 5, 0, 1], a1=S.PUSH_MX)
+    assert game.locked[0, 0], "a seeker cannot unlock a hider lock"
+    assert np.linalg.norm(S.object_xy(game, 0) - start) < 0.005
+    assert abs(S.agent_xy(game, 1)[0] - seeker_start[0]) < 0.05  # it stays pressed on the box
+
+
+def test_only_the_locking_team_can_unlock():
+    game = _lock_scene()
+    S.run(game, 1, a0=[5, 5, 5, 0, 1])
+    S.run(game, 2, a0=[5, 5, 5, 0, 1], a1=[5, 5, 5, 0, 0])
+    assert game.locked[0, 0] and game.lock_team[0, 0] == rules.HIDERS
+    S.run(game, 1, a0=[5, 5, 5, 0, 0])  # the hider, in range, sends lock = 0
+    assert not game.locked[0, 0]
+    assert game.lock_team[0, 0] == rules.NO_TEAM and game.lock_agent[0, 0] == -1
+    assert _emission(game, 0) == 0.0
+
+    S.run(game, 1, a1=[5, 5, 5, 0, 1])  # now the seeker locks it
+    assert game.locked[0, 0] and game.lock_team[0, 0] == rules.SEEKERS
+    S.run(game, 2, a0=[5, 5, 5, 0, 0], a1=[5, 5, 5, 0, 1])
+    assert game.locked[0, 0] and game.lock_team[0, 0] == rules.SEEKERS
+    S.run(game, 1)  # both send lock = 0: the seeker's request unlocks
+    assert not game.locked[0, 0]
+
+
+def test_unlocked_box_moves_under_the_same_push():
+    game = _lock_scene()
+    start = S.object_xy(game, 0)
+    S.run(game, 8, a1=S.PUSH_MX)
+    assert S.object_xy(game, 0)[0] - start[0] < -0.1
+
+
+def test_quadrant_ramp_cannot_be_locked():
+    game = S.one_v_one(prep_fraction=0.0)
+    ramp = game.n_objects - 1
+    S.place(game, agents={0: (1.58, 4.2, S.FACE_PX), 1: (3.5, 5.0, 0)}, objects={ramp: (2, 4.2, 0)})
+    assert game.sees_object[0, 0, ramp]
+    S.run(game, 1, a0=[5, 5, 5, 0, 1])
+    assert not game.locked[0, ramp]
+
+
+# ---------------------------------------------------------------- preparation phase
+
+
+def test_prep_ignores_seeker_actions_and_pays_nothing():
+    game = S.one_v_one()  # quadrant: 32 prep steps
+    assert game.cfg.prep_steps == 32
+    # the seeker faces the hider: outside prep this would pay the seekers
+    S.place(game, agents={0: (1.0, 3.6, S.FACE_PX), 1: (1.0, 4.6, S.FACE_MY)})
+    assert game.sees_agent[0, 1, 0]
+    h0, s0 = S.agent_xy(game, 0), S.agent_xy(game, 1)
+    rewards = [S.run(game, 1, a0=S.PUSH_PX, a1=S.PUSH_PX) for _ in range(3)]
+    assert np.all(np.array(rewards) == 0.0)
+    assert np.linalg.norm(S.agent_xy(game, 1) - s0) < 1e-6
+    assert S.agent_xy(game, 0)[0] - h0[0] > 0.5
+
+    # penalties are 0 during prep too: the hider outside the arena
+    S.place(game, agents={0: (-1.0, 3.6, 0.0), 1: (1.0, 4.6, S.FACE_MY)})
+    assert S.run(game, 1).tolist() == [0.0, 0.0]
+
+    S.place(game, agents={0: (1.0, 3.6, S.FACE_PX), 1: (1.0, 4.6, S.FACE_MY)})
+    S.run(game, game.cfg.prep_steps - int(game.t[0]))
+    assert game.t[0] == 32
+    s0 = S.agent_xy(game, 1)
+    r = S.run(game, 1, a1=S.PUSH_PX)  # first step after prep: the seeker moves and scores
+    assert S.agent_xy(game, 1)[0] - s0[0] > 0.1
+    assert r.tolist() == [-1.0, 1.0]
+
+
+# ---------------------------------------------------------------- rewards
+
+
+def test_reward_flips_when_a_seeker_gets_line_of_sight():
+    game = S.one_v_one(prep_fraction=0.0)
+    S.place(game, agents={0: (1.0, 4.2, 0.0), 1: (2.0, 4.2, S.FACE_PX)})
+    assert S.run(game, 1).tolist() == [1.0, -1.0]
+    S.place(game, agents={0: (1.0, 4.2, 0.0), 1: (2.0, 4.2, S.FACE_MX)})
+    assert S.run(game, 1).tolist() == [-1.0, 1.0]
+    # a hider seeing the seeker changes nothing
+    S.place(game, agents={0: (1.0, 4.2, S.FACE_PX), 1: (2.0, 4.2, S.FACE_PX)})
+    assert S.run(game, 1).tolist() == [1.0, -1.0]
+
+
+def test_out_of_bounds_agent_gets_minus_10_instead():
+    game = S.one_v_one(prep_fraction=0.0)
+    S.place(game, agents={0: (-1.0, 4.2, 0.0), 1: (2.0, 4.2, S.FACE_PX)})
+    assert S.run(game, 1).tolist() == [-10.0, -1.0]
+    S.place(game, agents={0: (1.0, 4.2, 0.0), 1: (6.5, 4.2, S.FACE_PX)})
+    assert S.run(game, 1).tolist() == [1.0, -10.0]
+
+
+@pytest.mark.parametrize("slot", [0, 2])  # a box, the ramp
+def test_quadrant_object_out_of_bounds_costs_everyone_10(slot):
+    game = S.one_v_one(prep_fraction=0.0)
+    agents = {0: (1.0, 4.2, 0.0), 1: (2.0, 4.2, S.FACE_PX)}
+    S.place(game, agents=agents, objects={slot: (2.0, -0.8, 0.0)})
+    assert S.run(game, 1).tolist() == [-10.0, -10.0]
+    S.place(game, agents=agents, objects={slot: (1.0, 0.6, 0.0)})
+    assert S.run(game, 1).tolist() == [1.0, -1.0]
+
+
+def test_randomwalls_bounds_are_the_18m_square_and_ignore_objects():
+    game = S.one_v_one("randomwalls", seed=5, prep_fraction=0.0)
+    # objects far outside the arena: no penalty in this preset
+    far = {o: (-4.0 + 0.7 * o, -4.0, 0.0) for o in range(game.n_objects)}
+    S.place(game, agents={0: (-5.5, -5.5, 0.0), 1: (11.5, 11.5, S.FACE_PX)}, objects=far)
+    assert S.run(game, 1).tolist() == [1.0, -1.0]
+    S.place(game, agents={0: (-6.5, 3.0, 0.0), 1: (12.5, 3.0, S.FACE_PX)}, objects=far)
+    assert S.run(game, 1).tolist() == [-10.0, -10.0]
