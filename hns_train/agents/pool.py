@@ -1,0 +1,524 @@
+"""The self-play policy pool: frozen snapshots, their SQLite index, and opponent sampling.
+
+Folder `run_dir/pool/`:
+- `snapshot_<version>.pt`: frozen weights (the `ActorCritic` state dict, normalisers included),
+  written with `checkpoint.save_checkpoint` (atomic, no pickle).
+- `pool.sqlite`: the index, shared by every process of a run (WAL mode, short transactions,
+  busy timeout), schema `SCHEMA` below:
+  - `snapshots(version PK, path, created, frames, episodes)`
+  - `ratings(policy, role, mu, sigma, games, updated)`, PK (policy, role); `policy` is a
+    snapshot version as text ("120") or "latest" / "random" / "noop"; role "hider" | "seeker".
+    Written by `hns_train.eval.ratings`; read here for rating-prioritised sampling.
+  - `matches(id, time, hider, seeker, hider_score, hider_return, seeker_return,
+    hidden_fraction, stats_json)`: one row per rated match.
+  - view `pool_index`: each snapshot with games played and its hider/seeker mu and sigma.
+
+Who controls each team in an episode (`PolicyPool.draw(rng) -> TeamControllers`):
+- with probability `p_latest` both teams are the learning policy ("latest": the paper's setting);
+- otherwise one team, hiders or seekers with equal probability, is an opponent: "random" with
+  probability `p_random`, "noop" with probability `p_noop`, else a pool snapshot chosen by `rule`:
+  - `uniform`: every snapshot equally;
+  - `recency`: weight 0.5 ** (age / recency_half_life), age = 0 for the newest snapshot, 1 for
+    the one before, ... (in snapshots);
+  - `rating`: softmax of the snapshot's mu *in the role it will play* / `rating_temperature`
+    (stronger opponents more often; unrated snapshots count as the prior mu 25).
+  With an empty pool the snapshot branch falls back to "latest" for both teams.
+Only agents of a team whose controller is "latest" produce training data:
+`TeamControllers.learning_mask(is_hider)` gives that per agent slot.
+
+A `PolicyPool` object belongs to one process (open one per process: SQLite connections do not
+survive fork). Reopening the same folder resumes with every snapshot and rating. Sampling reads
+the index at most every `index_refresh_s` seconds (and right after this process adds a
+snapshot), so actors can draw per episode without a query each time.
+
+Public API:
+- `PoolConfig` (dataclass), `TeamControllers(hiders, seekers)`, `policy_key(id) -> str`,
+  `parse_policy_id(key) -> int | str`, `open_index(db_path) -> sqlite3.Connection`,
+  `transaction(conn)` (context manager for writes).
+- `PolicyPool(folder, config=None)`: `maybe_add(version, state_dict, frames, episodes)`,
+  `add_snapshot(...)`, `versions()`, `latest_version()`, `snapshot_info(version)`, `index()`,
+  `load_snapshot(version)`, `draw(rng)`, `candidate_probabilities(role)`, `close()`.
+- `SnapshotCache(pool, size)`: `get(version)` -> state dict, least-recently-used eviction.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hns_train.agents.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+
+log = logging.getLogger(__name__)
+
+ROLES = ("hider", "seeker")
+LATEST, RANDOM, NOOP = "latest", "random", "noop"
+NAMED_POLICIES = (LATEST, RANDOM, NOOP)
+FIXED_OPPONENTS = (RANDOM, NOOP)
+RULES = ("uniform", "recency", "rating")
+# openskill's default prior (mu 25, sigma 25/3); eval/ratings.py builds its model from these.
+PRIOR_MU = 25.0
+PRIOR_SIGMA = 25.0 / 3.0
+DB_NAME = "pool.sqlite"
+BUSY_TIMEOUT_S = 30.0
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS snapshots (
+    version INTEGER PRIMARY KEY,
+    path TEXT NOT NULL,
+    created REAL NOT NULL,
+    frames INTEGER NOT NULL DEFAULT 0,
+    episodes INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS ratings (
+    policy TEXT NOT NULL,
+    role TEXT NOT NULL CHECK (role IN ('hider', 'seeker')),
+    mu REAL NOT NULL,
+    sigma REAL NOT NULL,
+    games INTEGER NOT NULL DEFAULT 0,
+    updated REAL NOT NULL,
+    PRIMARY KEY (policy, role)
+);
+CREATE TABLE IF NOT EXISTS matches (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time REAL NOT NULL,
+    hider TEXT NOT NULL,
+    seeker TEXT NOT NULL,
+    hider_score REAL NOT NULL,
+    hider_return REAL,
+    seeker_return REAL,
+    hidden_fraction REAL,
+    stats_json TEXT
+);
+CREATE INDEX IF NOT EXISTS matches_hider ON matches (hider);
+CREATE INDEX IF NOT EXISTS matches_seeker ON matches (seeker);
+CREATE VIEW IF NOT EXISTS pool_index AS
+SELECT s.version, s.path, s.created, s.frames, s.episodes,
+       COALESCE(h.games, 0) + COALESCE(k.games, 0) AS games,
+       h.mu AS hider_mu, h.sigma AS hider_sigma,
+       k.mu AS seeker_mu, k.sigma AS seeker_sigma
+FROM snapshots s
+LEFT JOIN ratings h ON h.policy = CAST(s.version AS TEXT) AND h.role = 'hider'
+LEFT JOIN ratings k ON k.policy = CAST(s.version AS TEXT) AND k.role = 'seeker';
+"""
+
+PolicyId = int | str
+
+
+_NAME_RE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+
+
+def policy_key(policy: PolicyId) -> str:
+    """Canonical text of a policy id: a snapshot version ("120"), latest/random/noop, or the
+    lower-case name of another fixed controller (e.g. "scripted_seeker", for ratings)."""
+    if isinstance(policy, (bool, np.bool_)):
+        raise ValueError(f"policy id must be a version or one of {NAMED_POLICIES}, got {policy!r}")
+    if isinstance(policy, (int, np.integer)):
+        if policy < 0:
+            raise ValueError(f"snapshot version must be >= 0, got {policy}")
+        return str(int(policy))
+    if isinstance(policy, str):
+        if re.fullmatch(r"\d+", policy):
+            return str(int(policy))
+        if _NAME_RE.fullmatch(policy):
+            return policy
+    raise ValueError(
+        f"policy id must be a snapshot version (int >= 0), one of {NAMED_POLICIES}, or a "
+        f"lower-case name [a-z][a-z0-9_.-]*; got {policy!r}"
+    )
+
+
+def parse_policy_id(key: PolicyId) -> PolicyId:
+    """Inverse of `policy_key`: "120" -> 120, "random" -> "random"."""
+    key = policy_key(key)
+    return int(key) if key.isdigit() else key
+
+
+def check_role(role: str) -> str:
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    return role
+
+
+def open_index(db_path: str | os.PathLike) -> sqlite3.Connection:
+    """Connect to (and create if needed) a pool index: WAL mode, autocommit, busy timeout.
+
+    Writers use `with transaction(conn):` (BEGIN IMMEDIATE ... COMMIT): short transactions."""
+    db_path = Path(db_path)
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    with transaction(conn):
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+    return conn
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One short IMMEDIATE (write-locking) transaction: commit, or roll back on error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+@dataclass
+class PoolConfig:
+    """Snapshotting and opponent sampling. All values (ours): the paper trains against the
+    latest policy only, which is `p_latest = 1.0`."""
+
+    snapshot_every: int = 100  # versions between snapshots
+    p_latest: float = 0.8  # both teams are the learning policy
+    rule: str = "recency"  # uniform | recency | rating
+    recency_half_life: float = 10.0  # snapshots; weight halves every this many snapshots back
+    rating_temperature: float = 5.0  # rating units (prior sigma is 8.3); lower = greedier
+    p_random: float = 0.05  # of opponent episodes: a team acting uniformly at random
+    p_noop: float = 0.05  # of opponent episodes: a team sending the no-op action
+    index_refresh_s: float = 5.0  # how stale the sampler's copy of the index may be
+
+    def __post_init__(self) -> None:
+        if self.snapshot_every < 1:
+            raise ValueError(f"snapshot_every must be >= 1, got {self.snapshot_every}")
+        for name in ("p_latest", "p_random", "p_noop"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
+        if self.p_random + self.p_noop > 1.0:
+            raise ValueError(f"p_random + p_noop must be <= 1, got {self.p_random} + {self.p_noop}")
+        if self.rule not in RULES:
+            raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}")
+        if self.recency_half_life <= 0 or self.rating_temperature <= 0:
+            raise ValueError("recency_half_life and rating_temperature must be > 0")
+        if self.index_refresh_s < 0:
+            raise ValueError(f"index_refresh_s must be >= 0, got {self.index_refresh_s}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> PoolConfig:
+        data = dict(data or {})
+        names = set(cls.__dataclass_fields__)
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"unknown PoolConfig fields {sorted(unknown)}; known: {sorted(names)}")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TeamControllers:
+    """Who acts for each team this episode: "latest", a snapshot version, "random" or "noop"."""
+
+    hiders: PolicyId = LATEST
+    seekers: PolicyId = LATEST
+
+    def __post_init__(self) -> None:
+        for team in ("hiders", "seekers"):
+            value = parse_policy_id(getattr(self, team))
+            if isinstance(value, str) and value not in NAMED_POLICIES:
+                raise ValueError(
+                    f"{team} controller must be a snapshot version or one of {NAMED_POLICIES}, "
+                    f"got {value!r}"
+                )
+            object.__setattr__(self, team, value)
+
+    def for_role(self, role: str) -> PolicyId:
+        return self.hiders if check_role(role) == "hider" else self.seekers
+
+    @property
+    def learning_roles(self) -> tuple[str, ...]:
+        """Roles whose experience is trained on (those played by the latest policy)."""
+        return tuple(r for r in ROLES if self.for_role(r) == LATEST)
+
+    @property
+    def opponent(self) -> tuple[str, PolicyId] | None:
+        """(role, controller) of the team not played by the latest policy, if any."""
+        others = [(r, self.for_role(r)) for r in ROLES if self.for_role(r) != LATEST]
+        return others[0] if len(others) == 1 else None
+
+    def learning_mask(self, is_hider: np.ndarray) -> np.ndarray:
+        """(A,) bool per agent slot: True where the latest policy acts (and trains)."""
+        is_hider = np.asarray(is_hider, dtype=bool)
+        return np.where(is_hider, self.hiders == LATEST, self.seekers == LATEST)
+
+    def controller_of(self, is_hider: np.ndarray) -> list[PolicyId]:
+        """Controller id per agent slot."""
+        return [self.hiders if h else self.seekers for h in np.asarray(is_hider, dtype=bool)]
+
+    def to_dict(self) -> dict[str, PolicyId]:
+        """Plain (msgpack-able) form; `TeamControllers(**d)` reads it back."""
+        return {"hiders": self.hiders, "seekers": self.seekers}
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    version: int
+    path: Path
+    created: float
+    frames: int
+    episodes: int
+    games: int
+    hider_mu: float | None
+    hider_sigma: float | None
+    seeker_mu: float | None
+    seeker_sigma: float | None
+
+
+_SNAPSHOT = re.compile(r"^snapshot_(\d+)\.pt$")
+
+
+class PolicyPool:
+    """Frozen snapshots in `folder` with the SQLite index; opponent sampling per episode."""
+
+    def __init__(self, folder: str | os.PathLike, config: PoolConfig | None = None) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.config = config or PoolConfig()
+        self.db_path = self.folder / DB_NAME
+        self.conn = open_index(self.db_path)
+        self._lock = threading.Lock()
+        self._cache_time = -math.inf
+        self._versions: np.ndarray = np.zeros(0, dtype=np.int64)
+        self._probs: dict[str, np.ndarray] = {}
+        self._reconcile()
+
+    # ----- snapshots -----
+
+    def path_for(self, version: int) -> Path:
+        return self.folder / f"snapshot_{int(version):010d}.pt"
+
+    def should_snapshot(self, version: int) -> bool:
+        return version > 0 and version % self.config.snapshot_every == 0
+
+    def maybe_add(
+        self, version: int, state_dict: Mapping[str, Any], frames: int = 0, episodes: int = 0
+    ) -> bool:
+        """Add a snapshot when `version` is a multiple of `snapshot_every` and not yet stored."""
+        if not self.should_snapshot(version) or self.snapshot_info(version) is not None:
+            return False
+        self.add_snapshot(version, state_dict, frames, episodes)
+        return True
+
+    def add_snapshot(
+        self, version: int, state_dict: Mapping[str, Any], frames: int = 0, episodes: int = 0
+    ) -> Path:
+        """Write the frozen weights (file first, then the index row) and return the path."""
+        version = int(version)
+        if version < 0:
+            raise ValueError(f"snapshot version must be >= 0, got {version}")
+        created = time.time()
+        path = save_checkpoint(
+            self.path_for(version),
+            {"model": dict(state_dict)},
+            {
+                "kind": "snapshot",
+                "version": version,
+                "frames": int(frames),
+                "episodes": int(episodes),
+                "created": created,
+            },
+        )
+        self._insert(version, path, created, frames, episodes)
+        self._cache_time = -math.inf
+        return path
+
+    def _insert(self, version: int, path: Path, created: float, frames: int, episodes: int) -> None:
+        with transaction(self.conn):
+            self.conn.execute(
+                "INSERT OR REPLACE INTO snapshots (version, path, created, frames, episodes) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (version, path.name, created, int(frames), int(episodes)),
+            )
+
+    def _reconcile(self) -> None:
+        """Index files written just before a crash; drop rows whose file has gone."""
+        indexed = set(self.versions())
+        on_disk = {}
+        for p in self.folder.iterdir():
+            m = _SNAPSHOT.match(p.name)
+            if m:
+                on_disk[int(m.group(1))] = p
+        for version in sorted(set(on_disk) - indexed):
+            try:
+                meta = load_checkpoint(on_disk[version]).meta
+            except CheckpointError as e:
+                log.warning("pool: ignoring unusable snapshot file: %s", e)
+                continue
+            self._insert(
+                version,
+                on_disk[version],
+                float(meta.get("created", time.time())),
+                int(meta.get("frames", 0)),
+                int(meta.get("episodes", 0)),
+            )
+        missing = sorted(indexed - set(on_disk))
+        if missing:
+            log.warning("pool: snapshot files missing for versions %s; dropping them", missing)
+            with transaction(self.conn):
+                self.conn.executemany(
+                    "DELETE FROM snapshots WHERE version = ?", [(v,) for v in missing]
+                )
+
+    def versions(self) -> list[int]:
+        rows = self.conn.execute("SELECT version FROM snapshots ORDER BY version").fetchall()
+        return [int(r[0]) for r in rows]
+
+    def latest_version(self) -> int | None:
+        row = self.conn.execute("SELECT MAX(version) FROM snapshots").fetchone()
+        return None if row[0] is None else int(row[0])
+
+    def index(self) -> list[SnapshotInfo]:
+        rows = self.conn.execute("SELECT * FROM pool_index ORDER BY version").fetchall()
+        return [self._info(r) for r in rows]
+
+    def snapshot_info(self, version: int) -> SnapshotInfo | None:
+        row = self.conn.execute(
+            "SELECT * FROM pool_index WHERE version = ?", (int(version),)
+        ).fetchone()
+        return None if row is None else self._info(row)
+
+    def _info(self, row: sqlite3.Row) -> SnapshotInfo:
+        return SnapshotInfo(
+            version=int(row["version"]),
+            path=self.folder / row["path"],
+            created=float(row["created"]),
+            frames=int(row["frames"]),
+            episodes=int(row["episodes"]),
+            games=int(row["games"]),
+            hider_mu=row["hider_mu"],
+            hider_sigma=row["hider_sigma"],
+            seeker_mu=row["seeker_mu"],
+            seeker_sigma=row["seeker_sigma"],
+        )
+
+    def load_snapshot(self, version: int, map_location: Any = "cpu") -> dict[str, Any]:
+        """The frozen state dict of `version` (for `ActorCritic.load_state_dict`)."""
+        if self.snapshot_info(version) is None:
+            raise ValueError(f"no snapshot of version {version} in {self.folder}")
+        return load_checkpoint(self.path_for(version), map_location).state["model"]
+
+    # ----- sampling -----
+
+    def _refresh(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._cache_time < self.config.index_refresh_s:
+            return
+        rows = self.conn.execute(
+            "SELECT version, hider_mu, seeker_mu FROM pool_index ORDER BY version"
+        ).fetchall()
+        versions = np.array([r[0] for r in rows], dtype=np.int64)
+        probs = {}
+        for role in ROLES:
+            mu = np.array(
+                [PRIOR_MU if r[f"{role}_mu"] is None else r[f"{role}_mu"] for r in rows],
+                dtype=np.float64,
+            )
+            probs[role] = self._rule_probabilities(mu)
+        self._versions, self._probs, self._cache_time = versions, probs, now
+
+    def _rule_probabilities(self, mu: np.ndarray) -> np.ndarray:
+        n = len(mu)
+        if n == 0:
+            return np.zeros(0)
+        cfg = self.config
+        if cfg.rule == "uniform":
+            logits = np.zeros(n)
+        elif cfg.rule == "recency":
+            age = np.arange(n - 1, -1, -1, dtype=np.float64)
+            logits = -age / cfg.recency_half_life * math.log(2.0)
+        else:
+            logits = mu / cfg.rating_temperature
+        weights = np.exp(logits - logits.max())
+        return weights / weights.sum()
+
+    def candidate_probabilities(self, role: str) -> tuple[np.ndarray, np.ndarray]:
+        """(versions, probabilities) of drawing each snapshot to play `role` under the rule."""
+        check_role(role)
+        with self._lock:
+            self._refresh()
+            return self._versions, self._probs[role]
+
+    def draw(self, rng: np.random.Generator) -> TeamControllers:
+        """Controllers of both teams for one episode (see the module docstring)."""
+        cfg = self.config
+        if rng.random() < cfg.p_latest:
+            return TeamControllers(LATEST, LATEST)
+        role = ROLES[int(rng.integers(2))]
+        u = rng.random()
+        if u < cfg.p_random:
+            opponent: PolicyId = RANDOM
+        elif u < cfg.p_random + cfg.p_noop:
+            opponent = NOOP
+        else:
+            versions, probs = self.candidate_probabilities(role)
+            if len(versions) == 0:
+                return TeamControllers(LATEST, LATEST)
+            pick = int(np.searchsorted(np.cumsum(probs), rng.random(), side="right"))
+            opponent = int(versions[min(pick, len(versions) - 1)])
+        if role == "hider":
+            return TeamControllers(hiders=opponent, seekers=LATEST)
+        return TeamControllers(hiders=LATEST, seekers=opponent)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> PolicyPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SnapshotCache:
+    """Least-recently-used cache of loaded snapshot state dicts (for policy workers)."""
+
+    def __init__(self, pool: PolicyPool, size: int = 4) -> None:
+        if size < 1:
+            raise ValueError(f"SnapshotCache size must be >= 1, got {size}")
+        self.pool = pool
+        self.size = size
+        self._items: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, version: int) -> dict[str, Any]:
+        version = int(version)
+        if version in self._items:
+            self._items.move_to_end(version)
+            self.hits += 1
+            return self._items[version]
+        self.misses += 1
+        state = self.pool.load_snapshot(version)
+        self._items[version] = state
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+        return state
+
+    def __contains__(self, version: object) -> bool:
+        return version in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def cached_versions(self) -> Sequence[int]:
+        return list(self._items)
