@@ -1,0 +1,759 @@
+"""The pipeline's ZeroMQ streams: small classes that each own their socket(s) and speak wire.py.
+
+| stream      | binding side (server)          | connecting side (client)        | pattern      |
+|-------------|--------------------------------|---------------------------------|--------------|
+| inference   | ``InferenceServer`` (policy)   | ``InferenceClient`` (actor)     | ROUTER/DEALER|
+| samples     | ``SampleReceiver`` (trainer)   | ``SampleSender`` (actor)        | PULL/PUSH    |
+| parameters  | ``ParamPublisher`` (trainer)   | ``ParamSubscriber`` (policy...) | XPUB/SUB     |
+| control     | ``ControlServer`` (controller) | ``ControlClient`` (every worker)| ROUTER/DEALER|
+
+Invariants:
+
+- **Timeouts everywhere.** Every receive waits at most ``timeout_ms`` (0 = just look) and every
+  send that could block takes a timeout too; ``None``/negative timeouts are refused. Sockets
+  close with linger 0, so ``close()`` never waits for unsent data.
+- **Robust receivers.** A malformed message (see ``wire.decode``) is dropped: the reason is
+  logged with ``logging.getLogger(__name__).warning`` and the stream's ``rejected`` counter goes
+  up; nothing raises into the worker loop. Receiving sockets also cap the size of one frame
+  (``max_message_bytes``, 1 GiB by default).
+- **No pickle**: everything goes through ``wire.encode`` / ``wire.decode``.
+- **Zero copy.** Large arrays are sent without a copy, so an array passed to ``send``/``reply``
+  must not be modified in place afterwards (pass ``copy=True`` when reusing buffers).
+  ``ParamPublisher.publish`` always copies, because torch parameters change in place.
+  Received arrays are read-only views of the received frames.
+- **Endpoints.** ``ipc://`` (path under ~100 bytes) or ``inproc://`` on one host, ``tcp://``
+  across hosts. ``tcp://:PORT`` binds 127.0.0.1 and port 0 picks a free port; ``endpoint``
+  holds the address actually bound, to hand out. Binding a non-loopback address is refused
+  unless ``security`` (CURVE keys, see security.py) is given: cluster runs encrypt and
+  authenticate every socket. A socket bound to ``0.0.0.0``/``*`` reports that address; peers on
+  other hosts must connect to the host's real address with the same port.
+- **One zmq.Context per process** (``zmq.Context.instance()``). Processes are started with the
+  spawn method; never fork after creating sockets. A socket is used from one thread only.
+
+Back-pressure (samples): ``SampleSender`` holds at most ``hwm`` messages and the receiver at
+most its own ``hwm``; beyond that (plus what the OS socket buffers hold) ``send`` waits up to
+``timeout_ms`` and then returns False. Nothing queues without bound.
+
+Late joiners (parameters): PUB/SUB delivers only what is published after a subscriber has
+connected, so ``ParamPublisher`` keeps the latest parameters and a background thread re-sends
+them as soon as a new subscription arrives (XPUB sees each subscribe, also on reconnects).
+``republish_s`` adds a periodic re-send as a safety net. ``ParamSubscriber.poll_latest``
+drains its queue and returns only the newest version, never an older or repeated one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import zmq
+
+from hns_train.distributed.security import RunKeys
+from hns_train.distributed.wire import Message, WireError, decode, encode
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
+MAX_IPC_PATH_BYTES = 107  # sockaddr_un.sun_path on Linux, less the final NUL
+MAX_IDENTITY_BYTES = 255
+PARAMS_KIND = "params"
+
+_Arrays = Mapping[str, np.ndarray] | None
+_Meta = Mapping[str, Any] | None
+
+
+def context() -> zmq.Context:
+    """The process-wide context (pyzmq makes a fresh one in a new process)."""
+    return zmq.Context.instance()
+
+
+def ipc_endpoint(directory: str | os.PathLike, name: str) -> str:
+    """``ipc://<directory>/<name>.sock``, checking the length limit of socket paths."""
+    path = os.path.join(os.fspath(directory), f"{name}.sock")
+    if len(os.fsencode(path)) > MAX_IPC_PATH_BYTES:
+        raise ValueError(
+            f"ipc path {path!r} is {len(os.fsencode(path))} bytes; at most "
+            f"{MAX_IPC_PATH_BYTES} allowed (use a shorter directory, e.g. under /tmp)"
+        )
+    return f"ipc://{path}"
+
+
+def _is_loopback(host: str) -> bool:
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # '*', interface names, host names
+
+
+def resolve_bind(bind: str, security: RunKeys | None = None) -> str:
+    """Normalise a bind address: default host 127.0.0.1, port 0 -> any free port."""
+    if not isinstance(bind, str) or "://" not in bind:
+        raise ValueError(f"bind address {bind!r} must look like tcp://HOST:PORT, ipc://PATH, ...")
+    transport, rest = bind.split("://", 1)
+    if transport == "ipc":
+        if len(os.fsencode(rest)) > MAX_IPC_PATH_BYTES:
+            raise ValueError(f"ipc path {rest!r} is longer than {MAX_IPC_PATH_BYTES} bytes")
+        return bind
+    if transport == "inproc":
+        return bind
+    if transport != "tcp":
+        raise ValueError(f"transport {transport!r} not supported; use tcp, ipc or inproc")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not (port == "*" or port.isdigit()):
+        raise ValueError(f"tcp bind address {bind!r} needs a port (0 or * for any free port)")
+    host = host or "127.0.0.1"
+    if not _is_loopback(host) and security is None:
+        raise ValueError(
+            f"binding {bind!r} would expose an unauthenticated socket beyond this host; bind "
+            f"127.0.0.1, or pass security=RunKeys for a cluster run"
+        )
+    return f"tcp://{host}:{'*' if port in ('0', '*') else port}"
+
+
+def _check_timeout(timeout_ms: int) -> int:
+    if timeout_ms is None or timeout_ms < 0:
+        raise ValueError(f"timeout_ms must be >= 0 (no call may block forever), got {timeout_ms}")
+    return int(timeout_ms)
+
+
+def _identity(identity: str | bytes | None) -> bytes | None:
+    if identity is None:
+        return None
+    raw = identity.encode() if isinstance(identity, str) else bytes(identity)
+    if not 1 <= len(raw) <= MAX_IDENTITY_BYTES or raw[0] == 0:
+        raise ValueError(
+            f"identity {identity!r} must be 1..{MAX_IDENTITY_BYTES} bytes, not starting with NUL"
+        )
+    return raw
+
+
+class _Stream:
+    """One socket, bound or connected, with the shared rejection and closing logic."""
+
+    def __init__(
+        self,
+        socket_type: int,
+        *,
+        bind: str | None = None,
+        connect: str | Sequence[str] | None = None,
+        security: RunKeys | None = None,
+        sndhwm: int | None = None,
+        rcvhwm: int | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        options: Mapping[int, Any] | None = None,
+    ) -> None:
+        if (bind is None) == (connect is None):
+            raise ValueError("give exactly one of bind or connect")
+        self.rejected = 0
+        self.security = security
+        self.socket: zmq.Socket = context().socket(socket_type)
+        try:
+            self.socket.linger = 0
+            if sndhwm is not None:
+                self.socket.sndhwm = _positive("hwm", sndhwm)
+            if rcvhwm is not None:
+                self.socket.rcvhwm = _positive("hwm", rcvhwm)
+            self.socket.setsockopt(
+                zmq.MAXMSGSIZE, _positive("max_message_bytes", max_message_bytes)
+            )
+            for opt, value in (options or {}).items():
+                self.socket.setsockopt(opt, value)
+            self._setup()
+            if bind is not None:
+                address = resolve_bind(bind, security)
+                if security is not None:
+                    security.apply_server(self.socket)
+                self.socket.bind(address)
+                self.endpoint: str = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+            else:
+                endpoints = [connect] if isinstance(connect, str) else list(connect)
+                if not endpoints:
+                    raise ValueError("connect needs at least one endpoint")
+                if security is not None:
+                    security.apply_client(self.socket)
+                for ep in endpoints:
+                    self.socket.connect(ep)
+                self.endpoint = endpoints[0]
+        except BaseException:
+            self.socket.close(linger=0)
+            raise
+
+    def _setup(self) -> None:
+        """Socket options of the subclass, set before bind/connect."""
+
+    @property
+    def closed(self) -> bool:
+        return self.socket.closed
+
+    def close(self) -> None:
+        if not self.socket.closed:
+            self.socket.close(linger=0)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _reject(self, reason: str, peer: bytes | None = None) -> None:
+        self.rejected += 1
+        who = f" from {peer!r}" if peer is not None else ""
+        log.warning(
+            "%s %s: dropped a message%s: %s", type(self).__name__, self.endpoint, who, reason
+        )
+
+    def _decode(self, frames: Sequence[Any], peer: bytes | None = None) -> Message | None:
+        try:
+            return decode(frames)
+        except WireError as exc:
+            self._reject(str(exc), peer)
+            return None
+
+    def _recv_frames(self) -> list | None:
+        """One queued multipart message, or None when nothing is queued."""
+        try:
+            return self.socket.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return None
+
+    def _recv_one(self, timeout_ms: int) -> Message | None:
+        """The next well-formed message, dropping malformed ones, or None after timeout_ms."""
+        deadline = _Deadline(timeout_ms)
+        while self.socket.poll(deadline.remaining_ms(), zmq.POLLIN):
+            frames = self._recv_frames()
+            if frames is not None and (msg := self._decode(frames)) is not None:
+                return msg
+            if deadline.remaining_ms() == 0:
+                break
+        return None
+
+    def _send(self, frames: list, timeout_ms: int, copy: bool) -> bool:
+        """Send unless the queue stays full for timeout_ms (then False)."""
+        if not self.socket.poll(_check_timeout(timeout_ms), zmq.POLLOUT):
+            return False
+        try:
+            self.socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=copy)
+        except zmq.Again:
+            return False
+        return True
+
+
+def _positive(name: str, value: int) -> int:
+    if not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+class _Deadline:
+    def __init__(self, timeout_ms: int) -> None:
+        self.end = time.monotonic() + _check_timeout(timeout_ms) / 1000
+
+    def remaining_ms(self) -> int:
+        return max(0, int((self.end - time.monotonic()) * 1000))
+
+
+# --- request/reply: inference and control ----------------------------------------------------
+
+
+class _RouterServer(_Stream):
+    """ROUTER: messages arrive as (peer id, Message); replies go to a peer id."""
+
+    def __init__(
+        self,
+        bind: str,
+        *,
+        max_requests: int,
+        hwm: int,
+        security: RunKeys | None,
+        max_message_bytes: int,
+    ) -> None:
+        self.max_requests = _positive("max_requests", max_requests)
+        super().__init__(
+            zmq.ROUTER,
+            bind=bind,
+            security=security,
+            sndhwm=hwm,
+            rcvhwm=hwm,
+            max_message_bytes=max_message_bytes,
+        )
+
+    def _setup(self) -> None:
+        # Unknown or full peers raise instead of being silently dropped, so send() can say so;
+        # a restarted worker with the same identity takes over its old connection.
+        self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
+
+    def recv(self, timeout_ms: int = 100) -> list[tuple[bytes, Message]]:
+        """Everything queued (at most ``max_requests``), waiting up to timeout_ms for the first."""
+        deadline = _Deadline(timeout_ms)
+        out: list[tuple[bytes, Message]] = []
+        while not out:
+            if not self.socket.poll(deadline.remaining_ms(), zmq.POLLIN):
+                return out
+            while len(out) < self.max_requests:
+                frames = self._recv_frames()
+                if frames is None:
+                    break
+                peer = frames[0].bytes
+                if len(frames) < 2:
+                    self._reject("no payload after the peer id", peer)
+                    continue
+                msg = self._decode(frames[1:], peer)
+                if msg is not None:
+                    out.append((peer, msg))
+            if deadline.remaining_ms() == 0:
+                break
+        return out
+
+    def _reply(
+        self, peer: bytes, kind: str, arrays: _Arrays, meta: _Meta, timeout_ms: int, copy: bool
+    ) -> bool:
+        frames = [bytes(peer), *encode(kind, arrays, meta)]
+        deadline = _Deadline(timeout_ms)
+        while True:
+            try:
+                self.socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=copy)
+                return True
+            except zmq.Again:  # that peer's queue is full: wait a little, like a blocking send
+                if deadline.remaining_ms() == 0:
+                    log.warning("%s: reply to %r timed out (peer queue full)", self.endpoint, peer)
+                    return False
+                time.sleep(0.001)
+            except zmq.ZMQError as exc:
+                if exc.errno != zmq.EHOSTUNREACH:
+                    raise
+                log.warning(
+                    "%s: no connected peer %r; %s message dropped", self.endpoint, peer, kind
+                )
+                return False
+
+
+class _DealerClient(_Stream):
+    def __init__(
+        self,
+        connect: str | Sequence[str],
+        identity: str | bytes | None,
+        *,
+        hwm: int,
+        security: RunKeys | None,
+        max_message_bytes: int,
+    ) -> None:
+        self.identity = _identity(identity)
+        super().__init__(
+            zmq.DEALER,
+            connect=connect,
+            security=security,
+            sndhwm=hwm,
+            rcvhwm=hwm,
+            max_message_bytes=max_message_bytes,
+        )
+
+    def _setup(self) -> None:
+        if self.identity is not None:
+            self.socket.setsockopt(zmq.ROUTING_ID, self.identity)
+
+    def recv(self, timeout_ms: int = 100) -> Message | None:
+        """The next well-formed message, or None after timeout_ms."""
+        return self._recv_one(timeout_ms)
+
+
+class InferenceServer(_RouterServer):
+    """Policy-worker side: batches of requests from many actors, one reply per request.
+
+    ``recv`` returns every queued request (up to ``max_requests``) so batches grow by themselves
+    while the worker is busy computing the previous one.
+    """
+
+    def __init__(
+        self,
+        bind: str,
+        *,
+        max_requests: int = 256,
+        hwm: int = 1000,
+        security: RunKeys | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        super().__init__(
+            bind,
+            max_requests=max_requests,
+            hwm=hwm,
+            security=security,
+            max_message_bytes=max_message_bytes,
+        )
+
+    def reply(
+        self,
+        client_id: bytes,
+        kind: str,
+        arrays: _Arrays = None,
+        meta: _Meta = None,
+        *,
+        timeout_ms: int = 1000,
+        copy: bool = False,
+    ) -> bool:
+        """Send to one client; False if it is gone or its queue stays full for timeout_ms."""
+        return self._reply(client_id, kind, arrays, meta, timeout_ms, copy)
+
+
+class InferenceClient(_DealerClient):
+    """Actor side: send requests, receive replies (each reply carries what the actor needs to
+    match it, e.g. a group index in ``meta``; replies come back in request order per server)."""
+
+    def __init__(
+        self,
+        connect: str | Sequence[str],
+        identity: str | bytes | None = None,
+        *,
+        hwm: int = 1000,
+        security: RunKeys | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        super().__init__(
+            connect, identity, hwm=hwm, security=security, max_message_bytes=max_message_bytes
+        )
+
+    def send(
+        self,
+        kind: str,
+        arrays: _Arrays = None,
+        meta: _Meta = None,
+        *,
+        timeout_ms: int = 1000,
+        copy: bool = False,
+    ) -> bool:
+        """Queue a request; False if the queue stays full for timeout_ms."""
+        return self._send(encode(kind, arrays, meta), timeout_ms, copy)
+
+
+class ControlServer(_RouterServer):
+    """Controller side: heartbeats, stats and commands from and to workers by worker id."""
+
+    def __init__(
+        self,
+        bind: str,
+        *,
+        max_requests: int = 1024,
+        hwm: int = 1000,
+        security: RunKeys | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        super().__init__(
+            bind,
+            max_requests=max_requests,
+            hwm=hwm,
+            security=security,
+            max_message_bytes=max_message_bytes,
+        )
+
+    def send(
+        self,
+        worker_id: bytes,
+        kind: str,
+        arrays: _Arrays = None,
+        meta: _Meta = None,
+        *,
+        timeout_ms: int = 1000,
+    ) -> bool:
+        """Send to one worker; False if it is not connected or its queue stays full."""
+        return self._reply(worker_id, kind, arrays, meta, timeout_ms, copy=True)
+
+
+class ControlClient(_DealerClient):
+    """Worker side of the control stream; ``identity`` is the worker id the controller sees."""
+
+    def __init__(
+        self,
+        connect: str,
+        identity: str | bytes,
+        *,
+        hwm: int = 1000,
+        security: RunKeys | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        if identity is None:
+            raise ValueError("a ControlClient needs an identity (its worker id)")
+        super().__init__(
+            connect, identity, hwm=hwm, security=security, max_message_bytes=max_message_bytes
+        )
+
+    def send(
+        self,
+        kind: str,
+        meta: _Meta = None,
+        arrays: _Arrays = None,
+        *,
+        timeout_ms: int = 1000,
+    ) -> bool:
+        """Queue a message for the controller; False if the queue stays full for timeout_ms."""
+        return self._send(encode(kind, arrays, meta), timeout_ms, copy=True)
+
+
+# --- samples ---------------------------------------------------------------------------------
+
+
+class SampleSender(_Stream):
+    """Actor side of the sample stream (PUSH). Connect to one or several receivers (messages
+    then go round-robin). ``send`` returns False under back-pressure instead of queueing."""
+
+    def __init__(
+        self,
+        connect: str | Sequence[str],
+        hwm: int = 8,
+        *,
+        security: RunKeys | None = None,
+    ) -> None:
+        self.blocked = 0
+        super().__init__(zmq.PUSH, connect=connect, security=security, sndhwm=hwm)
+
+    def send(
+        self,
+        kind: str,
+        arrays: _Arrays = None,
+        meta: _Meta = None,
+        timeout_ms: int = 1000,
+        *,
+        copy: bool = False,
+    ) -> bool:
+        """Queue one message; False (and ``blocked`` += 1) if the queue stays full."""
+        ok = self._send(encode(kind, arrays, meta), timeout_ms, copy)
+        if not ok:
+            self.blocked += 1
+        return ok
+
+
+class SampleReceiver(_Stream):
+    """Trainer side of the sample stream (PULL, binds); any number of senders connect."""
+
+    def __init__(
+        self,
+        bind: str,
+        hwm: int = 8,
+        *,
+        security: RunKeys | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        super().__init__(
+            zmq.PULL,
+            bind=bind,
+            security=security,
+            rcvhwm=hwm,
+            max_message_bytes=max_message_bytes,
+        )
+
+    def recv(self, timeout_ms: int = 100) -> Message | None:
+        """The next well-formed message, or None after timeout_ms."""
+        return self._recv_one(timeout_ms)
+
+    def recv_many(self, max_messages: int, timeout_ms: int = 100) -> list[Message]:
+        """Up to max_messages: waits up to timeout_ms for the first, then takes what is queued."""
+        first = self.recv(timeout_ms)
+        if first is None:
+            return []
+        out = [first]
+        while len(out) < max_messages and (msg := self.recv(0)) is not None:
+            out.append(msg)
+        return out
+
+
+# --- parameters ------------------------------------------------------------------------------
+
+
+class ParamPublisher:
+    """Trainer side of the parameter stream.
+
+    ``publish`` copies the arrays, keeps them as the latest version and hands them to a
+    background thread that owns the XPUB socket. The thread sends each new version to all
+    subscribers, re-sends the latest to everyone whenever a subscription arrives (a late joiner
+    or a reconnect catches up at once), and every ``republish_s`` seconds when that is set.
+    Each message is kind ``"params"`` with ``meta["version"]`` and ``meta["publisher"]`` (a
+    random id of this publisher, so subscribers notice a restarted trainer).
+    """
+
+    _wake_ids = itertools.count()
+
+    def __init__(
+        self,
+        bind: str,
+        *,
+        republish_s: float | None = None,
+        hwm: int = 4,
+        security: RunKeys | None = None,
+    ) -> None:
+        if republish_s is not None and republish_s <= 0:
+            raise ValueError(f"republish_s must be > 0 or None, got {republish_s}")
+        self.republish_s = republish_s
+        self.publisher_id = os.urandom(8).hex()
+        self.latest_version: int | None = None
+        self.sends = 0  # messages handed to the socket, re-sends included
+        self._latest: list | None = None
+        self._lock = threading.Lock()
+        self._stream = _Stream(
+            zmq.XPUB,
+            bind=bind,
+            security=security,
+            sndhwm=hwm,
+            options={zmq.XPUB_VERBOSE: 1},
+        )
+        self.endpoint = self._stream.endpoint
+        ctx = context()
+        wake = f"inproc://hns-param-wake-{os.getpid()}-{next(self._wake_ids)}"
+        self._wake_rx = ctx.socket(zmq.PAIR)
+        self._wake_rx.linger = 0
+        self._wake_rx.bind(wake)
+        self._wake_tx = ctx.socket(zmq.PAIR)
+        self._wake_tx.linger = 0
+        self._wake_tx.connect(wake)
+        # From here on the XPUB and wake_rx sockets belong to the thread.
+        self._thread = threading.Thread(target=self._serve, name="ParamPublisher", daemon=True)
+        self._thread.start()
+
+    def publish(self, version: int, arrays: _Arrays = None, meta: _Meta = None) -> None:
+        """Make ``version`` the latest and send it (asynchronously, never blocks)."""
+        if isinstance(version, bool) or not isinstance(version, (int, np.integer)):
+            raise ValueError(f"version must be an int, got {version!r}")
+        meta = dict(meta or {})
+        if meta.get("version", version) != version or "publisher" in meta:
+            raise ValueError(
+                "meta keys 'version' and 'publisher' are set by ParamPublisher "
+                f"(got version={meta.get('version')!r} for version {version})"
+            )
+        meta.update(version=int(version), publisher=self.publisher_id)
+        owned = {name: np.array(a, copy=True, order="C") for name, a in (arrays or {}).items()}
+        frames = encode(PARAMS_KIND, owned, meta)
+        with self._lock:
+            self._latest = frames
+            self.latest_version = int(version)
+        try:
+            self._wake_tx.send(b"new", flags=zmq.NOBLOCK)
+        except zmq.Again:  # only if the thread has died; the next subscribe cannot be served
+            log.error("ParamPublisher %s: publishing thread is not running", self.endpoint)
+
+    def _serve(self) -> None:
+        xpub = self._stream.socket
+        poller = zmq.Poller()
+        poller.register(xpub, zmq.POLLIN)
+        poller.register(self._wake_rx, zmq.POLLIN)
+        sent: list | None = None
+        next_republish = None
+        try:
+            while True:
+                wait_ms = 1000
+                if next_republish is not None:
+                    wait_ms = min(wait_ms, max(0, int((next_republish - time.monotonic()) * 1000)))
+                events = dict(poller.poll(wait_ms))
+                resend = False
+                if self._wake_rx in events:
+                    while True:
+                        try:
+                            if self._wake_rx.recv(zmq.NOBLOCK) == b"stop":
+                                return
+                        except zmq.Again:
+                            break
+                if xpub in events:
+                    while True:
+                        try:
+                            sub = xpub.recv(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        resend |= sub[:1] == b"\x01"  # a subscribe (0x00 is an unsubscribe)
+                now = time.monotonic()
+                if self.republish_s is not None and (next_republish or now) <= now:
+                    resend = True
+                with self._lock:
+                    latest = self._latest
+                if latest is None or (latest is sent and not resend):
+                    continue
+                try:
+                    xpub.send_multipart(latest, flags=zmq.NOBLOCK, copy=False)
+                    self.sends += 1
+                except zmq.ZMQError as exc:  # PUB drops for full peers; anything else: log
+                    log.warning("ParamPublisher %s: send failed: %s", self.endpoint, exc)
+                sent = latest
+                if self.republish_s is not None:
+                    next_republish = now + self.republish_s
+        finally:
+            self._wake_rx.close(linger=0)
+            xpub.close(linger=0)
+
+    def close(self) -> None:
+        if self._wake_tx.closed:
+            return
+        with contextlib.suppress(zmq.ZMQError):  # a full or dead pipe: the join times out
+            self._wake_tx.send(b"stop", flags=zmq.NOBLOCK)
+        self._thread.join(timeout=5)
+        self._wake_tx.close(linger=0)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ParamSubscriber(_Stream):
+    """Policy/eval side of the parameter stream (SUB, connects)."""
+
+    def __init__(
+        self,
+        connect: str | Sequence[str],
+        *,
+        hwm: int = 4,
+        security: RunKeys | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        self.version: int | None = None  # version last returned by poll_latest
+        self.publisher: str | None = None
+        super().__init__(
+            zmq.SUB,
+            connect=connect,
+            security=security,
+            rcvhwm=hwm,
+            max_message_bytes=max_message_bytes,
+            options={zmq.SUBSCRIBE: b""},
+        )
+
+    def _check(self, msg: Message) -> bool:
+        v, pub = msg.meta.get("version"), msg.meta.get("publisher")
+        if msg.kind != PARAMS_KIND or type(v) is not int or not isinstance(pub, str):
+            self._reject(f"not a parameter message (kind {msg.kind!r}, version {v!r})")
+            return False
+        return True
+
+    def poll_latest(self, timeout_ms: int = 0) -> Message | None:
+        """The newest version queued, if newer than the last one returned; else None.
+
+        Drains everything queued, waiting up to timeout_ms for something new. A message from a
+        different publisher (a restarted trainer) is accepted whatever its version.
+        """
+        deadline = _Deadline(timeout_ms)
+        best: Message | None = None
+        best_pub, best_version = self.publisher, self.version
+        while True:
+            for _ in range(10_000):  # bounded even if the publisher refills as fast as we drain
+                frames = self._recv_frames()
+                if frames is None:
+                    break
+                msg = self._decode(frames)
+                if msg is None or not self._check(msg):
+                    continue
+                v, pub = msg.meta["version"], msg.meta["publisher"]
+                if pub != best_pub or best_version is None or v > best_version:
+                    best, best_pub, best_version = msg, pub, v
+            if best is not None:
+                self.version, self.publisher = best_version, best_pub
+                return best
+            if deadline.remaining_ms() == 0 or not self.socket.poll(
+                deadline.remaining_ms(), zmq.POLLIN
+            ):
+                return None
