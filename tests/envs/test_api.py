@@ -1,0 +1,199 @@
+"""The PettingZoo interfaces: PettingZoo's own test suites, determinism, episode end, bad input."""
+
+import mujoco
+import numpy as np
+import pytest
+from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test
+
+import hns_train.envs as E
+from hns_train.envs.stats import STAT_KEYS
+
+PRESETS = ["quadrant", "randomwalls"]
+# Dict observations and MultiDiscrete actions are the spec's choice; PettingZoo hints otherwise.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*probably should be gymnasium.spaces"),
+    pytest.mark.filterwarnings("ignore:Observation is not a NumPy array"),
+]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_pettingzoo_parallel_api(preset):
+    parallel_api_test(E.parallel_env(preset, seed=1), num_cycles=1000)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_pettingzoo_parallel_seed(preset):
+    parallel_seed_test(lambda: E.parallel_env(preset))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_pettingzoo_aec_api(preset):
+    api_test(E.env(preset, seed=2), num_cycles=300)
+
+
+# absent agents never enter an episode, so they are never truncated either
+@pytest.mark.filterwarnings("ignore:No agents present but not all possible_agents")
+def test_pettingzoo_api_with_team_size_ranges():
+    env = E.parallel_env("randomwalls", n_hiders=(1, 3), n_seekers=(1, 3), horizon=20)
+    assert env.possible_agents == [f"hider_{k}" for k in range(3)] + [
+        f"seeker_{k}" for k in range(3)
+    ]
+    parallel_api_test(env, num_cycles=100)
+    sizes = set()
+    for seed in range(12):
+        env.reset(seed=seed)
+        assert set(env.agents) <= set(env.possible_agents)
+        hiders = sum(a.startswith("hider") for a in env.agents)
+        assert 1 <= hiders <= 3 and 1 <= len(env.agents) - hiders <= 3
+        sizes.add(len(env.agents))
+    assert len(sizes) > 1
+
+
+def _episode(preset, seed, action_seed):
+    env = E.parallel_env(preset)
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(action_seed)
+    trace = [obs]
+    while env.agents:
+        actions = {a: rng.integers(0, env.action_space(a).nvec) for a in env.agents}
+        trace.append(env.step(actions))
+    return trace
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_same_seed_same_episode(preset):
+    first = _episode(preset, seed=7, action_seed=3)
+    assert len(first) == E.make_config(preset).horizon + 1
+    assert _same(first, _episode(preset, seed=7, action_seed=3))
+    other, _ = E.parallel_env(preset).reset(seed=8)
+    assert not _same(first[0], other)
+
+
+def test_horizon_truncates_and_reports_statistics():
+    env = E.parallel_env("quadrant", seed=0)
+    env.reset()
+    hider_return = 0.0
+    for t in range(80):
+        assert env.agents == ["hider_0", "hider_1", "seeker_0", "seeker_1"]
+        actions = {a: env.action_space(a).sample() for a in env.agents}
+        obs, rew, term, trunc, infos = env.step(actions)
+        hider_return += rew["hider_0"]
+        assert set(obs) == set(rew) == set(term) == set(trunc) == set(infos) == set(actions)
+        assert not any(term.values())
+        assert all(trunc.values()) == (t == 79) and any(trunc.values()) == (t == 79)
+        if t < 79:
+            assert infos["hider_0"] == {}
+    assert env.agents == []
+    for agent in ("hider_0", "seeker_1"):
+        assert set(STAT_KEYS) <= set(infos[agent])
+    assert all(isinstance(r, float) for r in rew.values())
+    assert -800 <= hider_return <= 48  # 48 play steps of at most +1, penalties at most -10
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step({})
+
+
+def test_statistics_returns_match_summed_rewards():
+    env = E.parallel_env("quadrant", seed=4)
+    env.reset()
+    rng = np.random.default_rng(0)
+    totals = dict.fromkeys(env.agents, 0.0)
+    while env.agents:
+        actions = {a: rng.integers(0, env.action_space(a).nvec) for a in env.agents}
+        _, rew, _, _, infos = env.step(actions)
+        for a, r in rew.items():
+            totals[a] += r
+    hiders = np.mean([totals["hider_0"], totals["hider_1"]])
+    seekers = np.mean([totals["seeker_0"], totals["seeker_1"]])
+    assert infos["hider_0"]["hider_return"] == pytest.approx(hiders)
+    assert infos["seeker_0"]["seeker_return"] == pytest.approx(seekers)
+
+
+def test_spaces_and_mujoco_handles():
+    env = E.parallel_env("quadrant")
+    obs, infos = env.reset(seed=0)
+    space = env.action_space("hider_0")
+    assert space.nvec.tolist() == [11, 11, 11, 2, 2]
+    assert env.action_space("hider_0") is not env.action_space("hider_1")
+    for agent, o in obs.items():
+        assert env.observation_space(agent).contains(o)
+    assert isinstance(env.model, mujoco.MjModel) and isinstance(env.data, mujoco.MjData)
+    aec = E.env("quadrant")
+    aec.reset(seed=0)
+    assert isinstance(aec.unwrapped.model, mujoco.MjModel)
+    assert env.metadata["render_fps"] == pytest.approx(1 / 0.075)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.fixture
+def live_env():
+    env = E.parallel_env("quadrant", seed=0)
+    env.reset()
+    return env
+
+
+def _noop_actions(env):
+    return {a: np.array([5, 5, 5, 0, 0]) for a in env.agents}
+
+
+@pytest.mark.parametrize(
+    "action, message",
+    [
+        ([11, 5, 5, 0, 0], r"dimension 0 = 11 is outside \[0, 10\]"),
+        ([5, 5, 5, 2, 0], r"dimension 3 = 2 is outside \[0, 1\]"),
+        ([5, 5, 5, 0, -1], r"dimension 4 = -1 is outside \[0, 1\]"),
+        ([5, 5, 5, 0], r"has shape \(4,\)"),
+        ([[5, 5, 5, 0, 0]], r"has shape \(1, 5\)"),
+        ([5.5, 5, 5, 0, 0], "not integers"),
+        (3, r"has shape \(\)"),
+    ],
+)
+def test_bad_action_raises_naming_agent_and_allowed_values(live_env, action, message):
+    actions = _noop_actions(live_env)
+    actions["seeker_1"] = action
+    with pytest.raises(ValueError, match=message) as err:
+        live_env.step(actions)
+    assert "seeker_1" in str(err.value) and "MultiDiscrete([11, 11, 11, 2, 2])" in str(err.value)
+    assert live_env.game.t[0] == 0  # nothing was stepped
+
+
+def test_missing_action_raises(live_env):
+    actions = _noop_actions(live_env)
+    del actions["hider_1"]
+    with pytest.raises(ValueError, match=r"no action for live agents \['hider_1'\]"):
+        live_env.step(actions)
+
+
+@pytest.mark.parametrize("agent", ["seeker_2", "dog", 0])
+def test_action_for_an_agent_that_is_not_live_raises(live_env, agent):
+    actions = _noop_actions(live_env)
+    actions[agent] = np.array([5, 5, 5, 0, 0])
+    with pytest.raises(ValueError, match="not live") as err:
+        live_env.step(actions)
+    assert "hider_0" in str(err.value)  # lists the live agents
+
+
+def test_integral_float_actions_are_accepted(live_env):
+    actions = {a: np.array([5.0, 5.0, 5.0, 0.0, 0.0]) for a in live_env.agents}
+    live_env.step(actions)
+    assert live_env.game.t[0] == 1
+
+
+def test_bad_construction_raises():
+    with pytest.raises(ValueError, match="unknown preset"):
+        E.parallel_env("bogus")
+    with pytest.raises(ValueError, match="unknown game parameter"):
+        E.parallel_env("quadrant", horizn=10)
+    with pytest.raises(ValueError, match="render_mode"):
+        E.parallel_env("quadrant", render_mode="ansi")
+    with pytest.raises(ValueError, match="unknown agent"):
+        E.parallel_env("quadrant").observation_space("seeker_9")
