@@ -375,6 +375,8 @@ class ModelCache:
         model = build_spec(self.cfg, layout).compile()
         if self.index is None:
             self.index = index_world(self.cfg, model)
+        if self.capacity <= 0:
+            return model
         if key in self._seen:
             if len(self._models) >= self.capacity:
                 self._models.pop(next(iter(self._models)))

@@ -1,0 +1,173 @@
+"""VectorGame: same numbers as the single env, the auto-reset contract, threads, model reuse."""
+
+import numpy as np
+import pytest
+
+from hns_train.envs.config import make_config
+from hns_train.envs.game import HideAndSeekGame
+from hns_train.envs.layout import sample_layout
+from hns_train.envs.stats import STAT_KEYS
+from hns_train.envs.vector import VectorGame
+from hns_train.envs.world import ModelCache, build_spec
+
+W = 3
+
+
+def _cfg(preset, **kw):
+    # short episodes keep the tests fast; prep still covers the first 40 %
+    return make_config(preset, horizon={"quadrant": 12, "randomwalls": 10}[preset], **kw)
+
+
+def _actions(rng, nvec, n_worlds, n_agents):
+    """Random actions that grab and lock often, so welds and joint locks are exercised."""
+    a = rng.integers(0, nvec, size=(n_worlds, n_agents, 5))
+    a[..., 3] = rng.random((n_worlds, n_agents)) < 0.8
+    a[..., 4] = rng.random((n_worlds, n_agents)) < 0.6
+    return a
+
+
+def _assert_obs_equal(a, b, world=None):
+    """a == b, or world `world` of batched obs a == single-world obs b."""
+    assert a.keys() == b.keys()
+    for k in a:
+        got = a[k] if world is None else a[k][world : world + 1]
+        np.testing.assert_array_equal(got, b[k], err_msg=k)
+
+
+@pytest.mark.parametrize("preset", ["quadrant", "randomwalls"])
+def test_batched_worlds_replay_the_single_env_across_auto_resets(preset):
+    cfg = _cfg(preset)
+    vec = VectorGame(cfg, W, seed=11)
+    obs = vec.reset()
+    singles = [HideAndSeekGame(cfg, 1) for _ in range(W)]
+    single_obs = [g.reset(seeds=[vec.world_seeds[w]]) for w, g in enumerate(singles)]
+    for w in range(W):
+        _assert_obs_equal(obs, single_obs[w], world=w)
+    rng = np.random.default_rng(0)
+    resets = grabs = locks = 0
+    for _ in range(int(2.5 * cfg.horizon)):
+        actions = _actions(rng, vec.action_nvec, W, vec.n_agents)
+        out = vec.step(actions)
+        grabs += int((vec.game.grabbed >= 0).sum())
+        locks += int(vec.game.locked.sum())
+        for w, g in enumerate(singles):
+            o, r, tr, info = g.step(actions[w : w + 1])
+            assert tr[0] == out.truncated[w]
+            np.testing.assert_array_equal(r[0], out.rewards[w])
+            if tr[0]:
+                resets += 1
+                _assert_obs_equal(out.final_obs, o, world=w)
+                for k in STAT_KEYS:
+                    assert out.episode_stats[k][w] == info[0][k], k
+                o = g.reset()
+            _assert_obs_equal(out.obs, o, world=w)
+            np.testing.assert_array_equal(out.agent_present[w], g.agent_present[0])
+    assert resets == 2 * W
+    assert grabs > 0 and locks > 0  # the comparison covered welds and joint locks
+
+
+def test_auto_reset_hands_over_final_obs_new_first_obs_and_stats_once():
+    cfg = make_config("randomwalls", horizon=4, n_hiders=(1, 2), n_seekers=(1, 2))
+    vec = VectorGame(cfg, 8, seed=3)
+    vec.reset()
+    noop = np.broadcast_to(vec.game.noop, (8, vec.n_agents, 5))
+    before_presence = vec.agent_present
+    for t in range(1, 5):
+        out = vec.step(noop)
+        finished = t == 4
+        assert out.truncated.tolist() == [finished] * 8
+        assert np.isnan(out.episode_stats["hider_return"]).all() != finished
+        np.testing.assert_array_equal(out.final_agent_present, before_presence)
+        if not finished:
+            assert all((v == 0).all() for v in out.final_obs.values())
+            last = out.obs
+    # the final observation is the step's own; the returned one is a new episode's first
+    assert not np.array_equal(out.final_obs["observation_self"], out.obs["observation_self"])
+    np.testing.assert_array_equal(out.obs["observation_self"][..., -1], 0.0)  # prep progress 0
+    assert (out.final_obs["observation_self"][out.final_agent_present][:, -1] > 0).all()
+    assert not np.array_equal(out.final_obs["observation_self"], last["observation_self"])
+    # new episodes draw new agent counts: presence follows the episode each array belongs to
+    assert not np.array_equal(out.agent_present, out.final_agent_present)
+    np.testing.assert_array_equal(vec.game.t, 0)
+    out = vec.step(noop)
+    assert np.isnan(out.episode_stats["hider_return"]).all()  # reported once
+
+
+def test_results_do_not_depend_on_threads():
+    cfg = _cfg("quadrant")
+    runs = []
+    for threads in (1, 2):
+        vec = VectorGame(cfg, 4, seed=5, threads=threads)
+        rng = np.random.default_rng(1)
+        frames = [vec.reset()["lidar"]]
+        for _ in range(cfg.horizon + 3):
+            out = vec.step(_actions(rng, vec.action_nvec, 4, vec.n_agents))
+            frames += [out.obs["lidar"], out.obs["box_obs"], out.rewards]
+        runs.append(frames)
+    for a, b in zip(*runs, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def _model_arrays(m):
+    names = [k for k in dir(m) if not k.startswith("_")]
+    return {k: getattr(m, k) for k in names if isinstance(getattr(m, k, None), np.ndarray)}
+
+
+def test_cached_model_equals_a_fresh_build_and_plays_the_same_episode():
+    cfg = make_config("chase", horizon=6)  # no random walls: every layout key recurs
+    games = [HideAndSeekGame(cfg, 1, seed=9), HideAndSeekGame(cfg, 1, seed=9)]
+    games[1].cache = ModelCache(cfg, capacity=0)  # always compiles
+    rng = np.random.default_rng(2)
+    for g in games:
+        g.reset()
+    for _ in range(4 * cfg.horizon):
+        actions = _actions(rng, games[0].action_nvec, 1, games[0].n_agents)
+        (oa, ra, ta, _), (ob, rb, _, _) = (g.step(actions) for g in games)
+        _assert_obs_equal(oa, ob)
+        np.testing.assert_array_equal(ra, rb)
+        if ta[0]:
+            _assert_obs_equal(*(g.reset() for g in games))
+    assert games[0].cache.hits >= 2 and games[1].cache.hits == 0
+    layout = games[0].layouts[0]
+    cached, fresh = games[0].cache.model_for(layout), build_spec(cfg, layout).compile()
+    assert games[0].cache.hits >= 3
+    for k, v in _model_arrays(fresh).items():
+        np.testing.assert_array_equal(_model_arrays(cached)[k], v, err_msg=k)
+
+
+@pytest.mark.parametrize("preset", ["quadrant", "randomwalls"])
+def test_every_layout_of_a_preset_gives_one_mjdata_layout(preset):
+    cfg = make_config(preset, n_hiders=(1, 3), n_seekers=(1, 3))
+    rng = np.random.default_rng(4)
+    sizes = {build_spec(cfg, sample_layout(cfg, rng)).compile().nbuffer for _ in range(12)}
+    assert len(sizes) == 1
+
+
+def test_poses_from_qpos_match_mujoco_kinematics():
+    cfg = _cfg("randomwalls")
+    game = HideAndSeekGame(cfg, 2, seed=1)
+    game.reset()
+    rng = np.random.default_rng(3)
+    for _ in range(6):
+        game.step(_actions(rng, game.action_nvec, 2, game.n_agents))
+    idx = game.index
+    bodies = np.concatenate([idx.agent_body, idx.object_body])
+    geoms = np.concatenate([idx.agent_geom, idx.object_geom])
+    for w in range(2):
+        d = game.world_data(w)  # a fresh MjData run through mj_kinematics
+        np.testing.assert_array_equal(game.datas[w].xpos[bodies], d.xpos[bodies])
+        np.testing.assert_allclose(game.datas[w].xquat[bodies], d.xquat[bodies], atol=1e-15)
+        np.testing.assert_allclose(game.data_geom_centres(w), d.geom_xpos[geoms], atol=1e-12)
+
+
+def test_bad_use_is_rejected():
+    vec = VectorGame("quadrant", 2, seed=0)
+    with pytest.raises(RuntimeError, match="reset"):
+        vec.step(np.zeros((2, 4, 5), dtype=int))
+    vec.reset()
+    with pytest.raises(ValueError, match="shape"):
+        vec.step(np.zeros((3, 4, 5), dtype=int))
+    with pytest.raises(ValueError, match="preset"):
+        VectorGame("nope", 2)
+    with pytest.raises(ValueError, match="threads"):
+        VectorGame("quadrant", 2, threads=0)
