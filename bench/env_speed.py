@@ -1,0 +1,196 @@
+"""Speed of the hide-and-seek env against raw MuJoCo physics, per preset, on this machine.
+
+For each preset it prints:
+- raw physics: `mj_step(m, d, 15)` (one env step's substeps) on the game's own model, from the
+  states the game itself visited (recorded along a random-action episode), no game logic;
+- single env: `HideAndSeekGame(cfg, 1)`, time per env step and its ratio to raw physics;
+- batched env: `VectorGame(cfg, N, threads=T)` for N in --worlds and T in --threads, world-steps
+  per second, per-world cost and its ratio to raw physics (resets excluded, reported below), and
+  the speed-up of T threads over 1;
+- reset: time to start a new episode in one world (layout sampling, model build or cache hit,
+  state reset, first rays and observation), in ms and as % of one episode (horizon steps) at
+  the single-env and at the largest batched per-world cost.
+It ends with one line per preset, `ENV_SPEED {json}`, for scripts.
+
+    python bench/env_speed.py [--quick] [--presets quadrant randomwalls] [--seconds 2]
+
+The machine may be shared: the header prints the load average; compare figures only between
+runs on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import mujoco
+import numpy as np
+
+from hns_train.envs.config import make_config
+from hns_train.envs.game import STATE, HideAndSeekGame
+from hns_train.envs.vector import VectorGame
+
+
+def cpu_model() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return platform.processor() or "unknown"
+
+
+def random_actions(rng, n_worlds, n_agents, nvec, n=64):
+    """A fixed pool of random actions (grabbing and locking half the time)."""
+    a = rng.integers(0, nvec, size=(n, n_worlds, n_agents, 5))
+    return a
+
+
+def raw_physics(cfg, seed, n_steps, rng) -> tuple[float, float]:
+    """(seconds per mj_step x substeps, per env step of the same run) on recorded states."""
+    game = HideAndSeekGame(cfg, 1, seed=seed)
+    game.reset()
+    pool = random_actions(rng, 1, game.n_agents, game.action_nvec)
+    states, models = [], []
+    env_time = 0.0
+    for i in range(n_steps):
+        t0 = time.perf_counter()
+        _, _, truncated, _ = game.step(pool[i % len(pool)])
+        env_time += time.perf_counter() - t0
+        states.append(game.batch.state[0].copy())
+        models.append(game.models[0])
+        if truncated[0]:
+            game.reset()
+    data = mujoco.MjData(models[0])
+    raw = 0.0
+    for model, state in zip(models[:-1], states[:-1], strict=True):
+        mujoco.mj_setState(model, data, state, STATE)
+        t0 = time.perf_counter()
+        mujoco.mj_step(model, data, cfg.substeps)
+        raw += time.perf_counter() - t0
+    return raw / (len(states) - 1), env_time / n_steps
+
+
+def batched(cfg, n_worlds, threads, seed, seconds, rng) -> float:
+    """Seconds per world-step of VectorGame, resets excluded."""
+    vec = VectorGame(cfg, n_worlds, seed=seed, threads=threads)
+    vec.reset()
+    reset_time = [0.0]
+    game_reset = vec.game.reset
+
+    def timed_reset(*args, **kwargs):
+        t0 = time.perf_counter()
+        out = game_reset(*args, **kwargs)
+        reset_time[0] += time.perf_counter() - t0
+        return out
+
+    vec.game.reset = timed_reset
+    pool = random_actions(rng, n_worlds, vec.n_agents, vec.action_nvec, n=16)
+    for i in range(3):  # warm-up
+        vec.step(pool[i])
+    reset_time[0] = 0.0
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds or steps < 5:
+        vec.step(pool[steps % len(pool)])
+        steps += 1
+    elapsed = time.perf_counter() - start - reset_time[0]
+    return elapsed / (steps * n_worlds)
+
+
+def reset_cost(cfg, seed, n) -> float:
+    game = HideAndSeekGame(cfg, 1, seed=seed)
+    game.reset()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        game.reset()
+    return (time.perf_counter() - t0) / n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", nargs="+", default=["quadrant", "randomwalls"])
+    parser.add_argument("--worlds", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--seconds", type=float, default=2.0, help="per batched measurement")
+    parser.add_argument("--raw-steps", type=int, default=400, help="env steps recorded for raw")
+    parser.add_argument("--resets", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="short runs, N in (1, 16)")
+    args = parser.parse_args()
+    if args.quick:
+        args.worlds, args.seconds, args.raw_steps, args.resets = [1, 16], 0.5, 120, 20
+
+    load = os.getloadavg()
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; python {platform.python_version()}")
+    print(f"mujoco {mujoco.__version__}, numpy {np.__version__}")
+    print(f"date: {datetime.datetime.now().isoformat(timespec='seconds')}")
+    print(f"load average (1, 5, 15 min) at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(f"command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
+    print("times are per env step (= substeps mj_steps); ratio = env cost / raw physics cost\n")
+
+    summaries = []
+    for preset in args.presets:
+        cfg = make_config(preset)
+        rng = np.random.default_rng(args.seed)
+        raw, single = raw_physics(cfg, args.seed, args.raw_steps, rng)
+        print(f"== {preset} (horizon {cfg.horizon}, {cfg.substeps} substeps per env step)")
+        print(f"raw physics  mj_step x{cfg.substeps}: {raw * 1e6:8.0f} us   ({1 / raw:7.0f} /s)")
+        print(
+            f"single env   HideAndSeekGame(1): {single * 1e6:8.0f} us   ({1 / single:7.0f} /s)"
+            f"   ratio {single / raw:.2f}"
+        )
+        rows = {}
+        for n in args.worlds:
+            for t in args.threads:
+                per = batched(cfg, n, t, args.seed, args.seconds, rng)
+                rows[(n, t)] = per
+                base = rows.get((n, args.threads[0]), per)
+                print(
+                    f"batched      N={n:3d} threads={t}: {per * 1e6:8.0f} us/world-step "
+                    f"({1 / per:7.0f} world-steps/s)   ratio {per / raw:.2f}   "
+                    f"x{base / per:.2f} vs {args.threads[0]} thread"
+                )
+        rs = reset_cost(cfg, args.seed, args.resets)
+        n_max, t_max = max(args.worlds), max(args.threads)
+        best = rows[(n_max, t_max)]
+        ep_single, ep_batched = cfg.horizon * single, cfg.horizon * best
+        print(
+            f"reset        {rs * 1e3:.2f} ms = {100 * rs / ep_single:.1f}% of a single-env "
+            f"episode ({ep_single * 1e3:.0f} ms), {100 * rs / ep_batched:.1f}% of a batched one "
+            f"(N={n_max}, {t_max} threads: {ep_batched * 1e3:.0f} ms)\n"
+        )
+        summaries.append(
+            {
+                "preset": preset,
+                "raw_step_us": raw * 1e6,
+                "single_step_us": single * 1e6,
+                "single_ratio": single / raw,
+                "batched_us_per_world_step": {f"N{n}_T{t}": v * 1e6 for (n, t), v in rows.items()},
+                "batched_ratio": {f"N{n}_T{t}": v / raw for (n, t), v in rows.items()},
+                "thread_speedup": {
+                    f"N{n}": rows[(n, args.threads[0])] / rows[(n, t_max)] for n in args.worlds
+                },
+                "reset_ms": rs * 1e3,
+                "reset_pct_single_episode": 100 * rs / ep_single,
+                "reset_pct_batched_episode": 100 * rs / ep_batched,
+                "load_avg_1min": load[0],
+                "cpu": cpu_model(),
+                "cores": os.cpu_count(),
+            }
+        )
+    end = os.getloadavg()
+    print(f"load average at end: {end[0]:.2f} {end[1]:.2f} {end[2]:.2f}")
+    for s in summaries:
+        print("ENV_SPEED " + json.dumps(s, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
