@@ -6,7 +6,7 @@ A run is described by `RunConfig`:
     game:     preset + any GameConfig field          -> hns_train.envs.make_config
     agent:    network / ppo sections                 -> hns_train.agents.AgentConfig
     pipeline: workers, batching, staleness, reuse    -> PipelineConfig
-    pool:     self-play snapshots and opponents      -> PoolSettings
+    pool:     self-play snapshots and opponents      -> hns_train.agents.pool.PoolConfig
     eval:     evaluation matches and replays         -> EvalSettings
     logging:  metrics cadence and wandb              -> LoggingConfig
     stop:     when the run ends                      -> StopConfig
@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from hns_train.agents.config import AgentConfig
+from hns_train.agents.pool import PoolConfig
 from hns_train.envs.config import GameConfig, make_config
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -71,18 +72,6 @@ class PipelineConfig:
 
 
 @dataclass
-class PoolSettings:
-    """Self-play opponents: snapshots of the learning policy join a pool."""
-
-    snapshot_every: int = 50  # versions between frozen snapshots
-    p_latest: float = 1.0  # both teams use the latest policy (the paper's setting)
-    rule: str = "uniform"  # uniform | recency | rating: how other opponents are chosen
-    p_fixed: float = 0.0  # of the non-latest draws: share of built-in opponents (random, no-op)
-    recency_decay: float = 0.9  # weight of a snapshot k snapshots older than the newest: decay^k
-    rating_temperature: float = 1.0
-
-
-@dataclass
 class EvalSettings:
     n_workers: int = 0  # evaluation workers
     worlds: int = 4  # matches played at once per worker
@@ -117,7 +106,7 @@ class RunConfig:
     game: dict[str, Any] = field(default_factory=lambda: {"preset": "quadrant"})
     agent: AgentConfig = field(default_factory=AgentConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
-    pool: PoolSettings = field(default_factory=PoolSettings)
+    pool: PoolConfig = field(default_factory=PoolConfig)
     eval: EvalSettings = field(default_factory=EvalSettings)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     stop: StopConfig = field(default_factory=StopConfig)
@@ -148,8 +137,6 @@ class RunConfig:
             problems.append(f"pipeline.transport={p.transport!r} is not one of ('ipc', 'tcp')")
         if self.logging.wandb not in WANDB_MODES:
             problems.append(f"logging.wandb={self.logging.wandb!r} is not one of {WANDB_MODES}")
-        if self.pool.rule not in ("uniform", "recency", "rating"):
-            problems.append(f"pool.rule={self.pool.rule!r} is not one of uniform/recency/rating")
         for name in ("n_actors", "envs_per_actor", "ring_size", "n_policy_workers", "chunk_len"):
             if getattr(p, name) < 1:
                 problems.append(f"pipeline.{name} must be >= 1, got {getattr(p, name)}")
@@ -168,8 +155,6 @@ class RunConfig:
                 f"pipeline.chunk_len={p.chunk_len} must be a multiple of "
                 f"agent.ppo.bptt_len={self.agent.ppo.bptt_len}"
             )
-        if not 0.0 <= self.pool.p_latest <= 1.0:
-            problems.append(f"pool.p_latest={self.pool.p_latest} must be in [0, 1]")
         if problems:
             raise ConfigError(f"{source}: " + "; ".join(problems))
         return self

@@ -1,0 +1,225 @@
+"""Actor worker: steps worlds, asks policy workers for actions, ships sample chunks.
+
+The actor's `envs_per_actor` worlds are split into `ring_size` groups (SRL's environment ring):
+while one group waits for its actions, the actor steps another, so simulation overlaps
+inference. Every group holds its own lockstep batch of worlds; all worlds of a group start
+and end their episodes together (fixed horizon), which is why chunks of `chunk_len` steps
+(a divisor of the horizon) never straddle two episodes and each column of a chunk is played
+by one controller throughout.
+
+Per agent row (world x agent slot) a request carries the raw observation, the LSTM state and
+the episode-start flag, plus the controller code of that row (`controllers.py`): the learning
+policy, a pool snapshot, or a built-in opponent. Policy workers keep no per-agent state.
+
+Bootstrapping: when the episodes of a group end, the actor asks once more for the values of the
+final observations (continuing the finished episodes' LSTM states) and stores them as
+`truncated_value`; a chunk that ends mid-episode waits for the next reply's values as its
+`bootstrap_value`. Only the learning policy's rows of present agents go into chunks.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hns_train.agents.chunks import ChunkRecorder
+from hns_train.distributed import controllers
+from hns_train.distributed.streams import InferenceClient, SampleSender
+from hns_train.distributed.worker import POLL_MS, Worker, WorkerSpec
+from hns_train.envs.game import HideAndSeekGame
+from hns_train.envs.stats import STAT_KEYS
+
+
+@dataclass
+class Group:
+    """One ring slot: a lockstep batch of worlds and where it is in its request cycle."""
+
+    game: HideAndSeekGame
+    obs: dict[str, np.ndarray]  # (W*A, ...) observation the next request is about
+    state: np.ndarray  # (W*A, 4, H)
+    episode_start: np.ndarray  # (W*A,)
+    codes: np.ndarray  # (W*A,) controller code of each row
+    recorder: ChunkRecorder
+    waiting: str = ""  # "" (idle), "act", "value"
+    seq: int = 0
+    pending: dict = field(default_factory=dict)  # the step awaiting its final values
+    unfinished: bool = False  # recorder full, waiting for the bootstrap values
+    oldest_version: int = -1
+
+
+class ActorWorker(Worker):
+    kind = "actor"
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        super().__init__(spec)
+        cfg = self.cfg
+        p = cfg.pipeline
+        self.game_cfg = cfg.game_config()
+        self.inference = InferenceClient(spec.endpoints["inference"], identity=self.name)
+        self.samples = SampleSender(spec.endpoints["samples"], hwm=4)
+        self.draw = controllers.ControllerDraw(cfg.pool, spec.run_dir, seed=self._seed(99))
+        lstm = cfg.agent.network.lstm_dim
+        per_group = p.envs_per_actor // p.ring_size
+        self.groups = []
+        for g in range(p.ring_size):
+            game = HideAndSeekGame(self.game_cfg, n_worlds=per_group, seed=self._seed(g))
+            obs = game.reset()
+            rows = per_group * game.n_agents
+            group = Group(
+                game=game,
+                obs=_rows(obs),
+                state=np.zeros((rows, 4, lstm), np.float32),
+                episode_start=np.ones(rows, bool),
+                codes=np.zeros(rows, np.int64),
+                recorder=ChunkRecorder(p.chunk_len, cfg.agent.ppo.bptt_len),
+            )
+            self._draw_controllers(group)
+            self.groups.append(group)
+        self.pending_chunks: list[tuple[dict, dict]] = []
+        self._frames = 0
+        self._episodes = 0
+        self._stat_sums = np.zeros(len(STAT_KEYS))
+        self._chunks_sent = 0
+        self._latest_version = -1
+
+    def _seed(self, salt: int) -> list[int]:
+        return [self.cfg.seed, 1, self.spec.index, self.spec.incarnation, salt]
+
+    # ------------------------------------------------------------------ loop
+    def step(self) -> bool:
+        worked = False
+        for gid, group in enumerate(self.groups):
+            if not group.waiting:
+                self._request(gid, group, "act")
+                worked = True
+        message = self.inference.recv(timeout_ms=POLL_MS)
+        while message is not None:
+            gid = int(message.meta.get("group", -1))
+            if 0 <= gid < len(self.groups) and message.meta.get("seq") == self.groups[gid].seq:
+                self._on_reply(self.groups[gid], message)
+                worked = True
+            message = self.inference.recv(timeout_ms=0)
+        self._flush_chunks()
+        return worked
+
+    def _request(self, gid: int, group: Group, kind: str, obs=None) -> None:
+        group.seq += 1
+        group.waiting = kind
+        arrays = {f"obs/{k}": v for k, v in (group.obs if obs is None else obs).items()}
+        arrays.update(
+            state=group.state,
+            episode_start=group.episode_start
+            if kind == "act"
+            else np.zeros_like(group.episode_start),
+            code=group.codes,
+        )
+        self.inference.send("act", arrays, {"group": gid, "seq": group.seq, "kind": kind})
+
+    def _on_reply(self, group: Group, message) -> None:
+        out = message.arrays
+        version = int(message.meta.get("version", -1))
+        self._latest_version = max(self._latest_version, version)
+        if group.waiting == "value":
+            self._end_episodes(group, out["values"])
+            return
+        if group.unfinished:  # the chunk that ended mid-episode gets its bootstrap values
+            self._ship(group, bootstrap=out["values"])
+        if group.oldest_version < 0:
+            group.oldest_version = version
+        game = group.game
+        W, A = game.n_worlds, game.n_agents
+        acted = dict(
+            obs=group.obs,
+            state=group.state,
+            episode_start=group.episode_start,
+            actions=out["actions"],
+            logp=out["logp"],
+            values=out["values"],
+        )
+        obs, rewards, truncated, infos = game.step(out["actions"].reshape(W, A, -1))
+        self._frames += W
+        step = dict(acted, rewards=rewards.reshape(-1))
+        group.state = out["state"]
+        group.episode_start = np.zeros(W * A, bool)
+        if truncated.any():
+            if not truncated.all():
+                raise RuntimeError("worlds of one group must end their episodes together")
+            for info in infos:
+                self._stat_sums += [info[k] for k in STAT_KEYS]
+            self._episodes += W
+            group.pending = step
+            group.obs = _rows(obs)
+            self._request(self.groups.index(group), group, "value")
+            return
+        group.recorder.add(**step, truncated=np.zeros(W * A, bool))
+        group.obs = _rows(obs)
+        group.waiting = ""
+        group.unfinished = group.recorder.full
+
+    def _end_episodes(self, group: Group, final_values: np.ndarray) -> None:
+        rows = len(final_values)
+        group.recorder.add(
+            **group.pending, truncated=np.ones(rows, bool), truncated_value=final_values
+        )
+        group.pending = {}
+        if group.recorder.full:
+            self._ship(group, bootstrap=np.zeros(rows, np.float32))
+        group.obs = _rows(group.game.reset())
+        group.state = np.zeros_like(group.state)
+        group.episode_start = np.ones(rows, bool)
+        self._draw_controllers(group)
+        group.waiting = ""
+
+    def _draw_controllers(self, group: Group) -> None:
+        game = group.game
+        codes = np.zeros((game.n_worlds, game.n_agents), np.int64)
+        for w in range(game.n_worlds):
+            hiders, seekers = self.draw.draw()
+            codes[w] = np.where(game.is_hider, hiders, seekers)
+        group.codes = codes.reshape(-1)
+
+    def _ship(self, group: Group, bootstrap: np.ndarray) -> None:
+        """Finish the group's chunk and queue the learning policy's rows of present agents."""
+        chunk = group.recorder.finish(bootstrap, max(group.oldest_version, 0))
+        group.unfinished = False
+        group.oldest_version = -1
+        keep = (group.codes == controllers.LATEST) & group.game.agent_present.reshape(-1)
+        if keep.any():
+            arrays = chunk.select(np.flatnonzero(keep)).to_arrays()
+            self.pending_chunks.append((arrays, {"actor": self.name}))
+
+    def _flush_chunks(self) -> None:
+        while self.pending_chunks:
+            arrays, meta = self.pending_chunks[0]
+            if not self.samples.send("chunk", arrays, meta, timeout_ms=0):
+                return  # back-pressure: the trainer is behind; keep stepping other groups
+            self.pending_chunks.pop(0)
+            self._chunks_sent += 1
+
+    # ------------------------------------------------------------------ control
+    def counters(self) -> dict:
+        out = {
+            "frames": self._frames,
+            "episodes": self._episodes,
+            "chunks": self._chunks_sent,
+            "stat_sums": self._stat_sums.tolist(),
+            "version_seen": self._latest_version,
+            "queued_chunks": len(self.pending_chunks),
+            "time": time.time(),
+        }
+        self._frames = self._episodes = self._chunks_sent = 0
+        self._stat_sums = np.zeros(len(STAT_KEYS))
+        return out
+
+    def close_streams(self) -> None:
+        self.inference.close()
+        self.samples.close()
+
+
+def _rows(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """(W, A, ...) -> (W*A, ...) copies: one row per agent slot, world-major.
+
+    A copy, because the game reuses its observation buffers on the next step."""
+    return {k: np.array(v.reshape(v.shape[0] * v.shape[1], *v.shape[2:])) for k, v in obs.items()}

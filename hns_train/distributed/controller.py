@@ -1,0 +1,435 @@
+"""Controller: one per run. Starts the workers, watches them, owns the counters and the logs.
+
+Responsibilities:
+- the run directory (`runs/<name>/`: config.yaml, checkpoints/, pool/, replays/,
+  metrics.jsonl, wandb/) and, on resume, the counters of the newest checkpoint;
+- endpoints for every worker, and their start through a launcher (serial, local, ray);
+- heartbeats: a worker whose process died, or that was silent for `heartbeat_timeout_s`, is
+  restarted (actors, policy and eval workers; a trainer only with `restart_trainer`, otherwise
+  the run stops with an error);
+- the run's counters on the paper's axes (episodes, env frames, wall-clock hours, optimisation
+  steps), a metrics record every `logging.every_s` to metrics.jsonl and wandb, emergent-phase
+  onsets, a tqdm progress bar and the end summary;
+- stopping: at a stop limit, on SIGINT/SIGTERM, or on a fatal error, it asks every worker to
+  stop, waits for the trainer's final checkpoint, and leaves no process behind.
+
+Env frames = environment steps summed over worlds; episodes = finished episodes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from hns_train.agents.checkpoint import CheckpointDir
+from hns_train.config import RunConfig, save_config
+from hns_train.distributed.launchers import make_endpoints, make_launcher
+from hns_train.distributed.streams import ControlServer
+from hns_train.distributed.worker import WorkerSpec
+from hns_train.envs.stats import STAT_KEYS
+
+log = logging.getLogger(__name__)
+STOP_GRACE_S = 60.0
+
+
+@dataclass
+class WorkerState:
+    spec: WorkerSpec
+    last_seen: float
+    restarts: int = 0
+    stopped: bool = False
+    connected: bool = False  # has said hello since its last start
+    last: dict = field(default_factory=dict)
+
+
+@dataclass
+class Summary:
+    run_dir: str
+    version: int
+    frames: int
+    episodes: int
+    hours: float
+    fps: float
+    restarts: int
+    reason: str
+    phases: list[str]
+    last_record: dict
+
+    def lines(self) -> list[str]:
+        r = self.last_record
+        ret = [
+            f"run directory   {self.run_dir}",
+            f"stopped         {self.reason}",
+            f"optimisation    {self.version} steps",
+            f"env frames      {self.frames:,} ({self.fps:,.0f} per second)",
+            f"episodes        {self.episodes:,}",
+            f"wall clock      {self.hours * 3600:,.0f} s",
+            f"restarts        {self.restarts}",
+        ]
+        if "episode/hider_return" in r:
+            ret.append(
+                f"last returns    hiders {r['episode/hider_return']:+.2f}, "
+                f"seekers {r['episode/seeker_return']:+.2f}"
+            )
+        ret.append(f"phases reached  {', '.join(self.phases) if self.phases else 'none yet'}")
+        return ret
+
+
+class Controller:
+    def __init__(self, cfg: RunConfig, resume: bool = False) -> None:
+        self.cfg = cfg
+        self.run_dir = cfg.run_dir
+        if self.run_dir.exists() and not resume and any(self.run_dir.iterdir()):
+            raise ValueError(
+                f"run directory {self.run_dir} already exists; pass --resume {self.run_dir} "
+                "to continue it, or choose another name (name=...)"
+            )
+        for sub in ("checkpoints", "pool", "replays"):
+            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
+        save_config(cfg, self.run_dir / "config.yaml")
+        self.launcher = make_launcher(cfg)
+        self._tmp = tempfile.mkdtemp(prefix="hns-")  # short ipc paths (the OS limits their length)
+        scheme = cfg.pipeline.transport if self.launcher.scheme != "inproc" else "inproc"
+        if cfg.pipeline.launcher == "ray":
+            scheme = "tcp"
+        self.endpoints = make_endpoints(cfg, scheme, Path(self._tmp))
+        self.control = ControlServer(self.endpoints["control"])
+        self.workers: dict[str, WorkerState] = {}
+        self.restarts = 0
+        self.stop_reason = ""
+        self.error = ""
+
+        self.version = self.frames = self.episodes = 0
+        self.prior_s = 0.0
+        if resume:
+            self._restore_counters()
+        self.frames_at_start = self.frames
+        self.start = time.monotonic()
+        self._window_stats = np.zeros(len(STAT_KEYS))
+        self._window_episodes = 0
+        self._window_frames = 0
+        self._last_record_time = self.start
+        self._last_counters_sent = 0.0
+        self.records: list[dict] = []
+        self.phases_reached: list[str] = []
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.bar = None
+        self.logger = None
+        self.phases = None
+
+    # ------------------------------------------------------------------ setup
+    def _restore_counters(self) -> None:
+        latest = CheckpointDir(self.run_dir / "checkpoints").latest()
+        if latest is None:
+            return
+        counters = latest.meta.get("counters", {})
+        self.version = int(counters.get("version", 0))
+        self.frames = int(counters.get("frames", 0))
+        self.episodes = int(counters.get("episodes", 0))
+        self.prior_s = float(counters.get("wall_clock_s", 0.0))
+
+    def specs(self) -> list[WorkerSpec]:
+        p = self.cfg.pipeline
+        plan = [("trainer", 1), ("policy", p.n_policy_workers), ("actor", p.n_actors)]
+        plan.append(("eval", self.cfg.eval.n_workers))
+        data = self.cfg.to_dict()
+        return [
+            WorkerSpec(kind, i, data, str(self.run_dir), self.endpoints)
+            for kind, n in plan
+            for i in range(n)
+        ]
+
+    def _start(self, spec: WorkerSpec) -> None:
+        state = self.workers.get(spec.name)
+        if state is None:
+            self.workers[spec.name] = WorkerState(spec, time.monotonic())
+        else:
+            state.spec, state.last_seen = spec, time.monotonic()
+            state.stopped = state.connected = False
+        self.launcher.start(spec)
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> Summary:
+        previous = {
+            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        try:
+            self._open_logs()
+            for spec in self.specs():
+                self._start(spec)
+            while not self.stop_reason:
+                self.launcher.step()
+                self.tick()
+        except Exception as err:  # a controller bug must still stop every worker
+            self.error = f"{type(err).__name__}: {err}"
+            self.stop_reason = self.stop_reason or f"error: {self.error}"
+            raise
+        finally:
+            self._stop_workers()
+            self._record()
+            self._close_logs()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return self.summary()
+
+    def _on_signal(self, signum, frame) -> None:
+        self.stop_reason = f"signal {signal.Signals(signum).name}"
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        for name, message in self.control.recv(timeout_ms=5):
+            self._on_message(name.decode(errors="replace"), message, now)
+        if now - self._last_counters_sent >= 1.0:
+            self._last_counters_sent = now
+            self._send_counters()
+        self._watch(now)
+        if now - self._last_record_time >= self.cfg.logging.every_s:
+            self._record()
+        self._check_limits()
+
+    def _on_message(self, name: str, message, now: float) -> None:
+        state = self.workers.get(name)
+        if state is None:
+            log.warning("control message from unknown worker %r dropped", name)
+            return
+        state.last_seen = now
+        state.connected = True
+        if message.kind == "stopped":
+            state.stopped = True
+        elif message.kind == "heartbeat":
+            state.last = message.meta
+            self._absorb(state.spec.kind, message.meta)
+
+    def _absorb(self, kind: str, meta: dict) -> None:
+        if kind == "actor":
+            self.frames += int(meta.get("frames", 0))
+            n = int(meta.get("episodes", 0))
+            self.episodes += n
+            self._window_episodes += n
+            self._window_frames += int(meta.get("frames", 0))
+            sums = meta.get("stat_sums")
+            if sums is not None and len(sums) == len(STAT_KEYS):
+                self._window_stats += np.asarray(sums, float)
+        elif kind == "trainer":
+            self.version = max(self.version, int(meta.get("version", 0)))
+            if self.bar is not None:
+                self.bar.n = self.version
+        if self.bar is not None:
+            self.bar.set_postfix(self._postfix(), refresh=False)
+
+    def _postfix(self) -> dict:
+        last = self.records[-1] if self.records else {}
+        post = {
+            "frames": f"{self.frames:,}",
+            "episodes": f"{self.episodes:,}",
+            "fps": f"{self.fps():,.0f}",
+        }
+        if "episode/hider_return" in last:
+            post["hider"] = f"{last['episode/hider_return']:+.1f}"
+            post["seeker"] = f"{last['episode/seeker_return']:+.1f}"
+        return post
+
+    def _send_counters(self) -> None:
+        meta = {
+            "frames": self.frames,
+            "episodes": self.episodes,
+            "wall_clock_s": self.hours() * 3600,
+        }
+        for name, state in self.workers.items():
+            if state.spec.kind == "trainer" and state.connected and not state.stopped:
+                self.control.send(name.encode(), "counters", meta=meta)
+
+    def _watch(self, now: float) -> None:
+        p = self.cfg.pipeline
+        dead = set(self.launcher.dead())
+        for name, state in list(self.workers.items()):
+            if state.stopped:
+                continue
+            silent = now - state.last_seen > p.heartbeat_timeout_s
+            if name not in dead and not silent:
+                continue
+            why = "exited" if name in dead else f"silent for {now - state.last_seen:.0f} s"
+            if state.spec.kind == "trainer" and not p.restart_trainer:
+                self.error = f"trainer {why}; set pipeline.restart_trainer=true to restart it"
+                self.stop_reason = f"error: {self.error}"
+                state.stopped = True
+                return
+            if state.restarts >= p.max_restarts:
+                self.error = f"{name} {why} and reached pipeline.max_restarts={p.max_restarts}"
+                self.stop_reason = f"error: {self.error}"
+                return
+            log.warning("%s %s: restarting it", name, why)
+            self.launcher.kill(name)
+            state.restarts += 1
+            self.restarts += 1
+            spec = state.spec
+            self._start(
+                WorkerSpec(
+                    spec.kind,
+                    spec.index,
+                    spec.config,
+                    spec.run_dir,
+                    spec.endpoints,
+                    spec.incarnation + 1,
+                    spec.security,
+                )
+            )
+
+    def _check_limits(self) -> None:
+        stop = self.cfg.stop
+        if stop.versions and self.version >= stop.versions:
+            self.stop_reason = f"reached stop.versions={stop.versions}"
+        elif stop.frames and self.frames >= stop.frames:
+            self.stop_reason = f"reached stop.frames={stop.frames}"
+        elif stop.minutes and time.monotonic() - self.start >= stop.minutes * 60:
+            self.stop_reason = f"reached stop.minutes={stop.minutes}"
+
+    def _stop_workers(self) -> None:
+        for name, state in self.workers.items():
+            if not state.stopped:
+                self.control.send(name.encode(), "stop")
+        deadline = time.monotonic() + STOP_GRACE_S
+        while time.monotonic() < deadline:
+            if all(s.stopped for s in self.workers.values()):
+                break
+            self.launcher.step()
+            now = time.monotonic()
+            for name, message in self.control.recv(timeout_ms=20):
+                self._on_message(name.decode(errors="replace"), message, now)
+            for name in self.launcher.dead():
+                self.workers[name].stopped = True
+        self.launcher.join(timeout_s=10.0)
+        self.control.close()
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    # ------------------------------------------------------------------ logs
+    def hours(self) -> float:
+        return (self.prior_s + time.monotonic() - self.start) / 3600
+
+    def _open_logs(self) -> None:
+        lg = self.cfg.logging
+        if lg.progress:
+            total = self.cfg.stop.versions or None
+            self.bar = tqdm(
+                total=total, initial=self.version, desc="optimisation steps", file=sys.stderr
+            )
+        if lg.wandb != "disabled":
+            from hns_train.distributed.wandb_logger import WandbLogger
+
+            self.logger = WandbLogger(
+                self.run_dir, self.cfg.to_dict(), project=lg.project, mode=lg.wandb
+            )
+        from hns_train.eval.phases import PhaseDetector
+
+        self.phases = PhaseDetector()
+        self.phases.restore(self._previous_phases())
+
+    def _previous_phases(self) -> list[dict]:
+        if not self.metrics_path.exists():
+            return []
+        out = []
+        for line in self.metrics_path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if record.get("kind") == "phase":
+                out.append(record)
+        self.phases_reached = [r["phase"] for r in out]
+        return out
+
+    def _record(self) -> None:
+        now = time.monotonic()
+        elapsed = max(now - self._last_record_time, 1e-9)
+        self._last_record_time = now
+        record: dict = {
+            "kind": "train",
+            "time": time.time(),
+            "hours": self.hours(),
+            "episodes": self.episodes,
+            "frames": self.frames,
+            "version": self.version,
+            "throughput/env_fps": self._window_frames / elapsed,
+            "restarts": self.restarts,
+        }
+        if self._window_episodes:
+            means = self._window_stats / self._window_episodes
+            record.update({f"episode/{k}": float(v) for k, v in zip(STAT_KEYS, means, strict=True)})
+        record.update(self._worker_metrics())
+        self._window_stats[:] = 0
+        self._window_episodes = self._window_frames = 0
+        self.records.append(record)
+        with self.metrics_path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.logger is not None:
+            self.logger.log(record)
+        if self.phases is not None and "episode/hider_return" in record:
+            for onset in self.phases.update(record):
+                self._log_phase(onset)
+
+    def _log_phase(self, onset) -> None:
+        entry = onset.to_record()
+        self.phases_reached.append(entry["phase"])
+        with self.metrics_path.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+        if self.logger is not None:
+            self.logger.log_phase(onset)
+        if self.bar is not None:
+            self.bar.write(f"phase reached: {entry['phase']} after {entry['episodes']:,} episodes")
+
+    def _worker_metrics(self) -> dict:
+        out: dict = {}
+        by_kind: dict[str, list[dict]] = defaultdict(list)
+        for state in self.workers.values():
+            by_kind[state.spec.kind].append(state.last)
+        trainer = (by_kind.get("trainer") or [{}])[0]
+        for key, value in (trainer.get("stats") or {}).items():
+            out[f"loss/{key}"] = value
+        for key in ("staleness", "reuse"):
+            if trainer.get(key) is not None:
+                out[f"{key}/mean"] = trainer[key]
+        if "buffer" in trainer:
+            out["queue/trainer_buffer"] = trainer["buffer"]
+        policies = by_kind.get("policy", [])
+        if policies:
+            out["throughput/policy_busy"] = float(
+                np.mean([p.get("busy_s", 0.0) for p in policies])
+            ) / max(self.cfg.pipeline.heartbeat_s, 1e-9)
+        actors = by_kind.get("actor", [])
+        if actors:
+            out["queue/actor_chunks"] = int(sum(a.get("queued_chunks", 0) for a in actors))
+        return out
+
+    def _close_logs(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.logger is not None:
+            self.logger.finish()
+
+    def fps(self) -> float:
+        return (self.frames - self.frames_at_start) / max(time.monotonic() - self.start, 1e-9)
+
+    def summary(self) -> Summary:
+        return Summary(
+            run_dir=str(self.run_dir),
+            version=self.version,
+            frames=self.frames,
+            episodes=self.episodes,
+            hours=self.hours(),
+            fps=self.fps(),
+            restarts=self.restarts,
+            reason=self.stop_reason,
+            phases=list(self.phases_reached),
+            last_record=self.records[-1] if self.records else {},
+        )

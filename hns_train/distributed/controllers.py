@@ -1,0 +1,101 @@
+"""Who controls each agent row: integer codes on the wire, drawn per episode from the pool.
+
+Code per agent row in an inference request:
+    LATEST (-1)  the learning policy (its rows are the only ones trained on)
+    RANDOM (-2)  the built-in random team
+    NOOP (-3)    the built-in no-op team
+    v >= 0       frozen pool snapshot of version v
+
+Actors draw a `TeamControllers` per episode from the run's `PolicyPool` (the rules live in
+`hns_train.agents.pool`); policy workers turn codes back into a model or a fixed opponent.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from hns_train.agents.opponents import fixed_opponent
+from hns_train.agents.pool import LATEST as LATEST_ID
+from hns_train.agents.pool import PolicyPool, PoolConfig, TeamControllers
+
+LATEST, RANDOM, NOOP = -1, -2, -3
+_NAMED = {LATEST_ID: LATEST, "random": RANDOM, "noop": NOOP}
+
+
+def code_of(policy_id) -> int:
+    """Wire code of a pool policy id ("latest", "random", "noop" or a snapshot version)."""
+    if isinstance(policy_id, str):
+        if policy_id not in _NAMED:
+            raise ValueError(f"unknown controller {policy_id!r}; allowed: {sorted(_NAMED)}")
+        return _NAMED[policy_id]
+    return int(policy_id)
+
+
+def pool_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "pool"
+
+
+class ControllerDraw:
+    """Per-episode draw of (hider code, seeker code); opens the pool only when it is needed."""
+
+    def __init__(self, config: PoolConfig, run_dir: str | Path, seed) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.config = config
+        self.pool = PolicyPool(pool_dir(run_dir), config) if config.p_latest < 1.0 else None
+
+    def draw(self) -> tuple[int, int]:
+        teams = self.pool.draw(self.rng) if self.pool is not None else TeamControllers()
+        return code_of(teams.hiders), code_of(teams.seekers)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+
+class Opponents:
+    """Policy-worker side: snapshot models (small LRU cache) and fixed teams by code."""
+
+    def __init__(
+        self,
+        config: PoolConfig,
+        run_dir: str | Path,
+        new_model: Callable,
+        seed,
+        cache_size: int = 4,
+    ) -> None:
+        self.run_dir = run_dir
+        self.config = config
+        self.new_model = new_model
+        self.rng = np.random.default_rng(seed)
+        self.cache_size = cache_size
+        self._pool: PolicyPool | None = None
+        self._models: OrderedDict[int, object] = OrderedDict()  # least recently used first
+
+    def snapshot(self, version: int):
+        version = int(version)
+        if version in self._models:
+            self._models.move_to_end(version)
+            return self._models[version]
+        if self._pool is None:
+            self._pool = PolicyPool(pool_dir(self.run_dir), self.config)
+        model = self.new_model()
+        model.load_state_dict(self._pool.load_snapshot(version, map_location=model.device))
+        self._models[version] = model
+        while len(self._models) > self.cache_size:
+            self._models.popitem(last=False)
+        return model
+
+    def fixed_actions(self, code: int, rows: int) -> np.ndarray:
+        name = {RANDOM: "random", NOOP: "noop"}.get(code)
+        if name is None:
+            raise ValueError(f"controller code {code} is not a fixed opponent")
+        fake = {"observation_self": np.zeros((rows, 1), np.float32)}
+        return fixed_opponent(name)(fake, self.rng)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()

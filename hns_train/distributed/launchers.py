@@ -1,0 +1,144 @@
+"""Launchers: where workers run. The controller talks to every launcher the same way.
+
+- `SerialLauncher`: every worker in the controller's process, stepped in turn (`inproc://`
+  sockets). Deterministic enough for tests and easy to debug with breakpoints.
+- `LocalLauncher`: one process per worker with the spawn start method (never fork: MuJoCo GL
+  contexts and ZeroMQ sockets do not survive it), `ipc://` or `tcp://` sockets.
+- A Ray launcher implements the same methods with Ray actors (`ray_launcher.py`).
+
+Interface: `start(spec)`, `step()` (serial: one round of work; others: nothing), `dead()` names
+of workers whose process has exited, `kill(name)`, `join(timeout_s)` then force-kill stragglers,
+and `endpoints(cfg, run_tmp)` giving the addresses workers bind and connect to.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import time
+from pathlib import Path
+
+from hns_train.config import RunConfig
+from hns_train.distributed.worker import Worker, WorkerSpec, build_worker, run_worker
+
+
+def free_tcp_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def make_endpoints(cfg: RunConfig, scheme: str, folder: Path | None = None) -> dict:
+    """Bind and connect addresses of the controller, trainer and policy workers.
+
+    scheme: `inproc` (serial), `ipc` (one host; sockets under `folder`) or `tcp`.
+    """
+    n_policy = cfg.pipeline.n_policy_workers
+    names = ["control", "samples", "params"] + [f"inference{i}" for i in range(n_policy)]
+    if scheme == "inproc":
+        addr = {n: f"inproc://{cfg.name}-{n}-{os.getpid()}" for n in names}
+    elif scheme == "ipc":
+        assert folder is not None
+        addr = {n: f"ipc://{folder / n}" for n in names}
+    elif scheme == "tcp":
+        host = cfg.pipeline.host
+        addr = {n: f"tcp://{host}:{free_tcp_port(host)}" for n in names}
+    else:
+        raise ValueError(f"unknown transport {scheme!r}; allowed: inproc, ipc, tcp")
+    inference = [addr[f"inference{i}"] for i in range(n_policy)]
+    return {
+        "control": addr["control"],
+        "samples": addr["samples"],
+        "samples_bind": addr["samples"],
+        "params": addr["params"],
+        "params_bind": addr["params"],
+        "inference": inference,
+        "inference_bind": inference,
+    }
+
+
+class SerialLauncher:
+    scheme = "inproc"
+
+    def __init__(self) -> None:
+        self.workers: dict[str, Worker] = {}
+
+    def start(self, spec: WorkerSpec) -> None:
+        self.workers[spec.name] = build_worker(spec)
+
+    def step(self) -> None:
+        for worker in list(self.workers.values()):
+            if not worker.stopped:
+                worker.step()
+                worker.poll_control()
+
+    def dead(self) -> list[str]:
+        return []
+
+    def kill(self, name: str) -> None:
+        worker = self.workers.pop(name, None)
+        if worker is not None:
+            worker.close()
+
+    def join(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while any(not w.stopped for w in self.workers.values()) and time.monotonic() < deadline:
+            self.step()
+        for name in list(self.workers):
+            self.kill(name)
+
+
+class LocalLauncher:
+    scheme = "ipc"
+
+    def __init__(self) -> None:
+        self.context = mp.get_context("spawn")
+        self.processes: dict[str, mp.process.BaseProcess] = {}
+
+    def start(self, spec: WorkerSpec) -> None:
+        process = self.context.Process(target=run_worker, args=(spec,), name=spec.name)
+        process.start()
+        self.processes[spec.name] = process
+
+    def step(self) -> None:
+        time.sleep(0.01)
+
+    def dead(self) -> list[str]:
+        return [name for name, p in self.processes.items() if not p.is_alive()]
+
+    def pid(self, name: str) -> int | None:
+        p = self.processes.get(name)
+        return None if p is None else p.pid
+
+    def kill(self, name: str) -> None:
+        process = self.processes.pop(name, None)
+        if process is not None and process.is_alive():
+            process.kill()
+            process.join(5)
+
+    def join(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for process in self.processes.values():
+            process.join(max(0.0, deadline - time.monotonic()))
+        for process in self.processes.values():
+            if process.is_alive():
+                process.terminate()
+                process.join(3)
+            if process.is_alive():
+                process.kill()
+                process.join(3)
+        self.processes.clear()
+
+
+def make_launcher(cfg: RunConfig):
+    kind = cfg.pipeline.launcher
+    if kind == "serial":
+        return SerialLauncher()
+    if kind == "local":
+        return LocalLauncher()
+    if kind == "ray":
+        from hns_train.distributed.ray_launcher import RayLauncher
+
+        return RayLauncher(cfg)
+    raise ValueError(f"unknown launcher {kind!r}; allowed: serial, local, ray")

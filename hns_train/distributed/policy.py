@@ -1,0 +1,147 @@
+"""Policy worker: batched inference for actors, with the latest parameters and pool snapshots.
+
+Requests (`act`) carry, per agent row, the raw observation, LSTM state, episode-start flag and a
+controller code (`controllers.py`). The worker takes every request queued at once (up to
+`max_inference_batch` rows: batches grow by themselves while the device is busy), groups rows
+by controller, runs one forward pass per group, and answers each actor with actions, log-probs,
+de-normalised values and new states, plus the version of the latest parameters it used.
+
+Parameters arrive over the parameter stream from the trainer (newest only). Until the first
+parameters arrive the worker answers nothing: an actor never acts with weights the trainer does
+not know. Snapshots are loaded from the run's pool on demand and kept in a small LRU cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from hns_train.agents.policy import ActorCritic
+from hns_train.distributed import controllers
+from hns_train.distributed.params import arrays_to_state_dict, resolve_device
+from hns_train.distributed.streams import InferenceServer, ParamSubscriber
+from hns_train.distributed.worker import POLL_MS, Worker, WorkerSpec
+from hns_train.envs.observations import observation_shapes
+
+log = logging.getLogger(__name__)
+
+
+class PolicyWorker(Worker):
+    kind = "policy"
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        super().__init__(spec)
+        self.device = resolve_device(self.cfg.pipeline.device)
+        self.shapes = observation_shapes(self.cfg.game_config())
+        self.model = self._new_model()
+        self.server = InferenceServer(
+            spec.endpoints["inference_bind"][spec.index],
+            max_requests=max(1, self.cfg.pipeline.max_inference_batch),
+        )
+        self.params = ParamSubscriber(spec.endpoints["params"])
+        self.opponents = controllers.Opponents(
+            self.cfg.pool, spec.run_dir, self._new_model, seed=[self.cfg.seed, 2, spec.index]
+        )
+        self.version = -1
+        self._rows = 0
+        self._batches = 0
+        self._busy_s = 0.0
+
+    def _new_model(self) -> ActorCritic:
+        return ActorCritic(self.shapes, self.cfg.agent.network, device=self.device).eval()
+
+    def step(self) -> bool:
+        message = self.params.poll_latest(timeout_ms=0)
+        if message is not None and int(message.meta["version"]) > self.version:
+            self.model.load_state_dict(arrays_to_state_dict(message.arrays, self.device))
+            self.version = int(message.meta["version"])
+        if self.version < 0:
+            time.sleep(POLL_MS / 1000)
+            return False
+        requests = [r for r in self.server.recv(timeout_ms=POLL_MS) if self._valid(*r)]
+        if not requests:
+            return False
+        start = time.perf_counter()
+        self._serve(requests)
+        self._busy_s += time.perf_counter() - start
+        self._batches += 1
+        return True
+
+    def _valid(self, client: bytes, message) -> bool:
+        """A request that does not fit the observation contract is dropped, never served."""
+        try:
+            arrays = message.arrays
+            obs = {k[4:]: v for k, v in arrays.items() if k.startswith("obs/")}
+            (rows,) = self.model.layout.check(obs, 1)
+            lstm = self.cfg.agent.network.lstm_dim
+            if arrays["state"].shape != (rows, 4, lstm) or arrays["code"].shape != (rows,):
+                raise ValueError("state or code rows do not match the observations")
+            if arrays["episode_start"].shape != (rows,):
+                raise ValueError("episode_start rows do not match the observations")
+        except (KeyError, ValueError) as err:
+            log.warning("dropped an inference request from %r: %s", client, err)
+            self.server.rejected += 1
+            return False
+        return True
+
+    def _serve(self, requests) -> None:
+        batch, sizes = _concat([m.arrays for _, m in requests])
+        obs = {k[4:]: v for k, v in batch.items() if k.startswith("obs/")}
+        codes = batch["code"]
+        n = len(codes)
+        actions = np.zeros((n, 5), np.int64)
+        logp = np.zeros(n, np.float32)
+        values = np.zeros(n, np.float32)
+        state = batch["state"].copy()
+        for code in np.unique(codes):
+            rows = np.flatnonzero(codes == code)
+            sub = {k: v[rows] for k, v in obs.items()}
+            if code == controllers.LATEST or code >= 0:
+                model = self.model if code == controllers.LATEST else self.opponents.snapshot(code)
+                out = model.act(sub, batch["state"][rows], batch["episode_start"][rows])
+                actions[rows], logp[rows], values[rows], state[rows] = out
+            else:
+                actions[rows] = self.opponents.fixed_actions(int(code), len(rows))
+        self._rows += n
+        offset = 0
+        for (client, message), size in zip(requests, sizes, strict=True):
+            part = slice(offset, offset + size)
+            offset += size
+            self.server.reply(
+                client,
+                "act_result",
+                {
+                    "actions": actions[part],
+                    "logp": logp[part],
+                    "values": values[part],
+                    "state": state[part],
+                },
+                {**message.meta, "version": self.version},
+            )
+
+    def counters(self) -> dict:
+        out = {
+            "version": self.version,
+            "rows": self._rows,
+            "batches": self._batches,
+            "busy_s": self._busy_s,
+            "rejected": self.server.rejected,
+        }
+        self._rows = self._batches = 0
+        self._busy_s = 0.0
+        return out
+
+    def close_streams(self) -> None:
+        self.server.close()
+        self.params.close()
+
+
+def _concat(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], list[int]]:
+    sizes = [len(p["code"]) for p in parts]
+    keys = set(parts[0])
+    for p in parts[1:]:
+        if set(p) != keys:
+            raise ValueError("inference requests in one batch carry different arrays")
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, sizes

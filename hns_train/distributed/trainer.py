@@ -1,0 +1,204 @@
+"""Trainer worker: PPO on chunks from actors, with sample reuse and a staleness cut.
+
+Chunks arrive over the sample stream and wait in a buffer of at most `sample_buffer_chunks`.
+An optimisation step takes the `batch_chunks` least-used chunks (newest first among equals),
+so each chunk is trained on up to `reuse` times (the paper: about 4) before it leaves. A chunk
+whose oldest producing version is more than `max_staleness` versions behind the current one is
+dropped, on arrival or when its turn comes.
+
+After every step the new parameters are published (version = optimisation steps); every
+`checkpoint_every` versions, and when the run stops, a checkpoint is written (weights,
+optimiser, normalisers, counters, RNG states); every `pool.snapshot_every` versions a frozen
+snapshot joins the pool. On start the newest valid checkpoint is restored, so `--resume`
+continues with counters intact. The run's counters (frames, episodes, hours) come from the
+controller, which owns them, in `counters` control messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hns_train.agents.checkpoint import CheckpointDir, Counters, restore_training, training_state
+from hns_train.agents.chunks import Chunk, stack_chunks
+from hns_train.agents.policy import ActorCritic
+from hns_train.agents.pool import PolicyPool
+from hns_train.agents.ppo import PPO
+from hns_train.distributed.controllers import pool_dir
+from hns_train.distributed.params import resolve_device, state_dict_to_arrays
+from hns_train.distributed.streams import ParamPublisher, SampleReceiver
+from hns_train.distributed.worker import POLL_MS, Worker, WorkerSpec
+from hns_train.envs.observations import observation_shapes
+
+log = logging.getLogger(__name__)
+MAX_RECV_PER_STEP = 64
+
+
+@dataclass
+class Sample:
+    chunk: Chunk
+    version: int  # oldest parameters version that produced it
+    uses: int = 0
+    arrival: int = 0
+
+
+class TrainerWorker(Worker):
+    kind = "trainer"
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        super().__init__(spec)
+        cfg = self.cfg
+        self.device = resolve_device(cfg.pipeline.device)
+        self.model = ActorCritic(
+            observation_shapes(cfg.game_config()), cfg.agent.network, device=self.device
+        )
+        self.ppo = PPO(self.model, cfg.agent.ppo)
+        self.rng = np.random.default_rng([cfg.seed, 3])
+        self.checkpoints = CheckpointDir(
+            Path(spec.run_dir) / "checkpoints", keep=cfg.pipeline.keep_checkpoints
+        )
+        self.counters_from_controller = Counters()
+        latest = self.checkpoints.latest()
+        if latest is not None:
+            info = restore_training(latest, self.ppo, np_rng=self.rng)
+            self.counters_from_controller = info.counters
+            log.warning("resumed from %s at version %d", latest.path, self.ppo.version)
+        self.pool = PolicyPool(pool_dir(spec.run_dir), cfg.pool)
+        self.samples = SampleReceiver(spec.endpoints["samples_bind"], hwm=16)
+        self.params = ParamPublisher(spec.endpoints["params_bind"])
+        self.buffer: list[Sample] = []
+        self._arrivals = 0
+        self._last_stats: dict[str, float] = {}
+        self._received = self._dropped_stale = self._rejected = 0
+        self._steps = 0
+        self._update_s = 0.0
+        self._staleness: list[float] = []
+        self._reuse: list[float] = []
+        self.publish()
+
+    @property
+    def version(self) -> int:
+        return self.ppo.version
+
+    def publish(self) -> None:
+        arrays = state_dict_to_arrays(self.model.state_dict())
+        self.params.publish(self.version, arrays, {"version": self.version})
+
+    # ------------------------------------------------------------------ loop
+    def step(self) -> bool:
+        got = self._receive()
+        ready = self._usable()
+        if len(ready) < self.cfg.pipeline.batch_chunks:
+            return got > 0
+        self._train(ready)
+        return True
+
+    def _receive(self) -> int:
+        count = 0
+        timeout = POLL_MS
+        while count < MAX_RECV_PER_STEP:
+            message = self.samples.recv(timeout_ms=timeout)
+            timeout = 0
+            if message is None:
+                break
+            count += 1
+            try:
+                chunk = Chunk.from_arrays(message.arrays).validate()
+                self.model.layout.check(chunk.obs, 2)
+                if chunk.num_steps != self.cfg.pipeline.chunk_len:
+                    raise ValueError(
+                        f"chunk has {chunk.num_steps} steps; pipeline.chunk_len is "
+                        f"{self.cfg.pipeline.chunk_len}"
+                    )
+            except (KeyError, ValueError) as err:
+                log.warning("dropped a malformed chunk: %s", err)
+                self._rejected += 1
+                continue
+            self._received += 1
+            version = int(chunk.policy_version.min())
+            if self._stale(version):
+                self._dropped_stale += 1
+                continue
+            self._arrivals += 1
+            self.buffer.append(Sample(chunk, version, arrival=self._arrivals))
+        overflow = len(self.buffer) - self.cfg.pipeline.sample_buffer_chunks
+        if overflow > 0:  # the oldest arrivals go first
+            self.buffer.sort(key=lambda s: s.arrival)
+            del self.buffer[:overflow]
+        return count
+
+    def _stale(self, version: int) -> bool:
+        return version < self.version - self.cfg.pipeline.max_staleness
+
+    def _usable(self) -> list[Sample]:
+        fresh = [s for s in self.buffer if not self._stale(s.version)]
+        self._dropped_stale += len(self.buffer) - len(fresh)
+        self.buffer = fresh
+        return fresh
+
+    def _train(self, ready: list[Sample]) -> None:
+        p = self.cfg.pipeline
+        ready.sort(key=lambda s: (s.uses, -s.arrival))
+        batch = ready[: p.batch_chunks]
+        start = time.perf_counter()
+        self._last_stats = self.ppo.update(stack_chunks([s.chunk for s in batch]))
+        self._update_s += time.perf_counter() - start
+        self._steps += 1
+        for s in batch:
+            self._staleness.append(self.version - 1 - s.version)
+            s.uses += 1
+        self._reuse.extend(s.uses for s in batch if s.uses >= p.reuse)
+        self.buffer = [s for s in self.buffer if s.uses < p.reuse]
+        self.publish()
+        if self.version % p.checkpoint_every == 0:
+            self.save_checkpoint()
+        c = self.counters_from_controller
+        self.pool.maybe_add(self.version, self.model.state_dict(), c.frames, c.episodes)
+
+    def save_checkpoint(self) -> Path:
+        state, meta = training_state(
+            self.ppo, self.counters_from_controller, self.cfg.to_dict(), np_rng=self.rng
+        )
+        return self.checkpoints.save(self.version, state, meta)
+
+    # ------------------------------------------------------------------ control
+    def on_control(self, message) -> None:
+        if message.kind == "counters":
+            m = message.meta
+            self.counters_from_controller = Counters(
+                version=self.version,
+                frames=int(m["frames"]),
+                episodes=int(m["episodes"]),
+                wall_clock_s=float(m["wall_clock_s"]),
+            )
+
+    def counters(self) -> dict:
+        out = {
+            "version": self.version,
+            "steps": self._steps,
+            "update_s": self._update_s,
+            "received": self._received,
+            "dropped_stale": self._dropped_stale,
+            "rejected": self._rejected,
+            "buffer": len(self.buffer),
+            "staleness": float(np.mean(self._staleness)) if self._staleness else None,
+            "reuse": float(np.mean(self._reuse)) if self._reuse else None,
+            "stats": self._last_stats,
+            "counters": asdict(self.counters_from_controller),
+        }
+        self._steps = self._received = self._dropped_stale = self._rejected = 0
+        self._update_s = 0.0
+        self._staleness, self._reuse = [], []
+        return out
+
+    def shutdown(self) -> None:
+        self.save_checkpoint()
+
+    def close_streams(self) -> None:
+        self.samples.close()
+        self.params.close()
+        self.pool.close()

@@ -1,0 +1,134 @@
+"""What every worker shares: its spec, the control channel to the controller, and its loop.
+
+A worker is a plain object with `step() -> bool` (one unit of work; True when it did some) and
+`close()`. The same class runs under every launcher: the `serial` launcher calls `step()` of all
+workers in turn in one process, the `local` launcher runs `run_worker(spec)` in a spawned
+process, the `ray` launcher inside a Ray actor. Workers never block for long: every receive has
+a timeout, so a stop request or a heartbeat is never more than ~`POLL_MS` away.
+
+Control protocol (worker -> controller): `hello` once, `heartbeat` every `heartbeat_s` seconds
+with the worker's counters in `meta`, `stopped` when it has cleaned up (the trainer sends it
+after its final checkpoint). Controller -> worker: `stop`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from hns_train.config import RunConfig, config_from_dict
+from hns_train.distributed.streams import ControlClient
+
+log = logging.getLogger(__name__)
+POLL_MS = 5
+
+WORKER_KINDS = ("actor", "policy", "trainer", "eval")
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker needs to start, in plain data (it crosses process boundaries)."""
+
+    kind: str
+    index: int
+    config: dict[str, Any]
+    run_dir: str
+    endpoints: dict[str, Any] = field(default_factory=dict)
+    incarnation: int = 0  # how many times this worker was restarted
+    security: dict[str, Any] | None = None  # CURVE keys for cluster runs
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}{self.index}"
+
+
+class Worker:
+    """Base class: control channel, heartbeats and the stop flag."""
+
+    kind = "worker"
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.cfg: RunConfig = config_from_dict(spec.config, source=f"{spec.name} spec")
+        self.control = ControlClient(spec.endpoints["control"], identity=spec.name)
+        self.stopping = False
+        self.stopped = False
+        self._last_beat = 0.0
+        self.control.send("hello", meta={"pid": os.getpid(), "incarnation": spec.incarnation})
+
+    # --- to override
+    def step(self) -> bool:
+        raise NotImplementedError
+
+    def counters(self) -> dict[str, Any]:
+        """Numbers sent with every heartbeat (reset by the worker when they are deltas)."""
+        return {}
+
+    def on_control(self, message) -> None:
+        """A control message other than `stop` (the trainer takes the run's counters)."""
+
+    def shutdown(self) -> None:
+        """Final work before `stopped` is reported (the trainer writes its checkpoint)."""
+
+    def close_streams(self) -> None:
+        """Close the worker's own sockets."""
+
+    # --- shared
+    def poll_control(self) -> None:
+        now = time.monotonic()
+        if now - self._last_beat >= self.cfg.pipeline.heartbeat_s:
+            self._last_beat = now
+            self.control.send("heartbeat", meta=self.counters())
+        message = self.control.recv(timeout_ms=0)
+        while message is not None:
+            if message.kind == "stop":
+                self.stopping = True
+            else:
+                self.on_control(message)
+            message = self.control.recv(timeout_ms=0)
+        if self.stopping and not self.stopped:
+            self.shutdown()
+            self.control.send("heartbeat", meta=self.counters())
+            self.control.send("stopped")
+            self.stopped = True
+
+    def close(self) -> None:
+        self.close_streams()
+        self.control.close()
+
+
+def build_worker(spec: WorkerSpec) -> Worker:
+    """The worker class for `spec.kind` (imported here so each process loads only its own)."""
+    if spec.kind == "actor":
+        from hns_train.distributed.actor import ActorWorker as cls
+    elif spec.kind == "policy":
+        from hns_train.distributed.policy import PolicyWorker as cls
+    elif spec.kind == "trainer":
+        from hns_train.distributed.trainer import TrainerWorker as cls
+    elif spec.kind == "eval":
+        from hns_train.distributed.evaluator import EvalWorker as cls
+    else:
+        raise ValueError(f"unknown worker kind {spec.kind!r}; allowed: {WORKER_KINDS}")
+    return cls(spec)
+
+
+def run_worker(spec: WorkerSpec) -> None:
+    """Process entry point: run one worker until the controller stops it."""
+    # Ctrl-C goes to the whole process group; only the controller decides how to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s {spec.name} %(message)s")
+    import torch
+
+    torch.set_num_threads(max(1, int(spec.config["pipeline"]["torch_threads"])))
+    worker = build_worker(spec)
+    try:
+        while not worker.stopped:
+            worker.step()
+            worker.poll_control()
+    finally:
+        worker.close()

@@ -1,0 +1,56 @@
+"""`python -m hns_train.train [--config FILE] [--resume RUN_DIR] [section.key=value ...]`
+
+The main job: trains with the actor / policy / trainer pipeline. With no arguments it runs
+`configs/default.yaml` (the quadrant game, `local` launcher) until stopped with Ctrl-C, which
+writes a final checkpoint; `--resume runs/NAME` continues that run from its newest checkpoint
+with counters, pool and ratings intact (overrides still apply).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from hns_train.config import ConfigError, load_config
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m hns_train.train",
+        description="Train hide-and-seek agents with self-play PPO.",
+    )
+    parser.add_argument("--config", type=Path, help="YAML config (default: configs/default.yaml)")
+    parser.add_argument(
+        "--resume", type=Path, metavar="RUN_DIR", help="continue the run in RUN_DIR"
+    )
+    parser.add_argument("overrides", nargs="*", help="section.key=value, e.g. stop.minutes=10")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    try:
+        if args.resume is not None:
+            saved = args.resume / "config.yaml"
+            if not saved.is_file():
+                raise ConfigError(f"--resume {args.resume}: no config.yaml there (not a run dir)")
+            where = [f"runs_dir={args.resume.parent}", f"name={args.resume.name}"]
+            cfg = load_config(args.config or saved, [*args.overrides, *where])
+        else:
+            cfg = load_config(args.config, args.overrides)
+        from hns_train.distributed.controller import Controller
+
+        controller = Controller(cfg, resume=args.resume is not None)
+    except (ConfigError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    summary = controller.run()
+    print("\n".join(summary.lines()))
+    return 1 if controller.error else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
