@@ -328,6 +328,15 @@ def test_control_heartbeats_and_stop_command(short_dir):
             msg = workers[1].recv(timeout_ms=2000)
             assert msg.kind == "stop" and msg.meta == {"reason": "done"}
             assert workers[0].recv(timeout_ms=50) is None
+            # a restarted worker reuses its id and takes over the old connection
+            workers[2].close()
+            workers[2] = ControlClient(ctl.endpoint, identity="actor-2")
+            assert workers[2].send("hello")
+            hello = []
+            assert _wait_until(lambda: hello.extend(ctl.recv(timeout_ms=100)) or hello)
+            assert [(wid, m.kind) for wid, m in hello] == [(b"actor-2", "hello")]
+            assert ctl.send(b"actor-2", "stop")
+            assert workers[2].recv(timeout_ms=2000).kind == "stop"
         finally:
             for w in workers:
                 w.close()
