@@ -15,7 +15,8 @@ Invariants:
 - **Robust receivers.** A malformed message (see ``wire.decode``) is dropped: the reason is
   logged with ``logging.getLogger(__name__).warning`` and the stream's ``rejected`` counter goes
   up; nothing raises into the worker loop. Receiving sockets also cap the size of one frame
-  (``max_message_bytes``, 1 GiB by default).
+  (``max_message_bytes``, 1 GiB by default); libzmq drops the connection of a peer that
+  exceeds it, before any memory is spent on the frame.
 - **No pickle**: everything goes through ``wire.encode`` / ``wire.decode``.
 - **Zero copy.** Large arrays are sent without a copy, so an array passed to ``send``/``reply``
   must not be modified in place afterwards (pass ``copy=True`` when reusing buffers).
