@@ -1,0 +1,398 @@
+"""`python -m hns_train.eval compare RUN_DIR`: a run's emergent phases against Rapid and SRL.
+
+Prints one table (phase | Rapid | SRL | this run: episodes, frames, hours, episodes relative to
+Rapid) with rows for the time to ramp defense and the hardware, and writes a PNG of the
+behaviour statistics versus episodes (log x) with Rapid's onsets (dashed) and this run's
+(solid) marked. The baseline numbers come from `baselines.yaml`, never from this module.
+
+This run's onsets are its `phase` records in metrics.jsonl; phases without a record are filled
+in by running the detector (`phases.PhaseDetector`) over its training records, so a run made
+before detection was switched on still compares. The run directory contract: `config.yaml`
+(name, game.preset, hardware.{cpus, gpus, gpu_name}; missing keys are shown as unknown) and
+`metrics.jsonl`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from hns_train.eval.baselines import Baselines, load_baselines
+from hns_train.eval.phases import (
+    PHASE_TITLES,
+    PHASES,
+    STAT_PREFIX,
+    PhaseDetector,
+    PhaseOnset,
+    read_metrics,
+)
+
+DEFAULT_WIDTH, DEFAULT_HEIGHT = 1400, 1000  # pixels
+DPI = 100
+MAX_PIXELS = 8000  # per side; beyond this matplotlib needs gigabytes
+SMOOTH_RECORDS = 5  # rolling mean drawn over the raw per-record values
+
+# Panels of the plot: (title, [(label, function of a record's stats -> value)]).
+PANELS = [
+    (
+        "boxes (preparation)",
+        [
+            ("max box move in prep (m)", lambda s: s.get("max_box_move_prep")),
+            ("boxes locked in prep", lambda s: s.get("num_box_lock_prep")),
+        ],
+    ),
+    (
+        "ramps",
+        [
+            (
+                "ramp move after prep (m)",
+                lambda s: (
+                    s["max_ramp_move"] - s["max_ramp_move_prep"]
+                    if "max_ramp_move" in s and "max_ramp_move_prep" in s
+                    else None
+                ),
+            ),
+            ("ramps locked in prep", lambda s: s.get("num_ramp_lock_prep")),
+        ],
+    ),
+    ("box surfing", [("seeker surf steps / episode", lambda s: s.get("num_box_surf"))]),
+    ("outcome", [("hidden fraction (hiders win > 0.5)", lambda s: s.get("hidden_fraction"))]),
+]
+
+
+@dataclass
+class RunSummary:
+    """What `compare` needs from a run directory."""
+
+    path: Path
+    name: str
+    preset: str | None
+    hardware: dict
+    records: list[dict]
+    onsets: dict[str, PhaseOnset]
+    recorded: set[str] = field(default_factory=set)  # phases with a phase record in the file
+
+    @property
+    def last(self) -> dict:
+        return self.records[-1] if self.records else {}
+
+
+def load_run(run_dir: str | Path) -> RunSummary:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ValueError(f"run directory {run_dir} does not exist")
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file():
+        raise ValueError(f"{run_dir} has no metrics.jsonl (is it a run directory?)")
+    config = {}
+    if (run_dir / "config.yaml").is_file():
+        config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+        if not isinstance(config, dict):
+            raise ValueError(f"{run_dir / 'config.yaml'} is not a mapping")
+    records, recorded = read_metrics(metrics)
+    detector = PhaseDetector.from_metrics(metrics)
+    game = config.get("game") if isinstance(config.get("game"), dict) else {}
+    hardware = config.get("hardware") if isinstance(config.get("hardware"), dict) else {}
+    return RunSummary(
+        path=run_dir,
+        name=str(config.get("name") or run_dir.name),
+        preset=game.get("preset"),
+        hardware=hardware,
+        records=records,
+        onsets=dict(detector.fired),
+        recorded={o.phase for o in recorded},
+    )
+
+
+# ---------------------------------------------------------------------- formatting
+def human(x: float | None, unit: str = "") -> str:
+    """25e6 -> '25 M', 31.7e9 -> '31.7 B', 1234 -> '1.2 k'; None -> '–'."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    for scale, suffix in ((1e9, " B"), (1e6, " M"), (1e3, " k")):
+        if abs(x) >= scale:
+            v = x / scale
+            text = f"{v:.1f}".removesuffix(".0")
+            return f"{text}{suffix}{unit}"
+    return f"{x:.0f}{unit}" if float(x).is_integer() else f"{x:.2f}{unit}"
+
+
+def hours_text(h: float | None) -> str:
+    if h is None:
+        return "–"
+    return f"{h:.1f} h" if h >= 10 else f"{h:.2f} h"
+
+
+def hardware_text(hw: dict) -> str:
+    if not hw:
+        return "hardware not recorded"
+    cpus, gpus, name = hw.get("cpus"), hw.get("gpus"), hw.get("gpu_name")
+    parts = [f"{cpus} CPU cores" if cpus is not None else "CPU cores unknown"]
+    if gpus:
+        parts.append(f"{gpus} x {name}" if name else f"{gpus} GPUs")
+    elif gpus == 0:
+        parts.append("no GPU")
+    return " + ".join(parts)
+
+
+def format_table(run: RunSummary, baselines: Baselines) -> str:
+    rapid, srl = baselines.rapid, baselines.srl
+    rapid_run = next((r for r in rapid.runs if r.phase == "ramp_defense"), None)
+    srl_run = srl.runs[0] if srl.runs else None
+    header = ["phase", "Rapid (episodes)", "SRL", "this run: episodes", "frames", "hours", "/Rapid"]
+    rows = []
+    for phase in PHASES:
+        mark = rapid.phases.get(phase)
+        rapid_ep = None if mark is None else mark.episodes
+        rapid_cell = "after box surfing" if mark is not None and rapid_ep is None else "–"
+        if rapid_ep is not None:
+            rapid_cell = ("≈" if mark.approximate else "") + human(rapid_ep)
+        srl_mark = srl.phases.get(phase)
+        srl_cell = human(srl_mark.episodes) if srl_mark and srl_mark.episodes is not None else "–"
+        onset = run.onsets.get(phase)
+        if onset is None:
+            rows.append([PHASE_TITLES[phase], rapid_cell, srl_cell, "not reached", "", "", ""])
+            continue
+        ratio = f"{onset.episodes / rapid_ep:.2g}x" if rapid_ep else ""
+        star = "" if phase in run.recorded else "*"
+        rows.append(
+            [
+                PHASE_TITLES[phase],
+                rapid_cell,
+                srl_cell,
+                human(onset.episodes) + star,
+                human(onset.frames),
+                hours_text(onset.hours),
+                ratio,
+            ]
+        )
+    rd = run.onsets.get("ramp_defense")
+    rows.append(
+        [
+            "to ramp defense",
+            (
+                f"{human(rapid_run.episodes)} ep, {human(rapid_run.frames)} frames, "
+                f"{hours_text(rapid_run.hours)}"
+                if rapid_run
+                else "–"
+            ),
+            (
+                f"same solution, up to {srl.speedup_vs_rapid.factor:g}x faster (wall clock)"
+                if srl.speedup_vs_rapid
+                else "–"
+            ),
+            human(rd.episodes) if rd else "not reached",
+            human(rd.frames) if rd else "",
+            hours_text(rd.hours) if rd else "",
+            f"{rd.episodes / rapid_run.episodes:.2g}x" if rd and rapid_run else "",
+        ]
+    )
+    last = run.last
+    rows.append(
+        [
+            "hardware",
+            (
+                f"batch {rapid_run.batch_chunks:,} chunks x {rapid_run.chunk_length} steps"
+                if rapid_run and rapid_run.batch_chunks
+                else "–"
+            ),
+            f"{srl_run.hardware()}, {hours_text(srl_run.hours)}" if srl_run else "–",
+            hardware_text(run.hardware),
+            "",
+            "",
+            "",
+        ]
+    )
+    rows.append(
+        [
+            "so far",
+            "",
+            "",
+            human(last.get("episodes")) if last else "no training records",
+            human(last.get("frames")) if last else "",
+            hours_text(last.get("hours")) if last else "",
+            "",
+        ]
+    )
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells) -> str:
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    title = f"run {run.name}" + (f" (preset {run.preset})" if run.preset else "")
+    out = [title, "", line(header), line(["-" * w for w in widths])]
+    out += [line(r) for r in rows]
+    out.append("")
+    if not run.onsets:
+        n = len(run.records)
+        out.append(
+            f"This run has not reached any phase yet ({n} training records"
+            + (f", {human(last.get('episodes'))} episodes)." if last else ").")
+        )
+    if any(p not in run.recorded for p in run.onsets):
+        out.append("* found by re-running the phase detector over metrics.jsonl (no phase record)")
+    largest = max(srl.runs, key=lambda r: r.cpu_cores or 0, default=None)
+    if largest is not None and largest is not srl_run:
+        out.append(f"SRL at its largest scale: {largest.hardware()} ({largest.label}).")
+    out.append(f"Rapid: {rapid.source.cite()}.")
+    out.append(f"SRL: {srl.source.cite()}.")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------- plot
+def _series(records: list[dict], fn) -> tuple[np.ndarray, np.ndarray]:
+    xs, ys = [], []
+    for r in records:
+        stats = {k[len(STAT_PREFIX) :]: v for k, v in r.items() if k.startswith(STAT_PREFIX)}
+        ep = r.get("episodes")
+        y = fn(stats) if stats else None
+        if y is None or ep is None or ep <= 0 or not math.isfinite(float(y)):
+            continue
+        xs.append(float(ep))
+        ys.append(float(y))
+    return np.asarray(xs), np.asarray(ys)
+
+
+def plot_run(
+    run: RunSummary,
+    baselines: Baselines,
+    out: str | Path,
+    width: int = DEFAULT_WIDTH,
+    height: int = DEFAULT_HEIGHT,
+) -> Path:
+    """Write the PNG (exactly width x height pixels) and return its path."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    for name, v in (("width", width), ("height", height)):
+        if not isinstance(v, int) or not 200 <= v <= MAX_PIXELS:
+            raise ValueError(f"{name}={v!r} pixels must be an integer in [200, {MAX_PIXELS}]")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(PANELS), 1, sharex=True)
+    rapid = baselines.rapid
+    marks = [(p, m.episodes) for p, m in rapid.phases.items() if m.episodes]
+    episodes = [float(r["episodes"]) for r in run.records if (r.get("episodes") or 0) > 0]
+    lo = min(episodes, default=1e3)
+    hi = max([*episodes, *(e for _, e in marks)], default=1e9)
+    colours = ["tab:blue", "tab:orange"]
+    for ax, (title, lines) in zip(axes, PANELS, strict=True):
+        for colour, (label, fn) in zip(colours, lines, strict=False):
+            x, y = _series(run.records, fn)
+            if len(x):
+                ax.plot(x, y, color=colour, alpha=0.25, linewidth=0.8)
+                k = min(SMOOTH_RECORDS, len(y))
+                smooth = np.convolve(y, np.ones(k) / k, mode="valid")
+                ax.plot(x[k - 1 :], smooth, color=colour, linewidth=1.8, label=label)
+            else:
+                ax.plot([], [], color=colour, label=f"{label} (no data)")
+        if title == "outcome":  # above: hiders win more play steps than seekers
+            ax.axhline(0.5, color="0.5", linewidth=0.8, linestyle=":")
+        ax.set_title(title, fontsize=10, loc="left")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0)
+        for _, ep in marks:
+            ax.axvline(ep, color="0.35", linestyle="--", linewidth=1.0)
+        for onset in run.onsets.values():
+            if onset.episodes > 0:
+                ax.axvline(onset.episodes, color="tab:green", linewidth=1.4)
+    bottom = axes[-1]
+    bottom.set_xscale("log")
+    bottom.set_xlim(lo / 2, hi * 2)
+    bottom.set_xlabel("episodes (log scale)")
+    status = (
+        "no training records yet"
+        if not run.records
+        else "no phase reached yet"
+        if not run.onsets
+        else f"{len(run.onsets)} of {len(PHASES)} phases reached"
+    )
+    fig.suptitle(
+        f"{run.name}: behaviour statistics vs episodes ({status}); "
+        "dashed: Rapid onsets, green: this run",
+        fontsize=11,
+    )
+    fig.tight_layout(rect=(0, 0, 1, 0.97))  # makes room for the legends right of the panels
+    _label_onsets(fig, axes[0], marks, run)
+    fig.savefig(out, dpi=DPI, format="png")
+    return out
+
+
+def _label_onsets(fig, ax, marks, run: RunSummary) -> None:
+    """Vertical onset labels in the top panel, each beside its line: left of it when there is
+    room after the previous label, else right of it (Rapid's 100 M / 110 M pair is close)."""
+    labels = [(ep, f"Rapid: {PHASE_TITLES[p]}", "0.25") for p, ep in marks]
+    labels += [
+        (o.episodes, f"this run: {PHASE_TITLES[p]}", "tab:green")
+        for p, o in run.onsets.items()
+        if o.episodes > 0
+    ]
+    lo, hi = (math.log10(v) for v in ax.get_xlim())
+    axis_px = ax.get_window_extent().width
+    text_w = 1.6 * 7 * fig.dpi / 72 * (hi - lo) / axis_px  # one rotated 7 pt line, in decades
+    edge = -math.inf  # log10 x of the right edge of the last label placed
+    for ep, text, colour in sorted(labels):
+        x = math.log10(ep)
+        if x - text_w > edge:
+            side, edge = "right", x
+        else:
+            side, edge = "left", x + text_w
+        ax.annotate(
+            text,
+            xy=(ep, 0.98),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+            va="top",
+            ha=side,
+            fontsize=7,
+            color=colour,
+            bbox=dict(boxstyle="square,pad=0.1", facecolor="white", edgecolor="none", alpha=0.7),
+        )
+
+
+# ---------------------------------------------------------------------- entry points
+def run_compare(
+    run_dir: str | Path,
+    out: str | Path | None = None,
+    width: int = DEFAULT_WIDTH,
+    height: int = DEFAULT_HEIGHT,
+    baselines: Baselines | None = None,
+) -> str:
+    """Table text for `run_dir`; also writes the plot (default RUN_DIR/compare.png)."""
+    run = load_run(run_dir)
+    baselines = baselines or load_baselines()
+    path = plot_run(run, baselines, out or run.path / "compare.png", width, height)
+    return format_table(run, baselines) + f"\nPlot: {path}"
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(
+        prog="python -m hns_train.eval compare",
+        description="Compare a run's emergent phases with Rapid and SRL (table + PNG plot).",
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="runs/<name> directory")
+    parser.add_argument("--out", help="PNG path (default RUN_DIR/compare.png)")
+    parser.add_argument("--width", type=int, default=DEFAULT_WIDTH, help="plot width, pixels")
+    parser.add_argument("--height", type=int, default=DEFAULT_HEIGHT, help="plot height, pixels")
+    return parser
+
+
+def compare_main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        print(run_compare(args.run_dir, args.out, args.width, args.height))
+    except ValueError as err:
+        print(f"compare: {err}")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(compare_main())
