@@ -310,14 +310,14 @@ class ReplayRecorder:
         actions = actions[w] if actions.ndim == 3 else actions
         self._steps["rewards"].append(rewards.astype(np.float32))
         self._steps["actions"].append(actions.astype(np.int8))
-        self._steps["ctrl"].append(g.datas[w].ctrl.copy())
         self._record_frame()
+        self._steps["ctrl"].append(self._last_ctrl)
         if info:
             self.episode_stats = {k: float(v) for k, v in info.items()}
 
     def _record_frame(self) -> None:
         g, w = self.game, self.world
-        m, d, idx = g.models[w], g.datas[w], g.index
+        m, d, idx = g.models[w], _world_data(g, w), g.index
         f = self._frames
         t = int(g.t[w])
         f["t"].append(t)
@@ -326,6 +326,7 @@ class ReplayRecorder:
         f["qvel"].append(d.qvel.copy())
         f["qacc_warmstart"].append(d.qacc_warmstart.copy())
         f["time"].append(d.time)
+        self._last_ctrl = d.ctrl.copy()  # the controls of the step that led here
         locked = g.locked[w].copy()
         f["locked"].append(locked)
         f["lock_team"].append(g.lock_team[w].astype(np.int8))
@@ -376,6 +377,14 @@ class ReplayRecorder:
 
     def save(self, path, metadata: dict | None = None) -> Path:
         return save(self.to_replay(metadata), path)
+
+
+def _world_data(game, w: int) -> mujoco.MjData:
+    """World w's full MuJoCo state: a snapshot where the game keeps worlds in a batch, else the
+    world's own MjData."""
+    if hasattr(game, "world_data"):
+        return game.world_data(w)
+    return game.datas[w]
 
 
 def _make_header(cfg, layout, sizes, seed, world, metadata, episode_stats) -> dict:
@@ -493,11 +502,20 @@ def save(replay: Replay, path) -> Path:
     for name in LAYOUT_ARRAYS:
         members[f"layout.{name}"] = np.asarray(getattr(replay.layout, name))
     members.update(replay.arrays)
+    return atomic_write(path, lambda tmp: np.savez_compressed(tmp, **members), suffix=".npz")
+
+
+def atomic_write(path, write: Callable[[str], None], suffix: str) -> Path:
+    """Run `write(tmp)` on a temporary file next to `path` (named with `suffix`, so writers that
+    go by the extension pick the right format), then rename it over `path`: readers never see
+    a partial file. The result gets the usual 0644 permissions (mkstemp makes 0600 files)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{suffix}", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez_compressed(fh, **members)
+        write(tmp)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -512,6 +530,9 @@ def load(path) -> Replay:
     if not path.is_file():
         raise ReplayError(f"{where}: no such file")
     if not zipfile.is_zipfile(path):
+        with open(path, "rb") as fh:
+            if fh.read(4) == b"PK\x03\x04":  # a zip that lost its end: cut short while copying
+                raise ReplayError(f"{where}: truncated or corrupt file (an incomplete archive)")
         raise ReplayError(
             f"{where}: not a replay (not an .npz archive; a replay is written by "
             "hns_train.eval.replay.save)"
@@ -645,3 +666,36 @@ def _read_arrays(members, sizes, cfg, where) -> dict[str, np.ndarray]:
         if not ok.all():
             raise ReplayError(f"{where}: array {name!r} holds values outside {allowed}")
     return arrays
+
+
+# ----------------------------------------------------------------------------- `record` command
+
+ACTION_SOURCES = {"objects": object_seeking_actions, "random": random_actions}
+
+
+def record_main(argv: list[str] | None = None) -> int:
+    """`python -m hns_train.eval record OUT`: one episode from a scripted action source."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m hns_train.eval record",
+        description="Record one episode of scripted or random play to a replay file.",
+    )
+    parser.add_argument("out", help="replay path to write (.npz)")
+    parser.add_argument("--preset", default="quadrant")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--actions",
+        choices=sorted(ACTION_SOURCES),
+        default="objects",
+        help="objects: walk to boxes/ramps, grab and lock; random: uniform actions",
+    )
+    parser.add_argument("--steps", type=int, default=None, help="default: the preset's horizon")
+    args = parser.parse_args(argv)
+    cfg = make_config(args.preset)
+    act = ACTION_SOURCES[args.actions](cfg, args.seed)
+    meta = {team: {"name": f"{args.actions} actions"} for team in ("hiders", "seekers")}
+    replay = record_episode(cfg, act, seed=args.seed, metadata=meta, n_steps=args.steps)
+    path = save(replay, args.out)
+    print(f"{path} ({replay.n_steps} steps, {path.stat().st_size / 1e3:.0f} kB)")
+    return 0

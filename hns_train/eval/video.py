@@ -21,8 +21,6 @@ frame sizes; gif has no such limit. Outputs are written atomically (temporary fi
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +31,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from hns_train.envs.render import TopViewRenderer
 from hns_train.envs.world import HIDER_RGBA, SEEKER_RGBA
-from hns_train.eval.replay import Replay
+from hns_train.eval.replay import Replay, atomic_write
 
 FORMATS = ("mp4", "gif", "png")
 FOLLOW_DISTANCE = 2.5
@@ -256,7 +254,7 @@ def render_png(replay: Replay, path, t: int = -1, options: VideoOptions | None =
 
     with ReplayVideo(replay, options) as video:
         image = video.frame(t)
-    return _atomic(path, lambda tmp: iio.imwrite(tmp, image, extension=".png"))
+    return atomic_write(path, lambda tmp: iio.imwrite(tmp, image, extension=".png"), ".png")
 
 
 def write_video(
@@ -298,18 +296,82 @@ def write_video(
                 for image in video.frames(progress):
                     writer.append_data(image)
 
-    return _atomic(path, write, suffix=f".{fmt}")
+    return atomic_write(path, write, suffix=f".{fmt}")
 
 
-def _atomic(path, write, suffix: str = ".png") -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+# ----------------------------------------------------------------------------- interactive
+
+
+def show(replay: Replay, camera: str = "top", fps: float | None = None, loop: bool = True) -> None:
+    """Play the replay in MuJoCo's interactive viewer (needs a display) until it is closed.
+
+    Sight lines and grabs are drawn into the viewer's user scene; a locked object takes its
+    locking team's tint through its material; step, phase and score appear as viewer text.
+    """
+    import time
+
+    from hns_train.envs.render import CAMERA, display_available
+
+    if not display_available():
+        raise RuntimeError(
+            "the interactive viewer needs a display (DISPLAY or WAYLAND_DISPLAY is unset); "
+            "render to a file instead (--format mp4|gif|png|html)"
+        )
+    import mujoco.viewer
+
+    follow = parse_camera(camera, replay)
+    model, data = replay.rebuild()
+    idx = replay.index(model)
+    base_rgba = model.mat_rgba.copy()
+    scores = replay.team_scores()
+    period = 1.0 / (fps or real_time_fps(replay))
+    team = (np.arange(replay.cfg.max_agents) >= replay.cfg.max_hiders).astype(int)
+    with mujoco.viewer.launch_passive(model, data) as viewer:
+        if follow is None:
+            viewer.cam.type = mujoco.mjtCamera.mjCAMERA_FIXED
+            viewer.cam.fixedcamid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, CAMERA)
+        else:
+            viewer.cam.type = mujoco.mjtCamera.mjCAMERA_TRACKING
+            viewer.cam.trackbodyid = int(idx.agent_body[follow])
+            viewer.cam.distance = FOLLOW_DISTANCE
+            viewer.cam.elevation = FOLLOW_ELEVATION
+        t = 0
+        while viewer.is_running():
+            start = time.monotonic()
+            with viewer.lock():
+                replay.set_state(model, data, t, idx)
+                model.mat_rgba[:] = base_rgba
+                for o in np.flatnonzero(replay["locked"][t]):
+                    k = int(replay["lock_team"][t, o])
+                    mat = model.geom_matid[idx.object_geom[o]]
+                    if k >= 0 and mat >= 0:
+                        model.mat_rgba[mat] = (1 - LOCK_TINT) * base_rgba[
+                            mat
+                        ] + LOCK_TINT * TEAM_RGBA[k]
+                scn = viewer.user_scn
+                scn.ngeom = 0
+                pos = data.xpos[idx.agent_body]
+                for i, j in np.argwhere(replay["sees_agent"][t]):
+                    if team[i] != team[j]:
+                        width = SEEKER_SIGHT_WIDTH if team[i] == 1 else SIGHT_WIDTH
+                        _add_connector(scn, pos[i], pos[j], width, TEAM_RGBA[team[i]])
+                for a, o in enumerate(replay["grabbed"][t]):
+                    if o >= 0:
+                        _add_connector(scn, pos[a], data.xpos[idx.object_body[o]], 0.025, GRAB_RGBA)
+                if hasattr(viewer, "set_texts"):
+                    left = replay.prep_left(t)
+                    viewer.set_texts(
+                        (
+                            mujoco.mjtFontScale.mjFONTSCALE_150,
+                            mujoco.mjtGridPos.mjGRID_TOPLEFT,
+                            f"t {t}/{replay.cfg.horizon}  " + (f"PREP {left}" if left else "PLAY"),
+                            f"hiders {scores[t, 0]:+.0f}  seekers {scores[t, 1]:+.0f}",
+                        )
+                    )
+            viewer.sync()
+            t += 1
+            if t >= replay.n_frames:
+                if not loop:
+                    break
+                t = 0
+            time.sleep(max(0.0, period - (time.monotonic() - start)))

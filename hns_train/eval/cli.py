@@ -1,0 +1,163 @@
+"""`python -m hns_train.eval`: argument parsing and dispatch only; each command lives elsewhere.
+
+Forms:
+- `python -m hns_train.eval REPLAY [--format mp4|gif|png|html] [--camera top|follow:AGENT]
+  [--out PATH] [--show] [--width W --height H --fps F --frame T]`: render a replay (video.py,
+  html.py) or play it in MuJoCo's interactive viewer (`--show`, needs a display). Prints the
+  path it wrote.
+- `python -m hns_train.eval --run RUN_DIR`: a run's leaderboard, phases and newest replays
+  (the `RUN_VIEW` entry below).
+- `python -m hns_train.eval SUBCOMMAND ...`: one entry of `SUBCOMMANDS`.
+
+Adding a command: write an entry point `fn(argv: list[str]) -> int` (its own argparse parser,
+`prog="python -m hns_train.eval NAME"`) in its own module and add one entry to `SUBCOMMANDS`.
+Modules are imported only when their command runs, so a command whose module or entry point is
+missing fails alone, with a clear message.
+Errors a user can fix (bad file, bad option) print `error: ...` and exit with status 2, no
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+PROG = "python -m hns_train.eval"
+
+# name -> (module, its entry point `fn(argv: list[str]) -> int` parsing the rest of the command
+# line itself, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
+    "compare": (
+        "hns_train.eval.compare",
+        "compare_main",
+        "compare a run with the Rapid and SRL baselines",
+    ),
+    "play": ("hns_train.eval.matches", "play_main", "play two policies, record replays"),
+    "record": (
+        "hns_train.eval.replay",
+        "record_main",
+        "record a replay from random or scripted play (the example replay)",
+    ),
+}
+# `--run RUN_DIR`: module exposing run_view(run_dir: str) -> int | None
+RUN_VIEW = "hns_train.eval.runview"
+
+RENDER_FORMATS = ("mp4", "gif", "png", "html")
+
+
+def replay_parser() -> argparse.ArgumentParser:
+    epilog = "commands:\n" + "\n".join(
+        f"  {PROG} {name} ...  {help_}" for name, (_, _, help_) in SUBCOMMANDS.items()
+    )
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Render or show a hide-and-seek replay; inspect runs.",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("replay", nargs="?", help="replay file (.npz)")
+    p.add_argument("--run", metavar="RUN_DIR", help="show a run's leaderboard, phases, replays")
+    p.add_argument(
+        "--format", choices=RENDER_FORMATS, help="output format (default: from --out, else mp4)"
+    )
+    p.add_argument("--camera", default="top", help="top | follow:AGENT (slot, hiderK or seekerK)")
+    p.add_argument("--out", help="output path (default: next to the replay)")
+    p.add_argument("--show", action="store_true", help="play in MuJoCo's interactive viewer")
+    p.add_argument("--width", type=int, default=480)
+    p.add_argument("--height", type=int, default=480)
+    p.add_argument("--fps", type=float, default=None, help="frames per second (default: real time)")
+    p.add_argument("--frame", type=int, default=-1, help="frame for --format png (default: last)")
+    p.add_argument("--no-sight-lines", action="store_true", help="do not draw lines of sight")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        if argv and argv[0] in SUBCOMMANDS:
+            return _subcommand(argv[0], argv[1:])
+        args = replay_parser().parse_args(argv)
+        if args.run is not None:
+            if args.replay is not None:
+                raise ValueError("give either a REPLAY or --run RUN_DIR, not both")
+            return _load(RUN_VIEW, "--run").run_view(args.run) or 0
+        if args.replay is None:
+            replay_parser().print_help()
+            return 2
+        return _render(args)
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _load(module: str, what: str):
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name == module:
+            msg = f"{what} is not available in this version ({module} is missing)"
+            raise RuntimeError(msg) from None
+        raise
+
+
+def _subcommand(name: str, argv: list[str]) -> int:
+    module_name, function, _ = SUBCOMMANDS[name]
+    entry = getattr(_load(module_name, f"command {name!r}"), function, None)
+    if entry is None:
+        raise RuntimeError(
+            f"command {name!r} is not available in this version ({function} missing)"
+        )
+    return entry(argv) or 0
+
+
+def _render(args) -> int:
+    if args.show:
+        from hns_train.envs.render import display_available
+
+        if not display_available():
+            raise RuntimeError(
+                "--show needs a display (DISPLAY or WAYLAND_DISPLAY is unset); render to a file "
+                "instead with --format mp4|gif|png|html"
+            )
+    else:
+        # headless offscreen rendering must be chosen before MuJoCo is imported
+        os.environ.setdefault("MUJOCO_GL", "egl")
+    from hns_train.eval import replay as replay_mod
+
+    replay = replay_mod.load(args.replay)
+    if args.show:
+        from hns_train.eval.video import show
+
+        show(replay, camera=args.camera, fps=args.fps)
+        return 0
+    fmt = args.format or (args.out.rsplit(".", 1)[-1].lower() if args.out else "mp4")
+    if fmt not in RENDER_FORMATS:
+        raise ValueError(
+            f"cannot tell the format of --out {args.out!r}; use --format {RENDER_FORMATS}"
+        )
+    out = args.out or os.path.splitext(args.replay)[0] + f".{fmt}"
+    if fmt == "html":
+        from hns_train.eval.html import write_html
+
+        path = write_html(replay, out)
+    else:
+        from hns_train.eval import video
+
+        opts = video.VideoOptions(
+            width=args.width,
+            height=args.height,
+            camera=args.camera,
+            fps=args.fps,
+            sight_lines=not args.no_sight_lines,
+        )
+        if fmt == "png":
+            path = video.render_png(replay, out, args.frame, opts)
+        else:
+            path = video.write_video(replay, out, opts, fmt=fmt, progress=not args.quiet)
+    print(path)
+    size = os.path.getsize(path) / 1e3
+    print(f"{fmt}: {replay.n_frames} frames of {args.replay} ({size:.0f} kB)", file=sys.stderr)
+    return 0

@@ -1,0 +1,141 @@
+"""HTML export: valid, self-contained (no network), holding the replay's data; CLI dispatch."""
+
+import json
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+from hns_train.envs.config import make_config
+from hns_train.eval import cli
+from hns_train.eval import replay as R
+from hns_train.eval.html import DECIMALS, to_html, write_html
+
+VOID = {"meta", "input", "br", "img", "link", "hr", "source", "option"}
+
+
+class Checker(HTMLParser):
+    """Collects tags and the JSON data element; fails on unbalanced or misnested tags."""
+
+    def __init__(self):
+        super().__init__()
+        self.stack, self.tags, self.errors = [], [], []
+        self.scripts, self.data, self._in_data = [], None, False
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.tags.append((tag, attrs))
+        if tag == "script":
+            self.scripts.append(attrs)
+            self._in_data = attrs.get("type") == "application/json"
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        if tag in VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
+        else:
+            self.stack.pop()
+        self._in_data = False
+
+    def handle_data(self, data):
+        if self._in_data:
+            self.data = (self.data or "") + data
+
+
+@pytest.fixture(scope="module")
+def replay():
+    cfg = make_config("quadrant")
+    rp = R.record_episode(
+        cfg,
+        R.object_seeking_actions(cfg, seed=1),
+        seed=5,
+        metadata={"hiders": {"name": "pool", "version": 7}, "seekers": "latest </script>"},
+    )
+    assert rp["locked"].any()
+    return rp
+
+
+def test_html_is_valid_self_contained_and_holds_the_data(replay):
+    page = to_html(replay)
+    assert page.startswith("<!DOCTYPE html>")
+    p = Checker()
+    p.feed(page)
+    p.close()
+    assert not p.errors and not p.stack, (p.errors, p.stack)
+    names = [t for t, _ in p.tags]
+    assert names.count("canvas") == 1 and names.count("script") == 2
+    # no network: no external scripts, styles, fonts, images, or any URL at all
+    assert all("src" not in attrs for attrs in p.scripts)
+    assert not any(t in ("link", "img", "iframe") for t in names)
+    assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}/", page, re.I)
+    assert "http://" not in page and "https://" not in page and "@import" not in page
+    # the embedded data is the replay, and a metadata string cannot close the script early
+    data = json.loads(p.data)
+    assert len(data["frames"]) == replay.n_frames
+    assert data["labels"] == {"hiders": "pool v7", "seekers": "latest </script>"}
+    model, _ = replay.rebuild()
+    idx = replay.index(model)
+    agents = np.flatnonzero(replay.layout.agent_present)
+    for t in (0, 40, replay.n_frames - 1):
+        xy_yaw = replay["qpos"][t, idx.agent_qpos[agents][:, [0, 1, 3]]]
+        np.testing.assert_allclose(data["frames"][t]["a"], xy_yaw, atol=10**-DECIMALS)
+        locked = [k >= 0 for k in data["frames"][t]["lk"]]
+        assert locked == list(replay["locked"][t][: len(locked)])
+        np.testing.assert_allclose(data["frames"][t]["sc"], replay.team_scores()[t])
+    assert data["frames"][0]["p"] == replay.cfg.prep_steps and data["frames"][-1]["p"] == 0
+    assert len(data["walls"]) == int(replay.layout.wall_present.sum())
+
+
+def test_cli_writes_html_and_dispatches_subcommands(replay, tmp_path, capsys, monkeypatch):
+    path = R.save(replay, tmp_path / "ep.npz")
+    assert cli.main([str(path), "--format", "html"]) == 0
+    out = tmp_path / "ep.html"
+    assert capsys.readouterr().out.strip() == str(out)
+    assert out.read_text(encoding="utf-8") == to_html(replay)
+    # a subcommand whose module does not exist fails alone with a clear message
+    monkeypatch.setitem(cli.SUBCOMMANDS, "nothing", ("hns_train.eval.no_such_mod", "main", "x"))
+    assert cli.main(["nothing", "a"]) == 2
+    assert "not available" in capsys.readouterr().err
+    # the record subcommand writes a replay that loads
+    rec = tmp_path / "rec.npz"
+    assert cli.main(["record", str(rec), "--steps", "5", "--actions", "random"]) == 0
+    assert R.load(rec).n_steps == 5
+    assert cli.main([]) == 2  # no replay, no run: usage
+
+
+def _browser() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@pytest.mark.skipif(_browser() is None, reason="no Chromium on this machine to screenshot the page")
+def test_html_renders_in_a_headless_browser(replay, tmp_path):
+    page = write_html(replay, tmp_path / "ep.html")
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [
+            _browser(),
+            "--headless",
+            "--disable-gpu",
+            "--no-sandbox",
+            f"--screenshot={shot}",
+            "--window-size=700,760",
+            f"file://{page}?t=60",
+        ],
+        check=True,
+        timeout=60,
+        capture_output=True,
+    )
+    import imageio.v3 as iio
+
+    image = iio.imread(shot)
+    assert image.shape[0] > 600 and image[..., :3].std() > 10  # the canvas drew something

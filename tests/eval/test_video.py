@@ -1,0 +1,124 @@
+"""Offscreen rendering of replays: frame sizes, changing content, overlays, mp4/gif/png files."""
+
+import imageio.v2 as iio2
+import imageio.v3 as iio
+import numpy as np
+import pytest
+
+from hns_train.envs.config import make_config
+from hns_train.eval import replay as R
+from hns_train.eval import video as V
+from hns_train.eval.cli import main
+
+W, H = 96, 80  # small and not square: catches swapped axes
+
+
+@pytest.fixture(scope="module")
+def replay():
+    cfg = make_config("quadrant")
+    rp = R.record_episode(cfg, R.object_seeking_actions(cfg, seed=1), seed=5)
+    assert rp["locked"].any() and (rp["grabbed"] >= 0).any()
+    return rp
+
+
+def _opponent_sight(rp) -> np.ndarray:
+    """Frames in which some agent sees an opponent."""
+    h = rp.cfg.max_hiders
+    s = rp["sees_agent"]
+    return np.flatnonzero(s[:, :h, h:].any((1, 2)) | s[:, h:, :h].any((1, 2)))
+
+
+def test_frames_have_the_asked_size_and_change_over_time(replay):
+    with V.ReplayVideo(replay, V.VideoOptions(width=W, height=H, text=False)) as video:
+        first, last = video.frame(0), video.frame(-1)
+        again = video.frame(0)
+    assert first.shape == (H, W, 3) and first.dtype == np.uint8
+    np.testing.assert_array_equal(first, again)  # a frame depends only on the replay state
+    changed = np.abs(first.astype(int) - last.astype(int)).sum(-1) > 30
+    assert changed.mean() > 0.005, "agents and objects moved; the pictures must differ"
+    assert first.std() > 10  # not a blank image
+
+
+def test_overlays_draw_sight_lines_locks_and_text(replay):
+    t_seen = int(_opponent_sight(replay)[0])
+    t_lock = int(np.flatnonzero(replay["locked"].any(1))[0])
+    plain = V.VideoOptions(width=W, height=H, text=False, sight_lines=False)
+    lines = V.VideoOptions(width=W, height=H, text=False, sight_lines=True)
+    text = V.VideoOptions(width=W, height=H, text=True, sight_lines=False)
+    with V.ReplayVideo(replay, plain) as v:
+        a = v.frame(t_seen)
+        locked_frame = v.frame(t_lock)
+        v.replay = _without_locks(replay)
+        unlocked_frame = v.frame(t_lock)
+    with V.ReplayVideo(replay, lines) as v:
+        b = v.frame(t_seen)
+    with V.ReplayVideo(replay, text) as v:
+        c = v.frame(t_seen)
+    assert (a != b).any(axis=-1).sum() > 5, "lines of sight were not drawn"
+    assert (a != c).any(axis=-1).sum() > 50, "text was not drawn"
+    assert (locked_frame != unlocked_frame).any(axis=-1).sum() > 5, "lock tint was not drawn"
+
+
+def _without_locks(rp):
+    arrays = dict(rp.arrays)
+    arrays["locked"] = np.zeros_like(rp["locked"])
+    arrays["lock_team"] = np.full_like(rp["lock_team"], -1)
+    return R.Replay(rp.cfg, rp.layout, arrays, rp.header)
+
+
+def test_follow_camera_tracks_an_agent(replay):
+    opts = V.VideoOptions(width=W, height=H, camera="follow:seeker0", text=False)
+    with V.ReplayVideo(replay, opts) as v:
+        follow = v.frame(40)
+    with V.ReplayVideo(replay, V.VideoOptions(width=W, height=H, text=False)) as v:
+        top = v.frame(40)
+    assert follow.shape == top.shape and (follow != top).any(axis=-1).mean() > 0.2
+    assert V.parse_camera("follow:2", replay) == 2
+    assert V.parse_camera("follow:hider1", replay) == 1
+    for bad in ("follow:seeker7", "follow:9", "side"):
+        with pytest.raises(ValueError, match="follow:AGENT|allowed"):
+            V.parse_camera(bad, replay)
+
+
+def test_gif_mp4_and_png_files(replay, tmp_path):
+    short = R.Replay(
+        replay.cfg,
+        replay.layout,
+        {k: v[:13] if len(v) == replay.n_frames else v[:12] for k, v in replay.arrays.items()},
+        {**replay.header, "sizes": {**replay.header["sizes"], "n_frames": 13, "n_steps": 12}},
+    )
+    opts = V.VideoOptions(width=64, height=48)
+    gif = V.write_video(short, tmp_path / "a.gif", opts)
+    frames = iio.imread(gif, index=None)
+    assert frames.shape[:3] == (13, 48, 64)
+    mp4 = V.write_video(short, tmp_path / "a.mp4", opts)
+    with iio2.get_reader(mp4, format="FFMPEG") as reader:
+        n = sum(1 for _ in reader)
+        assert reader.get_meta_data()["size"] == (64, 48)
+    assert n == 13
+    png = V.render_png(short, tmp_path / "a.png", 5, opts)
+    assert iio.imread(png).shape == (48, 64, 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gif", "a.mp4", "a.png"]
+    with pytest.raises(ValueError, match="even"):
+        V.write_video(short, tmp_path / "odd.mp4", V.VideoOptions(width=63, height=48))
+    with pytest.raises(ValueError, match="format"):
+        V.write_video(short, tmp_path / "a.avi", opts)
+
+
+def test_cli_renders_a_png_and_prints_its_path(replay, tmp_path, capsys, monkeypatch):
+    path = R.save(replay, tmp_path / "ep.npz")
+    out = tmp_path / "frame.png"
+    argv = [str(path), "--format", "png", "--frame", "3", "--width", "64", "--height", "48"]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    assert iio.imread(out).shape == (48, 64, 3)
+    # errors a user can fix: a message and status 2, no traceback
+    assert main([str(tmp_path / "nope.npz")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main([str(path), "--camera", "follow:seeker9", "--out", str(out)]) == 2
+    assert "allowed" in capsys.readouterr().err
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setattr("sys.platform", "linux")
+    assert main([str(path), "--show"]) == 2
+    assert "display" in capsys.readouterr().err
