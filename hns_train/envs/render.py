@@ -7,8 +7,8 @@
   renderer in `eval/` uses it on models it rebuilt.
 - `HumanViewer` shows the world in `mujoco.viewer.launch_passive` where a display exists and
   raises `RuntimeError` otherwise.
-- `python -m hns_train.envs.render --preset quadrant --out docs/quadrant.png` writes one frame
-  (the pictures in docs/ come from it).
+- `python -m hns_train.envs.render --preset quadrant --out docs/quadrant.png` writes one frame;
+  docs/randomwalls.png is `--preset randomwalls --seed 11` (a layout with outer walls and rooms).
 
 Offscreen rendering needs a headless GL backend chosen before MuJoCo is imported:
 `hns_train.envs` sets `MUJOCO_GL=egl` when it is unset and no display exists. Game state is
