@@ -54,33 +54,38 @@ def random_actions(rng, n_worlds, n_agents, nvec, n=64):
     return a
 
 
-def raw_physics(cfg, seed, n_steps, rng) -> tuple[float, float]:
-    """(seconds per mj_step x substeps, per env step of the same run) on recorded states."""
+def raw_physics(cfg, seed, n_steps, rng) -> tuple[float, float, float, float]:
+    """Seconds per mj_step x substeps and per single-env step of the same run, each as wall
+    time and as this process's CPU time (robust to other processes on a busy machine)."""
     game = HideAndSeekGame(cfg, 1, seed=seed)
     game.reset()
     pool = random_actions(rng, 1, game.n_agents, game.action_nvec)
     states, models = [], []
-    env_time = 0.0
+    env_time = env_cpu = 0.0
     for i in range(n_steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         _, _, truncated, _ = game.step(pool[i % len(pool)])
         env_time += time.perf_counter() - t0
+        env_cpu += time.process_time() - c0
         states.append(game.batch.state[0].copy())
         models.append(game.models[0])
         if truncated[0]:
             game.reset()
     data = mujoco.MjData(models[0])
-    raw = 0.0
+    raw = raw_cpu = 0.0
     for model, state in zip(models[:-1], states[:-1], strict=True):
         mujoco.mj_setState(model, data, state, STATE)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         mujoco.mj_step(model, data, cfg.substeps)
         raw += time.perf_counter() - t0
-    return raw / (len(states) - 1), env_time / n_steps
+        raw_cpu += time.process_time() - c0
+    n = len(states) - 1
+    return raw / n, env_time / n_steps, raw_cpu / n, env_cpu / n_steps
 
 
-def batched(cfg, n_worlds, threads, seed, seconds, rng) -> float:
-    """Seconds per world-step of VectorGame, resets excluded."""
+def batched(cfg, n_worlds, threads, seed, seconds, rng) -> tuple[float, float]:
+    """Seconds per world-step of VectorGame, resets excluded: wall time and process CPU time
+    (the latter sums every thread, so it equals wall time only with one thread)."""
     vec = VectorGame(cfg, n_worlds, seed=seed, threads=threads)
     vec.reset()
     reset_time = [0.0]
@@ -97,12 +102,13 @@ def batched(cfg, n_worlds, threads, seed, seconds, rng) -> float:
     for i in range(3):  # warm-up
         vec.step(pool[i])
     reset_time[0] = 0.0
-    steps, start = 0, time.perf_counter()
+    steps, start, cpu0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds or steps < 5:
         vec.step(pool[steps % len(pool)])
         steps += 1
     elapsed = time.perf_counter() - start - reset_time[0]
-    return elapsed / (steps * n_worlds)
+    cpu = time.process_time() - cpu0 - reset_time[0]
+    return elapsed / (steps * n_worlds), cpu / (steps * n_worlds)
 
 
 def reset_cost(cfg, seed, n) -> float:
@@ -134,29 +140,37 @@ def main() -> None:
     print(f"date: {datetime.datetime.now().isoformat(timespec='seconds')}")
     print(f"load average (1, 5, 15 min) at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
-    print("times are per env step (= substeps mj_steps); ratio = env cost / raw physics cost\n")
+    print(
+        "times are per env step (= substeps mj_steps); ratio = env cost / raw physics cost;\n"
+        "cpu = this process's CPU time (sums threads), robust to a busy machine\n"
+    )
 
     summaries = []
     for preset in args.presets:
         cfg = make_config(preset)
         rng = np.random.default_rng(args.seed)
-        raw, single = raw_physics(cfg, args.seed, args.raw_steps, rng)
+        raw, single, raw_cpu, single_cpu = raw_physics(cfg, args.seed, args.raw_steps, rng)
         print(f"== {preset} (horizon {cfg.horizon}, {cfg.substeps} substeps per env step)")
-        print(f"raw physics  mj_step x{cfg.substeps}: {raw * 1e6:8.0f} us   ({1 / raw:7.0f} /s)")
+        print(
+            f"raw physics  mj_step x{cfg.substeps}: {raw * 1e6:8.0f} us   ({1 / raw:7.0f} /s)"
+            f"   cpu {raw_cpu * 1e6:.0f} us"
+        )
         print(
             f"single env   HideAndSeekGame(1): {single * 1e6:8.0f} us   ({1 / single:7.0f} /s)"
-            f"   ratio {single / raw:.2f}"
+            f"   ratio {single / raw:.2f}   cpu {single_cpu * 1e6:.0f} us, "
+            f"cpu ratio {single_cpu / raw_cpu:.2f}"
         )
-        rows = {}
+        rows, cpu_rows = {}, {}
         for n in args.worlds:
             for t in args.threads:
-                per = batched(cfg, n, t, args.seed, args.seconds, rng)
-                rows[(n, t)] = per
+                per, cpu = batched(cfg, n, t, args.seed, args.seconds, rng)
+                rows[(n, t)], cpu_rows[(n, t)] = per, cpu
                 base = rows.get((n, args.threads[0]), per)
                 print(
                     f"batched      N={n:3d} threads={t}: {per * 1e6:8.0f} us/world-step "
                     f"({1 / per:7.0f} world-steps/s)   ratio {per / raw:.2f}   "
-                    f"x{base / per:.2f} vs {args.threads[0]} thread"
+                    f"x{base / per:.2f} vs {args.threads[0]} thread   "
+                    f"cpu ratio {cpu / raw_cpu:.2f}"
                 )
         rs = reset_cost(cfg, args.seed, args.resets)
         n_max, t_max = max(args.worlds), max(args.threads)
@@ -173,6 +187,9 @@ def main() -> None:
                 "raw_step_us": raw * 1e6,
                 "single_step_us": single * 1e6,
                 "single_ratio": single / raw,
+                "raw_step_cpu_us": raw_cpu * 1e6,
+                "single_cpu_ratio": single_cpu / raw_cpu,
+                "batched_cpu_ratio": {f"N{n}_T{t}": v / raw_cpu for (n, t), v in cpu_rows.items()},
                 "batched_us_per_world_step": {f"N{n}_T{t}": v * 1e6 for (n, t), v in rows.items()},
                 "batched_ratio": {f"N{n}_T{t}": v / raw for (n, t), v in rows.items()},
                 "thread_speedup": {

@@ -409,7 +409,7 @@ class HideAndSeekGame:
     def _cast_rays(self, worlds) -> None:
         """Lidar and line of sight for the given worlds: one batched ray call for all of them."""
         cfg, idx = self.cfg, self.index
-        worlds = np.asarray(worlds)
+        worlds = np.unique(worlds)  # the batch takes sorted ids; results are stored by world
         A, L = self.n_agents, cfg.n_lidar
         n = len(worlds)
         targets = self.entity_centre[worlds]  # (n, E, 3)
@@ -422,21 +422,17 @@ class HideAndSeekGame:
         vec = np.empty((n, A, self._nray, 3))
         vec[:, :, :L] = self.lidar_dirs
         vec[:, :, L:] = to
-        pnt = np.broadcast_to(origin[:, :, None, :], vec.shape)
-        order = np.argsort(worlds, kind="stable")
-        ids = worlds[order]
+        pnt = np.broadcast_to(origin[:, :, None, :], vec.shape).reshape(n, -1, 3)
         dist, geomid = self.batch.ray(
-            pnt[order].reshape(n, -1, 3),
-            vec[order].reshape(n, -1, 3),
+            pnt,
+            vec.reshape(n, -1, 3),
             RAY_GROUPS,
             True,
             self._ray_exclude,
-            ids=ids,
+            ids=None if n == self.n_worlds else worlds,
         )
-        inverse = np.empty_like(order)
-        inverse[order] = np.arange(n)
-        dist = dist[inverse].reshape(n, A, self._nray)
-        geomid = geomid[inverse].reshape(n, A, self._nray)
+        dist = dist.reshape(n, A, self._nray)
+        geomid = geomid.reshape(n, A, self._nray)
         present = self.agent_present[worlds]
         lidar = np.where(geomid[..., :L] >= 0, dist[..., :L], cfg.lidar_range)
         self.lidar[worlds] = np.minimum(lidar, cfg.lidar_range) * present[..., None]
