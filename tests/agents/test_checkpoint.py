@@ -29,6 +29,15 @@ SHAPES = obs_shapes(n_other_agents=1, n_boxes=1, n_ramps=1, lidar_rays=6)
 SMALL = dict(embed_dim=16, attention_heads=2, dense_dim=32, lstm_dim=16)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    # Tiny models: intra-op threads only contend with other work on a 2-core machine.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def make_ppo(seed: int) -> PPO:
     torch.manual_seed(seed)
     return PPO(ActorCritic(SHAPES, NetworkConfig(**SMALL), device="cpu"), PPOConfig(bptt_len=5))
