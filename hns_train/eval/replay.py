@@ -58,6 +58,8 @@ from hns_train.envs.world import (
 FORMAT_NAME = "hns_train.replay"
 FORMAT_VERSION = 1
 SUFFIX = ".npz"
+# what a `mujoco.batch.Batch` state row holds (time, qpos, qvel, warm start, ctrl, eq_active, ...)
+BATCH_STATE = mujoco.mjtState.mjSTATE_INTEGRATION
 
 
 class ReplayError(ValueError):
@@ -278,6 +280,7 @@ class ReplayRecorder:
         self._layout: Layout | None = None
         self._seed: int | None = None
         self.episode_stats: dict | None = None
+        self._scratch: mujoco.MjData | None = None
 
     @property
     def n_steps(self) -> int:
@@ -290,6 +293,7 @@ class ReplayRecorder:
             raise RuntimeError("the game has not been reset: call game.reset() first")
         self._layout = g.layouts[w]
         self._seed = seed
+        self._scratch = mujoco.MjData(g.models[w]) if getattr(g, "batch", None) else None
         self._frames = {k: [] for k in FRAME_ARRAYS}
         self._steps = {k: [] for k in STEP_ARRAYS}
         self.episode_stats = None
@@ -317,7 +321,7 @@ class ReplayRecorder:
 
     def _record_frame(self) -> None:
         g, w = self.game, self.world
-        m, d, idx = g.models[w], _world_data(g, w), g.index
+        m, d, idx = g.models[w], _world_data(g, w, self._scratch), g.index
         f = self._frames
         t = int(g.t[w])
         f["t"].append(t)
@@ -379,9 +383,17 @@ class ReplayRecorder:
         return save(self.to_replay(metadata), path)
 
 
-def _world_data(game, w: int) -> mujoco.MjData:
-    """World w's full MuJoCo state: a snapshot where the game keeps worlds in a batch, else the
-    world's own MjData."""
+def _world_data(game, w: int, scratch: mujoco.MjData | None) -> mujoco.MjData:
+    """World w's full MuJoCo state as an MjData.
+
+    Where the game keeps its worlds in a `mujoco.batch.Batch`, the world's integration-state
+    row is unpacked into `scratch` (`mj_setState`, microseconds); allocating an MjData per step
+    (`game.world_data`) would cost about 1.3 ms. Otherwise the world's own MjData is read.
+    """
+    batch = getattr(game, "batch", None)
+    if batch is not None and scratch is not None and hasattr(batch, "state"):
+        mujoco.mj_setState(game.models[w], scratch, batch.state[w], BATCH_STATE)
+        return scratch
     if hasattr(game, "world_data"):
         return game.world_data(w)
     return game.datas[w]

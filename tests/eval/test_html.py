@@ -139,3 +139,48 @@ def test_html_renders_in_a_headless_browser(replay, tmp_path):
 
     image = iio.imread(shot)
     assert image.shape[0] > 600 and image[..., :3].std() > 10  # the canvas drew something
+
+
+# A recording 2-D context and the few DOM calls the page makes: enough for node to run the page's
+# own script over every frame and through playback, so script errors surface without a browser.
+NODE_HARNESS = r"""
+const calls = {};
+const context = () => new Proxy({}, {
+  get: (t, k) => (k in t ? t[k] : (...a) => { calls[k] = (calls[k] || 0) + 1; }),
+  set: (t, k, v) => { t[k] = v; return true; } });
+const els = {};
+const el = id => els[id] || (els[id] = { width: 640, height: 640, value: "1", children: [],
+  getContext: context, appendChild(c) { this.children.push(c); }, set innerHTML(v) {
+  this.children = []; } });
+globalThis.document = { getElementById: id => (id === "replay-data" ? { textContent: DATA } :
+  el(id)), createElement: () => ({}), addEventListener: () => {} };
+globalThis.location = { search: "" };
+globalThis.performance = { now: () => Date.now() };
+let ticks = 0;
+globalThis.requestAnimationFrame = f => {
+  if (ticks++ < 500) setTimeout(() => f(performance.now() + ticks * 200), 0); };
+"""
+NODE_CHECK = r"""
+for (let i = 0; i < N; i++) draw(i);
+setPlaying(true);
+setTimeout(() => console.log(JSON.stringify({ t, N, playing, calls,
+  hud: els.hud.children.map(c => c.textContent).join("") })), 200);
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_page_script_draws_every_frame_and_plays_to_the_end(replay, tmp_path):
+    page = to_html(replay)
+    p = Checker()
+    p.feed(page)
+    script = page.split("<script>", 1)[1].split("</script>", 1)[0]
+    source = f"const DATA = {json.dumps(p.data)};\n{NODE_HARNESS}\n{script}\n{NODE_CHECK}"
+    (tmp_path / "page.js").write_text(source, encoding="utf-8")
+    run = subprocess.run(
+        ["node", str(tmp_path / "page.js")], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert out["t"] == out["N"] - 1 == replay.n_steps and not out["playing"]
+    assert out["calls"]["arc"] >= 2 * replay.n_frames  # agents (and cones) drawn every frame
+    assert "hiders" in out["hud"] and f"t {replay.n_steps}/" in out["hud"]
