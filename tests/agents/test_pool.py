@@ -200,9 +200,10 @@ def test_snapshot_cache_is_lru(tmp_path):
         SnapshotCache(pool, 0)
 
 
-def _add_ratings(folder: str, start: int, count: int) -> None:
+def _add_matches(folder: str, count: int, ready) -> None:
     conn = open_index(f"{folder}/pool.sqlite")
-    for i in range(start, start + count):
+    ready.set()  # imports done: start writing together with the parent
+    for i in range(count):
         with transaction(conn):
             conn.execute(
                 "INSERT INTO matches (time, hider, seeker, hider_score) VALUES (?, ?, ?, ?)",
@@ -216,10 +217,11 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     pool = PolicyPool(tmp_path / "pool", PoolConfig(snapshot_every=1))
     mode = pool.conn.execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
-    proc = mp.get_context("spawn").Process(
-        target=_add_ratings, args=(str(tmp_path / "pool"), 0, 200)
-    )
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    proc = ctx.Process(target=_add_matches, args=(str(tmp_path / "pool"), 300, ready))
     proc.start()
+    assert ready.wait(60)
     for v in range(1, 21):
         pool.add_snapshot(v, tiny_state(float(v)))
     proc.join(60)
@@ -228,7 +230,7 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     rows = sqlite3.connect(tmp_path / "pool" / "pool.sqlite").execute(
         "SELECT COUNT(*) FROM matches"
     )
-    assert rows.fetchone()[0] == 200
+    assert rows.fetchone()[0] == 300
 
 
 def test_config_validation():

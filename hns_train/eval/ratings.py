@@ -1,0 +1,238 @@
+"""Team-aware Bayesian ratings of policies per role, stored in the pool's SQLite index.
+
+One rating (mu, sigma) per (policy, role): policy is a snapshot version, "latest", "random",
+"noop" or the name of another fixed controller (`hns_train.agents.pool.policy_key`); role is
+"hider" or "seeker" (the game is asymmetric, so a policy's strength is measured per role).
+Ratings use openskill's Plackett-Luce model with its default prior (mu 25, sigma 25/3; the
+same numbers as `pool.PRIOR_MU` / `PRIOR_SIGMA`, which the pool's rating-prioritised sampler
+assumes for unrated snapshots).
+
+A match is one episode between a hider team and a seeker team. Its `hider_score` in [0, 1]
+(by default the hidden fraction: the share of post-preparation steps in which no seeker saw a
+hider) becomes an outcome: hiders win above 0.5 + `draw_margin`, seekers win below
+0.5 - `draw_margin`, otherwise a draw. A team may be one policy (the usual case: every
+teammate runs the same controller) or a list of policies (mixed teams); each member's rating
+in that team's role is updated.
+
+Storage: tables `ratings` and `matches` of `pool.sqlite` (schema in `hns_train.agents.pool`).
+Every update reads the current ratings and writes the new ones and the match row in one short
+IMMEDIATE transaction, so several eval workers can rate concurrently without losing updates.
+
+Public API:
+- `Ratings(pool_or_folder, draw_margin=0.05)`: `update(hider_team, seeker_team, hider_score,
+  result=None) -> (hider Rating list, seeker Rating list)`, `record(results)` (MatchResult-like
+  objects), `get(policy, role) -> Rating`, `leaderboard(role=None) -> list[Rating]`,
+  `format_leaderboard(role=None, limit=20) -> str`, `matches(limit=None) -> list[dict]`, `close()`.
+- `Rating(policy, role, mu, sigma, games)` with `conservative` = mu - 3 sigma (the sort key).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from openskill.models import PlackettLuce
+
+from hns_train.agents.pool import (
+    DB_NAME,
+    PRIOR_MU,
+    PRIOR_SIGMA,
+    PolicyId,
+    PolicyPool,
+    check_role,
+    open_index,
+    policy_key,
+    transaction,
+)
+
+CONSERVATIVE_SIGMAS = 3.0
+
+
+@dataclass(frozen=True)
+class Rating:
+    policy: str
+    role: str
+    mu: float
+    sigma: float
+    games: int
+
+    @property
+    def conservative(self) -> float:
+        """mu - 3 sigma: a lower bound the true skill exceeds with ~99.7% belief."""
+        return self.mu - CONSERVATIVE_SIGMAS * self.sigma
+
+
+def _team(team: PolicyId | Sequence[PolicyId], name: str) -> list[str]:
+    members = [team] if isinstance(team, (str, int)) else list(team)
+    if not members:
+        raise ValueError(f"{name} team is empty; give a policy id or a list of them")
+    keys = [policy_key(m) for m in members]
+    return list(dict.fromkeys(keys))  # one rating update per distinct policy
+
+
+class Ratings:
+    """Ratings and match history in `<pool folder>/pool.sqlite`."""
+
+    def __init__(self, pool: PolicyPool | str | os.PathLike, draw_margin: float = 0.05) -> None:
+        if not 0.0 <= draw_margin < 0.5:
+            raise ValueError(f"draw_margin must be in [0, 0.5), got {draw_margin}")
+        folder = pool.folder if isinstance(pool, PolicyPool) else Path(pool)
+        self.db_path = folder / DB_NAME
+        self.conn = open_index(self.db_path)
+        self.draw_margin = draw_margin
+        self.model = PlackettLuce(mu=PRIOR_MU, sigma=PRIOR_SIGMA)
+
+    # ----- reading -----
+
+    def _row(self, policy: str, role: str) -> Rating:
+        row = self.conn.execute(
+            "SELECT mu, sigma, games FROM ratings WHERE policy = ? AND role = ?", (policy, role)
+        ).fetchone()
+        if row is None:
+            return Rating(policy, role, PRIOR_MU, PRIOR_SIGMA, 0)
+        return Rating(policy, role, float(row[0]), float(row[1]), int(row[2]))
+
+    def get(self, policy: PolicyId, role: str) -> Rating:
+        """Current rating (the prior for a policy that never played in `role`)."""
+        return self._row(policy_key(policy), check_role(role))
+
+    def leaderboard(self, role: str | None = None) -> list[Rating]:
+        """Rated policies, best conservative estimate (mu - 3 sigma) first."""
+        query = "SELECT policy, role, mu, sigma, games FROM ratings"
+        args: tuple = ()
+        if role is not None:
+            query += " WHERE role = ?"
+            args = (check_role(role),)
+        rows = self.conn.execute(query, args).fetchall()
+        ratings = [Rating(r[0], r[1], float(r[2]), float(r[3]), int(r[4])) for r in rows]
+        return sorted(ratings, key=lambda r: (-r.conservative, r.policy, r.role))
+
+    def format_leaderboard(self, role: str | None = None, limit: int = 20) -> str:
+        """A text table: rank, policy, role, mu - 3 sigma, mu ± 3 sigma, games."""
+        lines = [f"{'#':>3} {'policy':<16} {'role':<6} {'mu-3sigma':>9} {'mu ± 3sigma':>15} games"]
+        for i, r in enumerate(self.leaderboard(role)[:limit], start=1):
+            spread = f"{r.mu:6.2f} ± {CONSERVATIVE_SIGMAS * r.sigma:5.2f}"
+            lines.append(
+                f"{i:>3} {r.policy:<16} {r.role:<6} {r.conservative:>9.2f} {spread:>15} {r.games}"
+            )
+        return "\n".join(lines)
+
+    def matches(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Rated matches, newest first."""
+        query = "SELECT * FROM matches ORDER BY id DESC"
+        if limit is not None:
+            query += f" LIMIT {int(limit)}"
+        out = []
+        for row in self.conn.execute(query).fetchall():
+            item = dict(row)
+            item["stats"] = json.loads(item.pop("stats_json") or "null")
+            out.append(item)
+        return out
+
+    # ----- writing -----
+
+    def outcome(self, hider_score: float) -> tuple[int, int]:
+        """openskill ranks (lower is better) of (hiders, seekers) for a score in [0, 1]."""
+        if not 0.0 <= hider_score <= 1.0:
+            raise ValueError(f"hider_score must be in [0, 1], got {hider_score}")
+        if hider_score > 0.5 + self.draw_margin:
+            return 0, 1
+        if hider_score < 0.5 - self.draw_margin:
+            return 1, 0
+        return 0, 0
+
+    def update(
+        self,
+        hider_team: PolicyId | Sequence[PolicyId],
+        seeker_team: PolicyId | Sequence[PolicyId],
+        hider_score: float,
+        result: Mapping[str, Any] | None = None,
+    ) -> tuple[list[Rating], list[Rating]]:
+        """Rate one match; `result` (episode statistics, returns) is stored with it."""
+        with transaction(self.conn):
+            return self._update(
+                _team(hider_team, "hider"), _team(seeker_team, "seeker"), hider_score, result
+            )
+
+    def record(self, results: Iterable[Any]) -> int:
+        """Rate many matches (objects with `hider`, `seeker`, `hider_score` and optionally
+        `to_dict()`, e.g. `matches.MatchResult`) in one transaction; returns how many."""
+        results = list(results)
+        with transaction(self.conn):
+            for r in results:
+                stats = r.to_dict() if hasattr(r, "to_dict") else None
+                self._update(
+                    _team(r.hider, "hider"), _team(r.seeker, "seeker"), r.hider_score, stats
+                )
+        return len(results)
+
+    def _update(
+        self,
+        hiders: list[str],
+        seekers: list[str],
+        hider_score: float,
+        result: Mapping[str, Any] | None,
+    ) -> tuple[list[Rating], list[Rating]]:
+        hider_score = float(hider_score)
+        ranks = self.outcome(hider_score)
+        old = [[self._row(p, "hider") for p in hiders], [self._row(p, "seeker") for p in seekers]]
+        teams = [[self.model.rating(mu=r.mu, sigma=r.sigma) for r in team] for team in old]
+        new = self.model.rate(teams, ranks=list(ranks))
+        now = time.time()
+        updated: list[list[Rating]] = []
+        for team_old, team_new in zip(old, new, strict=True):
+            updated.append(
+                [
+                    Rating(o.policy, o.role, float(n.mu), float(n.sigma), o.games + 1)
+                    for o, n in zip(team_old, team_new, strict=True)
+                ]
+            )
+        self.conn.executemany(
+            "INSERT INTO ratings (policy, role, mu, sigma, games, updated) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (policy, role) DO UPDATE SET "
+            "mu = excluded.mu, sigma = excluded.sigma, games = excluded.games, "
+            "updated = excluded.updated",
+            [(r.policy, r.role, r.mu, r.sigma, r.games, now) for team in updated for r in team],
+        )
+        result = dict(result or {})
+        self.conn.execute(
+            "INSERT INTO matches (time, hider, seeker, hider_score, hider_return, seeker_return, "
+            "hidden_fraction, stats_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                now,
+                ",".join(hiders),
+                ",".join(seekers),
+                hider_score,
+                _float_or_none(result.get("hider_return")),
+                _float_or_none(result.get("seeker_return")),
+                _float_or_none(result.get("hidden_fraction")),
+                json.dumps(result, default=_json_default) if result else None,
+            ),
+        )
+        return updated[0], updated[1]
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Ratings:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON-serialisable")

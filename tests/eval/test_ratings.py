@@ -1,0 +1,118 @@
+"""Ratings: openskill updates per (policy, role), storage in the pool index, leaderboard."""
+
+import multiprocessing as mp
+
+import pytest
+import torch
+
+from hns_train.agents.pool import PRIOR_MU, PRIOR_SIGMA, PolicyPool, PoolConfig
+from hns_train.envs.config import make_config
+from hns_train.envs.game import HideAndSeekGame
+from hns_train.eval.matches import FixedController, ScriptedSeeker, play_matches
+from hns_train.eval.ratings import Ratings
+
+
+def test_scripted_seeker_rated_above_random_after_matches(tmp_path):
+    ratings = Ratings(tmp_path / "pool")
+    game = HideAndSeekGame(make_config("chase"), n_worlds=12, seed=0)
+    seekers = [ScriptedSeeker(), FixedController("random", 1)]
+    hiders = [FixedController("random", 2), FixedController("noop")]
+    played = 0
+    for k, hider in enumerate(hiders):
+        for seeker in seekers:
+            played += ratings.record(play_matches(game, hider, seeker, seed=100 * k))
+    assert played == 48 and len(ratings.matches()) == 48
+
+    board = ratings.leaderboard("seeker")
+    assert [r.policy for r in board] == ["scripted_seeker", "random"]
+    strong, weak = board
+    # Separated beyond their uncertainty, not just in the mean.
+    assert strong.conservative > weak.mu
+    assert strong.games == weak.games == 24
+    assert strong.sigma < PRIOR_SIGMA
+    text = ratings.format_leaderboard("seeker")
+    assert text.index("scripted_seeker") < text.index("random")
+
+
+def test_update_directions_draws_and_storage(tmp_path):
+    ratings = Ratings(tmp_path / "pool", draw_margin=0.1)
+    hider, seeker = ratings.update(10, "latest", 0.9, {"hider_return": 30.0, "extra": 1})
+    assert hider[0].mu > PRIOR_MU > seeker[0].mu
+    assert hider[0].sigma < PRIOR_SIGMA and hider[0].games == 1
+    assert (hider[0].policy, hider[0].role, seeker[0].role) == ("10", "hider", "seeker")
+    assert ratings.get(10, "hider") == hider[0]
+    assert ratings.get(10, "seeker").games == 0  # the other role is untouched
+
+    # Inside the draw band the two equal-rated fresh policies keep equal means.
+    h2, s2 = ratings.update("noop", "random", 0.55)
+    assert h2[0].mu == pytest.approx(s2[0].mu)
+    h3, s3 = ratings.update("noop", "random", 0.1)  # seekers win
+    assert s3[0].mu > h3[0].mu
+
+    row = ratings.matches(limit=1)[0]
+    assert (row["hider"], row["seeker"], row["hider_score"]) == ("noop", "random", 0.1)
+    first = ratings.matches()[-1]
+    assert first["hider_return"] == 30.0 and first["stats"] == {"hider_return": 30.0, "extra": 1}
+
+    # Mixed team: each distinct member is rated in the team's role.
+    h4, _ = ratings.update([10, 20, 20], "latest", 1.0)
+    assert [r.policy for r in h4] == ["10", "20"]
+
+    for bad, match in (
+        (lambda: ratings.update(1, 2, 1.5), "hider_score"),
+        (lambda: ratings.update([], 2, 0.5), "empty"),
+        (lambda: ratings.update("Not Valid", 2, 0.5), "policy id"),
+        (lambda: ratings.get(1, "referee"), "role"),
+        (lambda: Ratings(tmp_path / "pool", draw_margin=0.5), "draw_margin"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            bad()
+
+
+def test_resume_keeps_ratings_and_pool_index_shows_them(tmp_path):
+    pool = PolicyPool(tmp_path / "pool", PoolConfig(snapshot_every=10))
+    pool.add_snapshot(10, {"w": torch.zeros(1)})
+    ratings = Ratings(pool)
+    for _ in range(3):
+        ratings.update(10, "random", 1.0)
+    ratings.update("noop", 10, 0.0)
+    before = ratings.leaderboard()
+    ratings.close()
+    pool.close()
+
+    reopened_pool = PolicyPool(tmp_path / "pool", PoolConfig(snapshot_every=10))
+    reopened = Ratings(reopened_pool)
+    assert reopened.leaderboard() == before
+    info = reopened_pool.snapshot_info(10)
+    assert info.games == 4
+    assert info.hider_mu == reopened.get(10, "hider").mu > PRIOR_MU
+    assert info.seeker_mu == reopened.get(10, "seeker").mu > PRIOR_MU
+    # The pool's rating-prioritised sampler reads the same numbers.
+    versions, probs = reopened_pool.candidate_probabilities("hider")
+    assert list(versions) == [10] and probs[0] == 1.0
+
+
+def _rate_many(folder: str, n: int, ready) -> None:
+    ratings = Ratings(folder)
+    ready.set()  # imports done: start writing together with the parent
+    for _ in range(n):
+        ratings.update("random", "noop", 1.0)
+    ratings.close()
+
+
+def test_concurrent_updates_are_not_lost(tmp_path):
+    folder = tmp_path / "pool"
+    ratings = Ratings(folder)
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    proc = ctx.Process(target=_rate_many, args=(str(folder), 100, ready))
+    proc.start()
+    assert ready.wait(60)
+    for _ in range(100):
+        ratings.update("random", "noop", 1.0)
+    proc.join(60)
+    assert proc.exitcode == 0
+    # Every read-modify-write counted: no update overwrote another one.
+    assert ratings.get("random", "hider").games == 200
+    assert ratings.get("noop", "seeker").games == 200
+    assert len(ratings.matches()) == 200
