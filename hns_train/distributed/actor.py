@@ -27,16 +27,16 @@ import numpy as np
 from hns_train.agents.chunks import ChunkRecorder
 from hns_train.distributed import controllers
 from hns_train.distributed.streams import InferenceClient, SampleSender
-from hns_train.distributed.worker import POLL_MS, Worker, WorkerSpec
-from hns_train.envs.game import HideAndSeekGame
+from hns_train.distributed.worker import Worker, WorkerSpec
 from hns_train.envs.stats import STAT_KEYS
+from hns_train.envs.vector import VectorGame
 
 
 @dataclass
 class Group:
     """One ring slot: a lockstep batch of worlds and where it is in its request cycle."""
 
-    game: HideAndSeekGame
+    game: VectorGame
     obs: dict[str, np.ndarray]  # (W*A, ...) observation the next request is about
     state: np.ndarray  # (W*A, 4, H)
     episode_start: np.ndarray  # (W*A,)
@@ -45,6 +45,8 @@ class Group:
     waiting: str = ""  # "" (idle), "act", "value"
     seq: int = 0
     pending: dict = field(default_factory=dict)  # the step awaiting its final values
+    next_obs: dict = field(default_factory=dict)  # first observations of the next episodes
+    final_present: np.ndarray | None = None  # agents of the episodes that just ended
     unfinished: bool = False  # recorder full, waiting for the bootstrap values
     oldest_version: int = -1
 
@@ -64,7 +66,9 @@ class ActorWorker(Worker):
         per_group = p.envs_per_actor // p.ring_size
         self.groups = []
         for g in range(p.ring_size):
-            game = HideAndSeekGame(self.game_cfg, n_worlds=per_group, seed=self._seed(g))
+            game = VectorGame(
+                self.game_cfg, per_group, seed=self._seed(g), threads=p.physics_threads
+            )
             obs = game.reset()
             rows = per_group * game.n_agents
             group = Group(
@@ -94,7 +98,7 @@ class ActorWorker(Worker):
             if not group.waiting:
                 self._request(gid, group, "act")
                 worked = True
-        message = self.inference.recv(timeout_ms=POLL_MS)
+        message = self.inference.recv(timeout_ms=self.poll_ms)
         while message is not None:
             gid = int(message.meta.get("group", -1))
             if 0 <= gid < len(self.groups) and message.meta.get("seq") == self.groups[gid].seq:
@@ -125,7 +129,7 @@ class ActorWorker(Worker):
             self._end_episodes(group, out["values"])
             return
         if group.unfinished:  # the chunk that ended mid-episode gets its bootstrap values
-            self._ship(group, bootstrap=out["values"])
+            self._ship(group, out["values"], group.game.agent_present)
         if group.oldest_version < 0:
             group.oldest_version = version
         game = group.game
@@ -138,23 +142,24 @@ class ActorWorker(Worker):
             logp=out["logp"],
             values=out["values"],
         )
-        obs, rewards, truncated, infos = game.step(out["actions"].reshape(W, A, -1))
+        result = game.step(out["actions"].reshape(W, A, -1))
         self._frames += W
-        step = dict(acted, rewards=rewards.reshape(-1))
+        step = dict(acted, rewards=result.rewards.reshape(-1))
         group.state = out["state"]
         group.episode_start = np.zeros(W * A, bool)
-        if truncated.any():
-            if not truncated.all():
+        if result.truncated.any():
+            if not result.truncated.all():
                 raise RuntimeError("worlds of one group must end their episodes together")
-            for info in infos:
-                self._stat_sums += [info[k] for k in STAT_KEYS]
+            self._stat_sums += [result.episode_stats[k].sum() for k in STAT_KEYS]
             self._episodes += W
             group.pending = step
-            group.obs = _rows(obs)
-            self._request(self.groups.index(group), group, "value")
+            group.next_obs = _rows(result.obs)
+            group.final_present = result.final_agent_present
+            gid = self.groups.index(group)
+            self._request(gid, group, "value", obs=_rows(result.final_obs))
             return
         group.recorder.add(**step, truncated=np.zeros(W * A, bool))
-        group.obs = _rows(obs)
+        group.obs = _rows(result.obs)
         group.waiting = ""
         group.unfinished = group.recorder.full
 
@@ -165,8 +170,8 @@ class ActorWorker(Worker):
         )
         group.pending = {}
         if group.recorder.full:
-            self._ship(group, bootstrap=np.zeros(rows, np.float32))
-        group.obs = _rows(group.game.reset())
+            self._ship(group, np.zeros(rows, np.float32), group.final_present)
+        group.obs = group.next_obs
         group.state = np.zeros_like(group.state)
         group.episode_start = np.ones(rows, bool)
         self._draw_controllers(group)
@@ -177,15 +182,15 @@ class ActorWorker(Worker):
         codes = np.zeros((game.n_worlds, game.n_agents), np.int64)
         for w in range(game.n_worlds):
             hiders, seekers = self.draw.draw()
-            codes[w] = np.where(game.is_hider, hiders, seekers)
+            codes[w] = np.where(game.game.is_hider, hiders, seekers)
         group.codes = codes.reshape(-1)
 
-    def _ship(self, group: Group, bootstrap: np.ndarray) -> None:
-        """Finish the group's chunk and queue the learning policy's rows of present agents."""
+    def _ship(self, group: Group, bootstrap: np.ndarray, present: np.ndarray) -> None:
+        """Finish the group's chunk; queue the learning policy's rows of `present` agents."""
         chunk = group.recorder.finish(bootstrap, max(group.oldest_version, 0))
         group.unfinished = False
         group.oldest_version = -1
-        keep = (group.codes == controllers.LATEST) & group.game.agent_present.reshape(-1)
+        keep = (group.codes == controllers.LATEST) & present.reshape(-1)
         if keep.any():
             arrays = chunk.select(np.flatnonzero(keep)).to_arrays()
             self.pending_chunks.append((arrays, {"actor": self.name}))
@@ -219,7 +224,5 @@ class ActorWorker(Worker):
 
 
 def _rows(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """(W, A, ...) -> (W*A, ...) copies: one row per agent slot, world-major.
-
-    A copy, because the game reuses its observation buffers on the next step."""
-    return {k: np.array(v.reshape(v.shape[0] * v.shape[1], *v.shape[2:])) for k, v in obs.items()}
+    """(W, A, ...) -> (W*A, ...): one row per agent slot, world-major."""
+    return {k: v.reshape(v.shape[0] * v.shape[1], *v.shape[2:]) for k, v in obs.items()}

@@ -188,7 +188,8 @@ class Controller:
 
     def tick(self) -> None:
         now = time.monotonic()
-        for name, message in self.control.recv(timeout_ms=5):
+        wait_ms = 0 if self.launcher.scheme == "inproc" else 5
+        for name, message in self.control.recv(timeout_ms=wait_ms):
             self._on_message(name.decode(errors="replace"), message, now)
         if now - self._last_counters_sent >= 1.0:
             self._last_counters_sent = now

@@ -65,7 +65,9 @@ class SerialLauncher:
         self.workers: dict[str, Worker] = {}
 
     def start(self, spec: WorkerSpec) -> None:
-        self.workers[spec.name] = build_worker(spec)
+        worker = build_worker(spec)
+        worker.poll_ms = 0  # in one process a wait only delays the worker that would answer
+        self.workers[spec.name] = worker
 
     def step(self) -> None:
         for worker in list(self.workers.values()):

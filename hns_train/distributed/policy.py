@@ -22,7 +22,7 @@ from hns_train.agents.policy import ActorCritic
 from hns_train.distributed import controllers
 from hns_train.distributed.params import arrays_to_state_dict, resolve_device
 from hns_train.distributed.streams import InferenceServer, ParamSubscriber
-from hns_train.distributed.worker import POLL_MS, Worker, WorkerSpec
+from hns_train.distributed.worker import Worker, WorkerSpec
 from hns_train.envs.observations import observation_shapes
 
 log = logging.getLogger(__name__)
@@ -58,9 +58,9 @@ class PolicyWorker(Worker):
             self.model.load_state_dict(arrays_to_state_dict(message.arrays, self.device))
             self.version = int(message.meta["version"])
         if self.version < 0:
-            time.sleep(POLL_MS / 1000)
+            time.sleep(self.poll_ms / 1000)
             return False
-        requests = [r for r in self.server.recv(timeout_ms=POLL_MS) if self._valid(*r)]
+        requests = [r for r in self.server.recv(timeout_ms=self.poll_ms) if self._valid(*r)]
         if not requests:
             return False
         start = time.perf_counter()

@@ -31,7 +31,7 @@ from hns_train.agents.ppo import PPO
 from hns_train.distributed.controllers import pool_dir
 from hns_train.distributed.params import resolve_device, state_dict_to_arrays
 from hns_train.distributed.streams import ParamPublisher, SampleReceiver
-from hns_train.distributed.worker import POLL_MS, Worker, WorkerSpec
+from hns_train.distributed.worker import Worker, WorkerSpec
 from hns_train.envs.observations import observation_shapes
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class TrainerWorker(Worker):
 
     def _receive(self) -> int:
         count = 0
-        timeout = POLL_MS
+        timeout = self.poll_ms
         while count < MAX_RECV_PER_STEP:
             message = self.samples.recv(timeout_ms=timeout)
             timeout = 0

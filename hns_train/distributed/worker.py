@@ -50,6 +50,7 @@ class Worker:
     """Base class: control channel, heartbeats and the stop flag."""
 
     kind = "worker"
+    poll_ms = POLL_MS  # longest wait per receive; the serial launcher sets 0 (nothing to wait for)
 
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
