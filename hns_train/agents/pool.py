@@ -7,7 +7,8 @@ Folder `run_dir/pool/`:
   busy timeout), schema `SCHEMA` below:
   - `snapshots(version PK, path, created, frames, episodes)`
   - `ratings(policy, role, mu, sigma, games, updated)`, PK (policy, role); `policy` is a
-    snapshot version as text ("120") or "latest" / "random" / "noop"; role "hider" | "seeker".
+    snapshot version as text ("120"), "latest" / "random" / "noop", or another fixed
+    controller's lower-case name (e.g. "scripted_seeker"); role "hider" | "seeker".
     Written by `hns_train.eval.ratings`; read here for rating-prioritised sampling.
   - `matches(id, time, hider, seeker, hider_score, hider_return, seeker_return,
     hidden_fraction, stats_json)`: one row per rated match.
