@@ -1,0 +1,355 @@
+"""Weights & Biases logging for one experiment, plus the Rapid reference run.
+
+`WandbLogger` owns the experiment's single wandb run:
+- Files live in `runs/<name>/wandb/` (wandb's own layout below it); the run id is stored in
+  `runs/<name>/wandb/run_id`, so a resumed experiment (`--resume`, same run directory) appends to
+  the same wandb run instead of starting a new one.
+- Mode: `offline` by default (no account, nothing leaves the machine; `wandb sync` uploads
+  later), `online`, or `disabled` (wandb is never initialised and nothing is written). The
+  environment variable WANDB_MODE picks the mode when none is given, and WANDB_MODE=disabled
+  always wins: it is the switch that turns logging off for a whole job.
+- Axes: every logged row carries the four counters the paper plots against: `episodes`,
+  `frames` (env frames), `hours` (wall clock since the run started) and `version`
+  (optimisation steps). `define_metric` makes `episodes` the default x-axis of every chart;
+  any of the other three can be chosen as x-axis in the UI because each row holds all four.
+- `log(record)` takes a metrics.jsonl training record as is (numeric values only; `kind` and
+  `time` are bookkeeping), `log_phase(onset)` marks an emergent phase, `log_video` attaches an
+  mp4 (made with imageio-ffmpeg), `log_table` a table such as match results or the leaderboard.
+- Console capture is off: the controller's progress bar owns the terminal.
+
+`log_reference_run(project, dir, mode)` writes Rapid's phase onsets (from
+`hns_train.eval.baselines`) on the episode axis as a separate run, `rapid-reference`, in the
+same project, so the workspace shows this run's `phase/index` steps against the paper's.
+
+`read_offline_run(path)` reads an offline run back from its `.wandb` file (LevelDB-style log of
+protobuf records; wandb 0.31 ships no Python reader), for tests and for checking a run before
+syncing it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import string
+import struct
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from hns_train.eval.baselines import Baselines, load_baselines
+from hns_train.eval.phases import PHASES, PhaseOnset
+
+AXES = ("episodes", "frames", "hours", "version")
+MODES = ("offline", "online", "disabled")
+DEFAULT_PROJECT = "hns_train"
+RUN_ID_FILE = "run_id"
+REFERENCE_RUN_ID = "rapid-reference"
+SKIPPED_KEYS = ("kind", "time")  # bookkeeping in metrics.jsonl, not a chart
+
+
+def new_run_id(length: int = 8) -> str:
+    """A wandb-style run id: lowercase letters and digits."""
+    alphabet = string.ascii_lowercase + string.digits
+    return "".join(secrets.choice(alphabet) for _ in range(length))
+
+
+def resolve_mode(mode: str | None) -> str:
+    env = os.environ.get("WANDB_MODE")
+    if env == "disabled":
+        return "disabled"
+    mode = mode or env or "offline"
+    if mode not in MODES:
+        raise ValueError(f"wandb mode {mode!r} is not allowed; use one of {list(MODES)}")
+    return mode
+
+
+class WandbLogger:
+    """One wandb run per experiment; see the module docstring."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        config: dict,
+        project: str = DEFAULT_PROJECT,
+        mode: str | None = None,
+        resume: bool = True,
+        name: str | None = None,
+        tags: Sequence[str] = (),
+    ):
+        if not isinstance(config, dict):
+            raise ValueError(f"config must be a dict, got {type(config).__name__}")
+        self.mode = resolve_mode(mode)
+        self.run_dir = Path(run_dir)
+        self.dir = self.run_dir / "wandb"
+        self.axes: dict[str, float] = {}
+        self.onsets: list[PhaseOnset] = []
+        self.run = None
+        self.run_id: str | None = None
+        if self.mode == "disabled":
+            return
+        import wandb
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        id_file = self.dir / RUN_ID_FILE
+        if resume and id_file.is_file() and id_file.read_text().strip():
+            self.run_id = id_file.read_text().strip()
+        else:
+            self.run_id = new_run_id()
+            id_file.write_text(self.run_id + "\n")
+        self.run = wandb.init(
+            project=project,
+            dir=str(self.run_dir),  # wandb adds the `wandb/` level itself
+            id=self.run_id,
+            resume="allow",
+            mode=self.mode,
+            name=name or str(config.get("name") or self.run_dir.name),
+            config=config,
+            tags=list(tags),
+            settings=wandb.Settings(console="off", silent=True),
+        )
+        define_axes(self.run)
+
+    @property
+    def enabled(self) -> bool:
+        return self.run is not None
+
+    # ------------------------------------------------------------------ logging
+    def log(self, record: dict) -> None:
+        """Log one metrics.jsonl record (a `phase` record goes to `log_phase`)."""
+        if record.get("kind") == "phase":
+            self.log_phase(PhaseOnset.from_record(record))
+            return
+        if "episodes" not in record:
+            raise ValueError(
+                f"training record lacks 'episodes' (the x-axis); keys: {sorted(record)}"
+            )
+        row = {}
+        for key, value in record.items():
+            if key in SKIPPED_KEYS or isinstance(value, bool):
+                continue
+            if isinstance(value, int | float):
+                row[key] = value
+        self.axes.update({k: row[k] for k in AXES if k in row})
+        if self.run is not None:
+            self.run.log(row)
+
+    def log_phase(self, onset: PhaseOnset | dict) -> None:
+        """Mark a phase onset: `phase/index` (1..6) and `phase/<name>` at its own counters."""
+        if isinstance(onset, dict):
+            onset = PhaseOnset.from_record(onset)
+        self.onsets.append(onset)
+        if self.run is None:
+            return
+        import wandb
+
+        self.run.log({**_onset_axes(onset), **_phase_row(onset.phase, onset.episodes)})
+        for axis in AXES:
+            self.run.summary[f"phase/{onset.phase}/{axis}"] = getattr(onset, axis)
+        rows = [[o.phase, o.episodes, o.frames, o.hours, o.version] for o in self.onsets]
+        self.run.log(
+            {
+                **self.axes,
+                "phases": wandb.Table(columns=["phase", *AXES], data=rows),
+            }
+        )
+
+    def log_video(self, path_mp4: str | Path, key: str, caption: str | None = None) -> None:
+        """Attach an mp4 (e.g. a rendered replay) at the current counters."""
+        path = Path(path_mp4)
+        if path.suffix.lower() != ".mp4":
+            raise ValueError(f"log_video needs an .mp4 file, got {path}")
+        if not path.is_file():
+            raise ValueError(f"video file {path} does not exist")
+        if self.run is None:
+            return
+        import wandb
+
+        self.run.log({**self.axes, key: wandb.Video(str(path), format="mp4", caption=caption)})
+
+    def log_table(self, key: str, columns: Sequence[str], rows: Iterable[Sequence]) -> None:
+        """Log a table (match results, leaderboard) at the current counters."""
+        rows = [list(r) for r in rows]
+        bad = [i for i, r in enumerate(rows) if len(r) != len(columns)]
+        if bad:
+            raise ValueError(
+                f"table {key!r}: row {bad[0]} has {len(rows[bad[0]])} cells for "
+                f"{len(columns)} columns {list(columns)}"
+            )
+        if self.run is None:
+            return
+        import wandb
+
+        self.run.log({**self.axes, key: wandb.Table(columns=list(columns), data=rows)})
+
+    def finish(self, exit_code: int = 0) -> None:
+        if self.run is not None:
+            self.run.finish(exit_code=exit_code)
+            self.run = None
+
+    def __enter__(self) -> WandbLogger:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.finish(exit_code=0 if exc_type is None else 1)
+
+
+def define_axes(run) -> None:
+    """The four counters as axes; `episodes` is every other metric's default x-axis."""
+    for axis in AXES:
+        run.define_metric(axis, summary="max")
+    run.define_metric("*", step_metric="episodes")
+
+
+def _onset_axes(onset: PhaseOnset) -> dict:
+    return {axis: getattr(onset, axis) for axis in AXES}
+
+
+def _phase_row(phase: str, episodes: float) -> dict:
+    return {"phase/index": PHASES.index(phase) + 1, f"phase/{phase}": episodes}
+
+
+def log_reference_run(
+    project: str = DEFAULT_PROJECT,
+    dir: str | Path = ".",
+    mode: str | None = None,
+    baselines: Baselines | None = None,
+) -> str | None:
+    """Write Rapid's phase onsets on the episode axis as run `rapid-reference` under `dir`.
+
+    Returns the run id, or None when logging is disabled. Done once per directory (a marker
+    file `wandb/rapid-reference` records it), so a resumed experiment does not log it again.
+    """
+    mode = resolve_mode(mode)
+    if mode == "disabled":
+        return None
+    import wandb
+
+    dir = Path(dir)
+    marker = dir / "wandb" / REFERENCE_RUN_ID
+    if marker.is_file():
+        return REFERENCE_RUN_ID
+    baselines = baselines or load_baselines()
+    rapid, srl = baselines.rapid, baselines.srl
+    config = {
+        "baseline": rapid.name,
+        "source": rapid.source.cite(),
+        "srl": {
+            "name": srl.name,
+            "source": srl.source.cite(),
+            "runs": [
+                {"label": r.label, "hardware": r.hardware(), "hours": r.hours} for r in srl.runs
+            ],
+            "speedup_vs_rapid": srl.speedup_vs_rapid.factor if srl.speedup_vs_rapid else None,
+        },
+    }
+    (dir / "wandb").mkdir(parents=True, exist_ok=True)
+    run = wandb.init(
+        project=project,
+        dir=str(dir),
+        id=REFERENCE_RUN_ID,
+        name="Rapid (paper reference)",
+        job_type="reference",
+        resume="allow",
+        mode=mode,
+        config=config,
+        settings=wandb.Settings(console="off", silent=True),
+    )
+    try:
+        define_axes(run)
+        for phase in PHASES:
+            mark = rapid.phases.get(phase)
+            if mark is None or mark.episodes is None:
+                continue
+            run.log({"episodes": mark.episodes, **_phase_row(phase, mark.episodes)})
+            run.summary[f"phase/{phase}/episodes"] = mark.episodes
+        for r in rapid.runs:
+            if r.phase and r.episodes is not None:
+                row = {"episodes": r.episodes, "reference/run_reached_phase": 1}
+                row.update({k: v for k, v in (("frames", r.frames), ("hours", r.hours)) if v})
+                run.log(row)
+    finally:
+        run.finish()
+    marker.write_text(REFERENCE_RUN_ID + "\n")
+    return REFERENCE_RUN_ID
+
+
+# ---------------------------------------------------------------------- reading offline runs
+_HEADER = b":W&B"
+_HEADER_LEN = 7  # ident (4) + magic (2) + version (1)
+_BLOCK = 32768
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+
+
+def offline_runs(run_dir: str | Path) -> list[Path]:
+    """The offline-run directories under `run_dir/wandb`, oldest first."""
+    return sorted((Path(run_dir) / "wandb").glob("offline-run-*"))
+
+
+def _records(path: Path):
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    if data[:4] != _HEADER:
+        raise ValueError(f"{path} is not a wandb run file (header {data[:4]!r})")
+    pos, pending = _HEADER_LEN, b""
+    while pos + 7 <= len(data):
+        room = _BLOCK - pos % _BLOCK
+        if room < 7:  # block trailer: zero padding
+            pos += room
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        pos += 7
+        chunk = data[pos : pos + length]
+        pos += length
+        if kind in (_FULL, _LAST):
+            record = pb.Record()
+            record.ParseFromString(pending + chunk)
+            pending = b""
+            yield record
+        elif kind in (_FIRST, _MIDDLE):
+            pending += chunk
+
+
+def _assign(target: dict, item) -> None:
+    """Store one history/summary/config item; nested keys (media descriptors) become dicts."""
+    path = [item.key] if item.key else list(item.nested_key)
+    for part in path[:-1]:
+        target = target.setdefault(part, {})
+    target[path[-1]] = json.loads(item.value_json)
+
+
+def read_offline_run(path: str | Path) -> dict:
+    """Contents of an offline run (its directory or its .wandb file): run id, project, config,
+    metric definitions, history rows and the final summary, with values decoded from JSON."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(path.glob("run-*.wandb"))
+        if not files:
+            raise ValueError(f"{path} holds no run-*.wandb file")
+        path = files[0]
+    out: dict = {"run_id": None, "project": None, "config": {}, "metrics": [], "history": []}
+    summary: dict = {}
+    for record in _records(path):
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            out["run_id"], out["project"] = record.run.run_id, record.run.project
+            for item in record.run.config.update:
+                _assign(out["config"], item)
+        elif kind == "config":
+            for item in record.config.update:
+                _assign(out["config"], item)
+        elif kind == "metric":
+            m = record.metric
+            out["metrics"].append(
+                {"name": m.name or m.glob_name, "glob": bool(m.glob_name), "step": m.step_metric}
+            )
+        elif kind == "history":
+            row: dict = {}
+            for item in record.history.item:
+                _assign(row, item)
+            out["history"].append(row)
+        elif kind == "summary":
+            for item in record.summary.update:
+                _assign(summary, item)
+    out["summary"] = summary
+    return out
