@@ -24,6 +24,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ class WorkerState:
     restarts: int = 0
     stopped: bool = False
     connected: bool = False  # has said hello since its last start
+    pid: int | None = None
     last: dict = field(default_factory=dict)
 
 
@@ -161,9 +163,10 @@ class Controller:
 
     # ------------------------------------------------------------------ run
     def run(self) -> Summary:
-        previous = {
-            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
-        }
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, self._on_signal)
         try:
             self._open_logs()
             for spec in self.specs():
@@ -184,7 +187,11 @@ class Controller:
         return self.summary()
 
     def _on_signal(self, signum, frame) -> None:
-        self.stop_reason = f"signal {signal.Signals(signum).name}"
+        self.request_stop(f"signal {signal.Signals(signum).name}")
+
+    def request_stop(self, reason: str) -> None:
+        """Stop the run after the current tick (safe from signal handlers and other threads)."""
+        self.stop_reason = self.stop_reason or reason
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -206,7 +213,9 @@ class Controller:
             return
         state.last_seen = now
         state.connected = True
-        if message.kind == "stopped":
+        if message.kind == "hello":
+            state.pid = message.meta.get("pid")
+        elif message.kind == "stopped":
             state.stopped = True
         elif message.kind == "heartbeat":
             state.last = message.meta
