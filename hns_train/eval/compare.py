@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -388,8 +389,8 @@ def compare_main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         print(run_compare(args.run_dir, args.out, args.width, args.height))
-    except ValueError as err:
-        print(f"compare: {err}")
+    except ValueError as err:  # a user can fix it: no traceback (the cli's convention)
+        print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
 

@@ -8,6 +8,7 @@ import synthetic_metrics as S
 import yaml
 
 from hns_train.eval.baselines import DEFAULT_PATH, load_baselines
+from hns_train.eval.cli import main as cli_main
 from hns_train.eval.compare import compare_main, human, run_compare
 from hns_train.eval.phases import PhaseDetector
 
@@ -84,6 +85,9 @@ def test_plot_is_a_png_of_the_asked_size(run_dir, tmp_path, size):
     argv = [str(path), "--out", str(out), "--width", str(size[0]), "--height", str(size[1])]
     assert compare_main(argv) == 0
     assert png_size(out) == size
+    out.unlink()
+    assert cli_main(["compare", *argv]) == 0  # python -m hns_train.eval compare ...
+    assert png_size(out) == size
 
 
 def test_run_without_phases_or_hardware(tmp_path, capsys):
@@ -116,10 +120,10 @@ def test_onsets_missing_from_the_file_are_redetected(run_dir, tmp_path):
 
 def test_bad_input(tmp_path, capsys):
     assert compare_main([str(tmp_path / "nope")]) == 2
-    assert "does not exist" in capsys.readouterr().out
+    assert "error: run directory" in capsys.readouterr().err
     path = S.write_run(tmp_path / "r", S.records({}, 1e5, n_records=10))
     assert compare_main([str(path), "--width", "50"]) == 2
-    assert "width=50" in capsys.readouterr().out
+    assert "width=50" in capsys.readouterr().err
 
 
 def test_baseline_file_is_typed_and_sourced(tmp_path):
