@@ -265,6 +265,11 @@ def _build(cls: type, data: Any, source: str, prefix: str) -> Any:
 def _check_scalar(value: Any, hint: Any, key: str, source: str) -> Any:
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if hint is float and isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
     origin = typing.get_origin(hint)
     ok = (
         isinstance(value, typing.get_args(hint))

@@ -132,6 +132,9 @@ class Controller:
 
     # ------------------------------------------------------------------ setup
     def _restore_counters(self) -> None:
+        """Counters as saved with the newest checkpoint: work after it is lost with it.
+
+        A `resume` record marks the point in metrics.jsonl where the counters go back."""
         latest = CheckpointDir(self.run_dir / "checkpoints").latest()
         if latest is None:
             return
@@ -140,6 +143,17 @@ class Controller:
         self.frames = int(counters.get("frames", 0))
         self.episodes = int(counters.get("episodes", 0))
         self.prior_s = float(counters.get("wall_clock_s", 0.0))
+        mark = {
+            "kind": "resume",
+            "time": time.time(),
+            "checkpoint": str(latest.path),
+            "version": self.version,
+            "frames": self.frames,
+            "episodes": self.episodes,
+            "hours": self.prior_s / 3600,
+        }
+        with (self.run_dir / "metrics.jsonl").open("a") as f:
+            f.write(json.dumps(mark) + "\n")
 
     def specs(self) -> list[WorkerSpec]:
         p = self.cfg.pipeline

@@ -1,0 +1,217 @@
+"""The pipeline end to end: real workers, real ZeroMQ sockets, real processes, real PPO steps."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hns_train.agents.checkpoint import CheckpointDir
+from hns_train.agents.chunks import Chunk
+from hns_train.agents.pool import PolicyPool
+from hns_train.config import CONFIG_DIR, load_config
+from hns_train.distributed.controller import Controller
+from hns_train.distributed.launchers import make_endpoints
+from hns_train.distributed.streams import ControlServer, SampleSender
+from hns_train.distributed.trainer import TrainerWorker
+from hns_train.distributed.worker import WorkerSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = CONFIG_DIR / "smoke.yaml"
+
+
+def smoke(tmp_path, *overrides):
+    return load_config(SMOKE, [f"runs_dir={tmp_path}", *overrides])
+
+
+def records(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_in_thread(controller: Controller) -> threading.Thread:
+    thread = threading.Thread(target=controller.run, daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_for(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:  # a zombie is dead for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def test_serial_run_trains_checkpoints_and_snapshots(tmp_path):
+    cfg = smoke(tmp_path, "name=serial", "stop.versions=4")
+    summary = Controller(cfg).run()
+    assert summary.reason == "reached stop.versions=4"
+    assert summary.version >= 4 and summary.frames > 0 and summary.episodes > 0
+    run = tmp_path / "serial"
+    ckpt = CheckpointDir(run / "checkpoints").latest()
+    assert ckpt is not None and ckpt.meta["counters"]["version"] >= 4
+    with PolicyPool(run / "pool") as pool:
+        assert pool.versions()[:2] == [2, 4]
+    train = [r for r in records(run) if r["kind"] == "train"]
+    assert train and train[-1]["version"] >= 4 and "loss/approx_kl" in train[-1]
+    assert any("episode/hider_return" in r for r in train)
+
+
+@pytest.mark.slow
+def test_local_run_restarts_a_killed_actor_and_keeps_training(tmp_path):
+    cfg = smoke(tmp_path, "name=local", "pipeline.launcher=local", "stop.versions=0")
+    controller = Controller(cfg)
+    thread = run_in_thread(controller)
+    try:
+        wait_for(lambda: controller.version >= 2, 240, "two optimisation steps")
+        pid = controller.workers["actor0"].pid
+        assert pid is not None and alive(pid)
+        os.kill(pid, signal.SIGKILL)
+        before = controller.version
+        wait_for(lambda: controller.restarts >= 1, 60, "the actor's restart")
+        new_pid = controller.workers["actor0"].pid
+        wait_for(lambda: controller.workers["actor0"].pid != pid, 120, "the new actor's hello")
+        wait_for(lambda: controller.version >= before + 2, 240, "training to go on")
+        new_pid = controller.workers["actor0"].pid
+        assert new_pid != pid and alive(new_pid)
+    finally:
+        controller.request_stop("test over")
+        thread.join(120)
+    assert not thread.is_alive()
+    pids = [s.pid for s in controller.workers.values() if s.pid]
+    assert pids and not any(alive(p) for p in pids), "worker processes outlived the run"
+
+
+@pytest.mark.slow
+def test_dead_trainer_stops_the_run_and_resume_continues_from_its_checkpoint(tmp_path):
+    cfg = smoke(tmp_path, "name=resume", "pipeline.launcher=local", "stop.versions=0")
+    controller = Controller(cfg)
+    thread = run_in_thread(controller)
+    ckpts = CheckpointDir(tmp_path / "resume" / "checkpoints")
+    try:
+        wait_for(lambda: ckpts.steps() and ckpts.steps()[-1] >= 2, 240, "a checkpoint")
+        os.kill(controller.workers["trainer0"].pid, signal.SIGKILL)
+        thread.join(120)
+    finally:
+        controller.request_stop("test over")
+        thread.join(60)
+    assert controller.error.startswith("trainer exited")
+    saved = ckpts.steps()[-1]
+
+    resumed = load_config(
+        tmp_path / "resume" / "config.yaml",
+        [f"stop.versions={saved + 2}", "pipeline.launcher=serial"],
+    )
+    summary = Controller(resumed, resume=True).run()
+    assert summary.version >= saved + 2
+    latest = ckpts.latest()
+    assert latest.meta["counters"]["version"] >= saved + 2
+    assert latest.meta["counters"]["frames"] > 0
+    lines = records(tmp_path / "resume")
+    marks = [i for i, r in enumerate(lines) if r["kind"] == "resume"]
+    assert len(marks) == 1 and lines[marks[0]]["version"] == saved
+    after = [r["frames"] for r in lines[marks[0] :] if r["kind"] == "train"]
+    assert after == sorted(after) and after[0] >= lines[marks[0]]["frames"]
+
+
+@pytest.mark.slow
+def test_sigint_checkpoints_and_leaves_no_process(tmp_path):
+    cmd = [
+        sys.executable,
+        "-m",
+        "hns_train.train",
+        "--config",
+        str(SMOKE),
+        f"runs_dir={tmp_path}",
+        "name=sigint",
+        "pipeline.launcher=local",
+        "stop.versions=0",
+    ]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    run = tmp_path / "sigint"
+    try:
+        wait_for(
+            lambda: any(r.get("version", 0) >= 1 for r in records(run)),
+            240,
+            "a first optimisation step",
+        )
+        workers = children_of(proc.pid)
+        assert len(workers) >= 3
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = out.decode()
+    assert proc.returncode == 0, text
+    assert "signal SIGINT" in text
+    assert CheckpointDir(run / "checkpoints").latest() is not None
+    time.sleep(0.5)
+    assert not [p for p in workers if alive(p)], "worker processes outlived the run"
+
+
+def test_trainer_drops_stale_and_malformed_chunks(tmp_path):
+    cfg = smoke(tmp_path, "name=stale", "pipeline.max_staleness=4", "pipeline.batch_chunks=64")
+    run_dir = tmp_path / "stale"
+    endpoints = make_endpoints(cfg, "inproc")
+    control = ControlServer(endpoints["control"])
+    trainer = TrainerWorker(WorkerSpec("trainer", 0, cfg.to_dict(), str(run_dir), endpoints))
+    trainer.poll_ms = 50
+    trainer.ppo.version = 10
+    sender = SampleSender(endpoints["samples"])
+    from hns_train.agents.synthetic import synthetic_chunk
+
+    def chunk(version: int) -> Chunk:
+        c = synthetic_chunk(trainer.model, cfg.pipeline.chunk_len, 2, 10, np.random.default_rng(0))
+        c.policy_version[:] = version
+        return c
+
+    for version in (3, 5, 6, 9, 10):
+        assert sender.send("chunk", chunk(version).to_arrays(), timeout_ms=1000)
+    assert sender.send("chunk", {"actions": np.zeros((3, 3), np.int64)}, timeout_ms=1000)
+    deadline = time.monotonic() + 10
+    while (trainer._received + trainer._rejected) < 6 and time.monotonic() < deadline:
+        trainer.step()
+    assert trainer._rejected == 1
+    assert sorted(s.version for s in trainer.buffer) == [6, 9, 10]
+    assert trainer._dropped_stale == 2  # versions 3 and 5 are more than 4 behind 10
+    trainer.ppo.version = 14  # now 6 and 9 are too old as well
+    assert [s.version for s in trainer._usable()] == [10]
+    sender.close()
+    trainer.close()
+    control.close()

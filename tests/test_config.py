@@ -1,0 +1,87 @@
+"""Run configuration: YAML files, base files, overrides and the errors a user sees."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hns_train.config import CONFIG_DIR, ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name", ["default", "smoke", "chase", "quadrant", "randomwalls"])
+def test_shipped_configs_load(name):
+    cfg = load_config(CONFIG_DIR / f"{name}.yaml")
+    game = cfg.game_config()
+    assert game.horizon % cfg.pipeline.chunk_len == 0
+    assert cfg.pipeline.envs_per_actor % cfg.pipeline.ring_size == 0
+
+
+def test_default_is_the_quadrant_game_with_the_paper_numbers():
+    cfg = load_config()
+    assert cfg.game_config().preset == "quadrant" and cfg.pipeline.launcher == "local"
+    assert cfg.agent.ppo.gamma == 0.998 and cfg.agent.ppo.gae_lambda == 0.95
+
+
+def test_overrides_are_typed_and_nested():
+    cfg = load_config(
+        CONFIG_DIR / "smoke.yaml",
+        ["pipeline.n_actors=3", "agent.ppo.lr=1e-3", "game.horizon=40", "stop.minutes=2"],
+    )
+    assert cfg.pipeline.n_actors == 3 and cfg.agent.ppo.lr == 1e-3
+    assert cfg.game_config().horizon == 40 and cfg.stop.minutes == 2.0
+
+
+def test_unknown_key_names_key_and_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("pipeline:\n  n_actor: 2\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert "pipeline.n_actor" in message and str(path) in message and "n_actors" in message
+
+
+def test_ill_typed_value_names_key_and_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("pipeline:\n  n_actors: two\n")
+    with pytest.raises(ConfigError, match=r"pipeline.n_actors='two'.*expected int"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"command line.*stop.versions"):
+        load_config(CONFIG_DIR / "smoke.yaml", ["stop.versions=[1]"])
+
+
+def test_bad_game_parameter_and_cross_field_rules(tmp_path):
+    with pytest.raises(ConfigError, match="unknown game parameter"):
+        load_config(CONFIG_DIR / "smoke.yaml", ["game.horizn=40"])
+    with pytest.raises(ConfigError, match="unknown preset"):
+        load_config(CONFIG_DIR / "smoke.yaml", ["game.preset=forest"])
+    with pytest.raises(ConfigError, match="chunk_len=20 must divide the game horizon 30"):
+        load_config(CONFIG_DIR / "smoke.yaml", ["game.horizon=30"])
+    with pytest.raises(ConfigError, match="launcher"):
+        load_config(CONFIG_DIR / "smoke.yaml", ["pipeline.launcher=slurm"])
+
+
+def test_base_file_is_merged_and_cycles_are_refused(tmp_path):
+    (tmp_path / "a.yaml").write_text("base: b.yaml\nname: a\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\nname: b\n")
+    with pytest.raises(ConfigError, match="includes itself"):
+        load_config(tmp_path / "a.yaml")
+    (tmp_path / "c.yaml").write_text(f"base: {CONFIG_DIR / 'smoke.yaml'}\nseed: 7\n")
+    cfg = load_config(tmp_path / "c.yaml")
+    assert cfg.seed == 7 and cfg.name == "smoke" and cfg.pipeline.launcher == "serial"
+
+
+def test_train_command_reports_a_bad_config_without_a_traceback(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("stop:\n  minute: 1\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "hns_train.train", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert out.returncode == 2
+    assert "stop.minute" in out.stderr and "Traceback" not in out.stderr
