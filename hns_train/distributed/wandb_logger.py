@@ -33,6 +33,7 @@ import os
 import secrets
 import string
 import struct
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -45,6 +46,7 @@ DEFAULT_PROJECT = "hns_train"
 RUN_ID_FILE = "run_id"
 REFERENCE_RUN_ID = "rapid-reference"
 SKIPPED_KEYS = ("kind", "time")  # bookkeeping in metrics.jsonl, not a chart
+FLUSH_TIMEOUT_S = 30.0  # longest wait for an offline run file to be complete after finish()
 
 
 def new_run_id(length: int = 8) -> str:
@@ -183,7 +185,7 @@ class WandbLogger:
 
     def finish(self, exit_code: int = 0) -> None:
         if self.run is not None:
-            self.run.finish(exit_code=exit_code)
+            _finish(self.run, exit_code)
             self.run = None
 
     def __enter__(self) -> WandbLogger:
@@ -191,6 +193,32 @@ class WandbLogger:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.finish(exit_code=0 if exc_type is None else 1)
+
+
+def _finish(run, exit_code: int) -> None:
+    """Finish a run; offline, also wait until its `.wandb` file holds the exit record.
+
+    wandb 0.31's `finish()` can return before its background service has written the offline
+    file (seen here: a 7-byte file right after finish, complete a moment later), so a reader,
+    `wandb sync` or a quick process exit could see a torn run.
+    """
+    offline = run.settings.mode == "offline" or run.offline
+    path = Path(run.dir).parent / f"run-{run.id}.wandb"
+    run.finish(exit_code=exit_code)
+    if not offline:
+        return
+    deadline = time.monotonic() + FLUSH_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if path.is_file() and _has_exit(path):
+            return
+        time.sleep(0.05)
+
+
+def _has_exit(path: Path) -> bool:
+    try:
+        return any(r.WhichOneof("record_type") == "exit" for r in _records(path))
+    except Exception:  # a file still being written may end in a torn record
+        return False
 
 
 def define_axes(run) -> None:
@@ -268,7 +296,7 @@ def log_reference_run(
                 row.update({k: v for k, v in (("frames", r.frames), ("hours", r.hours)) if v})
                 run.log(row)
     finally:
-        run.finish()
+        _finish(run, 0)
     marker.write_text(REFERENCE_RUN_ID + "\n")
     return REFERENCE_RUN_ID
 
