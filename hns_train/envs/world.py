@@ -20,6 +20,9 @@ Geom groups: 0 solid (seen by rays: walls, agents, boxes, ramps), 1 the floor (r
 `mj_multiRay` can include static geoms without hitting the floor), 2 decorations (arms),
 3 parked entities and unused wall slots (never drawn, never hit).
 
+`new_spec` builds the elements once per config and `apply_layout` writes what a layout changes,
+so `ModelCache` reuses one spec for every episode (a compile, no rebuild, per reset).
+
 One weld equality per (agent, object) pair, inactive; grabbing writes the relative pose into
 its `eq_data` and activates it (`eq_data[11]` stays 0 so the pose is ours, not qpos0's).
 """
@@ -119,7 +122,28 @@ def ramp_vertices(size: float) -> np.ndarray:
     )
 
 
+@dataclass
+class SpecParts:
+    """An `MjSpec` of one config and the elements a layout changes (`apply_layout`)."""
+
+    spec: mujoco.MjSpec
+    walls: list  # wall geoms, one per slot
+    agent_bodies: list
+    agent_geoms: list  # main spheres
+    agent_arms: list  # (left, right) arm spheres per agent
+    box_bodies: list
+    box_geoms: list
+
+
 def build_spec(cfg: GameConfig, layout: Layout) -> mujoco.MjSpec:
+    """A new `MjSpec` of `layout` (compiles to the same model as a reused one, see ModelCache)."""
+    parts = new_spec(cfg)
+    apply_layout(parts, cfg, layout)
+    return parts.spec
+
+
+def new_spec(cfg: GameConfig) -> SpecParts:
+    """Every element of a world of `cfg`, with the layout-dependent attributes still unset."""
     spec = mujoco.MjSpec()
     spec.compiler.degree = False
     spec.option.timestep = cfg.timestep
@@ -160,20 +184,18 @@ def build_spec(cfg: GameConfig, layout: Layout) -> mujoco.MjSpec:
         fovy=cfg.floor_size * 1.08,
     )
 
-    for k in range(n_wall_slots(cfg)):
-        present = bool(layout.wall_present[k])
-        geom = world.add_geom(
+    walls = [
+        world.add_geom(
             name=f"wall{k}",
             type=mujoco.mjtGeom.mjGEOM_BOX,
-            size=layout.wall_half[k] if present else [0.05, 0.05, 0.05],
-            pos=layout.wall_pos[k] if present else [-10.0 - k, -10.0, PARK_Z],
             friction=_friction(cfg.wall_friction),
             rgba=WALL_RGBA,
         )
-        if not present:
-            _hide(geom)
+        for k in range(n_wall_slots(cfg))
+    ]
 
     r = cfg.agent_radius
+    agent_bodies, agent_geoms, agent_arms = [], [], []
     for k in range(cfg.max_agents):
         hider = k < cfg.max_hiders
         body = world.add_body(name=f"agent{k}", pos=[0, 0, r])
@@ -203,8 +225,8 @@ def build_spec(cfg: GameConfig, layout: Layout) -> mujoco.MjSpec:
             rgba=HIDER_RGBA if hider else SEEKER_RGBA,
         )
         ax, ay, az = cfg.arm_offset
-        for side in (-1, 1):
-            arm = body.add_geom(
+        arms = tuple(
+            body.add_geom(
                 type=mujoco.mjtGeom.mjGEOM_SPHERE,
                 size=[cfg.arm_radius, 0, 0],
                 pos=[side * ax, ay, az],
@@ -214,11 +236,11 @@ def build_spec(cfg: GameConfig, layout: Layout) -> mujoco.MjSpec:
                 group=GROUP_DECOR,
                 rgba=ARM_RGBA,
             )
-            if not layout.agent_present[k]:
-                _hide(arm)
-        if not layout.agent_present[k]:
-            _hide(main)
-            body.gravcomp = 1.0
+            for side in (-1, 1)
+        )
+        agent_bodies.append(body)
+        agent_geoms.append(main)
+        agent_arms.append(arms)
         for name in ("x", "y", "yaw"):
             spec.add_actuator(
                 name=f"agent{k}_{name}",
@@ -229,25 +251,21 @@ def build_spec(cfg: GameConfig, layout: Layout) -> mujoco.MjSpec:
                 ctrlrange=[-1.0, 1.0],
             )
 
-    for k, kind in enumerate(layout.box_kind):
-        size = np.full(3, cfg.box_size) if kind in (CUBE, ABSENT) else np.array(cfg.elongated_size)
-        if kind not in (CUBE, ABSENT, LONG_X):
-            size = size[[1, 0, 2]]
-        body = world.add_body(name=f"box{k}", pos=[0, 0, size[2] / 2])
+    box_bodies, box_geoms = [], []
+    for k in range(cfg.max_boxes):
+        body = world.add_body(name=f"box{k}")
         _add_object_joints(body, f"box{k}", cfg.box_hinge_damping)
         # one material per object: locking lights up that object alone (set_locked_highlight)
         spec.add_material(name=f"box{k}", rgba=BOX_RGBA)
         geom = body.add_geom(
             name=f"box{k}",
             type=mujoco.mjtGeom.mjGEOM_BOX,
-            size=size / 2,
             mass=cfg.box_mass,
             friction=_friction(cfg.box_friction),
             material=f"box{k}",
         )
-        if kind == ABSENT:
-            _hide(geom)
-            body.gravcomp = 1.0
+        box_bodies.append(body)
+        box_geoms.append(geom)
 
     if cfg.n_ramps:
         spec.add_mesh(name="ramp", uservert=ramp_vertices(cfg.ramp_size).ravel().tolist())
@@ -276,7 +294,37 @@ def build_spec(cfg: GameConfig, layout: Layout) -> mujoco.MjSpec:
                 active=False,
                 data=[0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0],
             )
-    return spec
+    return SpecParts(spec, walls, agent_bodies, agent_geoms, agent_arms, box_bodies, box_geoms)
+
+
+def _show(geom, present: bool, contype: int = 1, conaffinity: int = 1, group: int = 0) -> None:
+    """A geom's collision bits and group: its own, or those of a parked entity (`_hide`)."""
+    geom.contype, geom.conaffinity, geom.group = contype, conaffinity, group
+    if not present:
+        _hide(geom)
+
+
+def apply_layout(parts: SpecParts, cfg: GameConfig, layout: Layout) -> None:
+    """Write every layout-dependent attribute (all of them, so a spec can serve any layout)."""
+    for k, geom in enumerate(parts.walls):
+        present = bool(layout.wall_present[k])
+        geom.size = layout.wall_half[k] if present else [0.05, 0.05, 0.05]
+        geom.pos = layout.wall_pos[k] if present else [-10.0 - k, -10.0, PARK_Z]
+        _show(geom, present)
+    for k, body in enumerate(parts.agent_bodies):
+        present = bool(layout.agent_present[k])
+        for arm in parts.agent_arms[k]:
+            _show(arm, present, 0, 0, GROUP_DECOR)
+        _show(parts.agent_geoms[k], present)
+        body.gravcomp = 0.0 if present else 1.0
+    for k, kind in enumerate(layout.box_kind):
+        size = np.full(3, cfg.box_size) if kind in (CUBE, ABSENT) else np.array(cfg.elongated_size)
+        if kind not in (CUBE, ABSENT, LONG_X):
+            size = size[[1, 0, 2]]
+        parts.box_bodies[k].pos = [0, 0, size[2] / 2]
+        parts.box_geoms[k].size = size / 2
+        _show(parts.box_geoms[k], kind != ABSENT)
+        parts.box_bodies[k].gravcomp = 1.0 if kind == ABSENT else 0.0
 
 
 def set_locked_highlight(model: mujoco.MjModel, geom: int, locked: bool) -> None:
@@ -348,12 +396,18 @@ def object_half_extents(cfg: GameConfig, layout: Layout) -> np.ndarray:
 
 
 class ModelCache:
-    """Compiled models by layout structure: a world whose walls and object set recur skips the
-    compiler. Each world gets its own copy, since locks and grabs edit model fields.
+    """Compiled models for layouts, without rebuilding the `MjSpec` each time.
 
-    A template is stored only when its key comes back a second time: copying a model costs
-    about a third of compiling one, and in `quadrant` / `randomwalls` the door positions are
-    continuous, so keys almost never recur (`hits` stays 0; `chase` hits every time).
+    One `MjSpec` serves every layout of the config: `apply_layout` rewrites all the attributes a
+    layout sets (wall boxes, parked entities, box shapes) and the compiler derives the rest
+    (inertias, bounding boxes, the static BVH), so a model equals a fresh `build_spec` compile
+    array by array (tests/envs/test_vector.py). That spares the ~100 `add_*` calls of a build;
+    the compile itself (~0.6 ms for quadrant) stays, because the compiler owns the BVH.
+
+    A compiled model is also kept by layout key when that key comes back a second time: a copy
+    costs about half a compile. Door positions are continuous in `quadrant` / `randomwalls`, so
+    there keys almost never recur (`hits` stays 0); `chase` hits every time. Each world gets its
+    own model object, since locks and grabs edit model fields.
     """
 
     def __init__(self, cfg: GameConfig, capacity: int = 64):
@@ -361,6 +415,7 @@ class ModelCache:
         self.capacity = capacity
         self._models: dict[tuple, mujoco.MjModel] = {}
         self._seen: dict[tuple, None] = {}  # keys compiled once, insertion-ordered
+        self._parts: SpecParts | None = None
         self.index: WorldIndex | None = None
         self.hits = 0
         self.misses = 0
@@ -372,7 +427,10 @@ class ModelCache:
             self.hits += 1
             return copy.copy(template)  # MjModel copies are deep
         self.misses += 1
-        model = build_spec(self.cfg, layout).compile()
+        if self._parts is None:
+            self._parts = new_spec(self.cfg)
+        apply_layout(self._parts, self.cfg, layout)
+        model = self._parts.spec.compile()
         if self.index is None:
             self.index = index_world(self.cfg, model)
         if self.capacity <= 0:

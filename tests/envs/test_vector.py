@@ -136,6 +136,24 @@ def test_cached_model_equals_a_fresh_build_and_plays_the_same_episode():
 
 
 @pytest.mark.parametrize("preset", ["quadrant", "randomwalls"])
+def test_one_reused_spec_compiles_every_layout_like_a_fresh_build(preset):
+    # varying team sizes: agents and boxes switch between parked and present across layouts
+    cfg = make_config(preset, n_hiders=(1, 3), n_seekers=(1, 3))
+    cache = ModelCache(cfg, capacity=0)
+    rng = np.random.default_rng(8)
+    layouts = [sample_layout(cfg, rng) for _ in range(8)]
+    presence = {lay.agent_present.tobytes() for lay in layouts}
+    walls = {lay.wall_present.tobytes() for lay in layouts}
+    assert len(presence) > 1 and (preset == "quadrant" or len(walls) > 1)
+    for layout in layouts:
+        reused, fresh = cache.model_for(layout), build_spec(cfg, layout).compile()
+        got = _model_arrays(reused)
+        for k, v in _model_arrays(fresh).items():
+            np.testing.assert_array_equal(got[k], v, err_msg=k)
+    assert cache.hits == 0 and cache.misses == len(layouts)
+
+
+@pytest.mark.parametrize("preset", ["quadrant", "randomwalls"])
 def test_every_layout_of_a_preset_gives_one_mjdata_layout(preset):
     cfg = make_config(preset, n_hiders=(1, 3), n_seekers=(1, 3))
     rng = np.random.default_rng(4)
