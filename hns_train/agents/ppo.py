@@ -16,13 +16,22 @@ them) and runs, in this order:
 
 Loss = clipped surrogate (0.2) + 0.5 · ½(V̂ - R̂)² on normalised values (optionally clipped)
        - 0.01 · entropy summed over the 5 action heads.
+
+Data parallelism (`sync`, a `RankSync`; None = one process, unchanged): each rank holds a part of
+the batch, and every number that depends on the whole batch is made from sums over ranks, so
+R ranks with 1/R of the batch each take the same step as one rank with all of it:
+- PopArt and observation statistics absorb the whole batch's first and second moments;
+- advantages are normalised with the minibatch's mean and std over all ranks;
+- gradients are averaged weighted by each rank's element count, before the norm clip.
+Every rank runs the same number of collectives per update (minibatches via `tensor_split`, empty
+parts included), so no rank can wait for a collective another rank skips.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -89,12 +98,35 @@ class Segments:
         )
 
 
-class PPO:
-    """Trainer for an `ActorCritic`: `update(chunks) -> statistics`, plus resumable state."""
+class RankSync(Protocol):
+    """Sums over the ranks of a data-parallel group (distributed/ddp.py implements it)."""
 
-    def __init__(self, model: ActorCritic, config: PPOConfig | None = None) -> None:
+    world_size: int
+
+    def all_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Replace `tensor` in place by its sum over all ranks and return it."""
+        ...
+
+
+class PPO:
+    """Trainer for an `ActorCritic`: `update(chunks) -> statistics`, plus resumable state.
+
+    `sync`: a `RankSync` when several ranks train one model on parts of each batch.
+    `autocast_dtype`: e.g. torch.bfloat16 to run the loss's forward pass in mixed precision
+    (parameters, optimiser and statistics stay float32/float64).
+    """
+
+    def __init__(
+        self,
+        model: ActorCritic,
+        config: PPOConfig | None = None,
+        sync: RankSync | None = None,
+        autocast_dtype: torch.dtype | None = None,
+    ) -> None:
         self.model = model
         self.config = config or PPOConfig()
+        self.sync = sync
+        self.autocast_dtype = autocast_dtype
         self.optimizer = torch.optim.Adam(
             model.parameters(),
             lr=self.config.lr,
@@ -107,26 +139,35 @@ class PPO:
         """One optimisation step on a batch of chunks; returns mean statistics."""
         batch = self._as_batch(chunks)
         advantages, returns = self._gae(batch)
-        self.model.update_value_normalizer(torch.as_tensor(returns, device=self.model.device))
+        returns_t = torch.as_tensor(returns, device=self.model.device)
+        if self.sync is None:
+            self.model.update_value_normalizer(returns_t)
+        else:
+            self.model.update_value_normalizer(self._whole_batch_moments([(returns_t, None)])[0])
         segments = self._segments(batch, advantages, returns)
 
         cfg = self.config
         history: list[dict[str, float]] = []
         for _ in range(cfg.epochs):
             order = torch.randperm(len(segments), device=self.model.device)
-            for index in order.chunk(cfg.minibatches):
-                loss, stats = self._loss(segments.select(index))
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                stats["grad_norm"] = float(
-                    nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-                )
-                self.optimizer.step()
-                history.append(stats)
+            if self.sync is None:
+                parts = order.chunk(cfg.minibatches)
+            else:  # the same number of parts on every rank, some maybe empty
+                parts = torch.tensor_split(order, cfg.minibatches)
+            for index in parts:
+                stats = self._minibatch_step(segments.select(index))
+                if stats is not None:
+                    history.append(stats)
 
-        self.model.update_obs_normalizer(self.model.obs_to_tensors(batch.obs, 2))
+        obs = self.model.obs_to_tensors(batch.obs, 2)
+        if self.sync is None:
+            self.model.update_obs_normalizer(obs)
+        else:
+            self._update_obs_normalizer_synced(obs)
         self.version += 1
-        summary = {k: float(np.mean([h[k] for h in history])) for k in history[0]}
+        summary = (
+            {k: float(np.mean([h[k] for h in history])) for k in history[0]} if history else {}
+        )
         value_mean, value_std = self.model.value_norm.mean_std()
         summary.update(
             explained_variance=explained_variance(batch.values, returns),
@@ -135,6 +176,104 @@ class PPO:
             version=float(self.version),
         )
         return summary
+
+    def _minibatch_step(self, seg: Segments) -> dict[str, float] | None:
+        """One Adam step on a minibatch (this rank's part of it under `sync`)."""
+        cfg = self.config
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.sync is None:
+            with self._autocast():
+                loss, stats = self._loss(seg)
+            loss.backward()
+        else:
+            # Whole-minibatch element count and advantage moments, in one collective.
+            adv = seg.advantages.to(torch.float64)
+            head = torch.stack([adv.new_tensor(adv.numel()), adv.sum(), adv.square().sum()])
+            n, s1, s2 = self.sync.all_sum(head).tolist()
+            stats = None
+            if adv.numel():
+                mean = s1 / max(n, 1.0)
+                std = float(np.sqrt(max(s2 - n * mean * mean, 0.0) / max(n - 1, 1.0)))
+                with self._autocast():
+                    loss, stats = self._loss(seg, adv_moments=(mean, std, n))
+                loss.backward()
+            self._average_gradients(weight=adv.numel(), total=n)
+        grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
+        self.optimizer.step()
+        if stats is not None:
+            stats["grad_norm"] = grad_norm
+        return stats
+
+    def _autocast(self):
+        return torch.autocast(
+            device_type=self.model.device.type,
+            dtype=self.autocast_dtype or torch.bfloat16,
+            enabled=self.autocast_dtype is not None,
+        )
+
+    def _average_gradients(self, weight: int, total: float) -> None:
+        """grad = Σ_r n_r·g_r / Σ_r n_r: each rank's mean-loss gradient weighted by its count,
+        which is the gradient of the mean loss over the whole minibatch."""
+        params = list(self.model.parameters())
+        flat = torch.cat(
+            [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
+        )
+        flat.mul_(float(weight))
+        self.sync.all_sum(flat)
+        flat.div_(max(total, 1.0))
+        offset = 0
+        for p in params:
+            size = p.numel()
+            p.grad = flat[offset : offset + size].view_as(p).clone()
+            offset += size
+
+    @torch.no_grad()
+    def _whole_batch_moments(
+        self, items: list[tuple[torch.Tensor, torch.Tensor | None]], features: Sequence[int] = ()
+    ) -> list[torch.Tensor | None]:
+        """For each (x, row weight): two rows whose mean and second moment per trailing feature
+        equal those of the (weighted) rows of x over all ranks; None where no rank has a row.
+
+        Feeding the two rows to an `EmaMeanStd` folds in exactly the whole batch's moments, so
+        the normalisers' own update rules (and PopArt's rescaling) apply unchanged.
+        """
+        sums = []
+        for i, (x, w) in enumerate(items):
+            width = features[i] if features else 1
+            x = x.to(torch.float64).reshape(-1, width)
+            w = torch.ones(len(x), dtype=torch.float64, device=x.device) if w is None else w
+            w = w.to(torch.float64).reshape(-1, 1)
+            sums.append(torch.cat([(w * x).sum(0), (w * x.square()).sum(0), w.sum().reshape(1)]))
+        packed = self.sync.all_sum(torch.cat(sums))
+        out, offset = [], 0
+        for i in range(len(items)):
+            width = features[i] if features else 1
+            s1, s2 = packed[offset : offset + width], packed[offset + width : offset + 2 * width]
+            total = packed[offset + 2 * width]
+            offset += 2 * width + 1
+            if total <= 0:
+                out.append(None)
+                continue
+            mean = s1 / total
+            sd = (s2 / total - mean.square()).clamp(min=0).sqrt()
+            rows = torch.stack([mean + sd, mean - sd])
+            out.append(rows if features else rows.reshape(-1))
+        return out
+
+    @torch.no_grad()
+    def _update_obs_normalizer_synced(self, obs: dict[str, torch.Tensor]) -> None:
+        """`update_obs_normalizer` with the whole batch's statistics (the same weighting: entity
+        rows count where their entity exists)."""
+        norm = self.model.obs_norm
+        keys = list(norm.stats.keys())
+        items, widths = [], []
+        for key in keys:
+            weight_key = norm.row_weight.get(key)
+            items.append((obs[key], None if weight_key is None else obs[weight_key]))
+            widths.append(obs[key].shape[-1])
+        for key, rows in zip(keys, self._whole_batch_moments(items, widths), strict=True):
+            if rows is not None:
+                norm.stats[key].update(rows)
 
     @torch.no_grad()
     def evaluate_loss(self, chunks: Chunk | Sequence[Chunk]) -> dict[str, float]:
@@ -197,15 +336,23 @@ class PPO:
             returns=cut(returns),
         )
 
-    def _loss(self, seg: Segments) -> tuple[torch.Tensor, dict[str, float]]:
+    def _loss(
+        self, seg: Segments, adv_moments: tuple[float, float, float] | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """`adv_moments`: (mean, std, count) of the advantages over all ranks' minibatch parts;
+        None = this minibatch's own."""
         cfg = self.config
         model = self.model
         new = model.evaluate(seg.obs, seg.state, seg.episode_start, seg.actions)
 
-        log_ratio = new.logp - seg.logp
+        log_ratio = new.logp.float() - seg.logp
         ratio = log_ratio.exp()
         adv = seg.advantages
-        if cfg.normalize_advantages and adv.numel() > 1:
+        if adv_moments is not None:
+            mean, std, count = adv_moments
+            if cfg.normalize_advantages and count > 1:
+                adv = (adv - mean) / (std + 1e-8)
+        elif cfg.normalize_advantages and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         policy_loss = torch.max(
             -adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)

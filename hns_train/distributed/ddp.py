@@ -1,0 +1,157 @@
+"""Several trainer workers for one policy: torch.distributed group, whole-batch sums, agreed stop.
+
+Rendezvous goes through the controller: it hosts a `torch.distributed.TCPStore` and hands its
+address to every trainer in `spec.endpoints["ddp"]` (host, port, world size, generation). The
+trainer's index is its rank. Each generation (a fresh start of all trainers after one died) uses
+its own key prefix in the store, so a restarted group never meets the keys of the last one.
+
+Collectives:
+- the main group (`pipeline.ddp_backend`: auto = nccl on CUDA, gloo on CPU) carries gradients and
+  normaliser moments, through `TorchRankSync.all_sum`, the `agents.ppo.RankSync` hook;
+- a gloo side group carries the per-iteration flags (`agree`), so they never touch the GPU.
+
+Every collective is bounded by `pipeline.ddp_timeout_s` (the process group's timeout): a rank whose
+peer died or hangs raises instead of waiting forever, its process exits and the controller sees it.
+
+Stop without a hang: a rank never leaves on its own. Each loop iteration every rank all-reduces
+(MAX) two flags, [stop requested, not enough samples]; a stop requested on any rank stops every
+rank at the same iteration, before any rank could enter an update the others skip. Ranks train
+only when every rank has its share of the batch (`batch_chunks / n_trainers` chunks).
+
+Where only one copy must exist (parameter publishing, checkpoints, pool snapshots) rank 0 does it.
+At start rank 0 broadcasts the model's state, so all ranks begin from the same weights and
+normalisers even when they were initialised differently.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger(__name__)
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+def make_store(host: str, timeout_s: float) -> tuple[dist.TCPStore, int]:
+    """The controller's rendezvous store (listens on every interface) and its port."""
+    store = dist.TCPStore(
+        host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s)
+    )
+    return store, store.port
+
+
+def rendezvous_info(host: str, port: int, world_size: int, generation: int) -> dict[str, Any]:
+    """What the controller puts into `endpoints["ddp"]` (plain data: it crosses processes)."""
+    return {
+        "host": host,
+        "port": int(port),
+        "world_size": int(world_size),
+        "generation": generation,
+    }
+
+
+def choose_backend(name: str, device: torch.device) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"pipeline.ddp_backend={name!r}; allowed: {BACKENDS}")
+    if name == "auto":
+        return "nccl" if device.type == "cuda" else "gloo"
+    if name == "nccl" and device.type != "cuda":
+        raise ValueError("pipeline.ddp_backend=nccl needs CUDA trainers; use gloo on CPU")
+    return name
+
+
+def rank_device(device: torch.device, rank: int) -> torch.device:
+    """One GPU per rank: `cuda` without an index becomes cuda:(rank mod visible GPUs)."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", rank % max(torch.cuda.device_count(), 1))
+    return device
+
+
+class TorchRankSync:
+    """`agents.ppo.RankSync` over a torch.distributed group."""
+
+    def __init__(self, world_size: int, backend: str, device: torch.device) -> None:
+        self.world_size = world_size
+        self.backend = backend
+        self.device = device if backend == "nccl" else torch.device("cpu")
+
+    def all_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.device == self.device:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+            return tensor
+        moved = tensor.to(self.device)
+        dist.all_reduce(moved, op=dist.ReduceOp.SUM)
+        tensor.copy_(moved)
+        return tensor
+
+
+class DataParallel:
+    """This trainer's membership of the group: rank, world size, sync hook, flags, teardown."""
+
+    def __init__(
+        self,
+        rank: int,
+        info: dict[str, Any],
+        device: torch.device,
+        backend: str = "auto",
+        timeout_s: float = 120.0,
+    ) -> None:
+        self.rank = int(rank)
+        self.world_size = int(info["world_size"])
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"trainer rank {rank} outside 0..{self.world_size - 1}")
+        self.backend = choose_backend(backend, device)
+        self.device = device
+        timeout = timedelta(seconds=timeout_s)
+        client = dist.TCPStore(info["host"], int(info["port"]), is_master=False, timeout=timeout)
+        store = dist.PrefixStore(f"hns/g{int(info.get('generation', 0))}", client)
+        kwargs = {"device_id": device} if self.backend == "nccl" else {}
+        dist.init_process_group(
+            self.backend,
+            store=store,
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout=timeout,
+            **kwargs,
+        )
+        self._flags = (
+            dist.new_group(backend="gloo", timeout=timeout) if self.backend != "gloo" else None
+        )
+        self.sync = TorchRankSync(self.world_size, self.backend, device)
+        self.closed = False
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def agree(self, stop: bool, ready: bool) -> tuple[bool, bool]:
+        """(stop on every rank, every rank ready): one MAX all-reduce of two flags."""
+        flags = torch.tensor([float(stop), float(not ready)])
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self._flags)
+        return bool(flags[0] > 0), not bool(flags[1] > 0)
+
+    @torch.no_grad()
+    def broadcast_state(self, module: torch.nn.Module) -> None:
+        """Every tensor of `module.state_dict()` (weights and normaliser buffers) from rank 0."""
+        for tensor in module.state_dict().values():
+            if self.backend == "nccl" or tensor.device.type == "cpu":
+                dist.broadcast(tensor, src=0)
+            else:
+                moved = tensor.cpu()
+                dist.broadcast(moved, src=0)
+                tensor.copy_(moved)
+
+    def close(self) -> None:
+        """Leave the group (after an agreed stop every rank gets here; nothing is pending)."""
+        if self.closed:
+            return
+        self.closed = True
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception as err:  # a peer already gone: nothing left to tear down cleanly
+                log.warning("leaving the trainer group: %s", err)

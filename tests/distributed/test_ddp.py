@@ -1,0 +1,127 @@
+"""Several trainers, one policy: R ranks with parts of a batch step like one rank with all of it.
+
+Real torch.distributed (gloo) between spawned processes, rendezvous through a TCPStore that this
+test hosts the way the controller does. Then the pipeline end to end with two trainer workers.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing as mp
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hns_train.agents import PPO, ActorCritic, NetworkConfig, PPOConfig, obs_shapes
+from hns_train.agents.chunks import stack_chunks
+from hns_train.agents.synthetic import synthetic_chunk
+from hns_train.distributed.ddp import make_store, rendezvous_info
+
+SHAPES = obs_shapes()
+NET = NetworkConfig(embed_dim=32, attention_heads=2, dense_dim=32, lstm_dim=32)
+PPO_CFG = PPOConfig(epochs=2, minibatches=1)
+# Columns per chunk; rank 0 trains on the first `SPLIT` chunks, rank 1 on the rest.
+WIDTHS = {"halves": (4, 4, 4, 4), "uneven": (6, 2, 3, 5)}
+SPLIT = 2
+STEPS = 2  # optimisation steps: the second one sees the first one's normaliser statistics
+
+
+@functools.cache
+def batches(kind: str) -> list[list]:
+    """STEPS lists of chunks, made by a fixed-seed model (same on every process)."""
+    torch.manual_seed(1)
+    model = ActorCritic(SHAPES, NET, device="cpu")
+    rng = np.random.default_rng(7)
+    return [
+        [synthetic_chunk(model, 10, b, 10, rng, episode_len=7) for b in WIDTHS[kind]]
+        for _ in range(STEPS)
+    ]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Two cores shared by everyone: one torch thread per process here."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def train(kind: str, sync=None, part: slice = slice(None)) -> dict[str, torch.Tensor]:
+    torch.manual_seed(3)
+    model = ActorCritic(SHAPES, NET, device="cpu")
+    ppo = PPO(model, PPO_CFG, sync=sync)
+    for chunks in batches(kind):
+        ppo.update(stack_chunks(chunks[part]))
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _rank(rank: int, info: dict, out: str) -> None:
+    from hns_train.distributed.ddp import DataParallel
+
+    torch.set_num_threads(1)
+    group = DataParallel(rank, info, torch.device("cpu"), "gloo", timeout_s=60)
+    try:
+        part = slice(0, SPLIT) if rank == 0 else slice(SPLIT, None)
+        result = {
+            f"{kind}/{k}": v for kind in WIDTHS for k, v in train(kind, group.sync, part).items()
+        }
+        torch.save(result, f"{out}/rank{rank}.pt")
+    finally:
+        group.close()
+
+
+def run_ranks(tmp_path: Path, n: int) -> list[dict[str, torch.Tensor]]:
+    store, port = make_store("127.0.0.1", timeout_s=60)
+    info = rendezvous_info("127.0.0.1", port, n, generation=0)
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_rank, args=(r, info, str(tmp_path))) for r in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    codes = [p.exitcode for p in procs]
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    del store
+    assert codes == [0] * n, f"rank exit codes {codes}"
+    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(n)]
+
+
+def test_two_ranks_with_half_the_batch_take_the_whole_batch_step(tmp_path):
+    ranks = run_ranks(tmp_path, 2)
+    torch.manual_seed(3)
+    initial = ActorCritic(SHAPES, NET, device="cpu").state_dict()
+    for kind in WIDTHS:
+        whole = train(kind)
+        for name, expected in whole.items():
+            got0, got1 = ranks[0][f"{kind}/{name}"], ranks[1][f"{kind}/{name}"]
+            # Ranks stay bit-identical: they apply the same averaged gradient.
+            assert torch.equal(got0, got1), f"{kind}: ranks disagree on {name}"
+            if expected.dtype.is_floating_point:
+                torch.testing.assert_close(got0, expected, rtol=1e-4, atol=2e-6, msg=name)
+            else:
+                assert torch.equal(got0, expected), name
+        # The step did move the weights (so the comparison above is not trivially true) ...
+        moved = max(
+            float((whole[k] - initial[k]).abs().max())
+            for k in whole
+            if k.endswith("weight") and "norm" not in k
+        )
+        assert moved > 1e-4
+        # ... and one rank training alone on its half lands elsewhere.
+        alone = train(kind, part=slice(0, SPLIT))
+        diff = max(float((alone[k].double() - whole[k].double()).abs().max()) for k in whole)
+        assert diff > 1e-4, f"{kind}: half the batch alone gives the same step"
+
+
+@pytest.mark.parametrize("bad", ["mpi", "nccl"])
+def test_backend_choice_is_checked(bad):
+    from hns_train.distributed.ddp import choose_backend
+
+    assert choose_backend("auto", torch.device("cpu")) == "gloo"
+    with pytest.raises(ValueError, match="ddp_backend"):
+        choose_backend(bad, torch.device("cpu"))
