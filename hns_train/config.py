@@ -69,6 +69,20 @@ class PipelineConfig:
     device: str = "auto"  # policy workers and trainers: auto | cpu | cuda
     torch_threads: int = 1  # per worker process
     ray_address: str = ""  # ray launcher: existing cluster address, or empty to start one
+    # --- several trainers, clusters (distributed/ddp.py, ray_launcher.py, docs/cluster.md)
+    n_trainers: int = 1  # trainer ranks of one policy (DDP); each takes batch_chunks / n_trainers
+    ddp_backend: str = "auto"  # auto (nccl on CUDA, gloo on CPU) | gloo | nccl
+    ddp_timeout_s: float = 120.0  # longest wait in a trainer collective before the rank gives up
+    mixed_precision: bool = True  # bf16 autocast of the trainer's forward pass, on CUDA only
+    encrypt: bool = False  # CURVE on one-host runs too (ray and non-loopback tcp always encrypt)
+    ray_num_cpus: int = 0  # a Ray instance this run starts: logical CPUs (0 = all of the host)
+    # Fractions of a CPU/GPU each Ray actor reserves: whole CPUs per actor starve a small cluster.
+    ray_actor_cpus: float = 0.5
+    ray_policy_cpus: float = 0.25
+    ray_trainer_cpus: float = 0.5
+    ray_eval_cpus: float = 0.25
+    ray_policy_gpus: float = -1.0  # -1: 0.25 when the cluster has GPUs, else 0
+    ray_trainer_gpus: float = -1.0  # -1: 1 when the cluster has GPUs (nccl: one GPU per rank)
 
 
 @dataclass
@@ -135,6 +149,7 @@ class RunConfig:
             problems.append(f"pipeline.launcher={p.launcher!r} is not one of {LAUNCHERS}")
         if p.transport not in ("ipc", "tcp"):
             problems.append(f"pipeline.transport={p.transport!r} is not one of ('ipc', 'tcp')")
+        problems += _cluster_problems(p)
         if self.logging.wandb not in WANDB_MODES:
             problems.append(f"logging.wandb={self.logging.wandb!r} is not one of {WANDB_MODES}")
         for name in ("n_actors", "envs_per_actor", "ring_size", "n_policy_workers", "chunk_len"):
@@ -158,6 +173,34 @@ class RunConfig:
         if problems:
             raise ConfigError(f"{source}: " + "; ".join(problems))
         return self
+
+
+def _cluster_problems(p: PipelineConfig) -> list[str]:
+    """Rules of the several-trainer and Ray fields."""
+    out = []
+    if p.n_trainers < 1:
+        out.append(f"pipeline.n_trainers must be >= 1, got {p.n_trainers}")
+    elif p.batch_chunks % p.n_trainers:
+        out.append(
+            f"pipeline.batch_chunks={p.batch_chunks} must be a multiple of "
+            f"pipeline.n_trainers={p.n_trainers} (each trainer takes an equal share)"
+        )
+    if p.n_trainers > 1 and p.launcher == "serial":
+        out.append("pipeline.n_trainers > 1 needs launcher local or ray (one process per rank)")
+    if p.ddp_backend not in ("auto", "gloo", "nccl"):
+        out.append(f"pipeline.ddp_backend={p.ddp_backend!r} is not one of auto, gloo, nccl")
+    if p.ddp_timeout_s <= 0:
+        out.append(f"pipeline.ddp_timeout_s must be > 0, got {p.ddp_timeout_s}")
+    if p.ray_num_cpus < 0:
+        out.append(f"pipeline.ray_num_cpus must be >= 0, got {p.ray_num_cpus}")
+    for kind in ("actor", "policy", "trainer", "eval"):
+        if getattr(p, f"ray_{kind}_cpus") < 0:
+            out.append(f"pipeline.ray_{kind}_cpus must be >= 0")
+    for kind in ("policy", "trainer"):
+        gpus = getattr(p, f"ray_{kind}_gpus")
+        if gpus < 0 and gpus != -1:
+            out.append(f"pipeline.ray_{kind}_gpus must be -1 (auto) or >= 0, got {gpus}")
+    return out
 
 
 # ----------------------------------------------------------------------------- loading

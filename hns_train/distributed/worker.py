@@ -16,11 +16,13 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from hns_train.config import RunConfig, config_from_dict
+from hns_train.distributed.security import RunKeys
 from hns_train.distributed.streams import ControlClient
 
 log = logging.getLogger(__name__)
@@ -56,7 +58,11 @@ class Worker:
         self.spec = spec
         self.name = spec.name
         self.cfg: RunConfig = config_from_dict(spec.config, source=f"{spec.name} spec")
-        self.control = ControlClient(spec.endpoints["control"], identity=spec.name)
+        # Cluster runs: every socket of this worker is a CURVE client/server with the run's keys.
+        self.security = RunKeys.from_dict(spec.security) if spec.security else None
+        self.control = ControlClient(
+            spec.endpoints["control"], identity=spec.name, security=self.security
+        )
         self.stopping = False
         self.stopped = False
         self._last_beat = 0.0
@@ -76,6 +82,10 @@ class Worker:
     def shutdown(self) -> None:
         """Final work before `stopped` is reported (the trainer writes its checkpoint)."""
 
+    def ready_to_stop(self) -> bool:
+        """False while a requested stop still waits for peers (DDP trainers stop together)."""
+        return True
+
     def close_streams(self) -> None:
         """Close the worker's own sockets."""
 
@@ -92,7 +102,7 @@ class Worker:
             else:
                 self.on_control(message)
             message = self.control.recv(timeout_ms=0)
-        if self.stopping and not self.stopped:
+        if self.stopping and not self.stopped and self.ready_to_stop():
             self.shutdown()
             self.control.send("heartbeat", meta=self.counters())
             self.control.send("stopped")
@@ -121,7 +131,8 @@ def build_worker(spec: WorkerSpec) -> Worker:
 def run_worker(spec: WorkerSpec) -> None:
     """Process entry point: run one worker until the controller stops it."""
     # Ctrl-C goes to the whole process group; only the controller decides how to stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if threading.current_thread() is threading.main_thread():  # (Ray may call from a thread)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s {spec.name} %(message)s")
     import torch
 
