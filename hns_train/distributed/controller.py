@@ -129,6 +129,8 @@ class Controller:
         self.bar = None
         self.logger = None
         self.phases = None
+        self.eval_matches = 0  # rated matches reported by eval workers
+        self.eval_latest: dict = {}  # newest eval heartbeat carrying a rating
 
     # ------------------------------------------------------------------ setup
     def _restore_counters(self) -> None:
@@ -245,6 +247,8 @@ class Controller:
             sums = meta.get("stat_sums")
             if sums is not None and len(sums) == len(STAT_KEYS):
                 self._window_stats += np.asarray(sums, float)
+        elif kind == "eval":
+            self._absorb_eval(meta)
         elif kind == "trainer":
             self.version = max(self.version, int(meta.get("version", 0)))
             if self.bar is not None:
@@ -349,29 +353,22 @@ class Controller:
                 total=total, initial=self.version, desc="optimisation steps", file=sys.stderr
             )
         if lg.wandb != "disabled":
-            from hns_train.distributed.wandb_logger import WandbLogger
+            from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
 
+            # First, and finished before the run's own: wandb holds one active run per process.
+            log_reference_run(lg.project, self.run_dir, lg.wandb)
             self.logger = WandbLogger(
                 self.run_dir, self.cfg.to_dict(), project=lg.project, mode=lg.wandb
             )
         from hns_train.eval.phases import PhaseDetector
 
-        self.phases = PhaseDetector()
-        self.phases.restore(self._previous_phases())
-
-    def _previous_phases(self) -> list[dict]:
-        if not self.metrics_path.exists():
-            return []
-        out = []
-        for line in self.metrics_path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if record.get("kind") == "phase":
-                out.append(record)
-        self.phases_reached = [r["phase"] for r in out]
-        return out
+        # On resume the detector replays the run's records, so its windows and the phases
+        # already reached carry over.
+        if self.metrics_path.exists():
+            self.phases = PhaseDetector.from_metrics(self.metrics_path)
+        else:
+            self.phases = PhaseDetector()
+        self.phases_reached = list(self.phases.fired)
 
     def _record(self) -> None:
         now = time.monotonic()
@@ -391,6 +388,7 @@ class Controller:
             means = self._window_stats / self._window_episodes
             record.update({f"episode/{k}": float(v) for k, v in zip(STAT_KEYS, means, strict=True)})
         record.update(self._worker_metrics())
+        record.update(self._eval_metrics())
         self._window_stats[:] = 0
         self._window_episodes = self._window_frames = 0
         self.records.append(record)
@@ -433,6 +431,37 @@ class Controller:
         actors = by_kind.get("actor", [])
         if actors:
             out["queue/actor_chunks"] = int(sum(a.get("queued_chunks", 0) for a in actors))
+        return out
+
+    # ------------------------------------------------------------------ eval results
+    def _absorb_eval(self, meta: dict) -> None:
+        """An eval worker's heartbeat (`distributed/evaluator.py`): count its matches, keep its
+        rating of the latest policy, log its new videos and leaderboard to wandb."""
+        self.eval_matches += int(meta.get("matches", 0))
+        if meta.get("rating"):
+            self.eval_latest = meta
+        if self.logger is None:
+            return
+        for path in meta.get("new_videos") or []:
+            try:
+                self.logger.log_video(path, "eval/video", caption=Path(path).stem)
+            except ValueError as err:  # the file went away; the run goes on
+                log.warning("eval video not logged: %s", err)
+        board = meta.get("leaderboard")
+        if board:
+            self.logger.log_table("eval/leaderboard", board["columns"], board["rows"])
+
+    def _eval_metrics(self) -> dict:
+        """`rating/latest_<role>_{mu,sigma}`, `eval/win_rate/<opponent class>`, `eval/matches`."""
+        m = self.eval_latest
+        if not m:
+            return {}
+        out = {"eval/matches": self.eval_matches, "eval/version": int(m.get("version", -1))}
+        for role, (mu, sigma) in m["rating"].items():
+            out[f"rating/latest_{role}_mu"] = float(mu)
+            out[f"rating/latest_{role}_sigma"] = float(sigma)
+        for cls, rate in (m.get("win_rate") or {}).items():
+            out[f"eval/win_rate/{cls}"] = float(rate)
         return out
 
     def _close_logs(self) -> None:

@@ -33,9 +33,14 @@ def make_endpoints(cfg: RunConfig, scheme: str, folder: Path | None = None) -> d
     """Bind and connect addresses of the controller, trainer and policy workers.
 
     scheme: `inproc` (serial), `ipc` (one host; sockets under `folder`) or `tcp`.
+    Samples: one endpoint per trainer rank (`samples_bind[rank]`); actors connect to all of them
+    (`samples`), and their PUSH sockets deal chunks out in turn to trainers with room, so every
+    rank gets its share even with a single actor.
     """
     n_policy = cfg.pipeline.n_policy_workers
-    names = ["control", "samples", "params"] + [f"inference{i}" for i in range(n_policy)]
+    n_trainers = cfg.pipeline.n_trainers
+    names = ["control", "params"] + [f"inference{i}" for i in range(n_policy)]
+    names += [f"samples{i}" for i in range(n_trainers)]
     if scheme == "inproc":
         addr = {n: f"inproc://{cfg.name}-{n}-{os.getpid()}" for n in names}
     elif scheme == "ipc":
@@ -47,10 +52,11 @@ def make_endpoints(cfg: RunConfig, scheme: str, folder: Path | None = None) -> d
     else:
         raise ValueError(f"unknown transport {scheme!r}; allowed: inproc, ipc, tcp")
     inference = [addr[f"inference{i}"] for i in range(n_policy)]
+    samples = [addr[f"samples{i}"] for i in range(n_trainers)]
     return {
         "control": addr["control"],
-        "samples": addr["samples"],
-        "samples_bind": addr["samples"],
+        "samples": samples,
+        "samples_bind": samples,
         "params": addr["params"],
         "params_bind": addr["params"],
         "inference": inference,
@@ -61,7 +67,12 @@ def make_endpoints(cfg: RunConfig, scheme: str, folder: Path | None = None) -> d
 class SerialLauncher:
     scheme = "inproc"
 
-    def __init__(self) -> None:
+    def __init__(self, torch_threads: int = 1) -> None:
+        import torch
+
+        # Like every worker process of the local launcher: small batches on many threads only
+        # contend (tens of times slower on a busy 2-core machine).
+        torch.set_num_threads(max(1, torch_threads))
         self.workers: dict[str, Worker] = {}
 
     def start(self, spec: WorkerSpec) -> None:
@@ -136,7 +147,7 @@ class LocalLauncher:
 def make_launcher(cfg: RunConfig):
     kind = cfg.pipeline.launcher
     if kind == "serial":
-        return SerialLauncher()
+        return SerialLauncher(cfg.pipeline.torch_threads)
     if kind == "local":
         return LocalLauncher()
     if kind == "ray":
