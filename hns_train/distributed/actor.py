@@ -59,8 +59,11 @@ class ActorWorker(Worker):
         cfg = self.cfg
         p = cfg.pipeline
         self.game_cfg = cfg.game_config()
-        self.inference = InferenceClient(spec.endpoints["inference"], identity=self.name)
-        self.samples = SampleSender(spec.endpoints["samples"], hwm=4)
+        self.inference = InferenceClient(
+            spec.endpoints["inference"], identity=self.name, security=self.security
+        )
+        # Connected to every trainer rank: chunks go to them in turn (see make_endpoints).
+        self.samples = SampleSender(spec.endpoints["samples"], hwm=4, security=self.security)
         self.draw = controllers.ControllerDraw(cfg.pool, spec.run_dir, seed=self._seed(99))
         lstm = cfg.agent.network.lstm_dim
         per_group = p.envs_per_actor // p.ring_size

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from hns_train.agents.checkpoint import CheckpointDir
 from hns_train.config import RunConfig, save_config
-from hns_train.distributed.launchers import make_endpoints, make_launcher
+from hns_train.distributed.launchers import make_endpoints, make_launcher, run_keys
 from hns_train.distributed.streams import ControlServer
 from hns_train.distributed.worker import WorkerSpec
 from hns_train.envs.stats import STAT_KEYS
@@ -103,10 +103,18 @@ class Controller:
         self.launcher = make_launcher(cfg)
         self._tmp = tempfile.mkdtemp(prefix="hns-")  # short ipc paths (the OS limits their length)
         scheme = cfg.pipeline.transport if self.launcher.scheme != "inproc" else "inproc"
-        if cfg.pipeline.launcher == "ray":
-            scheme = "tcp"
-        self.endpoints = make_endpoints(cfg, scheme, Path(self._tmp))
-        self.control = ControlServer(self.endpoints["control"])
+        # Cluster runs: CURVE keys made here, per run, handed to workers in their specs.
+        self.security = run_keys(cfg)
+        if cfg.pipeline.launcher == "ray":  # addresses on the nodes Ray placed the workers on
+            self.endpoints = self.launcher.endpoints(cfg)
+        else:
+            self.endpoints = make_endpoints(cfg, scheme, Path(self._tmp))
+        self.control = ControlServer(self.endpoints["control"], security=self.security)
+        # Several trainers find each other through a store this controller hosts (ddp.py).
+        self._ddp_store = None
+        self._ddp_generation = 0
+        if cfg.pipeline.n_trainers > 1:
+            self._open_rendezvous()
         self.workers: dict[str, WorkerState] = {}
         self.restarts = 0
         self.stop_reason = ""
@@ -157,13 +165,48 @@ class Controller:
         with (self.run_dir / "metrics.jsonl").open("a") as f:
             f.write(json.dumps(mark) + "\n")
 
+    def _open_rendezvous(self) -> None:
+        from hns_train.distributed.ddp import make_store, rendezvous_info
+
+        p = self.cfg.pipeline
+        host = getattr(self.launcher, "host", "127.0.0.1")
+        if self._ddp_store is None:
+            self._ddp_store, self._ddp_port = make_store(host, p.ddp_timeout_s)
+        self.endpoints = {
+            **self.endpoints,
+            "ddp": rendezvous_info(host, self._ddp_port, p.n_trainers, self._ddp_generation),
+        }
+
+    def _restart_trainer_group(self) -> None:
+        """A DDP rank cannot rejoin a running group: restart every rank in a new generation,
+        all resuming from the newest checkpoint."""
+        self._ddp_generation += 1
+        self._open_rendezvous()
+        trainers = [s for s in self.workers.values() if s.spec.kind == "trainer"]
+        for state in trainers:
+            self.launcher.kill(state.spec.name)
+        for state in trainers:
+            spec = state.spec
+            self._start(
+                WorkerSpec(
+                    spec.kind,
+                    spec.index,
+                    spec.config,
+                    spec.run_dir,
+                    self.endpoints,
+                    spec.incarnation + 1,
+                    spec.security,
+                )
+            )
+
     def specs(self) -> list[WorkerSpec]:
         p = self.cfg.pipeline
-        plan = [("trainer", 1), ("policy", p.n_policy_workers), ("actor", p.n_actors)]
+        plan = [("trainer", p.n_trainers), ("policy", p.n_policy_workers), ("actor", p.n_actors)]
         plan.append(("eval", self.cfg.eval.n_workers))
         data = self.cfg.to_dict()
+        keys = None if self.security is None else self.security.to_dict()
         return [
-            WorkerSpec(kind, i, data, str(self.run_dir), self.endpoints)
+            WorkerSpec(kind, i, data, str(self.run_dir), self.endpoints, security=keys)
             for kind, n in plan
             for i in range(n)
         ]
@@ -298,9 +341,12 @@ class Controller:
                 self.stop_reason = f"error: {self.error}"
                 return
             log.warning("%s %s: restarting it", name, why)
-            self.launcher.kill(name)
             state.restarts += 1
             self.restarts += 1
+            if state.spec.kind == "trainer" and p.n_trainers > 1:
+                self._restart_trainer_group()
+                return
+            self.launcher.kill(name)
             spec = state.spec
             self._start(
                 WorkerSpec(
@@ -339,6 +385,7 @@ class Controller:
                 self.workers[name].stopped = True
         self.launcher.join(timeout_s=10.0)
         self.control.close()
+        self._ddp_store = None
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     # ------------------------------------------------------------------ logs

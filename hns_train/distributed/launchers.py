@@ -13,6 +13,7 @@ and `endpoints(cfg, run_tmp)` giving the addresses workers bind and connect to.
 
 from __future__ import annotations
 
+import ipaddress
 import multiprocessing as mp
 import os
 import socket
@@ -20,7 +21,22 @@ import time
 from pathlib import Path
 
 from hns_train.config import RunConfig
+from hns_train.distributed.security import RunKeys
 from hns_train.distributed.worker import Worker, WorkerSpec, build_worker, run_worker
+
+
+def run_keys(cfg: RunConfig) -> RunKeys | None:
+    """Fresh CURVE keys for a cluster run (ray, or tcp on a non-loopback host, or
+    `pipeline.encrypt`); None for one-host runs. Made per run and handed to the workers in
+    their specs, never written to disk."""
+    p = cfg.pipeline
+    host = p.host.strip("[]")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    exposed = p.launcher == "ray" or (p.transport == "tcp" and not loopback)
+    return RunKeys.generate() if exposed or p.encrypt else None
 
 
 def free_tcp_port(host: str) -> int:

@@ -39,8 +39,9 @@ class PolicyWorker(Worker):
         self.server = InferenceServer(
             spec.endpoints["inference_bind"][spec.index],
             max_requests=max(1, self.cfg.pipeline.max_inference_batch),
+            security=self.security,
         )
-        self.params = ParamSubscriber(spec.endpoints["params"])
+        self.params = ParamSubscriber(spec.endpoints["params"], security=self.security)
         self.opponents = controllers.Opponents(
             self.cfg.pool, spec.run_dir, self._new_model, seed=[self.cfg.seed, 2, spec.index]
         )

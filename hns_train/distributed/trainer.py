@@ -12,6 +12,11 @@ optimiser, normalisers, counters, RNG states); every `pool.snapshot_every` versi
 snapshot joins the pool. On start the newest valid checkpoint is restored, so `--resume`
 continues with counters intact. The run's counters (frames, episodes, hours) come from the
 controller, which owns them, in `counters` control messages.
+
+Several trainers (`pipeline.n_trainers` > 1, see ddp.py): trainer i is rank i with its own sample
+endpoint and `batch_chunks / n_trainers` chunks per step; ranks agree every iteration whether to
+train and whether to stop, average their gradients, and only rank 0 publishes parameters and
+writes checkpoints and snapshots.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from hns_train.agents.checkpoint import CheckpointDir, Counters, restore_training, training_state
 from hns_train.agents.chunks import Chunk, stack_chunks
@@ -53,10 +59,30 @@ class TrainerWorker(Worker):
         super().__init__(spec)
         cfg = self.cfg
         self.device = resolve_device(cfg.pipeline.device)
+        # Several trainers (DDP, ddp.py): rank = index; rank 0 alone publishes and writes.
+        self.rank, self.ddp = spec.index, None
+        self.agreed_stop = False
+        if cfg.pipeline.n_trainers > 1:
+            from hns_train.distributed.ddp import DataParallel, rank_device
+
+            self.device = rank_device(self.device, self.rank)
+            self.ddp = DataParallel(
+                self.rank,
+                spec.endpoints["ddp"],
+                self.device,
+                cfg.pipeline.ddp_backend,
+                cfg.pipeline.ddp_timeout_s,
+            )
+        self.is_main = self.rank == 0
         self.model = ActorCritic(
             observation_shapes(cfg.game_config()), cfg.agent.network, device=self.device
         )
-        self.ppo = PPO(self.model, cfg.agent.ppo)
+        self.ppo = PPO(
+            self.model,
+            cfg.agent.ppo,
+            sync=None if self.ddp is None else self.ddp.sync,
+            autocast_dtype=_autocast_dtype(cfg.pipeline.mixed_precision, self.device),
+        )
         self.rng = np.random.default_rng([cfg.seed, 3])
         self.checkpoints = CheckpointDir(
             Path(spec.run_dir) / "checkpoints", keep=cfg.pipeline.keep_checkpoints
@@ -67,9 +93,17 @@ class TrainerWorker(Worker):
             info = restore_training(latest, self.ppo, np_rng=self.rng)
             self.counters_from_controller = info.counters
             log.warning("resumed from %s at version %d", latest.path, self.ppo.version)
-        self.pool = PolicyPool(pool_dir(spec.run_dir), cfg.pool)
-        self.samples = SampleReceiver(spec.endpoints["samples_bind"], hwm=16)
-        self.params = ParamPublisher(spec.endpoints["params_bind"])
+        if self.ddp is not None:  # every rank starts from rank 0's weights and normalisers
+            self.ddp.broadcast_state(self.model)
+        self.pool = PolicyPool(pool_dir(spec.run_dir), cfg.pool) if self.is_main else None
+        self.samples = SampleReceiver(
+            spec.endpoints["samples_bind"][self.rank], hwm=16, security=self.security
+        )
+        self.params = (
+            ParamPublisher(spec.endpoints["params_bind"], security=self.security)
+            if self.is_main
+            else None
+        )
         self.buffer: list[Sample] = []
         self._arrivals = 0
         self._last_stats: dict[str, float] = {}
@@ -85,17 +119,35 @@ class TrainerWorker(Worker):
         return self.ppo.version
 
     def publish(self) -> None:
+        if self.params is None:
+            return
         arrays = state_dict_to_arrays(self.model.state_dict())
         self.params.publish(self.version, arrays, {"version": self.version})
 
     # ------------------------------------------------------------------ loop
     def step(self) -> bool:
+        if self.agreed_stop:
+            return False
         got = self._receive()
         ready = self._usable()
-        if len(ready) < self.cfg.pipeline.batch_chunks:
+        have = len(ready) >= self.batch_size
+        if self.ddp is not None:
+            # Every iteration: stop together, or train together only when every rank can.
+            self.agreed_stop, have = self.ddp.agree(stop=self.stopping, ready=have)
+            if self.agreed_stop:
+                return False
+        if not have:
             return got > 0
         self._train(ready)
         return True
+
+    @property
+    def batch_size(self) -> int:
+        """Chunks per optimisation step on this rank."""
+        return self.cfg.pipeline.batch_chunks // self.cfg.pipeline.n_trainers
+
+    def ready_to_stop(self) -> bool:
+        return self.ddp is None or self.agreed_stop
 
     def _receive(self) -> int:
         count = 0
@@ -143,7 +195,7 @@ class TrainerWorker(Worker):
     def _train(self, ready: list[Sample]) -> None:
         p = self.cfg.pipeline
         ready.sort(key=lambda s: (s.uses, -s.arrival))
-        batch = ready[: p.batch_chunks]
+        batch = ready[: self.batch_size]
         start = time.perf_counter()
         self._last_stats = self.ppo.update(stack_chunks([s.chunk for s in batch]))
         self._update_s += time.perf_counter() - start
@@ -154,6 +206,8 @@ class TrainerWorker(Worker):
         self._reuse.extend(s.uses for s in batch if s.uses >= p.reuse)
         self.buffer = [s for s in self.buffer if s.uses < p.reuse]
         self.publish()
+        if not self.is_main:
+            return
         if self.version % p.checkpoint_every == 0:
             self.save_checkpoint()
         c = self.counters_from_controller
@@ -196,9 +250,21 @@ class TrainerWorker(Worker):
         return out
 
     def shutdown(self) -> None:
-        self.save_checkpoint()
+        if self.is_main:
+            self.save_checkpoint()
 
     def close_streams(self) -> None:
         self.samples.close()
-        self.params.close()
-        self.pool.close()
+        if self.params is not None:
+            self.params.close()
+        if self.pool is not None:
+            self.pool.close()
+        if self.ddp is not None:
+            self.ddp.close()
+
+
+def _autocast_dtype(mixed_precision: bool, device: torch.device) -> torch.dtype | None:
+    """bf16 on GPUs that have it (no loss scaling needed); CPUs gain nothing from autocast."""
+    if mixed_precision and device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return None
