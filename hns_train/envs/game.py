@@ -27,6 +27,14 @@ MjData per world); `datas[w]` is a `WorldState` of views into them for the lock/
 identity frame, so its position is body_pos + qpos[xyz] (bit-identical to `mj_kinematics`) and
 its orientation the yaw quaternion; this spares a `mj_kinematics` or `mj_fwdPosition` per world.
 
+Per-step cost at one world is Python calls, not arithmetic, so the step keeps their number
+small: entity state is a view of the batch rows (agents then objects, bodies 1..E), per-episode
+tables (who is present, team masks, gather indices for other agents) are built at reset,
+observations are written into fixed buffers (constant parts at reset, lock flags when a lock
+changes), and work that cannot change anything is skipped (no eligible object: no lock or grab
+decision; no seeker off the floor: no surf test). `tests/envs/test_fast_path.py` checks the
+results against the reference functions of rules.py / observations.py / stats.py.
+
 Seeding: world w draws its layouts from its own generator, seeded from `seed` (or from the seed
 given to `reset` for that world); physics is deterministic, so equal seeds give equal episodes.
 """
@@ -43,6 +51,7 @@ from hns_train.envs import observations as O
 from hns_train.envs import rules
 from hns_train.envs.config import GameConfig
 from hns_train.envs.layout import ABSENT, sample_layout
+from hns_train.envs.stats import SURF_MIN_HEIGHT as SURF_LIFT
 from hns_train.envs.stats import EpisodeStats
 from hns_train.envs.world import (
     FREE_RANGE,
@@ -101,6 +110,7 @@ class HideAndSeekGame:
         self.lidar_dirs = np.stack([np.cos(angles), np.sin(angles), np.zeros_like(angles)], -1)
 
         self.t = np.zeros(W, dtype=np.int64)
+        self._all_worlds = np.arange(W)
         self.agent_present = np.zeros((W, A), dtype=bool)
         self.object_present = np.zeros((W, Ob), dtype=bool)
         self.half = np.zeros((W, Ob, 3))
@@ -110,20 +120,39 @@ class HideAndSeekGame:
         self.lock_team = np.full((W, Ob), rules.NO_TEAM, dtype=np.int64)
         self.lock_agent = np.full((W, Ob), -1, dtype=np.int64)
         self.grabbed = np.full((W, A), -1, dtype=np.int64)
-        # state read from MuJoCo after each step
-        self.agent_pos = np.zeros((W, A, 3))
-        self.agent_yaw = np.zeros((W, A))
-        self.agent_vel = np.zeros((W, A, 4))
-        self.object_pos = np.zeros((W, Ob, 3))
-        self.object_yaw = np.zeros((W, Ob))
-        self.object_vel = np.zeros((W, Ob, 4))
+        # State read from MuJoCo after each step, per entity (agents, then boxes and ramps).
+        # Bodies 1..E are the entities (world.py builds them in that order), so entity poses are
+        # a slice of the per-body poses `datas[w].xpos` / `xquat`; agent_* / object_* are views.
+        E = A + Ob
+        self._xpos = np.zeros((W, 1 + E, 3))
+        self._xquat = np.zeros((W, 1 + E, 4))
+        self._xquat[:, :, 0] = 1.0
+        self._ent_pos = self._xpos[:, 1:]
+        self._ent_yaw = np.zeros((W, E))
+        self._ent_vel = np.zeros((W, E, 4))
+        self._ent_cos = np.zeros((W, E))  # cos / sin of each entity's yaw
+        self._ent_sin = np.zeros((W, E))
+        self.entity_centre = np.zeros((W, E, 3))  # main geom centres: what vision rays aim at
+        self.agent_pos, self.object_pos = self._ent_pos[:, :A], self._ent_pos[:, A:]
+        self.agent_yaw, self.object_yaw = self._ent_yaw[:, :A], self._ent_yaw[:, A:]
+        self.agent_vel, self.object_vel = self._ent_vel[:, :A], self._ent_vel[:, A:]
         self.lidar = np.full((W, A, cfg.n_lidar), cfg.lidar_range)
-        self.sees_agent = np.zeros((W, A, A), dtype=bool)
-        self.sees_object = np.zeros((W, A, Ob), dtype=bool)
+        # who sees which entity; a trailing False lets observations gather "nobody" by index
+        self._sees_flat = np.zeros(W * A * E + 1, dtype=bool)
+        self._sees = self._sees_flat[:-1].reshape(W, A, E)
+        self.sees_agent, self.sees_object = self._sees[:, :, :A], self._sees[:, :, A:]
         self.stats = EpisodeStats(W, cfg.max_boxes, Ob)
         self.obs = {
             k: np.zeros((W, A, *s), dtype=np.float32) for k, s in O.observation_shapes(cfg).items()
         }
+        # observation_self rows with a trailing zero row: agent_qpos_qvel gathers from it
+        self._self_rows = np.zeros((W * A + 1, O.SELF_DIM), dtype=np.float32)
+        self.obs["observation_self"] = self._self_rows[:-1].reshape(W, A, O.SELF_DIM)
+        self._agent_vec = np.zeros((W, A, O.SELF_DIM))  # float64 rows before the cast
+        self._agent_vec[:, :, 8] = self.is_hider
+        self._object_rows = np.zeros((W, Ob, O.OBJECT_BASE_DIM))
+        self._wrap = np.zeros((W, A))
+        self._ent_tables(np.arange(W))
 
     # ------------------------------------------------------------------ public API
     @property
@@ -181,12 +210,12 @@ class HideAndSeekGame:
             self.half[w] = object_half_extents(cfg, layout)
             self.box_size[w] = 2 * self.half[w, : cfg.max_boxes]
         self._reset_physics(worlds)
-        self.others[worlds] = O.others_table(self.agent_present[worlds])
         self.t[worlds] = 0
         self.locked[worlds] = False
         self.lock_team[worlds] = rules.NO_TEAM
         self.lock_agent[worlds] = -1
         self.grabbed[worlds] = -1
+        self._ent_tables(worlds)
         self._read_state(worlds)
         self._cast_rays(worlds)
         self.stats.reset(worlds, self.object_pos[:, :, :2])
@@ -205,49 +234,88 @@ class HideAndSeekGame:
         self._pull_live()
         cfg = self.cfg
         in_prep = self.t < cfg.prep_steps
-        seeker_idle = in_prep[:, None] & ~self.is_hider[None, :]
-        actions = np.where((seeker_idle | ~self.agent_present)[..., None], self.noop, actions)
+        idle = (in_prep[:, None] & self._is_seeker) | self._absent
+        if idle.any():
+            actions = np.where(idle[..., None], self.noop, actions)
 
-        dist = rules.obb_distance(self.agent_pos, self.object_pos, self.object_yaw, self.half)
-        eligible = rules.eligibility(
-            self.sees_object, dist, cfg.grab_range, self.agent_present, self.object_present
-        )
-        locked, lock_team, lock_agent = rules.update_locks(
-            self.locked,
-            self.lock_team,
-            self.lock_agent,
-            eligible,
-            actions[..., 4],
-            self.team,
-            self.lockable,
-        )
-        self._apply_locks(locked)
-        self.locked, self.lock_team, self.lock_agent = locked, lock_team, lock_agent
-        grabbed = rules.choose_grabs(self.grabbed, actions[..., 3], eligible, dist, self.locked)
-        self._apply_grabs(grabbed)
+        # Locks and grabs need an eligible object: seen on the previous step (sees_object holds
+        # only present pairs) and within reach. Without one, locks stay as they are and a held
+        # object can only be kept or let go (choose_grabs); nothing held: nothing to decide.
+        eligible = None
+        if self.sees_object.any():
+            dist = rules.obb_distance(self.agent_pos, self.object_pos, self.object_yaw, self.half)
+            eligible = self.sees_object & (dist <= cfg.grab_range)
+            if not eligible.any():
+                eligible = None
+        if eligible is not None:
+            locked, lock_team, lock_agent = rules.update_locks(
+                self.locked,
+                self.lock_team,
+                self.lock_agent,
+                eligible,
+                actions[..., 4],
+                self.team,
+                self.lockable,
+            )
+            changed = (locked != self.locked).any()
+            if changed:
+                self._apply_locks(locked)
+            self.locked, self.lock_team, self.lock_agent = locked, lock_team, lock_agent
+            if changed:
+                self._write_lock_flags()
+            self._apply_grabs(
+                rules.choose_grabs(self.grabbed, actions[..., 3], eligible, dist, self.locked)
+            )
+        elif self.grabbed.max() >= 0:
+            no_dist = np.zeros(self.sees_object.shape)
+            no_one = np.zeros(self.sees_object.shape, dtype=bool)
+            self._apply_grabs(
+                rules.choose_grabs(self.grabbed, actions[..., 3], no_one, no_dist, self.locked)
+            )
 
-        ctrl = self.ctrl_levels[actions[..., :3]]  # (W, A, 3)
-        self._ctrl[:, self._ctrl_adr] = ctrl.reshape(self.n_worlds, -1)
+        self._ctrl[:, self._ctrl_adr] = self.ctrl_levels[actions[..., :3]].reshape(
+            self.n_worlds, -1
+        )
         self.batch.step(nstep=cfg.substeps)
         self._push_live()
 
-        worlds = np.arange(self.n_worlds)
-        self._read_state(worlds)
-        self._cast_rays(worlds)
-        reward, hiders_seen = rules.rewards(
-            self.sees_agent,
-            self.is_hider,
-            self.agent_present,
-            self.agent_pos[..., :2],
-            self.object_pos[..., :2],
-            self.object_present,
-            in_prep,
-            cfg.oob_low,
-            cfg.oob_high,
-            cfg.oob_penalty,
-            cfg.penalise_objects_oob,
-        )
+        self._read_state()
+        self._cast_rays(self._all_worlds)
+        reward, hiders_seen = self._rewards(in_prep)
         self.t += 1
+        self._stats_step(in_prep, reward, hiders_seen)
+        truncated = self.t >= cfg.horizon
+        infos: list[dict] = [{} for _ in range(self.n_worlds)]
+        if truncated.any():
+            done = np.flatnonzero(truncated)
+            finished = self.stats.finish(
+                done, self.object_pos[..., :2], self.object_present, self.locked
+            )
+            for w, s in zip(done, finished, strict=True):
+                infos[w] = s
+        self._observe()
+        return self.obs, reward, truncated, infos
+
+    def _rewards(self, in_prep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`rules.rewards` with the per-episode masks precomputed (same numbers)."""
+        cfg = self.cfg
+        seen = (self.sees_agent & self._seeker_sees_hider).any(axis=(1, 2))
+        r = np.where(seen[:, None], self._team_sign_seen, self._team_sign_hidden)
+        xy = self._ent_pos[..., :2]
+        out = ((xy < cfg.oob_low) | (xy > cfg.oob_high)).any(axis=-1)  # (W, E)
+        penalised = out[:, : self.n_agents]
+        if cfg.penalise_objects_oob and self.n_objects:
+            bad = (out[:, self.n_agents :] & self.object_present).any(axis=1)
+            penalised = penalised | bad[:, None]
+        if penalised.any():
+            r = np.where(penalised, cfg.oob_penalty, r)
+        r = np.where(self.agent_present & ~in_prep[:, None], r, 0.0)
+        return r.astype(np.float32), seen
+
+    def _stats_step(self, in_prep, reward, hiders_seen) -> None:
+        cfg = self.cfg
+        # box surfing needs a seeker lifted off the floor (stats.box_surfing's height test)
+        lifted = self._seeker_present & (self.agent_pos[..., 2] >= cfg.agent_radius + SURF_LIFT)
         self.stats.step(
             self.t,
             cfg.prep_steps,
@@ -259,25 +327,15 @@ class HideAndSeekGame:
             self.object_pos[..., :2],
             self.object_present,
             self.locked,
-            agent_pos=self.agent_pos,
+            agent_pos=self.agent_pos if lifted.any() else None,
             object_pos=self.object_pos,
             object_yaw=self.object_yaw,
             object_vel=self.object_vel,
             half=self.half,
             grabbed=self.grabbed,
             agent_radius=cfg.agent_radius,
+            team_masks=self._team_masks,
         )
-        truncated = self.t >= cfg.horizon
-        infos: list[dict] = [{} for _ in range(self.n_worlds)]
-        done = np.flatnonzero(truncated)
-        if done.size:
-            finished = self.stats.finish(
-                done, self.object_pos[..., :2], self.object_present, self.locked
-            )
-            for w, s in zip(done, finished, strict=True):
-                infos[w] = s
-        self._observe(worlds)
-        return self.obs, reward, truncated, infos
 
     def check_actions(self, actions) -> np.ndarray:
         actions = np.asarray(actions)
@@ -322,6 +380,9 @@ class HideAndSeekGame:
             self._qpos[w] = initial_qpos(self.cfg, self.layouts[w], idx, nq)
             self._body_pos[w] = m.body_pos[self._ent_body]
             self._geom_pos[w] = m.geom_pos[self._ent_geom]
+        g = self._geom_pos[ids]
+        self._geom_xy_a[ids] = g[..., [0, 0]]
+        self._geom_xy_b[ids] = np.stack([-g[..., 1], g[..., 1]], axis=-1)
         if ids[0] == 0:
             self._push_live()
 
@@ -336,7 +397,7 @@ class HideAndSeekGame:
             mujoco.mj_kinematics(self.models[0], self._live)
 
     def _make_batch(self) -> None:
-        W, idx = self.n_worlds, self.index
+        W, A, idx = self.n_worlds, self.n_agents, self.index
         model = self.models[0]
         for m in self.models:  # every world must give MjData the same layout (see world._hide)
             if m.nbuffer != model.nbuffer:
@@ -351,16 +412,28 @@ class HideAndSeekGame:
         # entities: agents then objects (boxes, ramps); their bodies, main geoms and joints
         self._ent_body = np.concatenate([idx.agent_body, idx.object_body]).astype(np.int64)
         self._ent_geom = np.concatenate([idx.agent_geom, idx.object_geom]).astype(np.int64)
-        ent_qpos = np.concatenate([idx.agent_qpos, idx.object_qpos]).reshape(-1, 4)
-        self._ent_qpos_xyz = ent_qpos[:, :3]
-        self._ent_qpos_yaw = ent_qpos[:, 3]
         E = len(self._ent_body)
+        ent_qpos = np.concatenate([idx.agent_qpos, idx.object_qpos]).reshape(-1, 4)
+        ent_qvel = np.concatenate([idx.agent_qvel, idx.object_qvel]).reshape(-1, 4)
+        # Entity e is body 1 + e with joints x, y, z, yaw at qpos / qvel 4e..4e+3 (world.py's
+        # build order): entity state is then a view of the batch rows, read without gathers.
+        order = np.arange(4 * E).reshape(E, 4)
+        if not (
+            model.nbody == 1 + E
+            and np.array_equal(self._ent_body, np.arange(1, E + 1))
+            and np.array_equal(ent_qpos, order)
+            and np.array_equal(ent_qvel, order)
+        ):
+            raise RuntimeError("world.py no longer builds entities as bodies 1..E with 4 joints")
+        self._ent_q = self._qpos[:, : 4 * E].reshape(W, E, 4)
+        self._ent_qd = self._qvel[:, : 4 * E].reshape(W, E, 4)
+        if not np.shares_memory(self._ent_q, self._qpos):
+            raise RuntimeError("entity qpos must be a view of the batch state")
         self._body_pos = np.zeros((W, E, 3))
         self._geom_pos = np.zeros((W, E, 3))
-        self.entity_centre = np.zeros((W, E, 3))  # main geom centres: what vision rays aim at
-        self._xpos = np.zeros((W, model.nbody, 3))
-        self._xquat = np.zeros((W, model.nbody, 4))
-        self._xquat[:, :, 0] = 1.0
+        self._geom_xy_a = np.zeros((W, E, 2))  # (g_x, g_x) and (-g_y, g_y): see _kinematics
+        self._geom_xy_b = np.zeros((W, E, 2))
+        self._rot = np.zeros((W, E, 3))  # cos, sin, cos of each entity's yaw (half-angle form)
         self.datas = [
             WorldState(
                 self._qpos[w], self._qvel[w], self._eq_active[w], self._xpos[w], self._xquat[w]
@@ -368,83 +441,162 @@ class HideAndSeekGame:
             for w in range(W)
         ]
         # rays per agent: the lidar fan, then one towards each entity centre
-        self._nray = self.cfg.n_lidar + E
-        self._ray_exclude = np.repeat(idx.agent_body, self._nray).astype(np.int32)
+        L = self.cfg.n_lidar
+        self._nray = L + E
+        self._ray_exclude = np.ascontiguousarray(
+            np.broadcast_to(np.repeat(idx.agent_body, self._nray), (W, A * self._nray)),
+            dtype=np.int32,
+        )
+        self._ray_groups = np.ascontiguousarray(RAY_GROUPS, dtype=np.uint8)
+        self._ray_vec = np.zeros((W, A, self._nray, 3))
+        self._ray_vec[:, :, :L] = self.lidar_dirs
+        self._ray_dist = np.zeros((W, A * self._nray))
+        self._ray_geom = np.zeros((W, A * self._nray), dtype=np.int32)
+        # mujoco.batch's C ray call with preallocated outputs; Batch.ray validates and allocates
+        # on every call (tens of microseconds at one world). Same call, same results.
+        self._ray_c = getattr(getattr(self.batch, "_b", None), "ray", None)
         self._ray_target_body = self._ent_body
-        self._self_target = (np.arange(self.n_agents), np.arange(self.n_agents))
-        self._not_self = np.ones((self.n_agents, E), dtype=bool)
-        self._not_self[self._self_target] = False
+        # body of each geom, and -1 for a miss (geom id -1 reads the appended last entry)
+        self._hit_body = np.append(idx.geom_body, -1)
+        self._self_target = (np.arange(A), np.arange(A))
 
-    def _kinematics(self, worlds) -> None:
-        """Poses of agents and objects from qpos (see the module docstring)."""
-        q = self._qpos[worlds]
-        pos = self._body_pos[worlds] + q[:, self._ent_qpos_xyz]
-        half_yaw = 0.5 * q[:, self._ent_qpos_yaw]
-        c, s = np.cos(half_yaw), np.sin(half_yaw)
-        cos_yaw, sin_yaw = c * c - s * s, 2.0 * c * s  # mju_quat2Mat of (c, 0, 0, s)
-        g = self._geom_pos[worlds]
-        centre = pos.copy()
-        centre[..., 0] += cos_yaw * g[..., 0] - sin_yaw * g[..., 1]
-        centre[..., 1] += sin_yaw * g[..., 0] + cos_yaw * g[..., 1]
-        centre[..., 2] += g[..., 2]
-        self.entity_centre[worlds] = centre
-        bodies = self._ent_body
-        self._xpos[worlds[:, None], bodies] = pos
-        self._xquat[worlds[:, None], bodies, 0] = c
-        self._xquat[worlds[:, None], bodies, 3] = s
+    def _ent_tables(self, worlds: np.ndarray) -> None:
+        """Per-episode tables from who is present (every world: cheap), and the constant parts
+        of the new episodes' observations (`worlds`)."""
+        W, A, Ob = self.n_worlds, self.n_agents, self.n_objects
+        ap, op = self.agent_present, self.object_present
+        E = A + Ob
+        self.others[worlds] = O.others_table(ap[worlds])
+        self._absent = ~ap
+        self._is_seeker = ~self.is_hider[None, :]
+        self._seeker_present = ap & ~self.is_hider
+        hider_present = ap & self.is_hider
+        self._seeker_sees_hider = self._seeker_present[:, :, None] & hider_present[:, None, :]
+        not_self = np.ones((A, E), dtype=bool)
+        not_self[np.arange(A), np.arange(A)] = False
+        ent_present = np.concatenate([ap, op], axis=1)
+        self._pair_ok = ap[:, :, None] & ent_present[:, None, :] & not_self
+        self._lidar_scale = ap[..., None].astype(float)
+        sign = np.where(self.is_hider, 1.0, -1.0)[None, :]
+        self._team_sign_hidden, self._team_sign_seen = sign, -sign
+        self._team_masks = [
+            (m, np.maximum(m.sum(1), 1)) for m in (ap & self.is_hider, ap & ~self.is_hider)
+        ]
+        # observation gathers: other agents' rows and "i sees its k-th other" by flat index
+        valid = self.others >= 0
+        w_ = np.arange(W)[:, None, None]
+        a_ = np.arange(A)[None, :, None]
+        self._other_rows = np.where(valid, w_ * A + self.others, W * A)
+        self._other_sees = np.where(valid, (w_ * A + a_) * E + self.others, W * A * E)
+        self._agent_live = ap[:, :, None]
+        present = op[:, None, :] & ap[:, :, None]
+        nb = self.cfg.max_boxes
+        self._box_live = present[:, :, :nb, None]
+        self._ramp_live = present[:, :, nb:, None]
+        # constant observation parts of the new episodes
+        obs = self.obs
+        for key in obs:
+            obs[key][worlds] = 0.0
+        obs["mask_aa_obs_spoof"][worlds] = valid[worlds]
+        obs["mask_ab_obs_spoof"][worlds] = present[worlds, :, :nb]
+        obs["mask_ar_obs_spoof"][worlds] = present[worlds, :, nb:]
+        if self.cfg.box_size_obs:
+            size = np.broadcast_to(self.box_size[worlds][:, None], (len(worlds), A, nb, 3))
+            obs["box_obs"][worlds, :, :, 9:12] = np.where(present[worlds, :, :nb, None], size, 0)
 
-    def _read_state(self, worlds) -> None:
-        worlds = np.asarray(worlds)
-        idx = self.index
+    def _write_lock_flags(self) -> None:
+        """Lock flags in box_obs / ramp_obs (only when a lock changed: they are state)."""
+        cfg, nb = self.cfg, self.cfg.max_boxes
+        flags = O.lock_flags(self.lock_agent, self.lock_team, self.locked, self.team)
+        if cfg.boxes_lockable:
+            col = O.OBJECT_BASE_DIM + 3 * cfg.box_size_obs
+            box = self.obs["box_obs"][..., col : col + 3]
+            np.copyto(box, flags[:, :, :nb], where=self._box_live)
+        if cfg.ramps_lockable:
+            col = O.ramp_dim(cfg) - 3
+            ramp = self.obs["ramp_obs"][..., col : col + 3]
+            np.copyto(ramp, flags[:, :, nb:], where=self._ramp_live)
+
+    def _kinematics(self, worlds=None) -> None:
+        """Poses of agents and objects from qpos (see the module docstring), every world."""
+        q = self._ent_q
+        yaw = self._ent_yaw
+        np.add(self._body_pos, q[..., :3], out=self._ent_pos)
+        np.copyto(yaw, q[..., 3])
+        np.cos(yaw, out=self._ent_cos)
+        np.sin(yaw, out=self._ent_sin)
+        half_yaw = 0.5 * yaw
+        xquat = self._xquat[:, 1:]
+        c = np.cos(half_yaw, out=xquat[..., 0])
+        s = np.sin(half_yaw, out=xquat[..., 3])
+        rot = self._rot  # mju_quat2Mat of (c, 0, 0, s): cos = c^2 - s^2, sin = 2cs
+        np.subtract(c * c, s * s, out=rot[..., 0])
+        np.multiply(2.0 * c, s, out=rot[..., 1])
+        rot[..., 2] = rot[..., 0]
+        # geom centre = pos + R g: x += cos g_x - sin g_y, y += sin g_x + cos g_y, z += g_z
+        turned = rot[..., :2] * self._geom_xy_a
+        turned += rot[..., 1:] * self._geom_xy_b
+        np.add(self._ent_pos[..., :2], turned, out=self.entity_centre[..., :2])
+        np.add(self._ent_pos[..., 2], self._geom_pos[..., 2], out=self.entity_centre[..., 2])
+
+    def _read_state(self, worlds=None) -> None:
+        """Entity state from the batch rows, for every world (unchanged worlds read the same
+        numbers again; reading all is cheaper than gathering some)."""
         self._pull_live()
-        self._kinematics(worlds)
-        q, v = self._qpos[worlds], self._qvel[worlds]
-        self.agent_pos[worlds] = self._xpos[worlds[:, None], idx.agent_body]
-        self.agent_yaw[worlds] = q[:, idx.agent_qpos[:, 3]]
-        self.agent_vel[worlds] = v[:, idx.agent_qvel]
-        self.object_pos[worlds] = self._xpos[worlds[:, None], idx.object_body]
-        self.object_yaw[worlds] = q[:, idx.object_qpos[:, 3]]
-        self.object_vel[worlds] = v[:, idx.object_qvel]
+        self._kinematics()
+        np.copyto(self._ent_vel, self._ent_qd)
 
     def _cast_rays(self, worlds) -> None:
         """Lidar and line of sight for the given worlds: one batched ray call for all of them."""
-        cfg, idx = self.cfg, self.index
+        cfg = self.cfg
         worlds = np.unique(worlds)  # the batch takes sorted ids; results are stored by world
-        A, L = self.n_agents, cfg.n_lidar
+        A, L, nray = self.n_agents, cfg.n_lidar, self._nray
         n = len(worlds)
-        targets = self.entity_centre[worlds]  # (n, E, 3)
-        origin = self.agent_pos[worlds]  # (n, A, 3)
+        full = n == self.n_worlds
+        ws = slice(None) if full else worlds
+        targets = self.entity_centre[ws]  # (n, E, 3)
+        origin = self.agent_pos[ws]  # (n, A, 3)
         to = targets[:, None, :, :] - origin[:, :, None, :]  # (n, A, E, 3)
+        cone = rules.cone_from_offsets(
+            to[..., :2], self._ent_sin[ws, :A], self._ent_cos[ws, :A], cfg.vision_half_angle
+        )
         to /= np.maximum(np.sqrt((to * to).sum(-1, keepdims=True)), 1e-9)
         # an agent's ray towards itself has no direction (mj_ray rejects it): cast it upwards and
         # count it as unseen below
         to[:, self._self_target[0], self._self_target[1]] = (0.0, 0.0, 1.0)
-        vec = np.empty((n, A, self._nray, 3))
-        vec[:, :, :L] = self.lidar_dirs
+        vec = self._ray_vec if full else self._ray_vec[worlds]
         vec[:, :, L:] = to
-        pnt = np.broadcast_to(origin[:, :, None, :], vec.shape).reshape(n, -1, 3)
-        dist, geomid = self.batch.ray(
-            pnt,
-            vec.reshape(n, -1, 3),
-            RAY_GROUPS,
-            True,
-            self._ray_exclude,
-            ids=None if n == self.n_worlds else worlds,
-        )
-        dist = dist.reshape(n, A, self._nray)
-        geomid = geomid.reshape(n, A, self._nray)
-        present = self.agent_present[worlds]
+        pnt = np.repeat(origin, nray, axis=1)  # (n, A * nray, 3): each agent's rays in a row
+        if full and self._ray_c is not None:
+            dist, geomid = self._ray_dist, self._ray_geom
+            nfail = self._ray_c(
+                None,
+                pnt,
+                vec.reshape(n, -1, 3),
+                self._ray_groups,
+                True,
+                self._ray_exclude,
+                dist,
+                geomid,
+                None,
+            )
+            if nfail:
+                raise RuntimeError(f"mujoco.batch ray failed in {nfail} worlds")
+        else:
+            dist, geomid = self.batch.ray(
+                pnt,
+                vec.reshape(n, -1, 3),
+                self._ray_groups,
+                True,
+                self._ray_exclude[:n],
+                ids=None if full else worlds,
+            )
+        dist = dist.reshape(n, A, nray)
+        geomid = geomid.reshape(n, A, nray)
         lidar = np.where(geomid[..., :L] >= 0, dist[..., :L], cfg.lidar_range)
-        self.lidar[worlds] = np.minimum(lidar, cfg.lidar_range) * present[..., None]
-        hit = geomid[..., L:]
-        hit_body = np.where(hit >= 0, idx.geom_body[np.maximum(hit, 0)], -1)
-        line_of_sight = (hit_body == self._ray_target_body) & self._not_self
-        cone = rules.in_vision_cone(
-            self.agent_pos[worlds], self.agent_yaw[worlds], targets, cfg.vision_half_angle
-        )
-        sees = line_of_sight & cone & present[..., None]
-        self.sees_agent[worlds] = sees[:, :, :A] & present[:, None, :]
-        self.sees_object[worlds] = sees[:, :, A:] & self.object_present[worlds][:, None, :]
+        self.lidar[ws] = np.minimum(lidar, cfg.lidar_range) * self._lidar_scale[ws]
+        line_of_sight = self._hit_body[geomid[..., L:]] == self._ray_target_body
+        self._sees[ws] = line_of_sight & cone & self._pair_ok[ws]
 
     def data_geom_centres(self, w: int) -> np.ndarray:
         """(A+Ob, 3) centre of each entity's main geom: the point vision rays aim at."""
@@ -476,44 +628,47 @@ class HideAndSeekGame:
                 d.eq_active[eq] = 1
         self.grabbed = grabbed
 
-    def _observe(self, worlds) -> None:
-        cfg, nb = self.cfg, self.cfg.max_boxes
-        prep = (
-            np.minimum(1.0, self.t[worlds] / cfg.prep_steps)
-            if cfg.prep_steps
-            else np.ones(len(worlds))
-        )
-        agent_vec = O.agent_vectors(
-            self.agent_pos[worlds],
-            self.agent_yaw[worlds],
-            self.agent_vel[worlds],
-            self.is_hider.astype(float),
-            prep,
-        )
-        rows = O.object_rows(
-            self.object_pos[worlds], self.object_yaw[worlds], self.object_vel[worlds]
-        )
-        box_rows = rows[:, :nb]
-        if cfg.box_size_obs:
-            box_rows = np.concatenate([box_rows, self.box_size[worlds]], axis=-1)
-        flags = O.lock_flags(
-            self.lock_agent[worlds], self.lock_team[worlds], self.locked[worlds], self.team
-        )
-        obs = O.assemble(
-            cfg,
-            agent_vec,
-            self.agent_present[worlds],
-            self.others[worlds],
-            self.sees_agent[worlds],
-            box_rows,
-            rows[:, nb:],
-            flags,
-            self.sees_object[worlds],
-            self.object_present[worlds],
-            self.lidar[worlds],
-        )
-        for key, value in obs.items():
-            self.obs[key][worlds] = value
+    def _observe(self, worlds=None) -> None:
+        """Observations of every world from the current state (see observations.py for the
+        layout; `observations.assemble` is the reference these writes must equal). Constant
+        parts (presence masks, box sizes) are written at reset, lock flags when locks change;
+        rows of absent entities stay zero."""
+        cfg, obs = self.cfg, self.obs
+        vec = self._agent_vec  # (W, A, 10) float64, is_hider column preset
+        vec[..., 0:3] = self.agent_pos
+        O.wrap_yaw(self.agent_yaw, out=self._wrap)
+        vec[..., 3] = self._wrap
+        vec[..., 4:8] = self.agent_vel
+        if cfg.prep_steps:
+            vec[..., 9] = np.minimum(1.0, self.t / cfg.prep_steps)[:, None]
+        else:
+            vec[..., 9] = 1.0
+        np.copyto(obs["observation_self"], vec, where=self._agent_live)
+        np.take(self._self_rows, self._other_rows, axis=0, out=obs["agent_qpos_qvel"], mode="clip")
+        obs["mask_aa_obs"][...] = np.take(self._sees_flat, self._other_sees, mode="clip")
+        rows = self._object_rows  # (W, Ob, 9): every observer sees the same numbers
+        rows[..., 0:3] = self.object_pos
+        rows[..., 3] = self.object_yaw_cos
+        rows[..., 4] = self.object_yaw_sin
+        rows[..., 5:9] = self.object_vel
+        nb, base = cfg.max_boxes, O.OBJECT_BASE_DIM
+        if nb:
+            box = obs["box_obs"][..., :base]
+            np.copyto(box, rows[:, None, :nb], where=self._box_live)
+            obs["mask_ab_obs"][...] = self.sees_object[:, :, :nb]
+        if cfg.n_ramps:
+            ramp = obs["ramp_obs"][..., :base]
+            np.copyto(ramp, rows[:, None, nb:], where=self._ramp_live)
+            obs["mask_ar_obs"][...] = self.sees_object[:, :, nb:]
+        obs["lidar"][...] = self.lidar
+
+    @property
+    def object_yaw_cos(self) -> np.ndarray:
+        return self._ent_cos[:, self.n_agents :]
+
+    @property
+    def object_yaw_sin(self) -> np.ndarray:
+        return self._ent_sin[:, self.n_agents :]
 
 
 def weld_data(d: mujoco.MjData, body1: int, body2: int) -> np.ndarray:

@@ -73,13 +73,16 @@ def observation_space(cfg: GameConfig) -> spaces.Dict:
 def others_table(agent_present: np.ndarray) -> np.ndarray:
     """(W, A, A-1) slot of each agent's k-th other agent (i-1, i-2, ... mod n); -1 pads."""
     W, A = agent_present.shape
-    table = np.full((W, A, max(A - 1, 0)), -1, dtype=np.int64)
-    for w in range(W):
-        slots = np.flatnonzero(agent_present[w])
-        n = len(slots)
-        for pos, i in enumerate(slots):
-            table[w, i, : n - 1] = slots[(pos - np.arange(1, n)) % n]
-    return table
+    if A < 2:
+        return np.full((W, A, 0), -1, dtype=np.int64)
+    n = agent_present.sum(axis=1)[:, None, None]  # agents present per world
+    rank = np.cumsum(agent_present, axis=1) - 1  # position of each slot among those present
+    slot_of_rank = np.argsort(~agent_present, axis=1, kind="stable")  # present slots first
+    k = np.arange(1, A)
+    want = (rank[:, :, None] - k) % np.maximum(n, 1)  # rank of the k-th other
+    slots = np.take_along_axis(slot_of_rank, want.reshape(W, -1), axis=1).reshape(W, A, A - 1)
+    valid = agent_present[:, :, None] & (k < n)
+    return np.where(valid, slots, -1).astype(np.int64)
 
 
 def agent_vectors(
@@ -99,8 +102,11 @@ def agent_vectors(
     )
 
 
-def wrap_yaw(yaw: np.ndarray) -> np.ndarray:
-    return (yaw + np.pi) % (2 * np.pi) - np.pi
+def wrap_yaw(yaw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """yaw wrapped to [-pi, pi), into `out` when given."""
+    out = np.add(yaw, np.pi, out=out)
+    np.mod(out, 2 * np.pi, out=out)
+    return np.subtract(out, np.pi, out=out)
 
 
 def object_rows(pos, yaw, vel, size=None) -> np.ndarray:

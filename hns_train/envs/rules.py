@@ -38,8 +38,17 @@ def in_vision_cone(
     origin (W, A, 3), yaw (W, A), target (W, T, 3).
     """
     d = target[:, None, :, :2] - origin[:, :, None, :2]
-    front = np.stack([np.sin(yaw), -np.cos(yaw)], axis=-1)[:, :, None, :]
-    norm = np.linalg.norm(d, axis=-1)
+    return cone_from_offsets(d, np.sin(yaw), np.cos(yaw), half_angle)
+
+
+def cone_from_offsets(
+    d: np.ndarray, sin_yaw: np.ndarray, cos_yaw: np.ndarray, half_angle: float
+) -> np.ndarray:
+    """`in_vision_cone` from the offsets d (W, A, T, >=2; xy first) and each agent's sin / cos
+    of yaw (W, A): the front is (sin yaw, -cos yaw)."""
+    d = d[..., :2]
+    front = np.stack([sin_yaw, -cos_yaw], axis=-1)[:, :, None, :]
+    norm = np.sqrt((d * d).sum(-1))  # np.linalg.norm's arithmetic, without its checks
     cos = (d * front).sum(-1) / np.maximum(norm, 1e-9)
     return cos >= np.cos(half_angle)
 

@@ -93,8 +93,11 @@ class EpisodeStats:
         half: np.ndarray | None = None,
         grabbed: np.ndarray | None = None,
         agent_radius: float = 0.15,
+        team_masks: list[tuple[np.ndarray, np.ndarray]] | None = None,
     ) -> None:
-        """One env step; the keyword arguments (full 3-D state) feed `num_box_surf`."""
+        """One env step; the keyword arguments (full 3-D state) feed `num_box_surf` (no
+        agent_pos: no seeker can surf this step). team_masks: per team (hiders, seekers) the
+        (W, A) members present and their count clipped to >= 1, when the caller keeps them."""
         if agent_pos is not None:
             nb = self.n_boxes
             surf = box_surfing(
@@ -109,9 +112,13 @@ class EpisodeStats:
                 agent_radius,
             )
             self.values[:, STAT_KEYS.index("num_box_surf")] += surf & ~in_prep
-        for team, members in enumerate((is_hider, ~is_hider)):
-            mask = agent_present & members[None, :]
-            self.returns[:, team] += (rewards * mask).sum(1) / np.maximum(mask.sum(1), 1)
+        if team_masks is None:
+            team_masks = [
+                (m, np.maximum(m.sum(1), 1))
+                for m in (agent_present & is_hider, agent_present & ~is_hider)
+            ]
+        for team, (mask, count) in enumerate(team_masks):
+            self.returns[:, team] += (rewards * mask).sum(1) / count
         play = ~in_prep
         self.play_steps += play
         self.hidden_steps += play & ~hiders_seen
