@@ -85,14 +85,39 @@ class PipelineConfig:
     ray_trainer_gpus: float = -1.0  # -1: 1 when the cluster has GPUs (nccl: one GPU per rank)
 
 
+EVAL_OPPONENTS = ("pool", "random", "noop", "scripted_seeker")
+
+
 @dataclass
 class EvalSettings:
+    """Evaluation workers (hns_train.distributed.evaluator): the latest policy against opponents."""
+
     n_workers: int = 0  # evaluation workers
-    worlds: int = 4  # matches played at once per worker
-    every_s: float = 60.0  # seconds between evaluation rounds
+    worlds: int = 4  # matches per round, played at once
+    every_s: float = 60.0  # seconds between the starts of evaluation rounds
     replay_share: float = 0.25  # share of matches recorded as replays
     deterministic: bool = True  # act greedily (no exploration noise)
-    render_videos: bool = True
+    render_videos: bool = True  # newest replay of each round to mp4, in a background process
+    opponents: str = "pool,random,noop,scripted_seeker"  # classes played in turn, comma-separated
+
+    def __post_init__(self) -> None:
+        if self.n_workers < 0 or self.worlds < 1 or self.every_s < 0:
+            raise ValueError(
+                f"need n_workers >= 0, worlds >= 1, every_s >= 0; got {self.n_workers}, "
+                f"{self.worlds}, {self.every_s}"
+            )
+        if not 0.0 <= self.replay_share <= 1.0:
+            raise ValueError(f"replay_share must be in [0, 1], got {self.replay_share}")
+        names = self.opponent_classes()
+        bad = [n for n in names if n not in EVAL_OPPONENTS]
+        if bad or not names:
+            raise ValueError(
+                f"opponents={self.opponents!r}: {bad or 'none given'}; allowed (comma-separated): "
+                f"{', '.join(EVAL_OPPONENTS)}"
+            )
+
+    def opponent_classes(self) -> list[str]:
+        return [n.strip() for n in self.opponents.split(",") if n.strip()]
 
 
 @dataclass

@@ -34,7 +34,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
         "compare_main",
         "compare a run with the Rapid and SRL baselines",
     ),
-    "play": ("hns_train.eval.matches", "play_main", "play two policies, record replays"),
+    "play": ("hns_train.eval.play", "play_main", "play two policies now, record and render"),
     "record": (
         "hns_train.eval.replay",
         "record_main",

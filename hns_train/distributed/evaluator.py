@@ -1,0 +1,349 @@
+"""Evaluation worker: the latest policy against pool snapshots and fixed opponents, rated.
+
+Loop: parameters arrive over the parameter stream (newest only). As soon as the first ones are
+there, and then every `eval.every_s` seconds (start to start), the worker plays one round of
+`eval.worlds` matches on its own `HideAndSeekGame`: the latest policy against the next entry of
+a fixed schedule of (opponent class, role the latest plays), cycling through
+`eval.opponents` x (hider, seeker) so the roles alternate:
+- `pool`: a snapshot drawn by the pool's own rule (`PolicyPool.candidate_probabilities` for the
+  role it will play); skipped while the pool is empty;
+- `random`, `noop`: the built-in teams; `scripted_seeker`: only ever plays the seekers.
+Policies act without exploration noise when `eval.deterministic` (argmax of each head), the
+paper's evaluation setting. Eval runs on the CPU with the worker's own torch threads, and costs
+one round (W worlds x horizon steps) per `every_s`: by default 4 matches a minute.
+
+Ratings (`hns_train.eval.ratings`, the pool's SQLite): every match updates openskill ratings of
+both teams in their roles. The learning policy is rated as one entry, "latest", that follows it
+from version to version: parameters change a little per optimisation step, so its skill carries
+over, and openskill's dynamics term (tau) keeps its sigma from collapsing so the rating can
+track improvement. Each match row stores the version it was played at (`latest_version`), the
+opponent class and the replay path, so per-version results stay recoverable. Snapshots are
+rated under their version number: the same numbers the pool's rating-prioritised sampler reads.
+A snapshot's rating starts from the prior, not from "latest" at its version: the pool owns
+snapshot entries and this worker never writes ratings other than through matches.
+
+Replays: `eval.replay_share` of matches are recorded (a fractional share accumulates across
+rounds; the first round always records one) into `run_dir/replays/eval_v<version>_<hiders>_vs_
+<seekers>_<time>_e<worker>r<round>w<world>.npz`. With `eval.render_videos` the newest replay of
+each round is rendered to the mp4 next to it by `python -m hns_train.eval REPLAY` in a child
+process (headless EGL; never a fork of a process holding a GL context), at lower CPU priority
+and on one rendering thread; at most one render runs at a time, and a newer replay replaces one
+still waiting. A video costs about 1 s of start-up plus 15-50 ms per frame (81 frames of the
+quadrant game: about 4.5 s of CPU), i.e. a few percent of one core at the default `every_s`.
+
+Heartbeat counters: `matches` and `rounds` (since the previous heartbeat), `version` (the one
+last evaluated), `rating` {role: [mu, sigma]} of "latest", `win_rate` {class: rate} over the
+newest matches (`runview.win_rates`), `new_replays`, `new_videos` (paths since the previous
+heartbeat) and, right after a round, `leaderboard` {columns, rows}.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import hns_train
+from hns_train.agents.policy import ActorCritic
+from hns_train.agents.pool import LATEST, ROLES, PolicyPool, SnapshotCache
+from hns_train.distributed.controllers import pool_dir
+from hns_train.distributed.params import arrays_to_state_dict
+from hns_train.distributed.streams import ParamSubscriber
+from hns_train.distributed.worker import Worker, WorkerSpec
+from hns_train.envs.game import HideAndSeekGame
+from hns_train.envs.observations import observation_shapes
+from hns_train.eval.matches import PolicyController, play_matches
+from hns_train.eval.play import SEEKER_ONLY, MatchRecording, label, named_controller, team_metadata
+from hns_train.eval.ratings import Ratings
+from hns_train.eval.runview import win_rates
+
+log = logging.getLogger(__name__)
+IDLE_WAIT_MS = 50  # longest wait for parameters between rounds (heartbeats stay on time)
+RENDER_WAIT_S = 30.0  # how long stopping waits for a video being rendered
+RENDER_NICE = 10
+LEADERBOARD_ROWS = 20
+LEADERBOARD_COLUMNS = ["policy", "role", "mu", "sigma", "mu_minus_3sigma", "games"]
+
+
+def schedule(classes: list[str]) -> list[tuple[str, str]]:
+    """(opponent class, role the latest policy plays) in playing order; roles alternate."""
+    out = []
+    for cls in classes:
+        for role in ROLES:
+            if cls in SEEKER_ONLY and role == "seeker":
+                continue  # the latest would have to hide from... a seeker-only controller
+            out.append((cls, role))
+    return out
+
+
+class EvalWorker(Worker):
+    kind = "eval"
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        super().__init__(spec)
+        cfg, e = self.cfg, self.cfg.eval
+        self.settings = e
+        self.game_cfg = cfg.game_config()
+        shapes = observation_shapes(self.game_cfg)
+        self.latest = ActorCritic(shapes, cfg.agent.network, device="cpu").eval()
+        self.opponent = ActorCritic(shapes, cfg.agent.network, device="cpu").eval()
+        self.game = HideAndSeekGame(self.game_cfg, n_worlds=e.worlds, seed=self._seed(0))
+        self.params = ParamSubscriber(spec.endpoints["params"], security=self.security)
+        self.pool = PolicyPool(pool_dir(spec.run_dir), cfg.pool)
+        self.snapshots = SnapshotCache(self.pool, size=2)
+        self.ratings = Ratings(self.pool)
+        self.replay_dir = Path(spec.run_dir) / "replays"
+        self.plan = schedule(e.opponent_classes())
+        self.rng = np.random.default_rng([cfg.seed, 4, spec.index])
+        self._params = None  # newest parameter message, loaded when a round starts
+        self.version = -1  # version last evaluated
+        self.rounds = 0
+        self._next = 0  # index into self.plan
+        self._last_round = -math.inf
+        self._replay_credit = 0.0  # matches owed a recording (the first round records one)
+        self._render: VideoJob | None = None
+        self._render_next: Path | None = None
+        self._matches = self._rounds_delta = 0
+        self._new_replays: list[str] = []
+        self._new_videos: list[str] = []
+        self._leaderboard: dict | None = None
+        self._rating: dict[str, list[float]] = {}
+        self._win_rate: dict[str, float] = {}
+        self.round_s = 0.0
+
+    def _seed(self, round_index: int) -> int:
+        # disjoint from actors' seeds and between eval workers; one seed per world of a round
+        base = (int(self.cfg.seed) * 1_000 + self.spec.index + 1) * 1_000_000_007
+        return base + round_index * self.settings.worlds
+
+    # ------------------------------------------------------------------ loop
+    def step(self) -> bool:
+        due = time.monotonic() - self._last_round >= self.settings.every_s
+        wait = 0 if (due and self._params is not None) else min(self.poll_ms * 10, IDLE_WAIT_MS)
+        message = self.params.poll_latest(timeout_ms=wait)
+        if message is not None:
+            self._params = message
+        self._poll_render()
+        if self._params is None or not due or self.stopping:
+            return False
+        self.play_round()
+        return True
+
+    def _next_opponent(self) -> tuple[str, str, object] | None:
+        """(class, latest's role, opponent id) of the next playable schedule entry."""
+        for _ in range(len(self.plan)):
+            cls, role = self.plan[self._next % len(self.plan)]
+            self._next += 1
+            if cls != "pool":
+                return cls, role, cls
+            versions, probs = self.pool.candidate_probabilities(
+                "seeker" if role == "hider" else "hider"
+            )
+            if len(versions):
+                return cls, role, int(self.rng.choice(versions, p=probs))
+        return None
+
+    def play_round(self) -> list:
+        """One round of `worlds` matches against the next opponent; returns the MatchResults."""
+        start = time.monotonic()
+        self._last_round = start
+        picked = self._next_opponent()
+        if picked is None:
+            return []
+        cls, role, opponent = picked
+        version = int(self._params.meta["version"])
+        self.latest.load_state_dict(arrays_to_state_dict(self._params.arrays))
+        det = self.settings.deterministic
+        ours = PolicyController(self.latest, LATEST, deterministic=det)
+        opp_role = "seeker" if role == "hider" else "hider"
+        if cls == "pool":
+            self.opponent.load_state_dict(self.snapshots.get(opponent))
+            theirs = PolicyController(self.opponent, opponent, deterministic=det)
+            their_meta = team_metadata("snapshot", int(opponent))
+        else:
+            theirs = named_controller(cls, opp_role, seed=self._seed(self.rounds))
+            their_meta = team_metadata(cls)
+        hiders, seekers = (ours, theirs) if role == "hider" else (theirs, ours)
+        our_meta = team_metadata(LATEST, version)
+        meta = {
+            "hiders": our_meta if role == "hider" else their_meta,
+            "seekers": their_meta if role == "hider" else our_meta,
+            "run": self.cfg.name,
+            "kind": "eval",
+            "latest_version": version,
+            "opponent_class": cls,
+            "deterministic": det,
+        }
+        seed = self._seed(self.rounds)
+        W = self.settings.worlds
+        n_rec = 0
+        if self.settings.replay_share > 0:
+            self._replay_credit += self.settings.replay_share * W
+            n_rec = min(W, max(int(self._replay_credit), 1 if self.rounds == 0 else 0))
+            self._replay_credit -= n_rec  # the first round's extra replay is paid back later
+        hook = MatchRecording(self.game, range(n_rec), seed, meta) if n_rec else None
+        results = play_matches(self.game, hiders, seekers, W, seed, on_step=hook)
+        paths: list[str | None] = [None] * W
+        if hook is not None:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            names = [
+                self.replay_dir / f"eval_v{version:06d}_{label(hiders.policy_id)}_vs_"
+                f"{label(seekers.policy_id)}_{stamp}_e{self.spec.index}r{self.rounds}w{w}.npz"
+                for w in range(n_rec)
+            ]
+            saved = hook.save(names)
+            paths[:n_rec] = [str(p) for p in saved]
+            self._new_replays += paths[:n_rec]
+            if self.settings.render_videos:
+                self._render_next = saved[-1]
+        rated = [
+            _Rated(r, {"latest_version": version, "opponent_class": cls, "replay": p})
+            for r, p in zip(results, paths, strict=True)
+        ]
+        self.ratings.record(rated)
+        self.version = version
+        self.rounds += 1
+        self._matches += len(results)
+        self._rounds_delta += 1
+        self._refresh_summary()
+        self._poll_render()
+        self.round_s = time.monotonic() - start
+        return results
+
+    def _refresh_summary(self) -> None:
+        for role in ROLES:
+            r = self.ratings.get(LATEST, role)
+            if r.games:
+                self._rating[role] = [r.mu, r.sigma]
+        self._win_rate = {
+            cls: rec.all.rate for cls, rec in win_rates(self.ratings).items() if rec.all.games
+        }
+        board = self.ratings.leaderboard()[:LEADERBOARD_ROWS]
+        self._leaderboard = {
+            "columns": LEADERBOARD_COLUMNS,
+            "rows": [[r.policy, r.role, r.mu, r.sigma, r.conservative, r.games] for r in board],
+        }
+
+    # ------------------------------------------------------------------ videos
+    def _poll_render(self) -> None:
+        if self._render is not None:
+            if self._render.running():
+                return
+            job, self._render = self._render, None
+            if job.ok():
+                self._new_videos.append(str(job.out))
+            else:
+                log.warning("rendering %s failed: %s", job.out, job.error())
+        if self._render_next is not None:
+            replay, self._render_next = self._render_next, None
+            self._render = VideoJob(replay)
+
+    def _finish_render(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self._render is not None or self._render_next is not None:
+            if time.monotonic() > deadline:
+                if self._render is not None:
+                    log.warning(
+                        "stopping: video %s unfinished after %.0f s", self._render.out, timeout_s
+                    )
+                    self._render.kill()
+                self._render = self._render_next = None
+                return
+            self._poll_render()
+            time.sleep(0.05)
+
+    # ------------------------------------------------------------------ worker protocol
+    def counters(self) -> dict:
+        out = {
+            "version": self.version,
+            "matches": self._matches,
+            "rounds": self._rounds_delta,
+            "round_s": self.round_s,
+            "rating": dict(self._rating),
+            "win_rate": dict(self._win_rate),
+            "new_replays": self._new_replays,
+            "new_videos": self._new_videos,
+        }
+        if self._leaderboard is not None:
+            out["leaderboard"] = self._leaderboard
+        self._matches = self._rounds_delta = 0
+        self._new_replays, self._new_videos = [], []
+        self._leaderboard = None
+        return out
+
+    def shutdown(self) -> None:
+        self._finish_render(RENDER_WAIT_S)
+
+    def close_streams(self) -> None:
+        if self._render is not None:  # closed without a clean stop: leave no child behind
+            self._render.kill()
+            self._render = None
+        self.params.close()
+        self.ratings.close()
+        self.pool.close()
+
+
+class _Rated:
+    """A MatchResult with extra fields for its row in the ratings' match history."""
+
+    def __init__(self, result, extra: dict) -> None:
+        self.result, self.extra = result, extra
+        self.hider, self.seeker = result.hider, result.seeker
+        self.hider_score = result.hider_score
+
+    def to_dict(self) -> dict:
+        return {**self.result.to_dict(), **self.extra}
+
+
+class VideoJob:
+    """`python -m hns_train.eval REPLAY --out REPLAY.mp4 --quiet` in a lower-priority child.
+
+    A new interpreter (not a fork), so no GL context or socket of this process is shared."""
+
+    def __init__(self, replay: Path) -> None:
+        self.replay, self.out = Path(replay), Path(replay).with_suffix(".mp4")
+        env = dict(os.environ)
+        env.setdefault("MUJOCO_GL", "egl")
+        env.setdefault("LP_NUM_THREADS", "1")  # software GL on one thread: training keeps the rest
+        root = str(Path(hns_train.__file__).resolve().parent.parent)  # found without an install
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        cmd = [sys.executable, "-m", "hns_train.eval", str(self.replay)]
+        cmd += ["--out", str(self.out), "--quiet"]
+        # stderr goes to a file: a pipe nobody reads until the end could fill up and stall it
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in _close)
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=self._log)
+        with contextlib.suppress(AttributeError, OSError):  # no such call, or the child is gone
+            os.setpriority(os.PRIO_PROCESS, self.proc.pid, RENDER_NICE)
+        self._error = ""
+
+    def running(self) -> bool:
+        if self.proc.poll() is None:
+            return True
+        self._close()
+        return False
+
+    def ok(self) -> bool:
+        return not self.running() and self.proc.returncode == 0 and self.out.is_file()
+
+    def error(self) -> str:
+        return f"exit {self.proc.returncode}: {self._error[-500:]}"
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._close()
+
+    def _close(self) -> None:
+        if not self._log.closed:
+            self._log.seek(0)
+            self._error = self._log.read().decode(errors="replace")
+            self._log.close()

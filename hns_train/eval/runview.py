@@ -1,0 +1,198 @@
+"""`python -m hns_train.eval --run RUN_DIR`: what a run's evaluation has found so far.
+
+Prints, from the run directory alone (no worker needs to be running):
+- progress: the newest metrics record (version, frames, episodes, hours) and the pool snapshots;
+- the leaderboard: every rated (policy, role) with mu ± 3 sigma, sorted by mu - 3 sigma
+  (`Ratings.format_leaderboard`); "latest" is the learning policy (see
+  `hns_train.distributed.evaluator` for how it is rated);
+- the latest policy's win rates against each opponent class (`pool` snapshots, `random`,
+  `noop`, `scripted_seeker`), over its newest `WINDOW` rated matches per class, as hider, as
+  seeker and overall. A match is won, drawn or lost by the ratings' own outcome rule
+  (`Ratings.outcome`: hidden fraction against 0.5 ± the draw margin); a draw counts half;
+- emergent phases reached (`phase` records of metrics.jsonl);
+- the newest `N_REPLAYS` replays under `replays/` with their videos.
+
+Public API: `run_view(run_dir) -> int`, `win_rates(ratings, window) -> dict[str, WinRecord]`,
+`opponent_class(policy) -> str`, `newest_replays(run_dir, n)`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hns_train.agents.pool import DB_NAME, LATEST, ROLES, policy_key
+from hns_train.eval.ratings import Ratings
+
+WINDOW = 200  # newest rated matches per opponent class behind a win rate
+N_REPLAYS = 10
+
+
+@dataclass
+class Tally:
+    games: int = 0
+    wins: int = 0
+    draws: int = 0
+
+    @property
+    def losses(self) -> int:
+        return self.games - self.wins - self.draws
+
+    @property
+    def rate(self) -> float | None:
+        """Win rate with a draw counted half; None without games."""
+        return (self.wins + 0.5 * self.draws) / self.games if self.games else None
+
+    def add(self, won: bool, drawn: bool) -> None:
+        self.games += 1
+        self.wins += int(won)
+        self.draws += int(drawn)
+
+
+@dataclass
+class WinRecord:
+    """The latest policy's results against one opponent class, overall and per role it played."""
+
+    opponent: str
+    all: Tally = field(default_factory=Tally)
+    by_role: dict[str, Tally] = field(default_factory=lambda: {r: Tally() for r in ROLES})
+
+
+def opponent_class(policy: str) -> str:
+    """`pool` for a snapshot version, else the controller's own name."""
+    key = policy_key(policy)
+    return "pool" if key.isdigit() else key
+
+
+def win_rates(ratings: Ratings, window: int = WINDOW) -> dict[str, WinRecord]:
+    """The latest policy's newest `window` rated matches per opponent class, tallied."""
+    rows = ratings.conn.execute(
+        "SELECT hider, seeker, hider_score FROM matches WHERE (hider = ? OR seeker = ?) "
+        "AND hider != seeker ORDER BY id DESC",
+        (LATEST, LATEST),
+    )
+    out: dict[str, WinRecord] = {}
+    for hider, seeker, score in rows:
+        role = "hider" if hider == LATEST else "seeker"
+        other = seeker if role == "hider" else hider
+        if "," in other:  # a mixed team has no single class
+            continue
+        record = out.setdefault(opponent_class(other), WinRecord(opponent_class(other)))
+        if record.all.games >= window:
+            continue
+        ranks = ratings.outcome(float(score))
+        mine, theirs = (ranks[0], ranks[1]) if role == "hider" else (ranks[1], ranks[0])
+        won, drawn = mine < theirs, mine == theirs
+        record.all.add(won, drawn)
+        record.by_role[role].add(won, drawn)
+    return out
+
+
+def newest_replays(run_dir: str | Path, n: int = N_REPLAYS) -> list[tuple[Path, Path | None]]:
+    """(replay, its mp4 or None) for the newest `n` replays under run_dir/replays, newest first."""
+    folder = Path(run_dir) / "replays"
+    if not folder.is_dir():
+        return []
+    replays = [p for p in folder.rglob("*.npz") if not p.name.startswith(".")]
+    replays.sort(key=lambda p: (p.stat().st_mtime, p.name), reverse=True)
+    out = []
+    for p in replays[:n]:
+        video = p.with_suffix(".mp4")
+        out.append((p, video if video.is_file() else None))
+    return out
+
+
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a crash
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def _fmt_rate(t: Tally) -> str:
+    return "-" if t.rate is None else f"{t.rate:.2f} ({t.games})"
+
+
+def run_view(run_dir: str | Path) -> int:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ValueError(f"--run {run_dir}: no such directory")
+    db = run_dir / "pool" / DB_NAME
+    if not db.is_file():
+        raise ValueError(
+            f"--run {run_dir}: not a run directory (no pool/{DB_NAME}); runs are made by "
+            "python -m hns_train.train and live in runs/<name>/"
+        )
+    from hns_train.agents.pool import PolicyPool
+
+    records = _records(run_dir)
+    train = [r for r in records if r.get("kind") == "train"]
+    phases = [r for r in records if r.get("kind") == "phase"]
+    print(f"run {run_dir}")
+    if train:
+        r = train[-1]
+        print(
+            f"  version {r.get('version', 0)}, {r.get('frames', 0):,} env frames, "
+            f"{r.get('episodes', 0):,} episodes, {r.get('hours', 0.0):.2f} h"
+        )
+    with PolicyPool(run_dir / "pool") as pool:
+        versions = pool.versions()
+    if versions:
+        print(f"  pool: {len(versions)} snapshots, versions {versions[0]}..{versions[-1]}")
+    else:
+        print("  pool: no snapshots yet")
+
+    with Ratings(run_dir / "pool") as ratings:
+        board = ratings.leaderboard()
+        newest = ratings.matches(limit=1)
+        total = ratings.conn.execute("SELECT COUNT(*) FROM matches").fetchone()[0]
+        print(f"\nleaderboard ({total} rated matches; openskill mu ± 3 sigma, by mu - 3 sigma)")
+        print(ratings.format_leaderboard() if board else "  no rated matches yet")
+        records_by_class = win_rates(ratings)
+    if records_by_class:
+        stats = (newest[0].get("stats") or {}) if newest else {}
+        at = stats.get("latest_version")
+        where = f" (newest match at version {at})" if at is not None else ""
+        print(
+            f"\nlatest policy's win rates{where}, newest {WINDOW} matches per opponent class; "
+            "a draw counts half; (games)"
+        )
+        print(f"  {'opponent':<16} {'overall':>12} {'as hider':>12} {'as seeker':>12}  w/d/l")
+        for name in sorted(records_by_class):
+            rec = records_by_class[name]
+            t = rec.all
+            print(
+                f"  {name:<16} {_fmt_rate(t):>12} {_fmt_rate(rec.by_role['hider']):>12} "
+                f"{_fmt_rate(rec.by_role['seeker']):>12}  {t.wins}/{t.draws}/{t.losses}"
+            )
+    else:
+        print("\nno matches of the latest policy rated yet")
+
+    if phases:
+        print("\nphases reached")
+        for p in phases:
+            print(
+                f"  {p.get('phase')}: {p.get('episodes', 0):,} episodes, "
+                f"{p.get('frames', 0):,} frames, {p.get('hours', 0.0):.2f} h"
+            )
+    else:
+        print("\nphases reached: none yet")
+
+    replays = newest_replays(run_dir)
+    if replays:
+        print(f"\nnewest replays ({len(replays)})")
+        for path, video in replays:
+            print(f"  {path}" + (f"\n    video {video}" if video is not None else ""))
+    else:
+        print(f"\nno replays yet in {run_dir / 'replays'}")
+    return 0
