@@ -125,3 +125,25 @@ def test_backend_choice_is_checked(bad):
     assert choose_backend("auto", torch.device("cpu")) == "gloo"
     with pytest.raises(ValueError, match="ddp_backend"):
         choose_backend(bad, torch.device("cpu"))
+
+
+@pytest.mark.slow
+def test_two_trainer_workers_train_one_policy_in_the_pipeline(tmp_path):
+    from hns_train.agents.checkpoint import CheckpointDir
+    from hns_train.config import CONFIG_DIR, load_config
+    from hns_train.distributed.controller import Controller
+
+    cfg = load_config(
+        CONFIG_DIR / "smoke.yaml",
+        [f"runs_dir={tmp_path}", "name=ddp", "pipeline.launcher=local", "pipeline.n_trainers=2"],
+    )
+    controller = Controller(cfg)
+    summary = controller.run()
+    assert summary.reason == "reached stop.versions=4", summary.reason
+    last = {n: controller.workers[n].last for n in ("trainer0", "trainer1")}
+    # Both ranks reached the same version in lockstep; a step needs every rank's share of chunks.
+    assert last["trainer0"]["version"] == last["trainer1"]["version"] == summary.version >= 4
+    ckpt = CheckpointDir(tmp_path / "ddp" / "checkpoints").latest()
+    assert ckpt is not None and ckpt.meta["counters"]["version"] == summary.version
+    pids = [s.pid for s in controller.workers.values() if s.pid]
+    assert len(pids) == 4 and not any(Path(f"/proc/{p}").exists() for p in pids)

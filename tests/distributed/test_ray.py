@@ -1,0 +1,144 @@
+"""The Ray launcher end to end: the smoke run on a local Ray instance and on a simulated
+two-node cluster, with real optimisation steps, a worker restart and a clean shutdown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from hns_train.agents.checkpoint import CheckpointDir
+from hns_train.config import CONFIG_DIR, load_config
+from hns_train.distributed.controller import Controller
+
+ray = pytest.importorskip("ray")
+
+
+def smoke(tmp_path, *overrides):
+    return load_config(
+        CONFIG_DIR / "smoke.yaml",
+        [
+            f"runs_dir={tmp_path}",
+            "pipeline.launcher=ray",
+            "pipeline.heartbeat_timeout_s=60",
+            *overrides,
+        ],
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_for(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def ray_processes() -> list[int]:
+    """Live Ray daemons (gcs_server, raylet) started by this test process."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            exe = (stat.parent / "cmdline").read_bytes().split(b"\0")[0]
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == os.getpid() and b"/ray/core/src/" in exe and alive(int(stat.parent.name)):
+            out.append(int(stat.parent.name))
+    return out
+
+
+def check_trained(controller: Controller, summary, run_dir: Path) -> None:
+    assert summary.version >= 4 and summary.frames > 0 and summary.episodes > 0
+    ckpt = CheckpointDir(run_dir / "checkpoints").latest()
+    assert ckpt is not None and ckpt.meta["counters"]["version"] == summary.version
+    trainer = controller.workers["trainer0"].last
+    assert trainer["stats"] and "approx_kl" in trainer["stats"]
+    # A Ray run is a cluster run: tcp on node addresses, every socket with the run's keys.
+    assert controller.security is not None
+    assert controller.endpoints["control"].startswith("tcp://")
+    assert all(e.startswith("tcp://") for e in controller.endpoints["inference"])
+
+
+def test_smoke_run_on_a_local_ray_instance(tmp_path):
+    cfg = smoke(tmp_path, "name=ray", "pipeline.ray_num_cpus=2")
+    controller = Controller(cfg)
+    assert ray.is_initialized() and controller.launcher.owns_ray and ray_processes()
+    summary = controller.run()
+    assert summary.reason == "reached stop.versions=4", summary.reason
+    check_trained(controller, summary, tmp_path / "ray")
+    placement = controller.launcher.final_placement
+    assert set(placement) == {"trainer0", "policy0", "actor0"}
+    # Clean shutdown: the worker actors and the Ray instance this run started are gone.
+    assert not ray.is_initialized()
+    wait_for(lambda: not any(alive(pid) for pid, _ in placement.values()), 30, "workers to exit")
+    wait_for(lambda: not ray_processes(), 30, "Ray daemons to exit")
+
+
+@pytest.fixture
+def two_nodes():
+    """A simulated two-node cluster (one logical CPU each), always torn down."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
+    )
+    try:
+        cluster.add_node(num_cpus=1)
+        ray.init(address=cluster.address)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.mark.slow
+def test_two_node_cluster_packs_trainers_restarts_a_worker_and_releases_everything(
+    tmp_path, two_nodes
+):
+    cfg = smoke(
+        tmp_path,
+        "name=cluster",
+        f"pipeline.ray_address={two_nodes.address}",
+        "pipeline.n_trainers=2",
+        "stop.versions=0",
+    )
+    controller = Controller(cfg)
+    assert not controller.launcher.owns_ray
+    thread = threading.Thread(target=controller.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: controller.version >= 1, 240, "a first optimisation step")
+        killed = controller.launcher.pid("actor0")
+        os.kill(killed, signal.SIGKILL)
+        wait_for(lambda: controller.restarts >= 1, 90, "the actor's restart")
+        before = controller.version
+        wait_for(lambda: controller.version >= max(before, 4) + 1, 240, "training to go on")
+    finally:
+        controller.request_stop("test over")
+        thread.join(180)
+    assert not thread.is_alive()
+    assert controller.stop_reason == "test over" and not controller.error
+    summary = controller.summary()
+    check_trained(controller, summary, tmp_path / "cluster")
+    nodes = {name: node for name, (_, node) in controller.launcher.final_placement.items()}
+    # PACK: both ranks share a node; SPREAD: the run used both nodes.
+    assert nodes["trainer0"] == nodes["trainer1"]
+    assert len(set(nodes.values())) == 2
+    assert controller.launcher.final_placement["actor0"][0] != killed
+    # Nothing left running or reserved on a cluster the run did not start.
+    pids = [pid for pid, _ in controller.launcher.final_placement.values()] + [killed]
+    wait_for(lambda: not any(alive(p) for p in pids), 30, "workers to exit")
+    wait_for(lambda: ray.available_resources().get("CPU", 0) == 2.0, 30, "reservations released")
