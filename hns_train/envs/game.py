@@ -132,11 +132,15 @@ class HideAndSeekGame:
         self._ent_vel = np.zeros((W, E, 4))
         self._ent_cos = np.zeros((W, E))  # cos / sin of each entity's yaw
         self._ent_sin = np.zeros((W, E))
+        self._front = np.zeros((W, A, 1, 2))  # agents' facing directions (rules.in_vision_cone)
+        self._cos_half_angle = np.cos(cfg.vision_half_angle)
         self.entity_centre = np.zeros((W, E, 3))  # main geom centres: what vision rays aim at
         self.agent_pos, self.object_pos = self._ent_pos[:, :A], self._ent_pos[:, A:]
         self.agent_yaw, self.object_yaw = self._ent_yaw[:, :A], self._ent_yaw[:, A:]
         self.agent_vel, self.object_vel = self._ent_vel[:, :A], self._ent_vel[:, A:]
         self.lidar = np.full((W, A, cfg.n_lidar), cfg.lidar_range)
+        self._sq_reach = np.full((W, A, Ob), np.inf)  # squared distances agent -> object centre
+        self._reach_sq = np.zeros((W, 1, Ob))  # below which an object may be within grab range
         # who sees which entity; a trailing False lets observations gather "nobody" by index
         self._sees_flat = np.zeros(W * A * E + 1, dtype=bool)
         self._sees = self._sees_flat[:-1].reshape(W, A, E)
@@ -241,8 +245,11 @@ class HideAndSeekGame:
         # Locks and grabs need an eligible object: seen on the previous step (sees_object holds
         # only present pairs) and within reach. Without one, locks stay as they are and a held
         # object can only be kept or let go (choose_grabs); nothing held: nothing to decide.
+        # The box of an object lies within |half| of its body origin, which lies |geom offset|
+        # from the centre the rays measured: farther than that plus the grab range, the box
+        # is out of reach (`_reach_sq`), and the exact distance is not needed.
         eligible = None
-        if self.sees_object.any():
+        if (self.sees_object & (self._sq_reach <= self._reach_sq)).any():
             dist = rules.obb_distance(self.agent_pos, self.object_pos, self.object_yaw, self.half)
             eligible = self.sees_object & (dist <= cfg.grab_range)
             if not eligible.any():
@@ -344,20 +351,19 @@ class HideAndSeekGame:
             raise ValueError(
                 f"actions have shape {actions.shape}; expected {want} (worlds, agents, 5)"
             )
-        integral = np.issubdtype(actions.dtype, np.integer) or (
-            np.issubdtype(actions.dtype, np.floating) and np.all(actions == np.round(actions))
-        )
-        if not integral:
-            raise ValueError(f"actions must be integers, got dtype {actions.dtype}")
-        bad = (actions < 0) | (actions >= self.action_nvec)
-        if bad.any():
+        if actions.dtype.kind not in "iu":
+            integral = actions.dtype.kind == "f" and np.all(actions == np.round(actions))
+            if not integral:
+                raise ValueError(f"actions must be integers, got dtype {actions.dtype}")
+        if actions.min() < 0 or (actions >= self.action_nvec).any():
+            bad = (actions < 0) | (actions >= self.action_nvec)
             w, a, k = np.argwhere(bad)[0]
             raise ValueError(
                 f"action {int(actions[w, a, k])} for world {w}, agent slot {a}, dimension {k} is "
                 f"outside [0, {self.action_nvec[k] - 1}] "
                 f"(MultiDiscrete {self.action_nvec.tolist()})"
             )
-        return actions.astype(np.int64)
+        return actions.astype(np.int64, copy=False)
 
     # ------------------------------------------------------------------ MuJoCo edges
     def _seed_rngs(self, seed):
@@ -381,6 +387,12 @@ class HideAndSeekGame:
             self._body_pos[w] = m.body_pos[self._ent_body]
             self._geom_pos[w] = m.geom_pos[self._ent_geom]
         g = self._geom_pos[ids]
+        reach = (
+            self.cfg.grab_range
+            + np.linalg.norm(g[:, self.n_agents :], axis=-1)
+            + np.linalg.norm(self.half[ids], axis=-1)
+        )
+        self._reach_sq[ids, 0] = (reach * (1 + 1e-9) + 1e-9) ** 2
         self._geom_xy_a[ids] = g[..., [0, 0]]
         self._geom_xy_b[ids] = np.stack([-g[..., 1], g[..., 1]], axis=-1)
         if ids[0] == 0:
@@ -450,6 +462,9 @@ class HideAndSeekGame:
         self._ray_groups = np.ascontiguousarray(RAY_GROUPS, dtype=np.uint8)
         self._ray_vec = np.zeros((W, A, self._nray, 3))
         self._ray_vec[:, :, :L] = self.lidar_dirs
+        self._ray_vec_rows = self._ray_vec.reshape(W, -1, 3)
+        self._ray_pnt = np.zeros((W, A, self._nray, 3))
+        self._ray_pnt_rows = self._ray_pnt.reshape(W, -1, 3)
         self._ray_dist = np.zeros((W, A * self._nray))
         self._ray_geom = np.zeros((W, A * self._nray), dtype=np.int32)
         # mujoco.batch's C ray call with preallocated outputs; Batch.ray validates and allocates
@@ -525,6 +540,9 @@ class HideAndSeekGame:
         np.copyto(yaw, q[..., 3])
         np.cos(yaw, out=self._ent_cos)
         np.sin(yaw, out=self._ent_sin)
+        A = self.n_agents
+        self._front[:, :, 0, 0] = self._ent_sin[:, :A]  # an agent faces (sin yaw, -cos yaw)
+        np.negative(self._ent_cos[:, :A], out=self._front[:, :, 0, 1])
         half_yaw = 0.5 * yaw
         xquat = self._xquat[:, 1:]
         c = np.cos(half_yaw, out=xquat[..., 0])
@@ -549,7 +567,8 @@ class HideAndSeekGame:
     def _cast_rays(self, worlds) -> None:
         """Lidar and line of sight for the given worlds: one batched ray call for all of them."""
         cfg = self.cfg
-        worlds = np.unique(worlds)  # the batch takes sorted ids; results are stored by world
+        if worlds is not self._all_worlds:
+            worlds = np.unique(worlds)  # the batch takes sorted ids; results stored by world
         A, L, nray = self.n_agents, cfg.n_lidar, self._nray
         n = len(worlds)
         full = n == self.n_worlds
@@ -557,22 +576,22 @@ class HideAndSeekGame:
         targets = self.entity_centre[ws]  # (n, E, 3)
         origin = self.agent_pos[ws]  # (n, A, 3)
         to = targets[:, None, :, :] - origin[:, :, None, :]  # (n, A, E, 3)
-        cone = rules.cone_from_offsets(
-            to[..., :2], self._ent_sin[ws, :A], self._ent_cos[ws, :A], cfg.vision_half_angle
-        )
-        to /= np.maximum(np.sqrt((to * to).sum(-1, keepdims=True)), 1e-9)
+        cone = rules.cone_from_front(to, self._front[ws], self._cos_half_angle)
+        sq = (to * to).sum(-1, keepdims=True)
+        self._sq_reach[ws] = sq[..., A:, 0]  # squared distance agent -> object centre
+        to /= np.maximum(np.sqrt(sq), 1e-9)
         # an agent's ray towards itself has no direction (mj_ray rejects it): cast it upwards and
         # count it as unseen below
         to[:, self._self_target[0], self._self_target[1]] = (0.0, 0.0, 1.0)
         vec = self._ray_vec if full else self._ray_vec[worlds]
         vec[:, :, L:] = to
-        pnt = np.repeat(origin, nray, axis=1)  # (n, A * nray, 3): each agent's rays in a row
         if full and self._ray_c is not None:
+            self._ray_pnt[...] = origin[:, :, None, :]
             dist, geomid = self._ray_dist, self._ray_geom
             nfail = self._ray_c(
                 None,
-                pnt,
-                vec.reshape(n, -1, 3),
+                self._ray_pnt_rows,
+                self._ray_vec_rows,
                 self._ray_groups,
                 True,
                 self._ray_exclude,
@@ -583,6 +602,7 @@ class HideAndSeekGame:
             if nfail:
                 raise RuntimeError(f"mujoco.batch ray failed in {nfail} worlds")
         else:
+            pnt = np.repeat(origin, nray, axis=1)  # (n, A * nray, 3): an agent's rays in a row
             dist, geomid = self.batch.ray(
                 pnt,
                 vec.reshape(n, -1, 3),

@@ -46,11 +46,16 @@ def cone_from_offsets(
 ) -> np.ndarray:
     """`in_vision_cone` from the offsets d (W, A, T, >=2; xy first) and each agent's sin / cos
     of yaw (W, A): the front is (sin yaw, -cos yaw)."""
-    d = d[..., :2]
     front = np.stack([sin_yaw, -cos_yaw], axis=-1)[:, :, None, :]
+    return cone_from_front(d, front, np.cos(half_angle))
+
+
+def cone_from_front(d: np.ndarray, front: np.ndarray, cos_half_angle: float) -> np.ndarray:
+    """The cone test on offsets d (W, A, T, >=2) and fronts (W, A, 1, 2)."""
+    d = d[..., :2]
     norm = np.sqrt((d * d).sum(-1))  # np.linalg.norm's arithmetic, without its checks
     cos = (d * front).sum(-1) / np.maximum(norm, 1e-9)
-    return cos >= np.cos(half_angle)
+    return cos >= cos_half_angle
 
 
 def obb_distance(
