@@ -7,20 +7,24 @@ line of sight is always clear, so "in sight" means "inside the 135-degree vision
 that turns at random keeps the hider in sight about 135/360 ≈ 0.37 of the time, one that tracks
 it close to 1.
 
-Metric (`in_sight`): fraction of env steps after which the seeker sees the hider
-(`HideAndSeekGame.sees_agent`, the same bit as its `mask_aa_obs`; the seeker's reward is +1 on
-exactly those steps and -1 otherwise). It is reported during training (the sampled policy on
-its own rollouts) against env frames (world steps) and wall-clock, and at the end on a fresh
-evaluation (new seeds, sampled actions) next to the random seeker measured the same way.
+Metric (`in_sight`): fraction of env steps after which the seeker sees the hider (its
+`mask_aa_obs`; the seeker's reward is +1 on exactly those steps and -1 otherwise). It is
+reported during training (the sampled policy on its own rollouts) against env frames (world
+steps) and wall-clock, and at the end on a fresh evaluation (new seeds, sampled actions) next to
+the random seeker measured the same way.
 
-Loop (CleanRL style, one process): `rollout` steps W worlds for one chunk of `--chunk-len`
-steps, recording the seekers' experience in the time-major `Chunk` format (truncation values
-from the final observation before auto-reset), then `PPO.update` trains on it. Training stops at
+Loop (CleanRL style, one process): `rollout` steps a `VectorGame` of W worlds (auto-reset) for
+one chunk of `--chunk-len` steps, recording the seekers' experience in the time-major `Chunk`
+format (truncation values from the finished episode's final observation), then `PPO.update`
+trains on it. Training stops at
 `--minutes` of wall-clock or `--max-frames` frames, whichever comes first.
 
     python bench/learn_chase.py [--minutes 10] [--seed 0] [--worlds 64] [--threads 2]
 
-The last line printed is `SUMMARY {json}` for scripts.
+The last line printed is `SUMMARY {json}` for scripts. `--threads 2` suits an otherwise idle
+2-core machine (the PPO update is about 1.6x faster than on one thread); when other jobs hold the
+cores use `--threads 1`: two torch threads competing for a busy core made acting and updates 10x
+slower or worse in our measurements.
 """
 
 from __future__ import annotations
@@ -42,40 +46,38 @@ from tqdm import tqdm
 from hns_train.agents import PPO, ActorCritic, ChunkRecorder, NetworkConfig, PPOConfig
 from hns_train.agents.chunks import Chunk
 from hns_train.envs.config import make_config
-from hns_train.envs.game import HideAndSeekGame
 from hns_train.envs.observations import observation_shapes
+from hns_train.envs.vector import VectorGame
 
 TARGET_IN_SIGHT = 0.8
 
 
 @dataclass
 class Rollout:
-    """W worlds in lockstep plus what the seekers carry between steps and between chunks."""
+    """W worlds with auto-reset plus what the seekers carry between steps and between chunks."""
 
-    game: HideAndSeekGame
+    env: VectorGame
     rng: np.random.Generator  # the hiders' (and a random seeker's) actions
     obs: dict[str, np.ndarray]  # seekers' current observation, (B, ...) with B = W * seekers
     state: np.ndarray  # (B, 4, H) LSTM state before acting on `obs`
     episode_start: np.ndarray  # (B,) `obs` is the first of an episode
 
+    @property
+    def seekers(self) -> np.ndarray:
+        return np.flatnonzero(~self.env.game.is_hider)
+
     @classmethod
-    def start(cls, game: HideAndSeekGame, seed: int, lstm_dim: int) -> Rollout:
-        obs = game.reset()
-        batch = game.n_worlds * int((~game.is_hider).sum())
-        return cls(
-            game,
-            np.random.default_rng(seed),
-            seeker_view(obs, game),
-            np.zeros((batch, 4, lstm_dim), np.float32),
-            np.ones(batch, bool),
-        )
+    def start(cls, env: VectorGame, seed: int, lstm_dim: int) -> Rollout:
+        batch = env.n_worlds * int((~env.game.is_hider).sum())
+        state = np.zeros((batch, 4, lstm_dim), np.float32)
+        r = cls(env, np.random.default_rng(seed), {}, state, np.ones(batch, bool))
+        r.obs = r.seeker_rows(env.reset())
+        return r
 
-
-def seeker_view(per_world: Mapping[str, np.ndarray], game: HideAndSeekGame) -> dict:
-    """(W, A, ...) arrays -> copies of the seekers' rows, (W * seekers, ...)."""
-    seekers = np.flatnonzero(~game.is_hider)
-    batch = game.n_worlds * len(seekers)
-    return {k: v[:, seekers].reshape(batch, *v.shape[2:]).copy() for k, v in per_world.items()}
+    def seeker_rows(self, per_world: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """(W, A, ...) arrays -> the seekers' rows, (W * seekers, ...)."""
+        batch = self.env.n_worlds * len(self.seekers)
+        return {k: v[:, self.seekers].reshape(batch, *v.shape[2:]) for k, v in per_world.items()}
 
 
 def rollout(
@@ -88,28 +90,28 @@ def rollout(
 
     `model` None: the seeker acts uniformly at random (the baseline). With a `recorder`, the
     seekers' steps are added to it; the caller finishes the chunk with `bootstrap_value(r)`.
-    Worlds whose episode is truncated are reset at once (auto-reset); the value of the final
-    observation is taken before the reset, continuing the finished episode's LSTM state.
+    `VectorGame` resets finished worlds itself and hands over their final observation, whose
+    value is the truncation bootstrap, continuing the finished episode's LSTM state.
     """
-    game = r.game
-    seekers = np.flatnonzero(~game.is_hider)
-    hiders = np.flatnonzero(game.is_hider)
+    env, seekers = r.env, r.seekers
     in_sight = np.zeros((num_steps, len(r.episode_start)), bool)
     for t in range(num_steps):
-        actions = r.rng.integers(0, game.action_nvec, size=(game.n_worlds, game.n_agents, 5))
+        actions = r.rng.integers(0, env.action_nvec, size=(env.n_worlds, env.n_agents, 5))
         if model is not None:
             out = model.act(r.obs, r.state, r.episode_start)
-            actions[:, seekers] = out.actions.reshape(game.n_worlds, len(seekers), 5)
-        obs, rewards, truncated, _ = game.step(actions)
-        # Read before the reset below recomputes vision for the reset worlds.
-        in_sight[t] = game.sees_agent[:, seekers][:, :, hiders].any(-1).ravel()
-        ends = np.repeat(truncated, len(seekers))
-        next_obs = seeker_view(obs, game)
+            actions[:, seekers] = out.actions.reshape(env.n_worlds, len(seekers), 5)
+        step = env.step(actions)
+        ends = np.repeat(step.truncated, len(seekers))
+        final = r.seeker_rows(step.final_obs)  # rows valid where `ends`
+        next_obs = r.seeker_rows(step.obs)
+        # Vision after this step: the finished episode's last observation where it ended. In
+        # chase the seeker's only other agent is the hider.
+        in_sight[t] = np.where(ends, final["mask_aa_obs"][:, 0], next_obs["mask_aa_obs"][:, 0])
         if recorder is not None:
             truncated_value = np.zeros(len(ends), np.float32)
             if ends.any():
-                final = {k: v[ends] for k, v in next_obs.items()}
-                truncated_value[ends] = model.act(final, out.state[ends]).values
+                final_obs = {k: v[ends] for k, v in final.items()}
+                truncated_value[ends] = model.act(final_obs, out.state[ends]).values
             recorder.add(
                 obs=r.obs,
                 state=r.state,
@@ -117,13 +119,10 @@ def rollout(
                 actions=out.actions,
                 logp=out.logp,
                 values=out.values,
-                rewards=rewards[:, seekers].ravel(),
+                rewards=step.rewards[:, seekers].ravel(),
                 truncated=ends,
                 truncated_value=truncated_value,
             )
-        if truncated.any():
-            obs = game.reset(np.flatnonzero(truncated))
-            next_obs = seeker_view(obs, game)
         r.obs, r.episode_start = next_obs, ends
         if model is not None:
             r.state = out.state
@@ -139,10 +138,10 @@ def evaluate(
     model: ActorCritic | None, worlds: int, episodes: int, seed: int, lstm_dim: int
 ) -> float:
     """Fraction of steps in sight over `episodes` fresh episodes per world (None: random)."""
-    game = HideAndSeekGame(make_config("chase"), worlds, seed=seed)
+    env = VectorGame(make_config("chase"), worlds, seed=seed)
     torch.manual_seed(seed)
-    r = Rollout.start(game, seed + 1, lstm_dim)
-    return float(rollout(r, model, episodes * game.cfg.horizon).mean())
+    r = Rollout.start(env, seed + 1, lstm_dim)
+    return float(rollout(r, model, episodes * env.cfg.horizon).mean())
 
 
 @dataclass
@@ -167,8 +166,8 @@ def train(s: Settings) -> dict:
     cfg = make_config("chase")
     model = ActorCritic(observation_shapes(cfg), s.network, device="cpu")
     ppo = PPO(model, s.ppo)
-    game = HideAndSeekGame(cfg, s.worlds, seed=s.seed)
-    r = Rollout.start(game, s.seed + 1, s.network.lstm_dim)
+    env = VectorGame(cfg, s.worlds, seed=s.seed)
+    r = Rollout.start(env, s.seed + 1, s.network.lstm_dim)
     recorder = ChunkRecorder(s.chunk_len, s.ppo.bptt_len)
 
     budget = s.minutes * 60
@@ -238,6 +237,12 @@ def machine() -> dict:
     )
 
 
+def thin(curve: list[dict], rows: int = 12) -> list[dict]:
+    """About `rows` evenly spaced rows of the curve, always keeping the last."""
+    marks = np.unique(np.linspace(0, len(curve) - 1, min(len(curve), rows)).round().astype(int))
+    return [curve[i] for i in marks]
+
+
 def print_report(s: Settings, result: dict, before: dict) -> None:
     curve = result["curve"]
     print(
@@ -247,9 +252,7 @@ def print_report(s: Settings, result: dict, before: dict) -> None:
     print(f"machine: {before['cpu']}, load average at start {before['load_average']}")
     print("in_sight = fraction of steps with the hider in the seeker's sight (sampled policy)")
     print(f"{'frames':>9} {'seconds':>8} {'in_sight':>9} {'entropy':>8}")
-    marks = np.unique(np.linspace(0, len(curve) - 1, min(len(curve), 12)).round().astype(int))
-    for i in marks:
-        c = curve[i]
+    for c in thin(curve):
         print(f"{c['frames']:9d} {c['seconds']:8.1f} {c['in_sight']:9.3f} {c['entropy']:8.2f}")
     reached = result["reached_target"]
     print(
@@ -303,7 +306,7 @@ def main() -> None:
     before = machine()
     result = train(s)
     print_report(s, result, before)
-    summary = {k: v for k, v in result.items() if k != "curve"}
+    summary = {**result, "curve": thin(result["curve"]), "target_in_sight": TARGET_IN_SIGHT}
     summary.update(
         settings=dataclasses.asdict(s), machine=before, load_average_end=list(os.getloadavg())
     )
