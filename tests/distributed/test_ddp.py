@@ -147,3 +147,56 @@ def test_two_trainer_workers_train_one_policy_in_the_pipeline(tmp_path):
     assert ckpt is not None and ckpt.meta["counters"]["version"] == summary.version
     pids = [s.pid for s in controller.workers.values() if s.pid]
     assert len(pids) == 4 and not any(Path(f"/proc/{p}").exists() for p in pids)
+
+
+@pytest.mark.slow
+def test_a_dead_rank_restarts_the_whole_group_from_the_checkpoint(tmp_path):
+    import os
+    import signal
+    import threading
+    import time
+
+    from hns_train.config import CONFIG_DIR, load_config
+    from hns_train.distributed.controller import Controller
+
+    def wait_for(predicate, timeout_s, what):
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.2)
+
+    cfg = load_config(
+        CONFIG_DIR / "smoke.yaml",
+        [
+            f"runs_dir={tmp_path}",
+            "name=regroup",
+            "pipeline.launcher=local",
+            "pipeline.n_trainers=2",
+            "pipeline.restart_trainer=true",
+            "pipeline.ddp_timeout_s=30",
+            "stop.versions=0",
+        ],
+    )
+    controller = Controller(cfg)
+    thread = threading.Thread(target=controller.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: controller.version >= 2, 240, "a checkpoint at version 2")
+        old = {n: controller.workers[n].pid for n in ("trainer0", "trainer1")}
+        os.kill(old["trainer1"], signal.SIGKILL)
+        wait_for(lambda: controller.restarts >= 1, 90, "the restart")
+        # Both ranks are new processes (a rank cannot rejoin a running group) ...
+        wait_for(
+            lambda: all(controller.workers[n].pid not in (None, old[n]) for n in old),
+            120,
+            "both ranks to say hello again",
+        )
+        # ... and they train together again, past where the group was.
+        target = controller.version + 2
+        wait_for(lambda: controller.version >= target, 240, "training to go on")
+    finally:
+        controller.request_stop("test over")
+        thread.join(120)
+    assert not thread.is_alive() and not controller.error
+    last = [controller.workers[n].last["version"] for n in ("trainer0", "trainer1")]
+    assert last[0] == last[1] >= target
