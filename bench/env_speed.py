@@ -9,7 +9,9 @@ For each preset it prints:
   the speed-up of T threads over 1;
 - reset: time to start a new episode in one world (layout sampling, model build or cache hit,
   state reset, first rays and observation), in ms and as % of one episode (horizon steps) at
-  the single-env and at the largest batched per-world cost.
+  the single-env and at the largest batched per-world cost, in wall and in CPU time;
+- cpu/wall of each batched run: about T when T threads really run at once (less when other
+  processes hold the cores).
 It ends with one line per preset, `ENV_SPEED {json}`, for scripts.
 
     python bench/env_speed.py [--quick] [--presets quadrant randomwalls] [--seconds 2]
@@ -111,13 +113,14 @@ def batched(cfg, n_worlds, threads, seed, seconds, rng) -> tuple[float, float]:
     return elapsed / (steps * n_worlds), cpu / (steps * n_worlds)
 
 
-def reset_cost(cfg, seed, n) -> float:
+def reset_cost(cfg, seed, n) -> tuple[float, float]:
+    """Seconds per reset of one world: wall time and process CPU time."""
     game = HideAndSeekGame(cfg, 1, seed=seed)
     game.reset()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(n):
         game.reset()
-    return (time.perf_counter() - t0) / n
+    return (time.perf_counter() - t0) / n, (time.process_time() - c0) / n
 
 
 def main() -> None:
@@ -170,16 +173,21 @@ def main() -> None:
                     f"batched      N={n:3d} threads={t}: {per * 1e6:8.0f} us/world-step "
                     f"({1 / per:7.0f} world-steps/s)   ratio {per / raw:.2f}   "
                     f"x{base / per:.2f} vs {args.threads[0]} thread   "
-                    f"cpu ratio {cpu / raw_cpu:.2f}"
+                    f"cpu ratio {cpu / raw_cpu:.2f}   cpu/wall {cpu / per:.2f}"
                 )
-        rs = reset_cost(cfg, args.seed, args.resets)
+        rs, rs_cpu = reset_cost(cfg, args.seed, args.resets)
         n_max, t_max = max(args.worlds), max(args.threads)
         best = rows[(n_max, t_max)]
         ep_single, ep_batched = cfg.horizon * single, cfg.horizon * best
+        t_min = args.threads[0]
+        pct_single = 100 * rs_cpu / (cfg.horizon * single_cpu)
+        pct_batched = 100 * rs_cpu / (cfg.horizon * cpu_rows[(n_max, t_min)])
         print(
             f"reset        {rs * 1e3:.2f} ms = {100 * rs / ep_single:.1f}% of a single-env "
             f"episode ({ep_single * 1e3:.0f} ms), {100 * rs / ep_batched:.1f}% of a batched one "
             f"(N={n_max}, {t_max} threads: {ep_batched * 1e3:.0f} ms)\n"
+            f"             cpu {rs_cpu * 1e3:.2f} ms = {pct_single:.1f}% of a single-env "
+            f"episode's cpu, {pct_batched:.1f}% of a batched one (N={n_max}, {t_min} thread)\n"
         )
         summaries.append(
             {
@@ -196,6 +204,12 @@ def main() -> None:
                     f"N{n}": rows[(n, args.threads[0])] / rows[(n, t_max)] for n in args.worlds
                 },
                 "reset_ms": rs * 1e3,
+                "reset_cpu_ms": rs_cpu * 1e3,
+                "reset_cpu_pct_single_episode": pct_single,
+                "reset_cpu_pct_batched_episode": pct_batched,
+                "batched_cpu_per_wall": {
+                    f"N{n}_T{t}": cpu_rows[(n, t)] / rows[(n, t)] for (n, t) in rows
+                },
                 "reset_pct_single_episode": 100 * rs / ep_single,
                 "reset_pct_batched_episode": 100 * rs / ep_batched,
                 "load_avg_1min": load[0],

@@ -1,5 +1,7 @@
 """VectorGame: same numbers as the single env, the auto-reset contract, threads, model reuse."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -189,3 +191,27 @@ def test_bad_use_is_rejected():
         VectorGame("nope", 2)
     with pytest.raises(ValueError, match="threads"):
         VectorGame("quadrant", 2, threads=0)
+
+
+def _thread_ticks() -> dict[str, int]:
+    ticks = {}
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks[tid] = int(fields[11]) + int(fields[12])  # utime + stime
+    return ticks
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="per-thread CPU times: Linux")
+def test_two_threads_share_the_physics_and_the_rays():
+    game = HideAndSeekGame(make_config("quadrant"), 32, seed=0, threads=2)
+    game.reset()
+    noop = np.broadcast_to(game.noop, (32, game.n_agents, 5))
+    before = _thread_ticks()
+    for _ in range(12):
+        game.step(noop)
+        for _ in range(4):  # rays alone, so their share shows too
+            game._cast_rays(game._all_worlds)
+    used = sorted(t - before.get(k, 0) for k, t in _thread_ticks().items())
+    # the caller's thread and one MuJoCo worker each ran a real part of the work
+    assert len(used) >= 2 and used[-2] >= 0.2 * sum(used), used
