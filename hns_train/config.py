@@ -68,6 +68,7 @@ class PipelineConfig:
     host: str = "127.0.0.1"
     device: str = "auto"  # policy workers and trainers: auto | cpu | cuda
     torch_threads: int = 1  # per worker process
+    discard_samples: bool = False  # benchmarks: the trainer drops chunks (sampler-only speed)
     ray_address: str = ""  # ray launcher: existing cluster address, or empty to start one
     # --- several trainers, clusters (distributed/ddp.py, ray_launcher.py, docs/cluster.md)
     n_trainers: int = 1  # trainer ranks of one policy (DDP); each takes batch_chunks / n_trainers

@@ -171,6 +171,8 @@ class TrainerWorker(Worker):
                 self._rejected += 1
                 continue
             self._received += 1
+            if self.cfg.pipeline.discard_samples:
+                continue
             version = int(chunk.policy_version.min())
             if self._stale(version):
                 self._dropped_stale += 1
