@@ -1,10 +1,10 @@
-"""Speed of the agents on CPU: batched acting and PPO updates, no env involved.
+"""Speed of the agents on CPU or GPU: batched acting and PPO updates, no env involved.
 
 Prints the parameter count, the time of one `ActorCritic.act` call for several agent batch
 sizes, the time of one `PPO.update` on chunks of 80 steps, and a final one-line JSON summary
 (prefixed `SUMMARY `) for scripts.
 
-    python bench/agents_speed.py [--threads 2] [--preset quadrant|randomwalls]
+    python bench/agents_speed.py [--threads 2] [--preset quadrant|randomwalls] [--device cuda]
 """
 
 from __future__ import annotations
@@ -52,21 +52,27 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=64, help="chunks (agent columns) per update")
     parser.add_argument("--chunk-len", type=int, default=80)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="cpu", help="cpu | cuda")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     shapes = PRESETS[args.preset]
-    model = ActorCritic(shapes, device="cpu")
+    model = ActorCritic(shapes, device=args.device)
     summary: dict[str, object] = {
         "preset": args.preset,
         "threads": args.threads,
+        "device": str(model.device)
+        + (f" ({torch.cuda.get_device_name()})" if model.device.type == "cuda" else ""),
         "torch": torch.__version__,
         "cpu": platform.processor() or platform.machine(),
         "parameters": model.num_parameters(),
     }
-    print(f"preset {args.preset}, torch {torch.__version__}, {args.threads} threads")
+    print(
+        f"preset {args.preset}, torch {torch.__version__}, {args.threads} threads, "
+        f"{summary['device']}"
+    )
     print(f"parameters: {model.num_parameters():,} (policy + value)")
 
     for batch in args.act_batches:
