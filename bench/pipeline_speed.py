@@ -70,11 +70,14 @@ def env_only(cfg, seconds: float) -> float:
 
 
 def pipeline_fps(cfg, seconds: float, warmup: float) -> tuple[float, int]:
-    """Frames per second between the first record after `warmup` seconds and the last."""
+    """Frames per second from `warmup` seconds after the first frames arrived to the end."""
     summary = Controller(cfg).run()
     lines = (Path(summary.run_dir) / "metrics.jsonl").read_text().splitlines()
     train = [json.loads(x) for x in lines if '"kind": "train"' in x]
-    start = train[0]["time"] + warmup
+    started = [r for r in train if r["frames"] > 0]
+    if not started:
+        raise RuntimeError("no frames were produced: workers did not start in time")
+    start = started[0]["time"] + warmup
     window = [r for r in train if r["time"] >= start]
     if len(window) < 2:
         raise RuntimeError(f"run too short to measure: {len(window)} records after warm-up")
@@ -86,12 +89,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default=str(ROOT / "configs" / "quadrant.yaml"))
     parser.add_argument("--seconds", type=float, default=60.0, help="measured time per mode")
-    parser.add_argument("--warmup", type=float, default=20.0)
+    parser.add_argument("--warmup", type=float, default=20.0, help="after the first frames")
+    parser.add_argument("--startup", type=float, default=30.0, help="allowance to start workers")
     parser.add_argument("--modes", default="env,sampler,serial,local")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     runs = tempfile.mkdtemp(prefix="hns-bench-")
-    minutes = (args.seconds + args.warmup) / 60
+    minutes = (args.startup + args.warmup + args.seconds) / 60
     common = [
         f"runs_dir={runs}",
         f"stop.minutes={minutes}",
