@@ -200,3 +200,23 @@ def test_a_dead_rank_restarts_the_whole_group_from_the_checkpoint(tmp_path):
     assert not thread.is_alive() and not controller.error
     last = [controller.workers[n].last["version"] for n in ("trainer0", "trainer1")]
     assert last[0] == last[1] >= target
+
+
+def test_mixed_precision_step_stays_close_to_the_float32_step():
+    """bf16 autocast (what trainers use on GPUs) changes the step only by rounding; the weights,
+    optimiser and statistics stay float32/float64. Checked here on CPU autocast."""
+    chunks = stack_chunks(batches("halves")[0])
+    torch.manual_seed(3)
+    initial = ActorCritic(SHAPES, NET, device="cpu").state_dict()
+    result = {}
+    for dtype in (None, torch.bfloat16):
+        torch.manual_seed(3)
+        model = ActorCritic(SHAPES, NET, device="cpu")
+        stats = PPO(model, PPO_CFG, autocast_dtype=dtype).update(chunks)
+        assert all(np.isfinite(v) for v in stats.values())
+        assert all(v.dtype in (torch.float32, torch.float64) for v in model.state_dict().values())
+        result[dtype] = model.state_dict()
+    full, mixed = result[None], result[torch.bfloat16]
+    step = max(float((full[k] - initial[k]).abs().max()) for k in full)
+    gap = max(float((full[k] - mixed[k]).abs().max()) for k in full)
+    assert 0 < gap < 0.25 * step, (gap, step)

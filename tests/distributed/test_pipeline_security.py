@@ -14,6 +14,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 from hns_train.config import CONFIG_DIR, load_config
 from hns_train.distributed.controller import Controller
@@ -48,6 +49,7 @@ def intrude(endpoints: dict, keys: RunKeys | None, tag: str) -> bool:
     return got
 
 
+@pytest.mark.slow
 def test_peers_without_the_run_keys_are_refused_and_the_run_goes_on(tmp_path, capfd):
     cfg = load_config(
         CONFIG_DIR / "smoke.yaml",
