@@ -159,6 +159,20 @@ class Settings:
     # serial loop gets the same reuse from 4 epochs over each fresh batch.
     ppo: PPOConfig = dataclasses.field(default_factory=lambda: PPOConfig(epochs=4, minibatches=4))
 
+    def __post_init__(self) -> None:
+        for name in ("worlds", "threads", "eval_worlds", "eval_episodes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.minutes <= 0 or self.max_frames < 0:
+            raise ValueError(
+                f"minutes must be > 0 and max_frames >= 0, got {self.minutes}, {self.max_frames}"
+            )
+        if self.chunk_len < 1 or self.chunk_len % self.ppo.bptt_len:
+            raise ValueError(
+                f"chunk_len ({self.chunk_len}) must be a positive multiple of the BPTT length "
+                f"({self.ppo.bptt_len})"
+            )
+
 
 def train(s: Settings) -> dict:
     torch.set_num_threads(s.threads)
