@@ -16,7 +16,8 @@ Folder `run_dir/pool/`:
 
 Who controls each team in an episode (`PolicyPool.draw(rng) -> TeamControllers`):
 - with probability `p_latest` both teams are the learning policy ("latest": the paper's setting);
-- otherwise one team, hiders or seekers with equal probability, is an opponent: "random" with
+- otherwise one team, hiders or seekers with equal probability (or always the team named by
+  `opponent_role`), is an opponent: "random" with
   probability `p_random`, "noop" with probability `p_noop`, else a pool snapshot chosen by `rule`:
   - `uniform`: every snapshot equally;
   - `recency`: weight 0.5 ** (age / recency_half_life), age = 0 for the newest snapshot, 1 for
@@ -196,6 +197,7 @@ class PoolConfig:
     p_random: float = 0.05  # of opponent episodes: a team acting uniformly at random
     p_noop: float = 0.05  # of opponent episodes: a team sending the no-op action
     index_refresh_s: float = 5.0  # how stale the sampler's copy of the index may be
+    opponent_role: str = "any"  # team an opponent plays: any | hider | seeker (chase: hider)
 
     def __post_init__(self) -> None:
         if self.snapshot_every < 1:
@@ -210,6 +212,10 @@ class PoolConfig:
             raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}")
         if self.recency_half_life <= 0 or self.rating_temperature <= 0:
             raise ValueError("recency_half_life and rating_temperature must be > 0")
+        if self.opponent_role not in ("any", *ROLES):
+            raise ValueError(
+                f"opponent_role must be 'any', 'hider' or 'seeker', got {self.opponent_role!r}"
+            )
         if self.index_refresh_s < 0:
             raise ValueError(f"index_refresh_s must be >= 0, got {self.index_refresh_s}")
 
@@ -464,7 +470,9 @@ class PolicyPool:
         cfg = self.config
         if rng.random() < cfg.p_latest:
             return TeamControllers(LATEST, LATEST)
-        role = ROLES[int(rng.integers(2))]
+        role = cfg.opponent_role
+        if role == "any":
+            role = ROLES[int(rng.integers(2))]
         u = rng.random()
         if u < cfg.p_random:
             opponent: PolicyId = RANDOM

@@ -243,3 +243,13 @@ def test_config_validation():
     with pytest.raises(ValueError, match="unknown PoolConfig fields"):
         PoolConfig.from_dict({"snapshot_evry": 3})
     assert PoolConfig.from_dict({"rule": "uniform"}).rule == "uniform"
+
+
+def test_opponent_role_fixes_which_team_the_opponent_plays(tmp_path):
+    config = PoolConfig(p_latest=0.0, p_random=1.0, p_noop=0.0, opponent_role="hider")
+    rng = np.random.default_rng(0)
+    with PolicyPool(tmp_path / "pool", config) as pool:
+        draws = {pool.draw(rng) for _ in range(200)}
+    assert draws == {TeamControllers(hiders="random", seekers="latest")}
+    with pytest.raises(ValueError, match="opponent_role"):
+        PoolConfig(opponent_role="both")

@@ -1,0 +1,68 @@
+"""Actor worker: the chunks it ships, checked against the game on real sockets and workers."""
+
+import numpy as np
+
+from hns_train.agents.chunks import Chunk
+from hns_train.config import CONFIG_DIR, load_config
+from hns_train.distributed.actor import ActorWorker
+from hns_train.distributed.launchers import make_endpoints
+from hns_train.distributed.params import state_dict_to_arrays
+from hns_train.distributed.policy import PolicyWorker
+from hns_train.distributed.streams import ControlServer, ParamPublisher, SampleReceiver
+from hns_train.distributed.worker import WorkerSpec
+
+
+def test_chunks_follow_episodes_rewards_and_the_learning_team(tmp_path):
+    cfg = load_config(
+        CONFIG_DIR / "chase.yaml",
+        [
+            f"runs_dir={tmp_path}",
+            "pipeline.launcher=serial",
+            "pipeline.envs_per_actor=6",
+            "pipeline.chunk_len=40",
+            "agent.network.embed_dim=32",
+            "agent.network.attention_heads=2",
+            "agent.network.dense_dim=32",
+            "agent.network.lstm_dim=16",
+        ],
+    )
+    horizon = cfg.game_config().horizon
+    endpoints = make_endpoints(cfg, "inproc")
+    control = ControlServer(endpoints["control"])
+    samples = SampleReceiver(endpoints["samples_bind"][0])
+    params = ParamPublisher(endpoints["params_bind"])
+    spec = dict(config=cfg.to_dict(), run_dir=str(tmp_path / "run"), endpoints=endpoints)
+    policy = PolicyWorker(WorkerSpec("policy", 0, **spec))
+    actor = ActorWorker(WorkerSpec("actor", 0, **spec))
+    for worker in (policy, actor):
+        worker.poll_ms = 0
+    params.publish(0, state_dict_to_arrays(policy.model.state_dict()))
+
+    chunks = []
+    for _ in range(20_000):
+        policy.step()
+        actor.step()
+        message = samples.recv(timeout_ms=0)
+        if message is not None:
+            chunks.append(Chunk.from_arrays(message.arrays).validate())
+        if len(chunks) == 4:
+            break
+    for closable in (actor, policy, samples, params, control):
+        closable.close()
+
+    assert len(chunks) == 4
+    for chunk in chunks:
+        # Only the seekers (the learning team) are shipped: one column per world of a group.
+        assert chunk.batch_size == 3 and chunk.num_steps == 40
+        assert (chunk.obs["observation_self"][..., 8] == 0).all()  # is_hider = 0
+        # Chunks are aligned with episodes: start on the first step, end with a truncation.
+        assert chunk.episode_start[0].all() and not chunk.episode_start[1:].any()
+        ends = np.zeros(horizon, bool)
+        ends[-1] = True
+        np.testing.assert_array_equal(chunk.truncated, np.repeat(ends[:, None], 3, 1))
+        assert np.all(chunk.truncated_value[-1] != 0)  # V(final observation) was asked for
+        # The seeker's reward is +1 exactly when the next observation shows the hider.
+        seen_next = chunk.obs["mask_aa_obs"][1:, :, 0] > 0
+        np.testing.assert_array_equal(chunk.rewards[:-1], np.where(seen_next, 1.0, -1.0))
+        # The LSTM state is carried inside the episode (stored every bptt_len steps).
+        assert np.abs(chunk.lstm_state[0]).sum() == 0 and np.abs(chunk.lstm_state[1]).sum() > 0
