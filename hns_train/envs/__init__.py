@@ -3,6 +3,7 @@
 - `parallel_env(preset="quadrant", seed=None, render_mode=None, **game_params)`: PettingZoo
   `ParallelEnv` over one world (`parallel.py`); `env(...)`: the same as an AEC env.
 - `HideAndSeekGame`: W worlds stepped in lockstep with array observations (`game.py`).
+- `VectorGame`: N worlds with automatic reset for actors (`vector.py`), returning `VectorStep`.
 - `make_config`, `GameConfig`, `PRESETS`: every number of the spec as a named parameter.
 
 Importing this package on a machine without a display selects MuJoCo's headless EGL backend
@@ -23,14 +24,15 @@ if (
 from hns_train.envs.config import PRESETS, GameConfig, make_config  # noqa: E402
 from hns_train.envs.game import HideAndSeekGame  # noqa: E402
 from hns_train.envs.parallel import HideAndSeekParallelEnv, env, parallel_env  # noqa: E402
-
-# Batched environments for actor workers are exported here (next to the single-world ones).
+from hns_train.envs.vector import VectorGame, VectorStep  # noqa: E402
 
 __all__ = [
     "PRESETS",
     "GameConfig",
     "HideAndSeekGame",
     "HideAndSeekParallelEnv",
+    "VectorGame",
+    "VectorStep",
     "env",
     "make_config",
     "parallel_env",
