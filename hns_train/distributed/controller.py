@@ -186,18 +186,7 @@ class Controller:
         for state in trainers:
             self.launcher.kill(state.spec.name)
         for state in trainers:
-            spec = state.spec
-            self._start(
-                WorkerSpec(
-                    spec.kind,
-                    spec.index,
-                    spec.config,
-                    spec.run_dir,
-                    self.endpoints,
-                    spec.incarnation + 1,
-                    spec.security,
-                )
-            )
+            self._start(state.spec.restarted(self.endpoints))
 
     def specs(self) -> list[WorkerSpec]:
         p = self.cfg.pipeline
@@ -347,18 +336,7 @@ class Controller:
                 self._restart_trainer_group()
                 return
             self.launcher.kill(name)
-            spec = state.spec
-            self._start(
-                WorkerSpec(
-                    spec.kind,
-                    spec.index,
-                    spec.config,
-                    spec.run_dir,
-                    spec.endpoints,
-                    spec.incarnation + 1,
-                    spec.security,
-                )
-            )
+            self._start(state.spec.restarted())
 
     def _check_limits(self) -> None:
         stop = self.cfg.stop

@@ -67,6 +67,12 @@ def make_endpoints(cfg: RunConfig, scheme: str, folder: Path | None = None) -> d
         addr = {n: f"tcp://{host}:{free_tcp_port(host)}" for n in names}
     else:
         raise ValueError(f"unknown transport {scheme!r}; allowed: inproc, ipc, tcp")
+    return endpoints_from(addr, n_policy, n_trainers)
+
+
+def endpoints_from(addr: dict[str, str], n_policy: int, n_trainers: int) -> dict:
+    """The endpoints handed to workers, from one address per socket name (`control`,
+    `params`, `samples<i>` per trainer rank, `inference<i>` per policy worker)."""
     inference = [addr[f"inference{i}"] for i in range(n_policy)]
     samples = [addr[f"samples{i}"] for i in range(n_trainers)]
     return {

@@ -38,6 +38,7 @@ from collections import defaultdict
 from typing import Any
 
 from hns_train.config import RunConfig
+from hns_train.distributed.launchers import endpoints_from
 from hns_train.distributed.worker import WorkerSpec, run_worker
 
 log = logging.getLogger(__name__)
@@ -196,17 +197,7 @@ class RayLauncher:
         for ip, keys in by_ip.items():
             ports = self._ports_on(ip, node_of_ip.get(ip), len(keys))
             addr.update({k: f"tcp://{ip}:{port}" for k, port in zip(keys, ports, strict=True)})
-        inference = [addr[f"inference{i}"] for i in range(p.n_policy_workers)]
-        samples = [addr[f"samples{i}"] for i in range(p.n_trainers)]
-        return {
-            "control": addr["control"],
-            "samples": samples,
-            "samples_bind": samples,
-            "params": addr["params"],
-            "params_bind": addr["params"],
-            "inference": inference,
-            "inference_bind": inference,
-        }
+        return endpoints_from(addr, p.n_policy_workers, p.n_trainers)
 
     def _ports_on(self, ip: str, node_id: str | None, count: int) -> list[int]:
         if ip == self.host or node_id is None:

@@ -13,6 +13,7 @@ after its final checkpoint). Controller -> worker: `stop`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -46,6 +47,14 @@ class WorkerSpec:
     @property
     def name(self) -> str:
         return f"{self.kind}{self.index}"
+
+    def restarted(self, endpoints: dict[str, Any] | None = None) -> WorkerSpec:
+        """The spec of this worker's next incarnation (optionally with new endpoints)."""
+        return dataclasses.replace(
+            self,
+            incarnation=self.incarnation + 1,
+            endpoints=self.endpoints if endpoints is None else endpoints,
+        )
 
 
 class Worker:
