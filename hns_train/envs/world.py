@@ -25,6 +25,18 @@ so `ModelCache` reuses one spec for every episode (a compile, no rebuild, per re
 
 One weld equality per (agent, object) pair, inactive; grabbing writes the relative pose into
 its `eq_data` and activates it (`eq_data[11]` stays 0 so the pose is ours, not qpos0's).
+
+Constraint Jacobian: always dense (`JACOBIAN`). MuJoCo's default (`auto`) switches to the sparse
+path from nv = 60 on, which is exactly the full `randomwalls` world (4 agents, 9 boxes, 2 ramps,
+4 DOFs each). On that path MuJoCo 4.0.0's sparse Cholesky factorization can give the Newton
+solver a wrong Hessian factor in some contact configurations (MuJoCo issue #3767, fixed in
+4.0.1; this venv has 4.0.0). Seen here as: the solver stops at its 100 iterations, its
+constraint forces disagree with its qacc by ~1e4, and the Euler step (implicit damping
+integrates the forces) throws a box at 100-300 m/s; the object then spins up until MuJoCo
+reports a bad QACC and resets the world. The dense path solves the same states in ~10
+iterations and is no slower at these sizes (16 randomwalls worlds x 240 steps of random play:
+5.0-5.3 s CPU dense, 5.7-6.2 s sparse). Quadrant (nv 28) and chase (nv 8) were dense already,
+so their trajectories are unchanged. tests/envs/test_stability.py guards this.
 """
 
 from __future__ import annotations
@@ -43,6 +55,7 @@ RAY_GROUPS = np.array([1, 0, 0, 0, 0, 0], dtype=np.uint8)  # solids only
 FREE_RANGE = 1e4  # joint range of an unlocked object (metres / radians)
 PARK_Z = -50.0  # absent entities wait here
 PARKED_CONTYPE, PARKED_CONAFFINITY = 2, 4  # (2 & 4) == 0 and (2 & 1) == (4 & 1) == 0
+JACOBIAN = mujoco.mjtJacobian.mjJAC_DENSE  # MuJoCo 4.0.0's sparse Newton diverges (docstring)
 
 HIDER_RGBA = (66 / 255, 235 / 255, 244 / 255, 1.0)
 SEEKER_RGBA = (0.93, 0.26, 0.23, 1.0)
@@ -148,6 +161,7 @@ def new_spec(cfg: GameConfig) -> SpecParts:
     spec.compiler.degree = False
     spec.option.timestep = cfg.timestep
     spec.option.gravity = [0.0, 0.0, cfg.gravity]
+    spec.option.jacobian = JACOBIAN  # not the sparse path: see the module docstring
     spec.visual.global_.offwidth = max(cfg.render_width, 640)
     spec.visual.global_.offheight = max(cfg.render_height, 480)
     world = spec.worldbody
