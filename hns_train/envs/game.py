@@ -37,10 +37,19 @@ results against the reference functions of rules.py / observations.py / stats.py
 
 Seeding: world w draws its layouts from its own generator, seeded from `seed` (or from the seed
 given to `reset` for that world); physics is deterministic, so equal seeds give equal episodes.
+
+Physics failures are counted, never silent: when MuJoCo finds a NaN, Inf or huge value in a
+world's qpos, qvel or qacc it warns and resets that world's state to the model's defaults
+(every entity at its qpos0) and the episode goes on from there. After every step the game reads
+the batch's warning counters (`mujoco.batch.Batch.warning`, cleared by each world's reset):
+`physics_warnings` (W,) holds each world's count in its current episode and
+`physics_warnings_total` the count over the game's life, and each new one is logged with its
+world, kind, DOF and body. Actors and tools log them; tests/envs/test_stability.py requires 0.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import mujoco
@@ -63,6 +72,14 @@ from hns_train.envs.world import (
 )
 
 STATE = mujoco.mjtState.mjSTATE_INTEGRATION  # the rows of mujoco.batch.Batch.state
+# MuJoCo's warnings that come with a reset of the world's state: bad qpos, qvel, qacc (adjacent
+# in mjtWarning, so one slice of the batch's (W, mjNWARNING, 2) warning array)
+BAD_STATE = slice(int(mujoco.mjtWarning.mjWARN_BADQPOS), int(mujoco.mjtWarning.mjWARN_BADQACC) + 1)
+BAD_STATE_NAMES = tuple(
+    mujoco.mjtWarning(k).name.removeprefix("mjWARN_BAD")
+    for k in range(BAD_STATE.start, BAD_STATE.stop)
+)  # QPOS, QVEL, QACC
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -120,6 +137,9 @@ class HideAndSeekGame:
         self.lock_team = np.full((W, Ob), rules.NO_TEAM, dtype=np.int64)
         self.lock_agent = np.full((W, Ob), -1, dtype=np.int64)
         self.grabbed = np.full((W, A), -1, dtype=np.int64)
+        self.physics_warnings = np.zeros(W, dtype=np.int64)  # this episode (module docstring)
+        self.physics_warnings_total = 0  # over the game's life
+        self._bad_seen = np.zeros((W, len(BAD_STATE_NAMES)), dtype=np.int64)  # counters read
         # State read from MuJoCo after each step, per entity (agents, then boxes and ramps).
         # Bodies 1..E are the entities (world.py builds them in that order), so entity poses are
         # a slice of the per-body poses `datas[w].xpos` / `xquat`; agent_* / object_* are views.
@@ -219,6 +239,8 @@ class HideAndSeekGame:
         self.lock_team[worlds] = rules.NO_TEAM
         self.lock_agent[worlds] = -1
         self.grabbed[worlds] = -1
+        self.physics_warnings[worlds] = 0  # the batch's reset cleared their counters
+        self._bad_seen[worlds] = 0
         self._ent_tables(worlds)
         self._read_state(worlds)
         self._cast_rays(worlds)
@@ -284,6 +306,8 @@ class HideAndSeekGame:
             self.n_worlds, -1
         )
         self.batch.step(nstep=cfg.substeps)
+        if (self._bad_counts != self._bad_seen).any():
+            self._report_physics()
         self._push_live()
 
         self._read_state()
@@ -419,6 +443,8 @@ class HideAndSeekGame:
         self._qvel = self.batch.bind("qvel")
         self._ctrl = self.batch.bind("ctrl")
         self._eq_active = self.batch.bind("eq_active")
+        # live (W, 3) view of the bad-state warning counters (mjWarningStat.number)
+        self._bad_counts = self.batch.warning[:, BAD_STATE, 1]
         self._state0 = self.batch.state[0]
         self._ctrl_adr = idx.agent_ctrl.ravel()
         # entities: agents then objects (boxes, ramps); their bodies, main geoms and joints
@@ -474,6 +500,28 @@ class HideAndSeekGame:
         # body of each geom, and -1 for a miss (geom id -1 reads the appended last entry)
         self._hit_body = np.append(idx.geom_body, -1)
         self._self_target = (np.arange(A), np.arange(A))
+
+    def _report_physics(self) -> None:
+        """Count and log the bad-state warnings MuJoCo raised in this step's physics."""
+        counts = self._bad_counts.astype(np.int64)
+        for w, k in np.argwhere(counts != self._bad_seen):
+            # lastinfo: the index of the bad qpos / qvel / qacc element; every joint here is a
+            # slide or a hinge, so qpos and DOF indices agree
+            m, dof = self.models[w], int(self.batch.warning[w, BAD_STATE.start + k, 0])
+            body = m.body(int(m.dof_bodyid[dof])).name if 0 <= dof < m.nv else "?"
+            log.warning(
+                "MuJoCo found a NaN, Inf or huge value in %s of world %d at DOF %d (body %s) in "
+                "env step %d and reset the world's state to the model's defaults (%d this episode)",
+                BAD_STATE_NAMES[k],
+                w,
+                dof,
+                body,
+                int(self.t[w]),
+                int(counts[w].sum()),
+            )
+        self.physics_warnings_total += int((counts - self._bad_seen).sum())
+        self._bad_seen[...] = counts
+        self.physics_warnings[...] = counts.sum(axis=1)
 
     def _ent_tables(self, worlds: np.ndarray) -> None:
         """Per-episode tables from who is present (every world: cheap), and the constant parts
