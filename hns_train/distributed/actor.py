@@ -215,6 +215,8 @@ class ActorWorker(Worker):
             "stat_sums": self._stat_sums.tolist(),
             "version_seen": self._latest_version,
             "queued_chunks": len(self.pending_chunks),
+            # MuJoCo's bad-state warnings since the actor started (a reset world is corrupted)
+            "physics_warnings": sum(g.game.game.physics_warnings_total for g in self.groups),
             "time": time.time(),
         }
         self._frames = self._episodes = self._chunks_sent = 0

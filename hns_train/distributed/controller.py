@@ -456,6 +456,7 @@ class Controller:
         actors = by_kind.get("actor", [])
         if actors:
             out["queue/actor_chunks"] = int(sum(a.get("queued_chunks", 0) for a in actors))
+            out["env/physics_warnings"] = int(sum(a.get("physics_warnings", 0) for a in actors))
         return out
 
     # ------------------------------------------------------------------ eval results
