@@ -1,0 +1,9 @@
+"""The pipeline after SRL: workers that exchange arrays over ZeroMQ, and what starts them.
+
+- `wire.py` (msgpack header + raw array frames, no pickle), `streams.py` (inference, samples,
+  parameters, control), `security.py` (CURVE keys for cluster runs), `params.py`.
+- Workers: `actor.py`, `policy.py`, `trainer.py` (+ `ddp.py` for several ranks), `evaluator.py`;
+  the shared base and process entry point in `worker.py`; controller codes in `controllers.py`.
+- `controller.py` (one per run: workers, heartbeats, counters, logs, stop) and the launchers:
+  `launchers.py` (serial, local) and `ray_launcher.py`; `wandb_logger.py`.
+"""
