@@ -57,7 +57,7 @@ class PipelineConfig:
     batch_chunks: int = 64  # chunks per optimisation step (paper: 64,000 of length 10)
     reuse: int = 4  # times a chunk may be trained on (paper: about 4)
     max_staleness: int = 4  # drop chunks produced more than this many versions ago
-    sample_buffer_chunks: int = 1024  # most chunks the trainer holds
+    sample_buffer_chunks: int = 256  # most chunks the trainer holds (the oldest go first)
     checkpoint_every: int = 50  # versions between checkpoints
     keep_checkpoints: int = 3
     heartbeat_s: float = 1.0

@@ -15,6 +15,10 @@ Bootstrapping: when the episodes of a group end, the actor asks once more for th
 final observations (continuing the finished episodes' LSTM states) and stores them as
 `truncated_value`; a chunk that ends mid-episode waits for the next reply's values as its
 `bootstrap_value`. Only the learning policy's rows of present agents go into chunks.
+
+Back-pressure: chunks the sample stream does not take wait in the actor, at most
+`MAX_PENDING_CHUNKS`; beyond that the actor stops starting new steps until the trainer catches
+up, so memory stays bounded and a slow trainer slows the actors down.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from hns_train.distributed.streams import InferenceClient, SampleSender
 from hns_train.distributed.worker import Worker, WorkerSpec
 from hns_train.envs.stats import STAT_KEYS
 from hns_train.envs.vector import VectorGame
+
+MAX_PENDING_CHUNKS = 4  # finished chunks an actor holds while the sample stream is full
 
 
 @dataclass
@@ -97,10 +103,13 @@ class ActorWorker(Worker):
     # ------------------------------------------------------------------ loop
     def step(self) -> bool:
         worked = False
-        for gid, group in enumerate(self.groups):
-            if not group.waiting:
-                self._request(gid, group, "act")
-                worked = True
+        # Back-pressure: while the trainer does not take chunks, stop simulating instead of
+        # queueing them in memory (the cores go to the trainer on a shared machine).
+        if len(self.pending_chunks) < MAX_PENDING_CHUNKS:
+            for gid, group in enumerate(self.groups):
+                if not group.waiting:
+                    self._request(gid, group, "act")
+                    worked = True
         message = self.inference.recv(timeout_ms=self.poll_ms)
         while message is not None:
             gid = int(message.meta.get("group", -1))

@@ -4,7 +4,7 @@ import numpy as np
 
 from hns_train.agents.chunks import Chunk
 from hns_train.config import CONFIG_DIR, load_config
-from hns_train.distributed.actor import ActorWorker
+from hns_train.distributed.actor import MAX_PENDING_CHUNKS, ActorWorker
 from hns_train.distributed.launchers import make_endpoints
 from hns_train.distributed.params import state_dict_to_arrays
 from hns_train.distributed.policy import PolicyWorker
@@ -12,8 +12,8 @@ from hns_train.distributed.streams import ControlServer, ParamPublisher, SampleR
 from hns_train.distributed.worker import WorkerSpec
 
 
-def test_chunks_follow_episodes_rewards_and_the_learning_team(tmp_path):
-    cfg = load_config(
+def small_chase(tmp_path):
+    return load_config(
         CONFIG_DIR / "chase.yaml",
         [
             f"runs_dir={tmp_path}",
@@ -26,7 +26,10 @@ def test_chunks_follow_episodes_rewards_and_the_learning_team(tmp_path):
             "agent.network.lstm_dim=16",
         ],
     )
-    horizon = cfg.game_config().horizon
+
+
+def start_workers(cfg, tmp_path):
+    """Policy and actor workers on inproc sockets, with the trainer's end played by the test."""
     endpoints = make_endpoints(cfg, "inproc")
     control = ControlServer(endpoints["control"])
     samples = SampleReceiver(endpoints["samples_bind"][0])
@@ -37,7 +40,13 @@ def test_chunks_follow_episodes_rewards_and_the_learning_team(tmp_path):
     for worker in (policy, actor):
         worker.poll_ms = 0
     params.publish(0, state_dict_to_arrays(policy.model.state_dict()))
+    return policy, actor, samples, params, control
 
+
+def test_chunks_follow_episodes_rewards_and_the_learning_team(tmp_path):
+    cfg = small_chase(tmp_path)
+    horizon = cfg.game_config().horizon
+    policy, actor, samples, params, control = start_workers(cfg, tmp_path)
     chunks = []
     for _ in range(20_000):
         policy.step()
@@ -66,3 +75,24 @@ def test_chunks_follow_episodes_rewards_and_the_learning_team(tmp_path):
         np.testing.assert_array_equal(chunk.rewards[:-1], np.where(seen_next, 1.0, -1.0))
         # The LSTM state is carried inside the episode (stored every bptt_len steps).
         assert np.abs(chunk.lstm_state[0]).sum() == 0 and np.abs(chunk.lstm_state[1]).sum() > 0
+
+
+def test_an_actor_stops_simulating_when_the_trainer_takes_nothing(tmp_path):
+    cfg = small_chase(tmp_path)
+    policy, actor, samples, params, control = start_workers(cfg, tmp_path)
+    frames = []
+    for _ in range(3000):  # nobody reads `samples`: its queue and the sender's fill up
+        policy.step()
+        actor.step()
+        frames.append(actor._frames)
+    assert len(actor.pending_chunks) == MAX_PENDING_CHUNKS
+    assert frames[-1] == frames[-500] > 0, "the actor kept stepping with a full sample stream"
+    first = samples.recv(timeout_ms=1000)  # the trainer comes back: the actor resumes
+    assert first is not None
+    for _ in range(200):
+        samples.recv(timeout_ms=0)
+        policy.step()
+        actor.step()
+    assert actor._frames > frames[-1]
+    for closable in (actor, policy, samples, params, control):
+        closable.close()
