@@ -54,7 +54,8 @@ class PipelineConfig:
     n_policy_workers: int = 1
     max_inference_batch: int = 4096  # agents per policy forward pass
     chunk_len: int = 80  # steps per sample chunk; must divide the horizon
-    batch_chunks: int = 64  # chunks per optimisation step (paper: 64,000 of length 10)
+    batch_chunks: int = 64  # chunks per step; a chunk has one column per learning agent of a
+    # group, so samples = batch_chunks x columns x chunk_len (paper: 64,000 x 10 = 640k)
     reuse: int = 4  # times a chunk may be trained on (paper: about 4)
     max_staleness: int = 4  # drop chunks produced more than this many versions ago
     sample_buffer_chunks: int = 256  # most chunks the trainer holds (the oldest go first)

@@ -182,6 +182,7 @@ class TrainerWorker(Worker):
         overflow = len(self.buffer) - self.cfg.pipeline.sample_buffer_chunks
         if overflow > 0:  # the oldest arrivals go first
             self.buffer.sort(key=lambda s: s.arrival)
+            self._reuse.extend(s.uses for s in self.buffer[:overflow])
             del self.buffer[:overflow]
         return count
 
@@ -191,6 +192,7 @@ class TrainerWorker(Worker):
     def _usable(self) -> list[Sample]:
         fresh = [s for s in self.buffer if not self._stale(s.version)]
         self._dropped_stale += len(self.buffer) - len(fresh)
+        self._reuse.extend(s.uses for s in self.buffer if self._stale(s.version))
         self.buffer = fresh
         return fresh
 
@@ -205,6 +207,7 @@ class TrainerWorker(Worker):
         for s in batch:
             self._staleness.append(self.version - 1 - s.version)
             s.uses += 1
+        # reuse = times a chunk was trained on when it leaves the buffer (used up, stale, overflow)
         self._reuse.extend(s.uses for s in batch if s.uses >= p.reuse)
         self.buffer = [s for s in self.buffer if s.uses < p.reuse]
         self.publish()

@@ -212,6 +212,7 @@ def test_trainer_drops_stale_and_malformed_chunks(tmp_path):
     assert trainer._dropped_stale == 2  # versions 3 and 5 are more than 4 behind 10
     trainer.ppo.version = 14  # now 6 and 9 are too old as well
     assert [s.version for s in trainer._usable()] == [10]
+    assert trainer._reuse == [0, 0]  # they leave untrained, and the reuse metric says so
     sender.close()
     trainer.close()
     control.close()
