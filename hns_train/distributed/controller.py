@@ -42,6 +42,7 @@ from hns_train.envs.stats import STAT_KEYS
 
 log = logging.getLogger(__name__)
 STOP_GRACE_S = 60.0
+STARTUP_GRACE_S = 120.0  # from start to hello: spawning and importing torch on a busy machine
 
 
 @dataclass
@@ -51,6 +52,7 @@ class WorkerState:
     restarts: int = 0
     stopped: bool = False
     connected: bool = False  # has said hello since its last start
+    busy: bool = False  # announced a computation longer than heartbeats allow (PPO update)
     pid: int | None = None
     last: dict = field(default_factory=dict)
 
@@ -265,7 +267,10 @@ class Controller:
             state.pid = message.meta.get("pid")
         elif message.kind == "stopped":
             state.stopped = True
+        elif message.kind == "busy":
+            state.busy = True
         elif message.kind == "heartbeat":
+            state.busy = False
             state.last = message.meta
             self._absorb(state.spec.kind, message.meta)
 
@@ -316,7 +321,20 @@ class Controller:
         for name, state in list(self.workers.items()):
             if state.stopped:
                 continue
-            silent = now - state.last_seen > p.heartbeat_timeout_s
+            # In one process (serial) every worker waits while another works: silence says
+            # nothing. A worker that announced a long computation (`busy`) is watched through
+            # its process alone until it speaks again.
+            # Before its hello a worker is still starting (spawn, imports): a longer grace.
+            limit = (
+                p.heartbeat_timeout_s
+                if state.connected
+                else max(p.heartbeat_timeout_s, STARTUP_GRACE_S)
+            )
+            silent = (
+                self.launcher.scheme != "inproc"
+                and not state.busy
+                and now - state.last_seen > limit
+            )
             if name not in dead and not silent:
                 continue
             why = "exited" if name in dead else f"silent for {now - state.last_seen:.0f} s"

@@ -200,6 +200,8 @@ class TrainerWorker(Worker):
         p = self.cfg.pipeline
         ready.sort(key=lambda s: (s.uses, -s.arrival))
         batch = ready[: self.batch_size]
+        # An update on a large batch can outlast the heartbeat timeout on a CPU.
+        self.control.send("busy")
         start = time.perf_counter()
         self._last_stats = self.ppo.update(stack_chunks([s.chunk for s in batch]))
         self._update_s += time.perf_counter() - start

@@ -6,9 +6,10 @@ workers in turn in one process, the `local` launcher runs `run_worker(spec)` in 
 process, the `ray` launcher inside a Ray actor. Workers never block for long: every receive has
 a timeout, so a stop request or a heartbeat is never more than ~`POLL_MS` away.
 
-Control protocol (worker -> controller): `hello` once, `heartbeat` every `heartbeat_s` seconds
-with the worker's counters in `meta`, `stopped` when it has cleaned up (the trainer sends it
-after its final checkpoint). Controller -> worker: `stop`.
+Control protocol (worker -> controller): `hello` once built, `heartbeat` every `heartbeat_s` seconds
+with the worker's counters in `meta`, `busy` before a computation that may outlast the heartbeat
+timeout (the trainer's PPO update; the next heartbeat ends it), `stopped` when it has cleaned up
+(the trainer sends it after its final checkpoint). Controller -> worker: `stop`, `counters`.
 """
 
 from __future__ import annotations
@@ -75,7 +76,6 @@ class Worker:
         self.stopping = False
         self.stopped = False
         self._last_beat = 0.0
-        self.control.send("hello", meta={"pid": os.getpid(), "incarnation": spec.incarnation})
 
     # --- to override
     def step(self) -> bool:
@@ -134,7 +134,10 @@ def build_worker(spec: WorkerSpec) -> Worker:
         from hns_train.distributed.evaluator import EvalWorker as cls
     else:
         raise ValueError(f"unknown worker kind {spec.kind!r}; allowed: {WORKER_KINDS}")
-    return cls(spec)
+    worker = cls(spec)
+    # Hello once built: heartbeats are due from here on, not during start-up.
+    worker.control.send("hello", meta={"pid": os.getpid(), "incarnation": spec.incarnation})
+    return worker
 
 
 def run_worker(spec: WorkerSpec) -> None:

@@ -150,6 +150,29 @@ def test_dead_trainer_stops_the_run_and_resume_continues_from_its_checkpoint(tmp
 
 
 @pytest.mark.slow
+def test_updates_longer_than_the_heartbeat_timeout_do_not_kill_the_trainer(tmp_path):
+    cfg = smoke(
+        tmp_path,
+        "name=busy",
+        "pipeline.launcher=local",
+        "pipeline.heartbeat_s=0.2",
+        "pipeline.heartbeat_timeout_s=1.5",
+        "agent.network.embed_dim=128",
+        "agent.network.attention_heads=4",
+        "agent.network.dense_dim=256",
+        "agent.network.lstm_dim=256",
+        "agent.ppo.epochs=60",
+        "stop.versions=2",
+    )
+    controller = Controller(cfg)
+    summary = controller.run()
+    assert not controller.error, controller.error
+    assert summary.version >= 2 and summary.restarts == 0
+    updates = [r["loss/version"] for r in records(tmp_path / "busy") if "loss/version" in r]
+    assert updates, "no update statistics were logged"
+
+
+@pytest.mark.slow
 def test_sigint_checkpoints_and_leaves_no_process(tmp_path):
     cmd = [
         sys.executable,
