@@ -129,6 +129,7 @@ def test_backend_choice_is_checked(bad):
 
 @pytest.mark.slow
 def test_two_trainer_workers_train_one_policy_in_the_pipeline(tmp_path):
+
     from hns_train.agents.checkpoint import CheckpointDir
     from hns_train.config import CONFIG_DIR, load_config
     from hns_train.distributed.controller import Controller
@@ -154,16 +155,11 @@ def test_a_dead_rank_restarts_the_whole_group_from_the_checkpoint(tmp_path):
     import os
     import signal
     import threading
-    import time
+
+    from waiting import wait_for
 
     from hns_train.config import CONFIG_DIR, load_config
     from hns_train.distributed.controller import Controller
-
-    def wait_for(predicate, timeout_s, what):
-        deadline = time.monotonic() + timeout_s
-        while not predicate():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            time.sleep(0.2)
 
     cfg = load_config(
         CONFIG_DIR / "smoke.yaml",

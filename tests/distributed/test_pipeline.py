@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from waiting import alive, wait_for
 
 from hns_train.agents.checkpoint import CheckpointDir
 from hns_train.agents.chunks import Chunk
@@ -43,26 +44,6 @@ def run_in_thread(controller: Controller) -> threading.Thread:
     thread = threading.Thread(target=controller.run, daemon=True)
     thread.start()
     return thread
-
-
-def wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    try:  # a zombie is dead for our purposes
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def children_of(pid: int) -> list[int]:

@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 import pytest
+from waiting import wait_for
 
 from hns_train.config import CONFIG_DIR, load_config
 from hns_train.distributed.controller import Controller
@@ -23,15 +24,6 @@ from hns_train.distributed.streams import ControlClient, ParamSubscriber, Sample
 
 FORGED_VERSION = 1_000_000
 DROPPED = "dropped a malformed chunk"
-
-
-def wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def intrude(endpoints: dict, keys: RunKeys | None, tag: str) -> bool:

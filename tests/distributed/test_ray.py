@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 
 import pytest
+from waiting import alive, wait_for
 
 from hns_train.agents.checkpoint import CheckpointDir
 from hns_train.config import CONFIG_DIR, load_config
@@ -28,22 +28,6 @@ def smoke(tmp_path, *overrides):
             *overrides,
         ],
     )
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def ray_processes() -> list[int]:
