@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import yaml
 from tqdm import tqdm
 
 from hns_train.agents.checkpoint import CheckpointDir
@@ -102,6 +105,8 @@ class Controller:
         for sub in ("checkpoints", "pool", "replays"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         save_config(cfg, self.run_dir / "config.yaml")
+        self.hardware = hardware_info()
+        (self.run_dir / "hardware.yaml").write_text(yaml.safe_dump(self.hardware))
         self.launcher = make_launcher(cfg)
         self._tmp = tempfile.mkdtemp(prefix="hns-")  # short ipc paths (the OS limits their length)
         scheme = cfg.pipeline.transport if self.launcher.scheme != "inproc" else "inproc"
@@ -401,7 +406,10 @@ class Controller:
             # First, and finished before the run's own: wandb holds one active run per process.
             log_reference_run(lg.project, self.run_dir, lg.wandb)
             self.logger = WandbLogger(
-                self.run_dir, self.cfg.to_dict(), project=lg.project, mode=lg.wandb
+                self.run_dir,
+                {**self.cfg.to_dict(), "hardware": self.hardware},
+                project=lg.project,
+                mode=lg.wandb,
             )
         from hns_train.eval.phases import PhaseDetector
 
@@ -530,3 +538,16 @@ class Controller:
             phases=list(self.phases_reached),
             last_record=self.records[-1] if self.records else {},
         )
+
+
+def hardware_info() -> dict:
+    """What this run's controller host has, for comparisons with the baselines' hardware."""
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return {
+        "host": socket.gethostname(),
+        "cpus": os.cpu_count(),
+        "gpus": gpus,
+        "gpu_name": torch.cuda.get_device_name(0) if gpus else None,
+    }

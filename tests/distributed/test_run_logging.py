@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 
@@ -45,6 +46,7 @@ def test_smoke_training_writes_an_offline_wandb_run_that_compare_reads(tmp_path,
     png = tmp_path / "compare.png"
     table = run_compare(run_dir, out=png, width=640, height=480)
     assert "Rapid" in table and "132.3" in table and "logged" in table
+    assert f"{os.cpu_count()} CPU cores" in table  # the controller recorded its hardware
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", data[16:24])
