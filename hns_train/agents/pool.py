@@ -315,7 +315,8 @@ class PolicyPool:
         return self.folder / f"snapshot_{int(version):010d}.pt"
 
     def should_snapshot(self, version: int) -> bool:
-        return version > 0 and version % self.config.snapshot_every == 0
+        # Version 0, the untrained policy, is a member too: the baseline of cross-play.
+        return version % self.config.snapshot_every == 0
 
     def maybe_add(
         self, version: int, state_dict: Mapping[str, Any], frames: int = 0, episodes: int = 0

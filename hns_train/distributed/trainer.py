@@ -96,6 +96,8 @@ class TrainerWorker(Worker):
         if self.ddp is not None:  # every rank starts from rank 0's weights and normalisers
             self.ddp.broadcast_state(self.model)
         self.pool = PolicyPool(pool_dir(spec.run_dir), cfg.pool) if self.is_main else None
+        if self.pool is not None:  # the untrained policy joins the pool before any update
+            self.pool.maybe_add(self.version, self.model.state_dict())
         self.samples = SampleReceiver(
             spec.endpoints["samples_bind"][self.rank], hwm=16, security=self.security
         )

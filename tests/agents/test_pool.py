@@ -71,6 +71,8 @@ def test_snapshots_index_and_weights_round_trip(tmp_path):
     assert pool.maybe_add(5, model.state_dict(), frames=1000, episodes=12)
     assert not pool.maybe_add(5, model.state_dict())  # already stored
     assert pool.versions() == [5] and pool.latest_version() == 5
+    assert pool.maybe_add(0, model.state_dict())  # the untrained policy is kept for cross-play
+    assert pool.versions() == [0, 5] and pool.latest_version() == 5
     info = pool.snapshot_info(5)
     assert (info.frames, info.episodes, info.games, info.hider_mu) == (1000, 12, 0, None)
     assert info.path.exists()
