@@ -7,7 +7,7 @@ the reasoning behind each rule and threshold):
 
 | phase | rule on the window means (all must hold) |
 |---|---|
-| running_and_chasing | hidden_fraction <= 0.5 (seekers find hiders at least half the time) |
+| running_and_chasing | hidden_fraction moved >= 0.1 from the run's starting level (either way) |
 | fort_building | num_box_lock_prep >= 1, max_box_move_prep >= 0.5 m, hidden_fraction >= 0.5 |
 | ramp_use | max_ramp_move - max_ramp_move_prep >= 1 m, hidden_fraction <= 0.5 |
 | ramp_defense | num_ramp_lock_prep >= 1, hidden_fraction >= 0.5 |
@@ -19,6 +19,10 @@ Mechanics (all named parameters of `PhaseConfig`):
 - Input: the training records of `metrics.jsonl` (`episode/<stat>` = mean over the episodes
   finished since the previous record). Records without episode statistics are ignored.
 - Window: the episode-weighted mean of each statistic over the last `window_records` records.
+- Starting level: the episode-weighted means of the run's first `baseline_records` records, the
+  play of the (nearly) untrained policy. Running and chasing is measured against it: untrained
+  seekers in a small arena already see hiders most of the time, so an absolute threshold would
+  fire before any learning.
 - Persistence and hysteresis: a phase's streak starts at the first record whose window meets
   every threshold; it grows by one for each record that meets them, survives records that only
   meet the thresholds relaxed by `hysteresis` (a fraction of each threshold), and breaks
@@ -103,8 +107,10 @@ class PhaseConfig:
     persistence: int = 3  # qualifying records in a streak before a phase fires
     hysteresis: float = 0.2  # a streak survives a window within this fraction of a threshold
     require_order: bool = True  # a phase may start only after its predecessor fired
-    # running and chasing: seekers see a hider in at least half the play steps
-    chase_max_hidden: float = 0.5
+    baseline_records: int = 3  # first records of a run: its starting (untrained) level
+    # running and chasing: the hidden share left its starting level (one team learned to run
+    # away or to chase)
+    chase_min_change: float = 0.1
     # fort building: hiders move and lock boxes during preparation and win
     fort_min_box_lock_prep: float = 1.0  # boxes locked at the end of prep (episode mean)
     fort_min_box_move_prep: float = 0.5  # metres the farthest-moved box travelled in prep
@@ -126,6 +132,10 @@ class PhaseConfig:
         errors = []
         if self.window_records < 1:
             errors.append(f"window_records={self.window_records} must be >= 1")
+        if self.baseline_records < 1:
+            errors.append(f"baseline_records={self.baseline_records} must be >= 1")
+        if self.chase_min_change <= 0:
+            errors.append(f"chase_min_change={self.chase_min_change} must be > 0")
         if self.persistence < 1:
             errors.append(f"persistence={self.persistence} must be >= 1")
         if not 0.0 <= self.hysteresis < 1.0:
@@ -161,6 +171,8 @@ class PhaseDetector:
         self.config = config
         self.fired: dict[str, PhaseOnset] = {}
         self._window: deque[tuple[float, dict[str, float]]] = deque(maxlen=config.window_records)
+        self._start: list[tuple[float, dict[str, float]]] = []  # the first baseline_records
+        self.baseline: dict[str, float] | None = None  # their means, once all are in
         self._streak: dict[str, int] = dict.fromkeys(PHASES, 0)
         self._streak_start: dict[str, dict] = {}
         self._last_episodes: float | None = None
@@ -206,6 +218,10 @@ class PhaseDetector:
                 weight = float(episodes - self._last_episodes)
             self._last_episodes = float(episodes)
         self._window.append((weight, stats))
+        if self.baseline is None:
+            self._start.append((weight, stats))
+            if len(self._start) >= self.config.baseline_records:
+                self.baseline = _weighted_means(self._start)
         means = self._means()
         self._track_surf(means)
 
@@ -234,15 +250,12 @@ class PhaseDetector:
         return new
 
     def _means(self) -> dict[str, float]:
-        totals: dict[str, float] = {}
-        weights: dict[str, float] = {}
-        for w, stats in self._window:
-            for k, v in stats.items():
-                totals[k] = totals.get(k, 0.0) + w * v
-                weights[k] = weights.get(k, 0.0) + w
-        means = {k: totals[k] / weights[k] for k in totals}
+        means = _weighted_means(self._window)
         if "max_ramp_move" in means and "max_ramp_move_prep" in means:
             means["ramp_move_after_prep"] = means["max_ramp_move"] - means["max_ramp_move_prep"]
+        start = (self.baseline or {}).get("hidden_fraction")
+        if start is not None and "hidden_fraction" in means:
+            means["hidden_change"] = abs(means["hidden_fraction"] - start)
         return means
 
     def _track_surf(self, means: dict[str, float]) -> None:
@@ -256,7 +269,7 @@ class PhaseDetector:
     def _conditions(self, phase: str) -> list[Condition] | None:
         c = self.config
         if phase == "running_and_chasing":
-            return [("hidden_fraction", "<=", c.chase_max_hidden)]
+            return [("hidden_change", ">=", c.chase_min_change)]
         if phase == "fort_building":
             return [
                 ("num_box_lock_prep", ">=", c.fort_min_box_lock_prep),
@@ -288,6 +301,16 @@ class PhaseDetector:
                 ("hidden_fraction", ">=", c.surf_defense_min_hidden),
             ]
         raise ValueError(f"unknown phase {phase!r}; allowed phases: {list(PHASES)}")
+
+
+def _weighted_means(items: Iterable[tuple[float, dict[str, float]]]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    for w, stats in items:
+        for k, v in stats.items():
+            totals[k] = totals.get(k, 0.0) + w * v
+            weights[k] = weights.get(k, 0.0) + w
+    return {k: totals[k] / weights[k] for k in totals}
 
 
 def _holds(conditions: list[Condition], means: dict[str, float], slack: float) -> bool:

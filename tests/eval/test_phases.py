@@ -14,7 +14,7 @@ from hns_train.eval.phases import (
 )
 
 PAPER = {  # planned onsets (episodes), shaped like the paper's run
-    "running_and_chasing": 0.5e6,
+    "running_and_chasing": 5e6,  # after the starting level is measured (baseline_records)
     "fort_building": 25e6,
     "ramp_use": 100e6,
     "ramp_defense": 110e6,
@@ -54,17 +54,34 @@ def test_paper_like_run_fires_each_phase_once_in_order_near_its_onset(seed):
 
 def test_spikes_and_noise_alone_fire_nothing_beyond_chasing():
     recs = S.records(
-        {"running_and_chasing": 1e5}, max_episodes=50e6, n_records=400, noise=0.1, spikes=40
+        {"running_and_chasing": 2e6}, max_episodes=50e6, n_records=400, noise=0.1, spikes=40
     )
     onsets, _ = _detect(recs)
     assert [o.phase for o in onsets] == ["running_and_chasing"]
+
+
+@pytest.mark.parametrize("start", [0.35, 0.6])
+def test_chasing_is_measured_from_the_runs_starting_level(start):
+    # Untrained seekers that already see hiders most of the time (a small arena) are not a
+    # phase; the hidden share leaving its starting level is, whichever team learned first.
+    flat = S.records({}, max_episodes=10e6, n_records=60, noise=0.02)
+    for r in flat:
+        r["episode/hidden_fraction"] += start - 0.6
+    assert _detect(flat)[0] == []
+    moved = S.records({"running_and_chasing": 4e6}, max_episodes=10e6, n_records=60, noise=0.02)
+    for r in moved:
+        r["episode/hidden_fraction"] += start - 0.6
+    onsets, det = _detect(moved)
+    assert det.baseline["hidden_fraction"] == pytest.approx(start, abs=0.03)
+    assert [o.phase for o in onsets] == ["running_and_chasing"]
+    assert 3e6 <= onsets[0].episodes <= 5e6
 
 
 def test_phases_wait_for_their_predecessor():
     # forts appear although seekers never learned to chase: fort building must not fire
     recs = S.records({"fort_building": 5e6}, max_episodes=20e6, n_records=100)
     for r in recs:
-        r["episode/hidden_fraction"] = max(r["episode/hidden_fraction"], 0.7)
+        r["episode/hidden_fraction"] = 0.7
     assert _detect(recs)[0] == []
     unordered = PhaseDetector(PhaseConfig(require_order=False))
     assert [o.phase for o in _detect(recs, unordered)[0]] == ["fort_building"]
@@ -120,14 +137,16 @@ def test_surf_defense_after_resume_without_the_surfing_records():
 
 
 def test_records_without_statistics_are_ignored():
-    det = PhaseDetector(PhaseConfig(window_records=1, persistence=1))
+    det = PhaseDetector(PhaseConfig(window_records=1, persistence=1, baseline_records=1))
     assert det.update({"kind": "phase", "phase": "fort_building", "episodes": 5}) == []
     assert det.update({"kind": "train", "episodes": 10, "throughput/x": 1.0}) == []
     assert (
         det.update({"kind": "train", "episodes": 11, "episode/hidden_fraction": float("nan")}) == []
     )
-    (onset,) = det.update({"kind": "train", "episodes": 12, "episode/hidden_fraction": 0.2})
-    assert onset == PhaseOnset("running_and_chasing", 12, 0, 0.0, 0, 0.0)
+    assert det.update({"kind": "train", "episodes": 12, "episode/hidden_fraction": 0.6}) == []
+    assert det.baseline == {"hidden_fraction": 0.6}  # the first record with statistics
+    (onset,) = det.update({"kind": "train", "episodes": 13, "episode/hidden_fraction": 0.2})
+    assert onset == PhaseOnset("running_and_chasing", 13, 0, 0.0, 0, 0.0)
     assert PhaseOnset.from_record(onset.to_record()) == onset
 
 
