@@ -1,0 +1,121 @@
+"""Cross-play bookkeeping: pairings on shared seeds, paired gains and their standard errors,
+and the `REPRODUCE` line of bench/reproduce.py on a tiny real run."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hns_train.envs.config import make_config
+from hns_train.envs.game import HideAndSeekGame
+from hns_train.eval.crossplay import (
+    PAIRINGS,
+    TRAINED,
+    UNTRAINED,
+    Z_SIGNIFICANT,
+    cross_play,
+    paired_gain,
+)
+from hns_train.eval.matches import FixedController, ScriptedSeeker, play_matches
+
+ROOT = Path(__file__).resolve().parents[2]
+CHASE = make_config("chase", horizon=24)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_paired_gain_is_the_mean_difference_with_its_standard_error():
+    a, b = np.array([1.0, 2.0, 3.0, 6.0]), np.array([0.0, 1.0, 1.0, 2.0])
+    gain, se = paired_gain(a, b)
+    diff = a - b
+    assert gain == pytest.approx(2.0)
+    assert se == pytest.approx(diff.std(ddof=1) / 2.0)
+    assert paired_gain([1.0], [0.0])[1] == float("inf")  # one episode has no error bar
+
+
+def test_cross_play_pairs_every_team_on_the_same_seeds():
+    # "trained" = a seeker that chases what it sees, "untrained" = uniform random actions.
+    policies = {TRAINED: ScriptedSeeker, UNTRAINED: lambda: FixedController("random", seed=3)}
+    result = cross_play(CHASE, policies, episodes=24, worlds=8, seed=50)
+    assert list(result.pairings) == list(PAIRINGS)
+    assert all(r.episodes == 24 for r in result.pairings.values())
+
+    # Bookkeeping: untrained v untrained is exactly play_matches on the same seeds.
+    game = HideAndSeekGame(CHASE, n_worlds=8)
+    direct = play_matches(
+        game, FixedController("random", seed=3), FixedController("random", seed=3), 24, seed=50
+    )
+    ref = result[UNTRAINED, UNTRAINED]
+    assert np.allclose(ref.hidden, [r.hidden_fraction for r in direct])
+    assert np.allclose(ref.in_sight, 1.0 - ref.hidden)
+
+    gains = result.gains()
+    seeker, _ = paired_gain(result[UNTRAINED, TRAINED].in_sight, ref.in_sight)
+    assert gains["seeker_gain"] == pytest.approx(seeker)
+    # The scripted chaser keeps the random hider in sight far more than a random seeker does.
+    assert gains["seeker_gain"] > Z_SIGNIFICANT * gains["seeker_gain_se"] > 0
+    assert gains["seeker_gain_significant"]
+    assert set(gains) >= {"hider_gain", "box_move_prep", "box_lock_prep"}
+    assert len(result.table()) == 2 + len(PAIRINGS)
+    assert max(len(line) for line in result.table()) <= 100
+
+
+def test_cross_play_rejects_missing_policies_and_single_episodes():
+    with pytest.raises(ValueError, match="untrained"):
+        cross_play(CHASE, {TRAINED: ScriptedSeeker}, episodes=4)
+    with pytest.raises(ValueError, match="episodes must be >= 2"):
+        cross_play(CHASE, {TRAINED: ScriptedSeeker, UNTRAINED: ScriptedSeeker}, episodes=1)
+
+
+def test_reproduce_prints_the_json_line_of_a_tiny_run(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("reproduce", ROOT / "bench" / "reproduce.py")
+    reproduce = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reproduce)
+    result = reproduce.main(
+        [
+            "--config",
+            str(ROOT / "configs" / "smoke.yaml"),
+            "--runs-dir",
+            str(tmp_path),
+            "--name",
+            "tiny",
+            "--eval-episodes",
+            "8",
+            "--eval-worlds",
+            "4",
+            "--quiet",
+            "pipeline.launcher=serial",
+            "stop.versions=4",
+        ]
+    )
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("REPRODUCE ")
+    printed = json.loads(last[len("REPRODUCE ") :])
+    for key in (
+        "minutes",
+        "frames",
+        "episodes",
+        "seeker_gain",
+        "hider_gain",
+        "box_move_prep",
+        "box_lock_prep",
+        "phases",
+    ):
+        assert key in printed, key
+    assert printed["frames"] > 0 and printed["episodes"] > 0 and printed["version"] >= 4
+    assert printed["seeker_gain"] == pytest.approx(result["seeker_gain"])
+    assert (tmp_path / "tiny" / "replays" / "reproduce_final.npz").is_file()
+    assert (tmp_path / "tiny" / "curves.png").is_file()
+    pairs = printed["pairings"]
+    assert set(pairs) == {f"{h}_v_{s}" for h, s in PAIRINGS}
+    uu = pairs["untrained_v_untrained"]
+    assert uu["in_sight"] == pytest.approx(1.0 - uu["hidden"])
