@@ -143,6 +143,44 @@ def test_grab_needs_the_object_in_range():
     assert game.grabbed[0, 0] == -1
 
 
+def test_a_held_box_stretched_out_of_range_is_dropped_for_the_next_eligible_one():
+    """Grabs are decided afresh every step (the original's rule): box A, grabbed at 0.248 m,
+    is pulled 3 mm past the 0.25 m range by a tug of war, so it is released and box B (0.249 m,
+    seen on the previous step) is taken instead."""
+    game = S.one_v_one(prep_fraction=0.0)
+    x, y = 2.0, 4.2
+    box_a = (x + 0.248 + 0.25, y, 0.0)  # east of the hider, its west face 0.248 m away
+    box_b = (x - 0.05, y + 0.249 + 0.25, 0.0)  # north, its south face 0.249 m away
+    seeker = (box_a[0] + 0.25 + 0.2, y, S.FACE_MX)  # east of A, facing it
+    # the hider faces north-east, so both boxes are in its cone; its arms stay clear of both
+    S.place(game, agents={0: (x, y, 3 * math.pi / 4), 1: seeker}, objects={0: box_a, 1: box_b})
+    assert game.sees_object[0, 0, :2].all()
+
+    def dist(o):
+        d = rules.obb_distance(game.agent_pos, game.object_pos, game.object_yaw, game.half)
+        return d[0, 0, o]
+
+    assert dist(0) == pytest.approx(0.248) and dist(1) == pytest.approx(0.249)
+    pull_west, pull_east = [0, 5, 5, 1, 0], [10, 5, 5, 1, 0]
+    S.run(game, 1, a0=pull_west, a1=pull_east)  # both grab A and pull it apart
+    assert game.grabbed[0].tolist() == [0, 0]
+    assert 0.25 < dist(0) < 0.253  # the welds stretch about 3 mm
+    assert dist(1) <= game.cfg.grab_range
+    S.run(game, 1, a0=pull_west, a1=pull_east)
+    assert game.grabbed[0].tolist() == [1, 0]  # A released, B taken; the seeker keeps A
+    eq = game.datas[0].eq_active
+    assert eq[game.index.weld[0, 0]] == 0 and eq[game.index.weld[0, 1]] == 1
+
+
+def test_grab_is_the_closest_eligible_object_every_step():
+    grab = np.array([[1, 1, 0]])
+    eligible = np.array([[[True, True], [False, False], [True, True]]])
+    dist = np.array([[[0.2, 0.1], [0.1, 0.1], [0.1, 0.2]]])
+    assert rules.choose_grabs(grab, eligible, dist).tolist() == [[1, -1, -1]]
+    eligible[0, 0, 1] = False  # the held object stopped being eligible: the other one
+    assert rules.choose_grabs(grab, eligible, dist).tolist() == [[0, -1, -1]]
+
+
 # ---------------------------------------------------------------- locks
 
 
@@ -206,6 +244,74 @@ def test_quadrant_ramp_cannot_be_locked():
     assert game.sees_object[0, 0, ramp]
     S.run(game, 1, a0=[5, 5, 5, 0, 1])
     assert not game.locked[0, ramp]
+
+
+def test_an_agent_may_grab_a_locked_box_and_is_pinned_by_it():
+    """As in the original: a locked object can be grabbed, and the weld to the frozen object
+    holds the agent in place; locking a held box keeps the grab."""
+    game = _lock_scene()
+    keep_locked = [5, 5, 5, 0, 1]  # the hider stays in range: lock=0 from it would unlock
+    S.run(game, 1, a0=keep_locked)
+    assert game.locked[0, 0]
+    S.run(game, 1, a0=keep_locked, a1=[5, 5, 5, 1, 0])  # the seeker grabs the locked box
+    assert game.grabbed[0, 1] == 0
+    box, seeker = S.object_xy(game, 0), S.agent_xy(game, 1)
+    S.run(game, 6, a0=keep_locked, a1=[10, 5, 5, 1, 0])  # and pulls east at full force
+    assert game.locked[0, 0] and game.grabbed[0, 1] == 0
+    assert np.linalg.norm(S.agent_xy(game, 1) - seeker) < 0.01  # pinned
+    assert np.linalg.norm(S.object_xy(game, 0) - box) < 0.005
+    S.run(game, 2, a0=keep_locked, a1=[10, 5, 5, 0, 0])  # let go: the same pull moves it
+    assert S.agent_xy(game, 1)[0] - seeker[0] > 0.5
+
+    game = _lock_scene()
+    S.run(game, 1, a0=[5, 5, 5, 1, 0])  # the hider holds the box
+    S.run(game, 1, a0=[5, 5, 5, 1, 0], a1=[5, 5, 5, 0, 1])  # the seeker locks it
+    assert game.locked[0, 0] and game.grabbed[0, 0] == 0
+
+
+def test_lock_veto_is_the_team_rule_with_the_locker_reset():
+    """An in-range member of the locking team sending lock=0 unlocks, whatever others ask on the
+    same step; an unlocked object has no locking team, so nobody vetoes a lock of it (the
+    original kept the last locker, and started with agent 0, a hider, as every object's)."""
+    game = _lock_scene()
+    hider_lock, seeker_lock = [5, 5, 5, 0, 1], [5, 5, 5, 0, 1]
+    # never locked: the hider in range sends lock=0, the seeker's lock still takes
+    S.run(game, 1, a1=seeker_lock)
+    assert game.locked[0, 0] and game.lock_team[0, 0] == rules.SEEKERS
+    # locked by the seekers: the seeker's lock=0 unlocks although the hider asks to lock
+    S.run(game, 1, a0=hider_lock)
+    assert not game.locked[0, 0] and game.lock_team[0, 0] == rules.NO_TEAM
+    # the seekers no longer own it: the hider locks although the seeker sends lock=0
+    S.run(game, 1, a0=hider_lock)
+    assert game.locked[0, 0] and game.lock_team[0, 0] == rules.HIDERS
+    # and the hiders' veto: lock=0 from the hider unlocks against the seeker's lock=1
+    S.run(game, 1, a1=seeker_lock)
+    assert not game.locked[0, 0] and game.lock_agent[0, 0] == -1
+
+
+@pytest.mark.parametrize(
+    "locked, team, actions, want",
+    [
+        # (locked before, locking team, lock actions of hider / seeker, (locked, team) after)
+        (False, rules.NO_TEAM, [0, 1], (True, rules.SEEKERS)),  # no veto without an owner
+        (False, rules.NO_TEAM, [1, 1], (True, rules.HIDERS)),  # lowest index locks
+        (True, rules.SEEKERS, [1, 0], (False, rules.NO_TEAM)),  # the owner's lock=0 vetoes
+        (True, rules.SEEKERS, [0, 1], (True, rules.SEEKERS)),  # only the owner can unlock
+        (True, rules.HIDERS, [0, 1], (False, rules.NO_TEAM)),
+    ],
+)
+def test_update_locks_team_rule(locked, team, actions, want):
+    team_of = np.array([rules.HIDERS, rules.SEEKERS])
+    out = rules.update_locks(
+        np.array([[locked]]),
+        np.array([[team]]),
+        np.array([[-1 if team == rules.NO_TEAM else int(team)]]),
+        np.ones((1, 2, 1), dtype=bool),
+        np.array([actions]),
+        team_of,
+        np.array([True]),
+    )
+    assert (bool(out[0][0, 0]), int(out[1][0, 0])) == want
 
 
 # ---------------------------------------------------------------- preparation phase
