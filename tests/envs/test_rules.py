@@ -24,10 +24,15 @@ def _inner_wall(game):
 # ---------------------------------------------------------------- bodies
 
 
+def _arms(game, a=0):
+    m, body = game.model, game.index.agent_body[a]
+    return [g for g in range(m.ngeom) if m.geom_bodyid[g] == body and g != game.index.agent_geom[a]]
+
+
 def test_arms_mark_the_front_that_the_vision_cone_uses():
     game = S.one_v_one()
     m, body = game.model, game.index.agent_body[0]
-    arms = [g for g in range(m.ngeom) if m.geom_bodyid[g] == body and g != game.index.agent_geom[0]]
+    arms = _arms(game)
     np.testing.assert_allclose(
         sorted(m.geom_pos[arms].tolist()), [[-0.13, -0.075, -0.05], [0.13, -0.075, -0.05]]
     )
@@ -38,6 +43,61 @@ def test_arms_mark_the_front_that_the_vision_cone_uses():
     mid = d.geom_xpos[arms].mean(axis=0)[:2] - d.xpos[body, :2]
     front = mid / np.linalg.norm(mid)
     np.testing.assert_allclose(front, [math.sin(yaw), -math.cos(yaw)], atol=1e-9)
+
+
+def test_arms_are_massless_solid_geoms_with_the_agent_friction():
+    game = S.one_v_one()
+    m, arms, main = game.model, _arms(game), game.index.agent_geom[0]
+    # as in the original: colliding (contype / conaffinity 1), friction 0.01, mass 0
+    assert m.geom_contype[arms].tolist() == [1, 1] and m.geom_conaffinity[arms].tolist() == [1, 1]
+    np.testing.assert_array_equal(m.geom_friction[arms], m.geom_friction[[main, main]])
+    assert m.geom_friction[main, 0] == pytest.approx(0.01)
+    assert m.body_mass[game.index.agent_body[0]] == pytest.approx(1.0)
+    np.testing.assert_array_equal(m.geom_group[arms], m.geom_group[main])  # rays see them too
+
+
+def _open_floor_game():
+    """1 v 1 without walls, bounds widened: room for a 20-step full-force push (about 6 m)."""
+    return S.one_v_one(walls="none", oob_low=-6.0, oob_high=12.0, penalise_objects_oob=False)
+
+
+def test_a_sustained_full_push_turns_the_box_and_drifts_it_sideways():
+    """An agent at yaw 0 (front -y) pushing +x leads with its +x arm, 0.075 m behind its centre
+    line: the off-centre push turns the box and walks it sideways (the original: about 0.6 m
+    over 20 steps). With arms that do not collide the box goes straight (0 m, 0 rad)."""
+    game = _open_floor_game()
+    reach = game.cfg.arm_offset[0] + game.cfg.arm_radius  # 0.18 m: the arm touches first
+    box = (-4.0, 0.0, 0.0)
+    agents = {0: (box[0] - 0.25 - reach, 0.0, 0.0), 1: (5.5, 9.0, 0.0)}
+    S.place(game, agents=agents, objects={0: box})
+    box_yaw = []
+    for _ in range(20):
+        S.run(game, 1, a0=S.PUSH_PX)
+        box_yaw.append(game.object_yaw[0, 0])
+    dx, dy = S.object_xy(game, 0) - box[:2]
+    assert dx > 3.0  # it was pushed along
+    assert dy == pytest.approx(0.58, abs=0.12)  # sideways drift, towards the arm's side
+    assert max(box_yaw) > 0.3  # turned by the off-centre push
+    assert game.agent_yaw[0, 0] < -0.05  # and the agent is turned the other way
+
+
+def test_an_agent_running_into_a_wall_off_its_front_is_turned():
+    """Its leading arm meets the wall first; the contact turns the agent until the sphere
+    touches too: yaw -0.32 rad from 0 (the original: about -0.32)."""
+    game = S.one_v_one()
+    r, (ax, ay, _), ra = game.cfg.agent_radius, game.cfg.arm_offset, game.cfg.arm_radius
+    # the yaw at which the arm reaches exactly as far towards the wall as the sphere
+    phi = math.atan2(-ay, ax)
+    settled = phi - math.acos((r - ra) / math.hypot(ax, ay))
+    assert settled == pytest.approx(-0.318, abs=1e-3)
+    S.place(game, agents={0: (5.2, 4.2, 0.0), 1: (1.0, 5.0, 0.0)})
+    S.run(game, 8, a0=S.PUSH_PX)  # into the outer wall (face x = 5.85)
+    assert game.agent_yaw[0, 0] == pytest.approx(settled, abs=0.01)
+    assert S.agent_xy(game, 0)[0] == pytest.approx(5.85 - r, abs=0.005)
+    # facing the wall squarely the sphere touches first: no turn
+    S.place(game, agents={0: (5.2, 4.2, S.FACE_PX), 1: (1.0, 5.0, 0.0)})
+    S.run(game, 8, a0=S.PUSH_PX)
+    assert game.agent_yaw[0, 0] == pytest.approx(S.FACE_PX, abs=1e-3)
 
 
 @pytest.mark.parametrize("yaw", [0.0, math.pi / 2])
