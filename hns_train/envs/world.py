@@ -13,8 +13,8 @@ collide, with the agent's friction, and rays hit them), as in the original: they
 from the agent's centre at 60 degrees either side of its front, beyond the sphere's 0.15 m, so
 an agent that pushes a box or meets a wall off its front line touches it with an arm first and
 the off-centre contact turns both (docs/fidelity.md). Boxes (0.5 m cubes or 1.65 x 0.15 x 0.5 m)
-and ramps (0.5 m right triangular prisms, tall face at local -y) have slide x/y/z + hinge z.
-Walls are static boxes.
+and ramps (0.5 m right triangular prisms, tall face at local -y) have slide x/y/z + hinge z, all
+four damped (0.01 boxes, 0.1 ramps, as in the original). Walls are static boxes.
 
 Every movable body sits at the origin of the xy-plane in the model and is positioned through
 its slide joints, so qpos x/y is the body's centre and a new episode only writes qpos.
@@ -104,12 +104,14 @@ def _friction(mu: float) -> list[float]:
     return [mu, 0.005, 0.0001]
 
 
-def _add_object_joints(body, prefix: str, hinge_damping: float) -> None:
+def _add_object_joints(body, prefix: str, damping: float) -> None:
+    # the original damps all four joints of a box or ramp (not only the hinge)
     for axis, name in (([1, 0, 0], "x"), ([0, 1, 0], "y"), ([0, 0, 1], "z")):
         body.add_joint(
             name=f"{prefix}_{name}",
             type=mujoco.mjtJoint.mjJNT_SLIDE,
             axis=axis,
+            damping=damping,
             limited=mujoco.mjtLimited.mjLIMITED_TRUE,
             range=[-FREE_RANGE, FREE_RANGE],
         )
@@ -117,7 +119,7 @@ def _add_object_joints(body, prefix: str, hinge_damping: float) -> None:
         name=f"{prefix}_yaw",
         type=mujoco.mjtJoint.mjJNT_HINGE,
         axis=[0, 0, 1],
-        damping=hinge_damping,
+        damping=damping,
         limited=mujoco.mjtLimited.mjLIMITED_TRUE,
         range=[-FREE_RANGE, FREE_RANGE],
     )
@@ -271,7 +273,7 @@ def new_spec(cfg: GameConfig) -> SpecParts:
     box_bodies, box_geoms = [], []
     for k in range(cfg.max_boxes):
         body = world.add_body(name=f"box{k}")
-        _add_object_joints(body, f"box{k}", cfg.box_hinge_damping)
+        _add_object_joints(body, f"box{k}", cfg.box_joint_damping)
         # one material per object: locking lights up that object alone (set_locked_highlight)
         spec.add_material(name=f"box{k}", rgba=BOX_RGBA)
         geom = body.add_geom(
@@ -288,7 +290,7 @@ def new_spec(cfg: GameConfig) -> SpecParts:
         spec.add_mesh(name="ramp", uservert=ramp_vertices(cfg.ramp_size).ravel().tolist())
     for k in range(cfg.n_ramps):
         body = world.add_body(name=f"ramp{k}", pos=[0, 0, cfg.ramp_size / 2])
-        _add_object_joints(body, f"ramp{k}", cfg.ramp_hinge_damping)
+        _add_object_joints(body, f"ramp{k}", cfg.ramp_joint_damping)
         spec.add_material(name=f"ramp{k}", rgba=RAMP_RGBA)
         body.add_geom(
             name=f"ramp{k}",

@@ -56,6 +56,14 @@ def test_arms_are_massless_solid_geoms_with_the_agent_friction():
     np.testing.assert_array_equal(m.geom_group[arms], m.geom_group[main])  # rays see them too
 
 
+def test_every_joint_of_a_box_or_ramp_is_damped_as_in_the_original():
+    game = S.one_v_one()
+    m, idx = game.model, game.index
+    dofs = m.jnt_dofadr[idx.object_jnt]  # (O, 4): slide x, y, z, hinge z
+    np.testing.assert_array_equal(m.dof_damping[dofs[: idx.n_boxes]], 0.01)
+    np.testing.assert_array_equal(m.dof_damping[dofs[idx.n_boxes :]], 0.1)
+
+
 def _open_floor_game():
     """1 v 1 without walls, bounds widened: room for a 20-step full-force push (about 6 m)."""
     return S.one_v_one(walls="none", oob_low=-6.0, oob_high=12.0, penalise_objects_oob=False)
