@@ -56,6 +56,35 @@ def test_arms_are_massless_solid_geoms_with_the_agent_friction():
     np.testing.assert_array_equal(m.geom_group[arms], m.geom_group[main])  # rays see them too
 
 
+@pytest.mark.parametrize("preset, wall_friction", [("quadrant", 0.01), ("randomwalls", 1.0)])
+def test_bodies_and_physics_carry_the_spec_numbers(preset, wall_friction):
+    """Spec §1-2: physics constants, masses, frictions, joint damping, actuators."""
+    game = S.one_v_one(preset, seed=3)
+    m, idx, cfg = game.model, game.index, game.cfg
+    assert m.opt.timestep == 0.005 and cfg.substeps == 15
+    np.testing.assert_array_equal(m.opt.gravity, [0, 0, -50])
+    a = 0
+    assert m.geom_size[idx.agent_geom[a], 0] == 0.15
+    assert m.body_mass[idx.agent_body[a]] == pytest.approx(1.0)
+    np.testing.assert_array_equal(m.dof_damping[idx.agent_qvel[a]], [10, 10, 1, 10])
+    ctrl = idx.agent_ctrl[a]
+    assert m.actuator_gear[ctrl, 0].tolist() == [100] * 3
+    joints = [m.joint(f"agent{a}_{n}").id for n in ("x", "y", "yaw")]
+    assert m.actuator_trnid[ctrl, 0].tolist() == joints
+    np.testing.assert_allclose(m.body_mass[idx.object_body], 1.0)
+    box, ramp = idx.object_geom[0], idx.object_geom[-1]
+    assert m.geom_friction[box, 0] == 0.2 and m.geom_friction[ramp, 0] == 0.01
+    floor = m.geom("floor").id
+    assert m.geom_friction[floor, 0] == 0.2
+    walls = [
+        g for g in range(m.ngeom) if m.geom(g).name.startswith("wall") and m.geom_group[g] == 0
+    ]
+    assert walls and np.all(m.geom_friction[walls, 0] == wall_friction)
+    # bin k of 11 drives ctrl linspace(-0.9, 0.9, 11)[k] along world x, y and yaw
+    S.run(game, 1, a0=[0, 10, 3, 0, 0])
+    np.testing.assert_allclose(game.data.ctrl[ctrl], [-0.9, 0.9, -0.36])
+
+
 def test_every_joint_of_a_box_or_ramp_is_damped_as_in_the_original():
     game = S.one_v_one()
     m, idx = game.model, game.index
