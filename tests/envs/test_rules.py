@@ -240,6 +240,20 @@ def test_grab_needs_the_object_in_range():
     assert game.grabbed[0, 0] == -1
 
 
+def test_grab_and_lock_need_the_object_seen_on_the_previous_step():
+    game = S.one_v_one(prep_fraction=0.0)
+    box = {0: (2.0, 4.2, 0.0)}
+    # 0.17 m from the box face, facing away: in range, outside the vision cone
+    S.place(game, agents={0: (1.58, 4.2, S.FACE_MX), 1: (3.5, 5.0, 0.0)}, objects=box)
+    assert not game.sees_object[0, 0, 0]
+    S.run(game, 1, a0=[5, 5, 5, 1, 1])
+    assert game.grabbed[0, 0] == -1 and not game.locked[0, 0]
+    S.place(game, agents={0: (1.58, 4.2, S.FACE_PX), 1: (3.5, 5.0, 0.0)}, objects=box)
+    assert game.sees_object[0, 0, 0]
+    S.run(game, 1, a0=[5, 5, 5, 1, 1])
+    assert game.grabbed[0, 0] == 0 and game.locked[0, 0]
+
+
 def test_a_held_box_stretched_out_of_range_is_dropped_for_the_next_eligible_one():
     """Grabs are decided afresh every step (the original's rule): box A, grabbed at 0.248 m,
     is pulled 3 mm past the 0.25 m range by a tug of war, so it is released and box B (0.249 m,
