@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from hns_train.envs import rules
+from hns_train.envs.config import make_config
 from hns_train.envs.world import LOCKED_EMISSION
 
 WALL_FACE_GAP = 0.05  # half the wall thickness
@@ -56,9 +57,21 @@ def test_arms_are_massless_solid_geoms_with_the_agent_friction():
     np.testing.assert_array_equal(m.geom_group[arms], m.geom_group[main])  # rays see them too
 
 
-@pytest.mark.parametrize("preset, wall_friction", [("quadrant", 0.01), ("randomwalls", 1.0)])
-def test_bodies_and_physics_carry_the_spec_numbers(preset, wall_friction):
-    """Spec §1-2: physics constants, masses, frictions, joint damping, actuators."""
+SPEC_PRESETS = {  # spec §1: horizon, prep steps, out-of-bounds rect, wall friction
+    "quadrant": (80, 32, (0.1, 5.9), 0.01),
+    "randomwalls": (240, 96, (-6.0, 12.0), 1.0),
+}
+
+
+@pytest.mark.parametrize("preset", sorted(SPEC_PRESETS))
+def test_bodies_and_physics_carry_the_spec_numbers(preset):
+    """Spec §1-3: episode and rule numbers, physics constants, masses, frictions, joint damping,
+    actuators."""
+    horizon, prep, oob, wall_friction = SPEC_PRESETS[preset]
+    cfg = make_config(preset)
+    assert (cfg.horizon, cfg.prep_steps, (cfg.oob_low, cfg.oob_high)) == (horizon, prep, oob)
+    assert (cfg.n_lidar, cfg.lidar_range, cfg.grab_range) == (30, 6.0, 0.25)
+    assert math.degrees(cfg.vision_half_angle) == pytest.approx(67.5)
     game = S.one_v_one(preset, seed=3)
     m, idx, cfg = game.model, game.index, game.cfg
     assert m.opt.timestep == 0.005 and cfg.substeps == 15
