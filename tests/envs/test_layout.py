@@ -32,15 +32,20 @@ def _segments(layout, slots):
     return out
 
 
-def _doors(segments):
-    """Gaps between consecutive segments on the same line, per line."""
-    lines = {}
-    for axis, across, lo, hi in segments:
-        lines.setdefault((axis, round(across, 6)), []).append((lo, hi))
-    return {
-        line: [b[0] - a[1] for a, b in zip(sorted(s), sorted(s)[1:], strict=False)]
-        for line, s in lines.items()
-    }
+def _inner_walls(layout):
+    """Per inner wall (slots 4 + 2i and 5 + 2i hold its two sides of the door): its segments."""
+    n = len(layout.wall_present)
+    walls = [_segments(layout, (k, k + 1)) for k in range(4, n, 2)]
+    return [w for w in walls if w]
+
+
+def _door_gap(wall):
+    """The gap between a wall's two segments (both on one line), or None without a door."""
+    if len(wall) == 1:
+        return None
+    (a0, x0, lo0, hi0), (a1, x1, lo1, hi1) = sorted(wall, key=lambda s: s[2])
+    assert a0 == a1 and x0 == pytest.approx(x1)
+    return lo1 - hi0
 
 
 def _binomial_ok(count, n, p):
@@ -74,12 +79,11 @@ def test_quadrant_walls_room_and_doors():
         assert min(spans[(1, 3.1)]) == pytest.approx(3.05) and max(
             spans[(1, 3.1)]
         ) == pytest.approx(5.95)
-        gaps = _doors(inner)
-        for line in gaps.values():
-            assert all(g == pytest.approx(DOOR) for g in line)
-        n_doors = sum(len(g) for g in gaps.values())
-        assert n_doors in (1, 2)
-        doorless += n_doors == 1
+        gaps = [_door_gap(w) for w in _inner_walls(lay)]
+        assert len(gaps) == 2
+        assert all(g == pytest.approx(DOOR) for g in gaps if g is not None)
+        assert gaps.count(None) <= 1
+        doorless += gaps.count(None)
     assert _binomial_ok(doorless, N, cfg.p_one_wall_doorless)
 
 
@@ -102,19 +106,21 @@ def test_quadrant_placement_boxes_in_the_room_seekers_outside_it():
 
 def test_randomwalls_rooms_doors_outer_walls_and_boxes():
     cfg, layouts = _layouts("randomwalls", seed=2)
-    rooms, outer, n_boxes = np.zeros(5, int), 0, set()
+    rooms, outer, n_boxes, one_axis = np.zeros(5, int), 0, set(), 0
     for lay in layouts:
         outer_present = lay.wall_present[:4]
         assert outer_present.all() or not outer_present.any()
         outer += bool(outer_present.all())
-        gaps = _doors(_segments(lay, range(4, len(lay.wall_present))))
-        assert all(len(g) == 1 and g[0] == pytest.approx(DOOR) for g in gaps.values())
+        gaps = [_door_gap(w) for w in _inner_walls(lay)]
+        assert all(g == pytest.approx(DOOR) for g in gaps)  # one door per inner wall
         rooms[len(gaps) + 1] += 1  # one inner wall per split
         n = int((lay.box_kind != ABSENT).sum())
         n_long = int(np.isin(lay.box_kind, (LONG_X, LONG_Y)).sum())
         assert 3 <= n <= 9 and 3 <= n_long <= min(9, n)
         assert np.all(lay.box_kind[:n] != ABSENT) and np.all(lay.box_kind[n:] == ABSENT)
         n_boxes.add(n)
+        n_x = int((lay.box_kind == LONG_X).sum())
+        one_axis += n_x in (0, n_long)
         assert len(lay.ramp_xy) == 2
         # teammates start within 3 cells of their team's first agent (footprint corners)
         for team in (slice(0, cfg.max_hiders), slice(cfg.max_hiders, None)):
@@ -123,3 +129,7 @@ def test_randomwalls_rooms_doors_outer_walls_and_boxes():
     assert _binomial_ok(outer, N, 0.5)
     assert all(rooms[k] > N / 8 for k in (1, 2, 3, 4))  # 1-4 rooms, uniform
     assert n_boxes == set(range(3, 10))
+    # the number along x is uniform in 0..n_long (the original's draw), so all elongated boxes
+    # share one axis in 2 / (n_long + 1) of the layouts: about 0.3 here, not the 2 / 2**n_long
+    # (about 0.06) of independent coin flips
+    assert 0.2 * N < one_axis < 0.45 * N
