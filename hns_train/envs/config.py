@@ -77,12 +77,14 @@ class GameConfig:
     elongated_size: tuple[float, float, float] = (1.65, 0.15, 0.5)
     box_mass: float = 1.0
     box_friction: float = 0.2
-    box_joint_damping: float = 0.01  # each of slide x, y, z and hinge z, as in the original
+    # damping of every joint of a box / ramp (slides and hinge, as in the original); the names
+    # predate that and stay, since saved replays carry the config by field name
+    box_hinge_damping: float = 0.01
     n_ramps: int = 1
     ramp_size: float = 0.5
     ramp_mass: float = 1.0
     ramp_friction: float = 0.01
-    ramp_joint_damping: float = 0.1  # each of its four joints, as in the original
+    ramp_hinge_damping: float = 0.1
     boxes_lockable: bool = True
     ramps_lockable: bool = False
     box_size_obs: bool = False  # append the box's full size (x, y, z) to box_obs

@@ -273,7 +273,7 @@ def new_spec(cfg: GameConfig) -> SpecParts:
     box_bodies, box_geoms = [], []
     for k in range(cfg.max_boxes):
         body = world.add_body(name=f"box{k}")
-        _add_object_joints(body, f"box{k}", cfg.box_joint_damping)
+        _add_object_joints(body, f"box{k}", cfg.box_hinge_damping)
         # one material per object: locking lights up that object alone (set_locked_highlight)
         spec.add_material(name=f"box{k}", rgba=BOX_RGBA)
         geom = body.add_geom(
@@ -290,7 +290,7 @@ def new_spec(cfg: GameConfig) -> SpecParts:
         spec.add_mesh(name="ramp", uservert=ramp_vertices(cfg.ramp_size).ravel().tolist())
     for k in range(cfg.n_ramps):
         body = world.add_body(name=f"ramp{k}", pos=[0, 0, cfg.ramp_size / 2])
-        _add_object_joints(body, f"ramp{k}", cfg.ramp_joint_damping)
+        _add_object_joints(body, f"ramp{k}", cfg.ramp_hinge_damping)
         spec.add_material(name=f"ramp{k}", rgba=RAMP_RGBA)
         body.add_geom(
             name=f"ramp{k}",
