@@ -3,6 +3,9 @@
 For each preset it prints:
 - raw physics: `mj_step(m, d, 15)` (one env step's substeps) on the game's own model, from the
   states the game itself visited (recorded along a random-action episode), no game logic;
+- arm contacts: the same raw steps on a copy of each model whose agent arms do not collide,
+  alternated state by state with the real model (so both see the same load), and the mean
+  number of contacts per step with and without arm contacts: what colliding arms cost;
 - single env: `HideAndSeekGame(cfg, 1)`, time per env step and its ratio to raw physics;
 - batched env: `VectorGame(cfg, N, threads=T)` for N in --worlds and T in --threads, world-steps
   per second, per-world cost and its ratio to raw physics (resets excluded, reported below), and
@@ -23,6 +26,7 @@ runs on an idle machine.
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import json
 import os
@@ -56,9 +60,45 @@ def random_actions(rng, n_worlds, n_agents, nvec, n=64):
     return a
 
 
-def raw_physics(cfg, seed, n_steps, rng) -> tuple[float, float, float, float]:
+def without_arm_contacts(model: mujoco.MjModel, index) -> mujoco.MjModel:
+    """A copy of `model` whose agent arm spheres collide with nothing (all else equal)."""
+    model = copy.copy(model)  # MjModel copies are deep
+    arms = np.isin(model.geom_bodyid, index.agent_body) & ~np.isin(
+        np.arange(model.ngeom), index.agent_geom
+    )
+    model.geom_contype[arms] = 0
+    model.geom_conaffinity[arms] = 0
+    return model
+
+
+def arm_contact_cost(models, states, substeps, index) -> dict:
+    """CPU seconds per mj_step x substeps with and without arm contacts on the same states,
+    alternating the two per state, and the mean contacts per substep of each."""
+    plain = {id(m): without_arm_contacts(m, index) for m in models}
+    cpu = {"arms": 0.0, "no_arms": 0.0}
+    ncon = {"arms": 0, "no_arms": 0}
+    data = mujoco.MjData(models[0])
+    for model, state in zip(models, states, strict=True):
+        for key, m in (("arms", model), ("no_arms", plain[id(model)])):
+            mujoco.mj_setState(m, data, state, STATE)
+            c0 = time.process_time()
+            for _ in range(substeps):
+                mujoco.mj_step(m, data)
+                ncon[key] += data.ncon
+            cpu[key] += time.process_time() - c0
+    n = len(states)
+    return {
+        "cpu_us": cpu["arms"] / n * 1e6,
+        "cpu_us_no_arm_contacts": cpu["no_arms"] / n * 1e6,
+        "contacts": ncon["arms"] / (n * substeps),
+        "contacts_no_arm_contacts": ncon["no_arms"] / (n * substeps),
+    }
+
+
+def raw_physics(cfg, seed, n_steps, rng) -> tuple[float, float, float, float, dict]:
     """Seconds per mj_step x substeps and per single-env step of the same run, each as wall
-    time and as this process's CPU time (robust to other processes on a busy machine)."""
+    time and as this process's CPU time (robust to other processes on a busy machine), and the
+    cost of arm contacts on the same states (`arm_contact_cost`)."""
     game = HideAndSeekGame(cfg, 1, seed=seed)
     game.reset()
     pool = random_actions(rng, 1, game.n_agents, game.action_nvec)
@@ -82,7 +122,8 @@ def raw_physics(cfg, seed, n_steps, rng) -> tuple[float, float, float, float]:
         raw += time.perf_counter() - t0
         raw_cpu += time.process_time() - c0
     n = len(states) - 1
-    return raw / n, env_time / n_steps, raw_cpu / n, env_cpu / n_steps
+    arms = arm_contact_cost(models[:-1], states[:-1], cfg.substeps, game.index)
+    return raw / n, env_time / n_steps, raw_cpu / n, env_cpu / n_steps, arms
 
 
 def batched(cfg, n_worlds, threads, seed, seconds, rng) -> tuple[float, float]:
@@ -152,11 +193,17 @@ def main() -> None:
     for preset in args.presets:
         cfg = make_config(preset)
         rng = np.random.default_rng(args.seed)
-        raw, single, raw_cpu, single_cpu = raw_physics(cfg, args.seed, args.raw_steps, rng)
+        raw, single, raw_cpu, single_cpu, arms = raw_physics(cfg, args.seed, args.raw_steps, rng)
         print(f"== {preset} (horizon {cfg.horizon}, {cfg.substeps} substeps per env step)")
         print(
             f"raw physics  mj_step x{cfg.substeps}: {raw * 1e6:8.0f} us   ({1 / raw:7.0f} /s)"
             f"   cpu {raw_cpu * 1e6:.0f} us"
+        )
+        print(
+            f"arm contacts mj_step x{cfg.substeps}, alternated: cpu {arms['cpu_us']:.0f} us with, "
+            f"{arms['cpu_us_no_arm_contacts']:.0f} us without "
+            f"(x{arms['cpu_us'] / arms['cpu_us_no_arm_contacts']:.3f}); contacts per substep "
+            f"{arms['contacts']:.2f} with, {arms['contacts_no_arm_contacts']:.2f} without"
         )
         print(
             f"single env   HideAndSeekGame(1): {single * 1e6:8.0f} us   ({1 / single:7.0f} /s)"
@@ -196,6 +243,7 @@ def main() -> None:
                 "single_step_us": single * 1e6,
                 "single_ratio": single / raw,
                 "raw_step_cpu_us": raw_cpu * 1e6,
+                "arm_contacts": arms,
                 "single_cpu_ratio": single_cpu / raw_cpu,
                 "batched_cpu_ratio": {f"N{n}_T{t}": v / raw_cpu for (n, t), v in cpu_rows.items()},
                 "batched_us_per_world_step": {f"N{n}_T{t}": v * 1e6 for (n, t), v in rows.items()},

@@ -77,6 +77,8 @@ class GameConfig:
     elongated_size: tuple[float, float, float] = (1.65, 0.15, 0.5)
     box_mass: float = 1.0
     box_friction: float = 0.2
+    # damping of every joint of a box / ramp (slides and hinge, as in the original); the names
+    # predate that and stay, since saved replays carry the config by field name
     box_hinge_damping: float = 0.01
     n_ramps: int = 1
     ramp_size: float = 0.5

@@ -8,7 +8,8 @@ grabs (weld equalities) and locks (joint ranges), and stepping physics.
 One env step (spec §3-4):
 1. Seekers' actions become the no-op during preparation (t < prep_steps); absent agents' too.
 2. Locks, then grabs, are decided from the visibility of the previous step and the current
-   distances; their MuJoCo edits are applied.
+   distances (neither rule looks at the other's result, so the order does not matter); their
+   MuJoCo edits are applied. Grabs are decided afresh every step (rules.py).
 3. Controls are set (bin k -> linspace(-0.9, 0.9, 11)[k], times gear 100, along world x/y and
    yaw) and `substeps` physics steps run; positions, rays and observations describe the new
    state.
@@ -265,8 +266,8 @@ class HideAndSeekGame:
             actions = np.where(idle[..., None], self.noop, actions)
 
         # Locks and grabs need an eligible object: seen on the previous step (sees_object holds
-        # only present pairs) and within reach. Without one, locks stay as they are and a held
-        # object can only be kept or let go (choose_grabs); nothing held: nothing to decide.
+        # only present pairs) and within reach. Without one, locks stay as they are and every
+        # grab ends (choose_grabs binds only eligible objects); nothing held: nothing to do.
         # The box of an object lies within |half| of its body origin, which lies |geom offset|
         # from the centre the rays measured: farther than that plus the grab range, the box
         # is out of reach (`_reach_sq`), and the exact distance is not needed.
@@ -292,15 +293,9 @@ class HideAndSeekGame:
             self.locked, self.lock_team, self.lock_agent = locked, lock_team, lock_agent
             if changed:
                 self._write_lock_flags()
-            self._apply_grabs(
-                rules.choose_grabs(self.grabbed, actions[..., 3], eligible, dist, self.locked)
-            )
+            self._apply_grabs(rules.choose_grabs(actions[..., 3], eligible, dist))
         elif self.grabbed.max() >= 0:
-            no_dist = np.zeros(self.sees_object.shape)
-            no_one = np.zeros(self.sees_object.shape, dtype=bool)
-            self._apply_grabs(
-                rules.choose_grabs(self.grabbed, actions[..., 3], no_one, no_dist, self.locked)
-            )
+            self._apply_grabs(np.full_like(self.grabbed, -1))
 
         self._ctrl[:, self._ctrl_adr] = self.ctrl_levels[actions[..., :3]].reshape(
             self.n_worlds, -1

@@ -21,6 +21,8 @@ Conventions and choices (spec §1-2):
   cube 3x3, elongated 9x1 or 1x9, ramp 3x3; boundary cells and wall cells excluded, door cells
   free). `place_tries` tries per object, then the whole layout is drawn again.
 - Positions are object centres (not the original's lower-corner joint coordinates).
+- Elongated boxes: their number is drawn from [low, min(high, n_boxes)], then how many of them
+  lie along x is uniform in 0..that number (the original's draw), the rest along y.
 - Agents start with a uniform yaw; ramps with a yaw that is a multiple of 90 degrees (so they
   stay inside their footprint); boxes axis-aligned.
 """
@@ -82,7 +84,9 @@ def sample_layout(cfg: GameConfig, rng: np.random.Generator) -> Layout:
         lo, hi = cfg.n_elongated[0], min(cfg.n_elongated[1], n_boxes)
         n_long = int(rng.integers(min(lo, hi), hi + 1))
         which = rng.choice(n_boxes, size=n_long, replace=False)
-        box_kind[which] = np.where(rng.random(n_long) < 0.5, LONG_X, LONG_Y)
+        # as the original: the number of x-aligned ones is uniform in 0..n_long
+        n_x = int(rng.integers(n_long + 1))
+        box_kind[which] = np.where(np.arange(n_long) < n_x, LONG_X, LONG_Y)
     for _ in range(MAX_REBUILDS):
         walls = _sample_walls(cfg, rng)
         placed = _place_objects(cfg, rng, walls, n_hiders, n_seekers, box_kind)

@@ -11,12 +11,20 @@ Rules (spec §3-4):
 - Eligible object: seen on the previous step and within 0.25 m of the agent's centre, measured
   to the object's oriented bounding box.
 - Lock (team rule): an object locked by team T is unlocked by a member of T that is eligible
-  and sends lock=0; it becomes locked if an eligible agent sends lock=1 and it is not being
-  unlocked this step. The locker is the lowest-index requesting agent (hiders before seekers).
-  Lock ownership is cleared on unlock (the original kept the stale team: a bug not copied).
-- Grab: an agent holding grab=1 keeps its object while the object stays unlocked; otherwise it
-  takes the closest eligible unlocked object. Locked objects cannot be grabbed (a weld to a
-  frozen object would freeze the agent), and locking an object releases its grabs.
+  and sends lock=0, even when another agent sends lock=1 on the same step (the unlock vetoes
+  the lock); it becomes locked if an eligible agent sends lock=1 and it is not being unlocked
+  this step. The locker is the lowest-index requesting agent (hiders before seekers; the
+  original drew one at random). Lock ownership is cleared on unlock, so an unlocked object has
+  no team that could veto a lock. The original never cleared it and started each episode with
+  every object owned by agent 0 (a hider), so in range with lock=0 the last locking team (the
+  hiders, for an object never locked) vetoed any lock of an unlocked object. That bug is not
+  copied (spec §3).
+- Grab, decided afresh every step as in the original: an agent sending grab=1 holds the closest
+  eligible object, whatever it held before; it holds nothing when none is eligible or it sends
+  grab=0. So a held object that stops being eligible (the weld stretched it past the range, or
+  it was not seen) is dropped and the closest eligible one is taken instead. Locked objects can
+  be grabbed and locking does not release a grab (as in the original): the weld to a frozen
+  object pins the agent.
 - Reward: hiders +1 if no seeker sees any hider, else -1; seekers the negation. Agents outside
   the out-of-bounds rect get the penalty instead; with `penalise_objects_oob` every agent gets it
   while any box or ramp is outside. All rewards are 0 during preparation and for absent agents.
@@ -110,23 +118,17 @@ def update_locks(
     return new_locked, new_team, new_agent
 
 
-def choose_grabs(
-    grabbed: np.ndarray,
-    grab_action: np.ndarray,
-    eligible: np.ndarray,
-    dist: np.ndarray,
-    locked: np.ndarray,
-) -> np.ndarray:
-    """(W, A) index of the object each agent holds after this step (-1: none)."""
+def choose_grabs(grab_action: np.ndarray, eligible: np.ndarray, dist: np.ndarray) -> np.ndarray:
+    """(W, A) index of the object each agent holds after this step (-1: none).
+
+    grab_action (W, A) in {0, 1}; eligible, dist (W, A, O). Ties go to the lower object index.
+    """
     if dist.shape[2] == 0:
-        return grabbed
-    w = np.arange(grabbed.shape[0])[:, None]
-    held_locked = np.where(grabbed >= 0, locked[w, np.maximum(grabbed, 0)], True)
-    keep = (grab_action == 1) & (grabbed >= 0) & ~held_locked
-    cand = np.where(eligible & ~locked[:, None, :], dist, np.inf)
+        return np.full(grab_action.shape, -1, dtype=np.int64)
+    cand = np.where(eligible, dist, np.inf)
     closest = cand.argmin(axis=2)
     has = np.isfinite(cand.min(axis=2))
-    return np.where(keep, grabbed, np.where((grab_action == 1) & has, closest, -1))
+    return np.where((grab_action == 1) & has, closest, -1)
 
 
 def outside(xy: np.ndarray, low: float, high: float) -> np.ndarray:

@@ -7,18 +7,23 @@ move, collide, or show up in rays or renders. Fixed sizes let worlds share one `
 and let `mujoco.batch.Batch` step them together.
 
 Bodies (spec §2): agents are spheres (r 0.15, mass 1, friction 0.01) with two massless arm
-spheres marking the front (local -y); slide x/y (damping 10), slide z (1), hinge z (10), motors
-with gear 100 on x, y and yaw. Boxes (0.5 m cubes or 1.65 x 0.15 x 0.5 m) and ramps (0.5 m right
-triangular prisms, tall face at local -y) have slide x/y/z + hinge z. Walls are static boxes.
+spheres (r 0.05) marking the front (local -y); slide x/y (damping 10), slide z (1), hinge z
+(10), motors with gear 100 on x, y and yaw. The arms are solid like the agent's sphere (they
+collide, with the agent's friction, and rays hit them), as in the original: they reach 0.20 m
+from the agent's centre at 60 degrees either side of its front, beyond the sphere's 0.15 m, so
+an agent that pushes a box or meets a wall off its front line touches it with an arm first and
+the off-centre contact turns both (docs/fidelity.md). Boxes (0.5 m cubes or 1.65 x 0.15 x 0.5 m)
+and ramps (0.5 m right triangular prisms, tall face at local -y) have slide x/y/z + hinge z, all
+four damped (0.01 boxes, 0.1 ramps, as in the original). Walls are static boxes.
 
 Every movable body sits at the origin of the xy-plane in the model and is positioned through
 its slide joints, so qpos x/y is the body's centre and a new episode only writes qpos.
 Object joints are compiled as limited with a huge range: locking narrows the range to [q, q]
 at run time (spec §3), unlocking restores it.
 
-Geom groups: 0 solid (seen by rays: walls, agents, boxes, ramps), 1 the floor (rays skip it, so
-`mj_multiRay` can include static geoms without hitting the floor), 2 decorations (arms),
-3 parked entities and unused wall slots (never drawn, never hit).
+Geom groups: 0 solid (seen by rays: walls, agents and their arms, boxes, ramps), 1 the floor
+(rays skip it, so `mj_multiRay` can include static geoms without hitting the floor), 3 parked
+entities and unused wall slots (never drawn, never hit).
 
 `new_spec` builds the elements once per config and `apply_layout` writes what a layout changes,
 so `ModelCache` reuses one spec for every episode (a compile, no rebuild, per reset).
@@ -50,7 +55,7 @@ import numpy as np
 from hns_train.envs.config import GameConfig
 from hns_train.envs.layout import ABSENT, CUBE, LONG_X, Layout, n_wall_slots
 
-GROUP_SOLID, GROUP_FLOOR, GROUP_DECOR, GROUP_HIDDEN = 0, 1, 2, 3
+GROUP_SOLID, GROUP_FLOOR, GROUP_HIDDEN = 0, 1, 3
 RAY_GROUPS = np.array([1, 0, 0, 0, 0, 0], dtype=np.uint8)  # solids only
 FREE_RANGE = 1e4  # joint range of an unlocked object (metres / radians)
 PARK_Z = -50.0  # absent entities wait here
@@ -99,12 +104,14 @@ def _friction(mu: float) -> list[float]:
     return [mu, 0.005, 0.0001]
 
 
-def _add_object_joints(body, prefix: str, hinge_damping: float) -> None:
+def _add_object_joints(body, prefix: str, damping: float) -> None:
+    # the original damps all four joints of a box or ramp (not only the hinge)
     for axis, name in (([1, 0, 0], "x"), ([0, 1, 0], "y"), ([0, 0, 1], "z")):
         body.add_joint(
             name=f"{prefix}_{name}",
             type=mujoco.mjtJoint.mjJNT_SLIDE,
             axis=axis,
+            damping=damping,
             limited=mujoco.mjtLimited.mjLIMITED_TRUE,
             range=[-FREE_RANGE, FREE_RANGE],
         )
@@ -112,7 +119,7 @@ def _add_object_joints(body, prefix: str, hinge_damping: float) -> None:
         name=f"{prefix}_yaw",
         type=mujoco.mjtJoint.mjJNT_HINGE,
         axis=[0, 0, 1],
-        damping=hinge_damping,
+        damping=damping,
         limited=mujoco.mjtLimited.mjLIMITED_TRUE,
         range=[-FREE_RANGE, FREE_RANGE],
     )
@@ -143,7 +150,7 @@ class SpecParts:
     walls: list  # wall geoms, one per slot
     agent_bodies: list
     agent_geoms: list  # main spheres
-    agent_arms: list  # (left, right) arm spheres per agent
+    agent_arms: list  # (left, right) arm spheres per agent (solid, like the main sphere)
     box_bodies: list
     box_geoms: list
 
@@ -245,9 +252,7 @@ def new_spec(cfg: GameConfig) -> SpecParts:
                 size=[cfg.arm_radius, 0, 0],
                 pos=[side * ax, ay, az],
                 mass=0,
-                contype=0,
-                conaffinity=0,
-                group=GROUP_DECOR,
+                friction=_friction(cfg.agent_friction),
                 rgba=ARM_RGBA,
             )
             for side in (-1, 1)
@@ -328,7 +333,7 @@ def apply_layout(parts: SpecParts, cfg: GameConfig, layout: Layout) -> None:
     for k, body in enumerate(parts.agent_bodies):
         present = bool(layout.agent_present[k])
         for arm in parts.agent_arms[k]:
-            _show(arm, present, 0, 0, GROUP_DECOR)
+            _show(arm, present)
         _show(parts.agent_geoms[k], present)
         body.gravcomp = 0.0 if present else 1.0
     for k, kind in enumerate(layout.box_kind):

@@ -1,8 +1,10 @@
 """The game's step equals the reference rule functions it was fused from.
 
 `HideAndSeekGame` writes observations into preallocated buffers, keeps per-episode tables and
-skips work that cannot change anything (no eligible object, no lifted seeker). These tests
-rebuild observations with `observations.assemble`, rewards with `rules.rewards` and the other
+skips work that cannot change anything (no object within reach: no lock or grab decision, every
+grab ends; no lifted seeker). These tests rebuild the lock and grab decisions with
+`rules.eligibility` / `rules.update_locks` / `rules.choose_grabs` from the state before each
+step, observations with `observations.assemble`, rewards with `rules.rewards` and the other
 agents' order with a plain loop, from the game's own state after every step of episodes that
 grab and lock often, with team sizes that leave slots empty.
 """
@@ -42,6 +44,31 @@ def _reference_obs(game):
     )
 
 
+NAMES = ("locked", "lock_team", "lock_agent", "grabbed")
+
+
+def _reference_decisions(game, actions):
+    """(locked, lock_team, lock_agent, grabbed) after `actions`, from the full rules on the state
+    before the step (the game's actions after the prep-phase and absent-agent no-ops)."""
+    cfg = game.cfg
+    dist = rules.obb_distance(game.agent_pos, game.object_pos, game.object_yaw, game.half)
+    eligible = rules.eligibility(
+        game.sees_object, dist, cfg.grab_range, game.agent_present, game.object_present
+    )
+    idle = ((game.t < cfg.prep_steps)[:, None] & ~game.is_hider) | ~game.agent_present
+    actions = np.where(idle[..., None], game.noop, actions)
+    locks = rules.update_locks(
+        game.locked,
+        game.lock_team,
+        game.lock_agent,
+        eligible,
+        actions[..., 4],
+        game.team,
+        game.lockable,
+    )
+    return (*locks, rules.choose_grabs(actions[..., 3], eligible, dist))
+
+
 def _loop_others(present):
     table = np.full((len(present), len(present) - 1), -1)
     slots = np.flatnonzero(present)
@@ -51,22 +78,30 @@ def _loop_others(present):
     return table
 
 
-@pytest.mark.parametrize("preset", ["quadrant", "randomwalls"])
-def test_step_matches_the_reference_rules_and_observations(preset):
+# seeds whose random play locks, grabs and drops a held object while grab=1 (asserted below)
+@pytest.mark.parametrize("preset, seed", [("quadrant", 6), ("randomwalls", 4)])
+def test_step_matches_the_reference_rules_and_observations(preset, seed):
     horizon = {"quadrant": 30, "randomwalls": 24}[preset]
     cfg = make_config(preset, horizon=horizon, n_hiders=(1, 3), n_seekers=(1, 2))
     W = 3
-    game = HideAndSeekGame(cfg, W, seed=1)
+    game = HideAndSeekGame(cfg, W, seed=seed)
     game.reset()
     rng = np.random.default_rng(5)
-    locks = grabs = 0
+    locks = grabs = dropped = 0
     presence = set()
     for _ in range(2 * horizon + 5):
         actions = rng.integers(0, game.action_nvec, size=(W, game.n_agents, 5))
         actions[..., 3] = rng.random((W, game.n_agents)) < 0.8
         actions[..., 4] = rng.random((W, game.n_agents)) < 0.6
         in_prep = game.t < cfg.prep_steps
+        decided = _reference_decisions(game, actions)
+        held = game.grabbed.copy()
         obs, reward, truncated, _ = game.step(actions)
+        dropped += int(((held >= 0) & (game.grabbed != held) & (actions[..., 3] == 1)).sum())
+        for name, value in zip(NAMES, decided, strict=True):
+            np.testing.assert_array_equal(getattr(game, name), value, err_msg=name)
+        welds = np.array([d.eq_active[game.index.weld] for d in game.datas])
+        np.testing.assert_array_equal(welds, game.grabbed[..., None] == np.arange(game.n_objects))
         want, seen = rules.rewards(
             game.sees_agent,
             game.is_hider,
@@ -96,4 +131,4 @@ def test_step_matches_the_reference_rules_and_observations(preset):
             game.reset(np.flatnonzero(truncated))
             for key, value in _reference_obs(game).items():
                 np.testing.assert_array_equal(game.obs[key], value, err_msg=key)
-    assert locks > 0 and grabs > 0 and len(presence) > 1
+    assert locks > 0 and grabs > 0 and dropped > 0 and len(presence) > 1
