@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import sys
 import time
 from pathlib import Path
@@ -209,12 +210,28 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     load_start = os.getloadavg()[0]
+    wall_start = time.perf_counter()
     run_dir = Path(args.eval_only) if args.eval_only else train(args)
+    # CPU seconds of the training process tree (the workers are joined children by now): a
+    # figure of a config's cost that holds on a busy machine, unlike frames per second.
+    cpu = sum(
+        getattr(resource.getrusage(who), f)
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+        for f in ("ru_utime", "ru_stime")
+    )
+    wall = time.perf_counter() - wall_start
     result = evaluate(run_dir, args.eval_episodes, args.eval_worlds, args.seed, args.quiet)
     result.update(
         {
             "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
             "machine": f"{os.cpu_count()} cores ({platform.machine()})",
+            "train_cpu_s": None if args.eval_only else round(cpu, 1),
+            "train_wall_s": None if args.eval_only else round(wall, 1),
+            "cpu_ms_per_frame": (
+                None
+                if args.eval_only or not result["frames"]
+                else round(1e3 * cpu / result["frames"], 3)
+            ),
             "load": [round(load_start, 2), round(os.getloadavg()[0], 2)],
         }
     )
