@@ -371,7 +371,9 @@ def run_compare(
     baselines: Baselines | None = None,
 ) -> str:
     """Table text for `run_dir`; also writes the plot (default RUN_DIR/compare.png)."""
-    run = load_run(run_dir)
+    from hns_train.eval.rundirs import resolve_run_dir
+
+    run = load_run(resolve_run_dir(run_dir))
     baselines = baselines or load_baselines()
     path = plot_run(run, baselines, out or run.path / "compare.png", width, height)
     return format_table(run, baselines) + f"\nPlot: {path}"
@@ -382,7 +384,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         prog="python -m hns_train.eval compare",
         description="Compare a run's emergent phases with Rapid and SRL (table + PNG plot).",
     )
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="runs/<name> directory")
+    parser.add_argument(
+        "run_dir", metavar="RUN_DIR", help="runs/<name> directory, or 'latest' (the newest run)"
+    )
     parser.add_argument("--out", help="PNG path (default RUN_DIR/compare.png)")
     parser.add_argument("--width", type=int, default=DEFAULT_WIDTH, help="plot width, pixels")
     parser.add_argument("--height", type=int, default=DEFAULT_HEIGHT, help="plot height, pixels")

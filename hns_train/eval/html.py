@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from hns_train.envs.layout import ABSENT
+from hns_train.envs.parallel import agent_names
 from hns_train.envs.world import (
     BOX_RGBA,
     HIDER_RGBA,
@@ -57,6 +58,7 @@ def replay_data(replay: Replay) -> dict:
     objects += list(range(n_boxes, n_boxes + cfg.n_ramps))
     half = object_half_extents(cfg, layout)
     h = cfg.max_hiders
+    names = agent_names(cfg.max_hiders, cfg.max_seekers)
     walls = [
         r([*layout.wall_pos[k, :2], *layout.wall_half[k, :2]])
         for k in np.flatnonzero(layout.wall_present)
@@ -112,7 +114,7 @@ def replay_data(replay: Replay) -> dict:
             {
                 "slot": k,
                 "team": 0 if k < h else 1,
-                "name": f"hider{k}" if k < h else f"seeker{k - h}",
+                "name": names[k],
             }
             for k in agents
         ],

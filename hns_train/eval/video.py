@@ -14,9 +14,10 @@ machines) on the model the replay rebuilds; this module adds, per frame:
 
 Cameras: `top` (the model's orthographic overhead camera) or `follow:AGENT` (a free camera
 `FOLLOW_DISTANCE` m behind and `FOLLOW_ELEVATION` degrees above agent AGENT, looking along its
-heading; AGENT is a slot number, or hiderK / seekerK). Frame rate defaults to real time:
-1 / (timestep * substeps) = 13.3 fps for the presets. mp4 (H.264 via imageio-ffmpeg) needs even
-frame sizes; gif has no such limit. Outputs are written atomically (temporary file, rename).
+heading; AGENT is the env's agent name, e.g. `seeker_0`, or a slot number). Frame rate defaults
+to real time: 1 / (timestep * substeps) = 13.3 fps for the presets. mp4 (H.264 via
+imageio-ffmpeg) needs even frame sizes; gif has no such limit. Outputs are written atomically
+(temporary file, rename).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import mujoco
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from hns_train.envs.parallel import agent_names as env_agent_names
 from hns_train.envs.render import TopViewRenderer
 from hns_train.envs.world import HIDER_RGBA, SEEKER_RGBA
 from hns_train.eval.replay import Replay, atomic_write
@@ -69,8 +71,8 @@ def real_time_fps(replay: Replay) -> float:
 
 
 def agent_names(replay: Replay) -> list[str]:
-    h = replay.cfg.max_hiders
-    return [f"hider{k}" if k < h else f"seeker{k - h}" for k in range(replay.cfg.max_agents)]
+    """The env's names (`hider_0`, `seeker_0`, ...) in slot order."""
+    return env_agent_names(replay.cfg.max_hiders, replay.cfg.max_seekers)
 
 
 def parse_camera(spec: str, replay: Replay) -> int | None:

@@ -87,14 +87,16 @@ def test_frame_larger_than_the_offscreen_buffer_raises():
     renderer.close()
 
 
-def test_human_mode_without_a_display_raises(monkeypatch):
+def test_human_mode_without_a_display_fails_when_the_env_is_made(monkeypatch):
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
     monkeypatch.setattr("sys.platform", "linux")
-    env = E.parallel_env("quadrant", render_mode="human")
+    with pytest.raises(ValueError, match="needs a display.*render_mode='rgb_array'"):
+        E.parallel_env("quadrant", render_mode="human")
+    with pytest.raises(ValueError, match="needs a display"):
+        E.env("quadrant", render_mode="human")
+    env = E.parallel_env("quadrant")
     assert env.metadata["render_modes"] == ["rgb_array"]
-    with pytest.raises(RuntimeError, match="needs a display"):
-        env.reset(seed=0)
 
 
 def test_render_without_a_mode_raises():

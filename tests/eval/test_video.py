@@ -67,15 +67,15 @@ def _without_locks(rp):
 
 
 def test_follow_camera_tracks_an_agent(replay):
-    opts = V.VideoOptions(width=W, height=H, camera="follow:seeker0", text=False)
+    opts = V.VideoOptions(width=W, height=H, camera="follow:seeker_0", text=False)
     with V.ReplayVideo(replay, opts) as v:
         follow = v.frame(40)
     with V.ReplayVideo(replay, V.VideoOptions(width=W, height=H, text=False)) as v:
         top = v.frame(40)
     assert follow.shape == top.shape and (follow != top).any(axis=-1).mean() > 0.2
     assert V.parse_camera("follow:2", replay) == 2
-    assert V.parse_camera("follow:hider1", replay) == 1
-    for bad in ("follow:seeker7", "follow:9", "side"):
+    assert V.parse_camera("follow:hider_1", replay) == 1
+    for bad in ("follow:seeker_7", "follow:seeker0", "follow:9", "side"):
         with pytest.raises(ValueError, match="follow:AGENT|allowed"):
             V.parse_camera(bad, replay)
 
@@ -115,7 +115,7 @@ def test_cli_renders_a_png_and_prints_its_path(replay, tmp_path, capsys, monkeyp
     # errors a user can fix: a message and status 2, no traceback
     assert main([str(tmp_path / "nope.npz")]) == 2
     assert "no such file" in capsys.readouterr().err
-    assert main([str(path), "--camera", "follow:seeker9", "--out", str(out)]) == 2
+    assert main([str(path), "--camera", "follow:seeker_9", "--out", str(out)]) == 2
     assert "allowed" in capsys.readouterr().err
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
