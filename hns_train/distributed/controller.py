@@ -9,9 +9,14 @@ Responsibilities:
   the run stops with an error);
 - the run's counters on the paper's axes (episodes, env frames, wall-clock hours, optimisation
   steps), a metrics record every `logging.every_s` to metrics.jsonl and wandb, emergent-phase
-  onsets, a tqdm progress bar and the end summary;
+  onsets, a tqdm progress bar and the end summary. The bar counts env frames from the start
+  (workers ready, episodes, optimisation steps, returns and the time left as its postfix) and
+  is redrawn every `BAR_REFRESH_S`, so it moves in a terminal before the first PPO update;
 - stopping: at a stop limit, on SIGINT/SIGTERM, or on a fatal error, it asks every worker to
-  stop, waits for the trainer's final checkpoint, and leaves no process behind.
+  stop, waits for the trainer's final checkpoint, and leaves no process behind. A trainer in a
+  PPO update finishes it first, so at `stop.minutes` the stop is asked as soon as waiting for
+  the next update would overshoot the limit by more than stopping now falls short of it
+  (`_minutes_reached`): the run ends within about half an update of the limit.
 
 Env frames = environment steps summed over worlds; episodes = finished episodes.
 """
@@ -46,6 +51,7 @@ from hns_train.envs.stats import STAT_KEYS
 log = logging.getLogger(__name__)
 STOP_GRACE_S = 60.0
 STARTUP_GRACE_S = 120.0  # from start to hello: spawning and importing torch on a busy machine
+BAR_REFRESH_S = 1.0  # progress bar redraws: tqdm only redraws itself on update()
 
 
 @dataclass
@@ -142,6 +148,8 @@ class Controller:
         self.phases_reached: list[str] = []
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.bar = None
+        self._last_bar_refresh = 0.0
+        self._update_s = self._update_steps = 0.0  # the trainer's PPO time and steps, summed
         self.logger = None
         self.phases = None
         self.eval_matches = 0  # rated matches reported by eval workers
@@ -260,6 +268,9 @@ class Controller:
         if now - self._last_record_time >= self.cfg.logging.every_s:
             self._record()
         self._check_limits()
+        if self.bar is not None and now - self._last_bar_refresh >= BAR_REFRESH_S:
+            self._last_bar_refresh = now
+            self._refresh_bar()
 
     def _on_message(self, name: str, message, now: float) -> None:
         state = self.workers.get(name)
@@ -293,22 +304,29 @@ class Controller:
             self._absorb_eval(meta)
         elif kind == "trainer":
             self.version = max(self.version, int(meta.get("version", 0)))
-            if self.bar is not None:
-                self.bar.n = self.version
-        if self.bar is not None:
-            self.bar.set_postfix(self._postfix(), refresh=False)
+            self._update_s += float(meta.get("update_s") or 0.0)
+            self._update_steps += int(meta.get("steps") or 0)
 
-    def _postfix(self) -> dict:
-        last = self.records[-1] if self.records else {}
-        post = {
-            "frames": f"{self.frames:,}",
-            "episodes": f"{self.episodes:,}",
-            "fps": f"{self.fps():,.0f}",
-        }
+    # ------------------------------------------------------------------ progress bar
+    def _refresh_bar(self) -> None:
+        self.bar.n = self.frames
+        self.bar.set_postfix_str(self._postfix(), refresh=False)
+        self.bar.refresh()
+
+    def _postfix(self) -> str:
+        stop, last = self.cfg.stop, self.records[-1] if self.records else {}
+        ready = sum(s.connected for s in self.workers.values())
+        parts = [] if ready == len(self.workers) else [f"workers {ready}/{len(self.workers)} up"]
+        parts.append(f"episodes {self.episodes:,}")
+        parts.append(f"opt steps {self.version}" + (f"/{stop.versions}" if stop.versions else ""))
         if "episode/hider_return" in last:
-            post["hider"] = f"{last['episode/hider_return']:+.1f}"
-            post["seeker"] = f"{last['episode/seeker_return']:+.1f}"
-        return post
+            parts.append(
+                f"returns {last['episode/hider_return']:+.1f}/{last['episode/seeker_return']:+.1f}"
+            )
+        if stop.minutes:
+            left = max(0.0, stop.minutes * 60 - (time.monotonic() - self.start))
+            parts.append(f"stop in {int(left // 60)}:{int(left % 60):02d}")
+        return ", ".join(parts)
 
     def _send_counters(self) -> None:
         meta = {
@@ -367,8 +385,19 @@ class Controller:
             self.stop_reason = f"reached stop.versions={stop.versions}"
         elif stop.frames and self.frames >= stop.frames:
             self.stop_reason = f"reached stop.frames={stop.frames}"
-        elif stop.minutes and time.monotonic() - self.start >= stop.minutes * 60:
+        elif stop.minutes and self._minutes_reached(time.monotonic()):
             self.stop_reason = f"reached stop.minutes={stop.minutes}"
+
+    def _minutes_reached(self, now: float) -> bool:
+        """`stop.minutes`, judged by when the run will really end (see the module docstring)."""
+        limit = self.start + self.cfg.stop.minutes * 60
+        if now >= limit:
+            return True
+        trainers = [s for s in self.workers.values() if s.spec.kind == "trainer"]
+        if not self._update_steps or any(s.busy for s in trainers):
+            return False  # no estimate yet, or an update in flight ends when it ends
+        update_s = self._update_s / self._update_steps  # the next update ends no earlier
+        return now + update_s - limit > limit - now
 
     def _stop_workers(self) -> None:
         for name, state in self.workers.items():
@@ -396,10 +425,18 @@ class Controller:
     def _open_logs(self) -> None:
         lg = self.cfg.logging
         if lg.progress:
-            total = self.cfg.stop.versions or None
+            total = self.cfg.stop.frames or None
             self.bar = tqdm(
-                total=total, initial=self.version, desc="optimisation steps", file=sys.stderr
+                total=total,
+                initial=self.frames,
+                desc="env frames",
+                unit=" frames",
+                dynamic_ncols=True,
+                file=sys.stderr,
+                # without a frame limit: the count, time and rate, no empty bar
+                bar_format=None if total else "{desc}: {n} [{elapsed}, {rate_fmt}{postfix}]",
             )
+            self._refresh_bar()
         if lg.wandb != "disabled":
             from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
 
