@@ -14,7 +14,8 @@ Adding a command: write an entry point `fn(argv: list[str]) -> int` (its own arg
 Modules are imported only when their command runs, so a command whose module or entry point is
 missing fails alone, with a clear message.
 Errors a user can fix (bad file, bad option) print `error: ...` and exit with status 2, no
-traceback.
+traceback. A render stopped with SIGTERM or Ctrl-C leaves no partial output file (an evaluation
+worker that stops terminates its render this way).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 
 PROG = "python -m hns_train.eval"
 
@@ -119,7 +122,14 @@ def _subcommand(name: str, argv: list[str]) -> int:
     return entry(argv) or 0
 
 
+def _exit_on_sigterm(signum, frame) -> None:
+    # SystemExit unwinds through atomic_write, which deletes its partial output file.
+    raise SystemExit(128 + signum)
+
+
 def _render(args) -> int:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if args.show:
         from hns_train.envs.render import display_available
 
