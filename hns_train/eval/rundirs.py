@@ -47,7 +47,7 @@ def resolve_run_dir(arg: str | os.PathLike, runs_dir: str | os.PathLike = RUNS_D
         return max(runs, key=_last_change)
     path = Path(arg)
     if not path.is_dir():
-        raise ValueError(f"run directory {path} does not exist")
+        raise ValueError(f"run directory {path}: no such directory")
     return path
 
 
