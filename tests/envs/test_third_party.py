@@ -48,7 +48,7 @@ def test_flat_observations_are_the_dict_flattened():
 
 @pytest.mark.parametrize("black_death", [False, True])
 def test_supersuit_wrappers_and_vectorisers_take_the_flat_env(black_death):
-    ss = pytest.importorskip("supersuit")
+    import supersuit as ss
     env = E.parallel_env("quadrant", seed=0, flatten=True, horizon=6)
     env = ss.pad_observations_v0(ss.flatten_v0(ss.dtype_v0(env, np.float32)))
     if black_death:  # SuperSuit adds one all-dead step with zero observations, then ends
@@ -74,7 +74,6 @@ def test_supersuit_wrappers_and_vectorisers_take_the_flat_env(black_death):
 
 
 def torchrl_rollout(env, steps: int, **kwargs):
-    pytest.importorskip("torchrl")
     from torchrl.envs.libs.pettingzoo import PettingZooWrapper
 
     wrapped = PettingZooWrapper(env, **kwargs)
