@@ -49,6 +49,7 @@ def test_flat_observations_are_the_dict_flattened():
 @pytest.mark.parametrize("black_death", [False, True])
 def test_supersuit_wrappers_and_vectorisers_take_the_flat_env(black_death):
     import supersuit as ss
+
     env = E.parallel_env("quadrant", seed=0, flatten=True, horizon=6)
     env = ss.pad_observations_v0(ss.flatten_v0(ss.dtype_v0(env, np.float32)))
     if black_death:  # SuperSuit adds one all-dead step with zero observations, then ends
