@@ -122,3 +122,31 @@ def test_cli_renders_a_png_and_prints_its_path(replay, tmp_path, capsys, monkeyp
     monkeypatch.setattr("sys.platform", "linux")
     assert main([str(path), "--show"]) == 2
     assert "display" in capsys.readouterr().err
+
+
+def test_text_sits_in_a_strip_above_the_arena(replay):
+    """The world is drawn under the strip, never under the text: only the strip changes with
+    the text, and the label says a policy's version once."""
+    relabelled = R.Replay(
+        replay.cfg,
+        replay.layout,
+        replay.arrays,
+        {**replay.header, "metadata": {"hiders": {"name": "A ckpt_0000000305.pt v305",
+                                                  "version": 305}}},
+    )  # fmt: skip
+    assert V._policy_label(relabelled.metadata["hiders"]) == "  (A ckpt_0000000305.pt v305)"
+    opts = V.VideoOptions(width=240, height=240)
+    with V.ReplayVideo(replay, opts) as v, V.ReplayVideo(relabelled, opts) as w:
+        strip = v._strip
+        a, b = v.frame(30), w.frame(30)
+    assert 0 < strip <= 0.25 * 240 and a.shape == (240, 240, 3)
+    assert (a[:strip] != b[:strip]).any() and (a[strip:] == b[strip:]).all()
+    assert (a[:strip] == V.STRIP_RGB).all(-1).mean() > 0.5  # the strip's background, and text
+
+
+def test_vision_cones_are_drawn(replay):
+    with V.ReplayVideo(replay, V.VideoOptions(width=W, height=H, text=False)) as v:
+        cones = v.frame(10)
+        v.options = V.VideoOptions(width=W, height=H, text=False, vision_cones=False)
+        plain = v.frame(10)
+    assert (cones != plain).any(axis=-1).sum() > 20
