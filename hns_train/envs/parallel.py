@@ -27,10 +27,11 @@ flattened by `gymnasium.spaces.flatten`, keys in sorted order; `dict_observation
 unflattens it), which SuperSuit's wrappers and vectorisers take as they are. `max_cycles` is
 PettingZoo's name of `horizon`. Variable team sizes (agents absent from the start of an episode)
 work with TorchRL's `PettingZooWrapper(parallel_env(..., pad_absent=True), use_mask=True)`:
-TorchRL asks every possible agent's observation at reset and sends every possible agent an
-action, so `pad_absent=True` gives agents absent this episode zero observations at reset and
-ignores their actions (their mask is False). By default both are errors, as PettingZoo wants.
-SuperSuit's vectorisers need fixed teams (`n_hiders=(k, k)`, `n_seekers=(k, k)`).
+TorchRL asks every possible agent's observation and info at reset and sends every possible agent
+an action, so `pad_absent=True` gives agents absent this episode zero observations and empty
+infos at reset and ignores their actions (their mask is False). By default both are errors, as
+PettingZoo wants. SuperSuit's vectorisers need fixed teams (`n_hiders=(k, k)`, `n_seekers=(k,
+k)`).
 
 Every keyword and its default is listed in `help(parallel_env)` (`KEYWORDS` below holds the
 descriptions; a test checks that every `GameConfig` field has one).
@@ -281,7 +282,7 @@ class HideAndSeekParallelEnv(ParallelEnv):
                     for v in zeros.values():
                         v[...] = 0
                     observations[a] = self._agent_obs_from(a, zeros)
-        return observations, {a: {} for a in self.agents}
+        return observations, {a: {} for a in observations}
 
     def step(self, actions: dict):
         """Advance one env step (`substeps` MuJoCo steps) with one action per live agent.

@@ -93,9 +93,10 @@ def test_torchrl_wraps_the_dict_env():
     assert (rewards[:2] == 0).all() and set(rewards[2:5].flatten().tolist()) <= {-1.0, 1.0}
 
 
-def test_torchrl_with_variable_team_sizes_masks_absent_agents():
+@pytest.mark.parametrize("seed", [0, 2])  # a first episode with all agents / with some absent
+def test_torchrl_with_variable_team_sizes_masks_absent_agents(seed):
     env = E.parallel_env(
-        "randomwalls", seed=0, n_hiders=(1, 3), n_seekers=(1, 3), horizon=4, pad_absent=True
+        "randomwalls", seed=seed, n_hiders=(1, 3), n_seekers=(1, 3), horizon=4, pad_absent=True
     )
     _, td = torchrl_rollout(env, 24, use_mask=True, done_on_any=False)
     done = td["next", "done"].squeeze(-1)
