@@ -1,6 +1,7 @@
 """HTML export: valid, self-contained (no network), holding the replay's data; CLI dispatch."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -121,8 +122,13 @@ def _browser() -> str | None:
     return None
 
 
-@pytest.mark.skipif(_browser() is None, reason="no Chromium on this machine to screenshot the page")
+# CI installs Chromium (`make browser`), so there a missing browser fails instead of skipping.
+@pytest.mark.skipif(
+    _browser() is None and not os.environ.get("CI"),
+    reason="no Chromium on this machine to screenshot the page (make browser installs it)",
+)
 def test_html_renders_in_a_headless_browser(replay, tmp_path):
+    assert _browser() is not None, "CI needs Chromium for this test: run `make browser` first"
     page = write_html(replay, tmp_path / "ep.html")
     shot = tmp_path / "shot.png"
     subprocess.run(
