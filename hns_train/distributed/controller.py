@@ -400,6 +400,9 @@ class Controller:
         return now + update_s - limit > limit - now
 
     def _stop_workers(self) -> None:
+        if self.bar is not None:  # a trainer in a PPO update finishes it first: say so
+            self.bar.set_postfix_str(f"stopping ({self.stop_reason}): final checkpoint")
+            self.bar.refresh()
         for name, state in self.workers.items():
             if not state.stopped:
                 self.control.send(name.encode(), "stop")
