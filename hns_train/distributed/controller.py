@@ -14,9 +14,8 @@ Responsibilities:
   is redrawn every `BAR_REFRESH_S`, so it moves in a terminal before the first PPO update;
 - stopping: at a stop limit, on SIGINT/SIGTERM, or on a fatal error, it asks every worker to
   stop, waits for the trainer's final checkpoint, and leaves no process behind. A trainer in a
-  PPO update finishes it first, so at `stop.minutes` the stop is asked as soon as waiting for
-  the next update would overshoot the limit by more than stopping now falls short of it
-  (`_minutes_reached`): the run ends within about half an update of the limit.
+  PPO update finishes it first, so trainers get the time left under `stop.minutes` with the
+  counters and start no update they expect to end after it: the run stops on time.
 
 Env frames = environment steps summed over worlds; episodes = finished episodes.
 """
@@ -149,7 +148,6 @@ class Controller:
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.bar = None
         self._last_bar_refresh = 0.0
-        self._update_s = self._update_steps = 0.0  # the trainer's PPO time and steps, summed
         self.logger = None
         self.phases = None
         self.eval_matches = 0  # rated matches reported by eval workers
@@ -304,8 +302,6 @@ class Controller:
             self._absorb_eval(meta)
         elif kind == "trainer":
             self.version = max(self.version, int(meta.get("version", 0)))
-            self._update_s += float(meta.get("update_s") or 0.0)
-            self._update_steps += int(meta.get("steps") or 0)
 
     # ------------------------------------------------------------------ progress bar
     def _refresh_bar(self) -> None:
@@ -324,7 +320,7 @@ class Controller:
                 f"returns {last['episode/hider_return']:+.1f}/{last['episode/seeker_return']:+.1f}"
             )
         if stop.minutes:
-            left = max(0.0, stop.minutes * 60 - (time.monotonic() - self.start))
+            left = max(0.0, self._stop_in_s())
             parts.append(f"stop in {int(left // 60)}:{int(left % 60):02d}")
         return ", ".join(parts)
 
@@ -333,6 +329,7 @@ class Controller:
             "frames": self.frames,
             "episodes": self.episodes,
             "wall_clock_s": self.hours() * 3600,
+            "stop_in_s": self._stop_in_s(),
         }
         for name, state in self.workers.items():
             if state.spec.kind == "trainer" and state.connected and not state.stopped:
@@ -385,19 +382,15 @@ class Controller:
             self.stop_reason = f"reached stop.versions={stop.versions}"
         elif stop.frames and self.frames >= stop.frames:
             self.stop_reason = f"reached stop.frames={stop.frames}"
-        elif stop.minutes and self._minutes_reached(time.monotonic()):
+        elif stop.minutes and self._stop_in_s() <= 0:
             self.stop_reason = f"reached stop.minutes={stop.minutes}"
 
-    def _minutes_reached(self, now: float) -> bool:
-        """`stop.minutes`, judged by when the run will really end (see the module docstring)."""
-        limit = self.start + self.cfg.stop.minutes * 60
-        if now >= limit:
-            return True
-        trainers = [s for s in self.workers.values() if s.spec.kind == "trainer"]
-        if not self._update_steps or any(s.busy for s in trainers):
-            return False  # no estimate yet, or an update in flight ends when it ends
-        update_s = self._update_s / self._update_steps  # the next update ends no earlier
-        return now + update_s - limit > limit - now
+    def _stop_in_s(self) -> float | None:
+        """Seconds left under `stop.minutes` (None without that limit); trainers get it with the
+        counters and start no PPO update they expect to end after it."""
+        if not self.cfg.stop.minutes:
+            return None
+        return self.cfg.stop.minutes * 60 - (time.monotonic() - self.start)
 
     def _stop_workers(self) -> None:
         if self.bar is not None:  # a trainer in a PPO update finishes it first: say so
