@@ -1,9 +1,9 @@
 """PettingZoo interfaces over one hide-and-seek world.
 
-`parallel_env(preset="quadrant", seed=None, render_mode=None, **game_params)` returns a
-`ParallelEnv`; `env(...)` the same game as an AEC env through PettingZoo's own
-`parallel_to_aec` (which adds the order-enforcing wrapper). Game parameters go to `make_config`,
-which rejects unknown presets and parameters with `ValueError`.
+`parallel_env(preset="quadrant", seed=None, render_mode=None, flatten=False, max_cycles=None,
+pad_absent=False, **game_params)` returns a `ParallelEnv`; `env(...)` the same game as an AEC
+env through PettingZoo's own `parallel_to_aec` (which adds the order-enforcing wrapper). Game
+parameters go to `make_config`, which rejects unknown presets and parameters with `ValueError`.
 
 Agents are `hider_0..`, then `seeker_0..`. `possible_agents` holds the largest team sizes;
 `agents` holds the agents present this episode (team sizes may be ranges, e.g.
@@ -25,13 +25,13 @@ equal episodes (physics is deterministic).
 Other trainers: `flatten=True` makes each observation one float32 `Box` vector (the `Dict`
 flattened by `gymnasium.spaces.flatten`, keys in sorted order; `dict_observation_space(agent)`
 unflattens it), which SuperSuit's wrappers and vectorisers take as they are. `max_cycles` is
-PettingZoo's name of `horizon`. Variable team sizes (agents absent from the start of an episode)
-work with TorchRL's `PettingZooWrapper(parallel_env(..., pad_absent=True), use_mask=True)`:
-TorchRL asks every possible agent's observation and info at reset and sends every possible agent
-an action, so `pad_absent=True` gives agents absent this episode zero observations and empty
-infos at reset and ignores their actions (their mask is False). By default both are errors, as
-PettingZoo wants. SuperSuit's vectorisers need fixed teams (`n_hiders=(k, k)`, `n_seekers=(k,
-k)`).
+PettingZoo's name of `horizon`. SuperSuit's vectorisers need fixed team sizes
+(`n_hiders=(k, k)`). Variable team sizes (agents absent from a whole episode) work with
+`PettingZooWrapper(parallel_env(..., pad_absent=True), use_mask=True, done_on_any=False)` of
+TorchRL, which asks every possible agent's observation and info at reset and sends every
+possible agent an action: `pad_absent=True` gives the absent ones zero observations and empty
+infos at reset and ignores their actions (TorchRL's mask is False for them). Without
+`pad_absent` both are errors, as PettingZoo wants.
 
 Every keyword and its default is listed in `help(parallel_env)` (`KEYWORDS` below holds the
 descriptions; a test checks that every `GameConfig` field has one).
