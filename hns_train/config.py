@@ -108,7 +108,7 @@ class EvalSettings:
     deterministic: bool = True  # act greedily (no exploration noise)
     render_videos: bool = True  # newest replay of each round to mp4, in a background process
     # A stop waits this long for a video under way and starts none: the replays stay for later.
-    stop_render_wait_s: float = 10.0
+    stop_render_wait_s: float = 5.0
     opponents: str = "pool,random,noop,scripted_seeker"  # classes played in turn, comma-separated
 
     def __post_init__(self) -> None:
