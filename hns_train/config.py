@@ -119,6 +119,8 @@ class EvalSettings:
             )
         if not 0.0 <= self.replay_share <= 1.0:
             raise ValueError(f"replay_share must be in [0, 1], got {self.replay_share}")
+        if not self.stop_render_wait_s >= 0:
+            raise ValueError(f"stop_render_wait_s must be >= 0, got {self.stop_render_wait_s}")
         names = self.opponent_classes()
         bad = [n for n in names if n not in EVAL_OPPONENTS]
         if bad or not names:

@@ -96,3 +96,8 @@ def test_shipped_configs_are_found_by_name_from_any_folder(tmp_path, monkeypatch
     assert (cfg.name, cfg.game_config().preset) == ("mine", "quadrant")
     with pytest.raises(ConfigError, match="does not exist .shipped configs: chase, default"):
         load_config("nothing.yaml")
+
+
+def test_a_negative_render_wait_is_refused():
+    with pytest.raises(ConfigError, match="stop_render_wait_s must be >= 0, got -1"):
+        load_config(CONFIG_DIR / "smoke.yaml", ["eval.stop_render_wait_s=-1"])
