@@ -334,8 +334,8 @@ def plot_run(
     bottom.set_xlabel("episodes (log scale)")
     beyond = beyond_note(all_marks, hi)
     if beyond:
-        axes[0].text(
-            0.995, 0.04, beyond, transform=axes[0].transAxes, ha="right", va="bottom",
+        axes[0].text(  # right of the panel, under its legend: no data hides under it
+            1.005, 0.0, beyond, transform=axes[0].transAxes, ha="left", va="bottom",
             fontsize=8, color="0.25", bbox=dict(facecolor="white", edgecolor="0.6", alpha=0.9),
         )  # fmt: skip
     status = (
