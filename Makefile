@@ -3,19 +3,25 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# The CPU build of torch; installed before the package so that `torch>=2.4` resolves to it
-# instead of pulling a multi-GB CUDA build.
+# torch is installed before the package so that `torch>=2.4` resolves to it. Without an NVIDIA
+# driver (no working `nvidia-smi`) it comes from PyTorch's CPU wheel index instead of the
+# multi-GB CUDA build on PyPI; override with `make TORCH_INDEX=URL`, or `TORCH_INDEX=` for pip's
+# own index. A torch wheel that pip finds without an index (pip's find-links) is used first.
 TORCH ?= torch==2.13.0
+NVIDIA_DRIVER := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+TORCH_INDEX ?= $(if $(NVIDIA_DRIVER),,https://download.pytorch.org/whl/cpu)
 export MUJOCO_GL ?= egl
 
-.PHONY: setup train test lint format bench clean
+.PHONY: setup train test lint format bench browser clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(TORCH)"
+	if $(BIN)/pip install -q --no-deps --no-index "$(TORCH)" 2>/dev/null; \
+	then $(BIN)/pip install -q "$(TORCH)"; \
+	else $(BIN)/pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)); fi
 	$(BIN)/pip install -q -e ".[test]"
 	touch $(STAMP)
 
@@ -33,6 +39,15 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+# Chromium from the system's packages for the html replay's screenshot test (CI runs this
+# first); where it cannot be installed (not root, no apt-get) that test is skipped.
+browser:
+	@if command -v chromium >/dev/null 2>&1; then echo "chromium: $$(command -v chromium)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } || \
+		echo "chromium could not be installed: the screenshot test will be skipped"; \
+	else echo "chromium missing and not installable here: the screenshot test will be skipped"; fi
 
 bench: $(STAMP)
 	$(BIN)/python bench/env_speed.py

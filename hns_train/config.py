@@ -33,7 +33,14 @@ from hns_train.agents.config import AgentConfig
 from hns_train.agents.pool import PoolConfig
 from hns_train.envs.config import GameConfig, make_config
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+# The repository's configs/ in a source checkout; installed, the same files ship inside the
+# package (pyproject.toml maps configs/ to hns_train/configs).
+_SOURCE_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIG_DIR = (
+    _SOURCE_CONFIGS
+    if (_SOURCE_CONFIGS / "default.yaml").is_file()
+    else Path(__file__).resolve().parent / "configs"
+)
 LAUNCHERS = ("serial", "local", "ray")
 WANDB_MODES = ("offline", "online", "disabled")
 
@@ -100,6 +107,8 @@ class EvalSettings:
     replay_share: float = 0.25  # share of matches recorded as replays
     deterministic: bool = True  # act greedily (no exploration noise)
     render_videos: bool = True  # newest replay of each round to mp4, in a background process
+    # A stop waits this long for a video under way and starts none: the replays stay for later.
+    stop_render_wait_s: float = 5.0
     opponents: str = "pool,random,noop,scripted_seeker"  # classes played in turn, comma-separated
 
     def __post_init__(self) -> None:
@@ -110,6 +119,8 @@ class EvalSettings:
             )
         if not 0.0 <= self.replay_share <= 1.0:
             raise ValueError(f"replay_share must be in [0, 1], got {self.replay_share}")
+        if not self.stop_render_wait_s >= 0:
+            raise ValueError(f"stop_render_wait_s must be >= 0, got {self.stop_render_wait_s}")
         names = self.opponent_classes()
         bad = [n for n in names if n not in EVAL_OPPONENTS]
         if bad or not names:
@@ -235,7 +246,7 @@ def _cluster_problems(p: PipelineConfig) -> list[str]:
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
     """RunConfig from a YAML file (default: configs/default.yaml) plus `key=value` overrides."""
-    path = Path(path) if path is not None else CONFIG_DIR / "default.yaml"
+    path = find_config(path) if path is not None else CONFIG_DIR / "default.yaml"
     data = _read_yaml(path)
     cfg = _build(RunConfig, data, str(path), prefix="")
     for item in overrides or []:
@@ -272,9 +283,23 @@ def apply_override(cfg: RunConfig, item: str) -> RunConfig:
     return _build(RunConfig, merged, "command line", prefix="")
 
 
+def find_config(path: str | Path) -> Path:
+    """`path` if it exists, else the shipped config it names (`chase`, `chase.yaml` or
+    `configs/chase.yaml`), so the shipped configs work from any folder after `pip install`, also
+    as the `base:` of a user's own YAML."""
+    path = Path(path)
+    if path.exists() or path.parent not in (Path("."), Path("configs")):
+        return path
+    for name in (path.name, f"{path.name}.yaml"):
+        if (CONFIG_DIR / name).is_file():
+            return CONFIG_DIR / name
+    return path
+
+
 def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
+        shipped = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+        raise ConfigError(f"config file {path} does not exist (shipped configs: {shipped})")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
@@ -285,6 +310,8 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if base is None:
         return data
     base_path = (path.parent / base).resolve()
+    if not base_path.is_file() and Path(base).parent == Path("."):
+        base_path = find_config(base).resolve()  # a shipped config
     if base_path in seen:
         raise ConfigError(f"{path}: base {base!r} includes itself")
     return _merge(_read_yaml(base_path, (*seen, path.resolve())), data)

@@ -13,6 +13,8 @@ import logging
 import sys
 from pathlib import Path
 
+from tqdm.contrib.logging import logging_redirect_tqdm
+
 from hns_train.config import ConfigError, load_config
 
 
@@ -47,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    summary = controller.run()
+    # Log lines of this process go through tqdm so that they do not break the progress bar.
+    with logging_redirect_tqdm():
+        summary = controller.run()
     print("\n".join(summary.lines()))
     return 1 if controller.error else 0
 

@@ -85,3 +85,19 @@ def test_train_command_reports_a_bad_config_without_a_traceback(tmp_path):
     )
     assert out.returncode == 2
     assert "stop.minute" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_shipped_configs_are_found_by_name_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no configs/ here
+    assert load_config("chase").game_config().preset == "chase"
+    assert load_config("configs/chase.yaml").name == "chase"
+    (tmp_path / "mine.yaml").write_text("base: quadrant.yaml\nname: mine\n")
+    cfg = load_config(tmp_path / "mine.yaml")
+    assert (cfg.name, cfg.game_config().preset) == ("mine", "quadrant")
+    with pytest.raises(ConfigError, match="does not exist .shipped configs: chase, default"):
+        load_config("nothing.yaml")
+
+
+def test_a_negative_render_wait_is_refused():
+    with pytest.raises(ConfigError, match="stop_render_wait_s must be >= 0, got -1"):
+        load_config(CONFIG_DIR / "smoke.yaml", ["eval.stop_render_wait_s=-1"])

@@ -9,9 +9,13 @@ Responsibilities:
   the run stops with an error);
 - the run's counters on the paper's axes (episodes, env frames, wall-clock hours, optimisation
   steps), a metrics record every `logging.every_s` to metrics.jsonl and wandb, emergent-phase
-  onsets, a tqdm progress bar and the end summary;
+  onsets, a tqdm progress bar and the end summary. The bar counts env frames from the start
+  (workers ready, episodes, optimisation steps, returns and the time left as its postfix) and
+  is redrawn every `BAR_REFRESH_S`, so it moves in a terminal before the first PPO update;
 - stopping: at a stop limit, on SIGINT/SIGTERM, or on a fatal error, it asks every worker to
-  stop, waits for the trainer's final checkpoint, and leaves no process behind.
+  stop, waits for the trainer's final checkpoint, and leaves no process behind. A trainer in a
+  PPO update finishes it first, so trainers get the time left under `stop.minutes` with the
+  counters and start no update they expect to end after it: the run stops on time.
 
 Env frames = environment steps summed over worlds; episodes = finished episodes.
 """
@@ -46,6 +50,7 @@ from hns_train.envs.stats import STAT_KEYS
 log = logging.getLogger(__name__)
 STOP_GRACE_S = 60.0
 STARTUP_GRACE_S = 120.0  # from start to hello: spawning and importing torch on a busy machine
+BAR_REFRESH_S = 1.0  # progress bar redraws: tqdm only redraws itself on update()
 
 
 @dataclass
@@ -142,6 +147,7 @@ class Controller:
         self.phases_reached: list[str] = []
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.bar = None
+        self._last_bar_refresh = 0.0
         self.logger = None
         self.phases = None
         self.eval_matches = 0  # rated matches reported by eval workers
@@ -260,6 +266,9 @@ class Controller:
         if now - self._last_record_time >= self.cfg.logging.every_s:
             self._record()
         self._check_limits()
+        if self.bar is not None and now - self._last_bar_refresh >= BAR_REFRESH_S:
+            self._last_bar_refresh = now
+            self._refresh_bar()
 
     def _on_message(self, name: str, message, now: float) -> None:
         state = self.workers.get(name)
@@ -293,28 +302,34 @@ class Controller:
             self._absorb_eval(meta)
         elif kind == "trainer":
             self.version = max(self.version, int(meta.get("version", 0)))
-            if self.bar is not None:
-                self.bar.n = self.version
-        if self.bar is not None:
-            self.bar.set_postfix(self._postfix(), refresh=False)
 
-    def _postfix(self) -> dict:
-        last = self.records[-1] if self.records else {}
-        post = {
-            "frames": f"{self.frames:,}",
-            "episodes": f"{self.episodes:,}",
-            "fps": f"{self.fps():,.0f}",
-        }
+    # ------------------------------------------------------------------ progress bar
+    def _refresh_bar(self) -> None:
+        self.bar.n = self.frames
+        self.bar.set_postfix_str(self._postfix(), refresh=False)
+        self.bar.refresh()
+
+    def _postfix(self) -> str:
+        stop, last = self.cfg.stop, self.records[-1] if self.records else {}
+        ready = sum(s.connected for s in self.workers.values())
+        parts = [] if ready == len(self.workers) else [f"workers {ready}/{len(self.workers)} up"]
+        parts.append(f"episodes {self.episodes:,}")
+        parts.append(f"opt steps {self.version}" + (f"/{stop.versions}" if stop.versions else ""))
         if "episode/hider_return" in last:
-            post["hider"] = f"{last['episode/hider_return']:+.1f}"
-            post["seeker"] = f"{last['episode/seeker_return']:+.1f}"
-        return post
+            parts.append(
+                f"returns {last['episode/hider_return']:+.1f}/{last['episode/seeker_return']:+.1f}"
+            )
+        if stop.minutes:
+            left = max(0.0, self._stop_in_s())
+            parts.append(f"stop in {int(left // 60)}:{int(left % 60):02d}")
+        return ", ".join(parts)
 
     def _send_counters(self) -> None:
         meta = {
             "frames": self.frames,
             "episodes": self.episodes,
             "wall_clock_s": self.hours() * 3600,
+            "stop_in_s": self._stop_in_s(),
         }
         for name, state in self.workers.items():
             if state.spec.kind == "trainer" and state.connected and not state.stopped:
@@ -367,10 +382,20 @@ class Controller:
             self.stop_reason = f"reached stop.versions={stop.versions}"
         elif stop.frames and self.frames >= stop.frames:
             self.stop_reason = f"reached stop.frames={stop.frames}"
-        elif stop.minutes and time.monotonic() - self.start >= stop.minutes * 60:
+        elif stop.minutes and self._stop_in_s() <= 0:
             self.stop_reason = f"reached stop.minutes={stop.minutes}"
 
+    def _stop_in_s(self) -> float | None:
+        """Seconds left under `stop.minutes` (None without that limit); trainers get it with the
+        counters and start no PPO update they expect to end after it."""
+        if not self.cfg.stop.minutes:
+            return None
+        return self.cfg.stop.minutes * 60 - (time.monotonic() - self.start)
+
     def _stop_workers(self) -> None:
+        if self.bar is not None:  # a trainer in a PPO update finishes it first: say so
+            self.bar.set_postfix_str(f"stopping ({self.stop_reason}): final checkpoint")
+            self.bar.refresh()
         for name, state in self.workers.items():
             if not state.stopped:
                 self.control.send(name.encode(), "stop")
@@ -396,10 +421,18 @@ class Controller:
     def _open_logs(self) -> None:
         lg = self.cfg.logging
         if lg.progress:
-            total = self.cfg.stop.versions or None
+            total = self.cfg.stop.frames or None
             self.bar = tqdm(
-                total=total, initial=self.version, desc="optimisation steps", file=sys.stderr
+                total=total,
+                initial=self.frames,
+                desc="env frames",
+                unit=" frames",
+                dynamic_ncols=True,
+                file=sys.stderr,
+                # without a frame limit: the count, time and rate, no empty bar
+                bar_format=None if total else "{desc}: {n} [{elapsed}, {rate_fmt}{postfix}]",
             )
+            self._refresh_bar()
         if lg.wandb != "disabled":
             from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
 

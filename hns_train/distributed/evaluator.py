@@ -67,7 +67,7 @@ from hns_train.eval.runview import win_rates
 
 log = logging.getLogger(__name__)
 IDLE_WAIT_MS = 50  # longest wait for parameters between rounds (heartbeats stay on time)
-RENDER_WAIT_S = 30.0  # how long stopping waits for a video being rendered
+RENDER_TERM_S = 5.0  # how long a stopped render may take to delete its partial file
 RENDER_NICE = 10
 LEADERBOARD_ROWS = 20
 LEADERBOARD_COLUMNS = ["policy", "role", "mu", "sigma", "mu_minus_3sigma", "games"]
@@ -280,7 +280,8 @@ class EvalWorker(Worker):
         return out
 
     def shutdown(self) -> None:
-        self._finish_render(RENDER_WAIT_S)
+        self._render_next = None  # a stop starts no video; the replay is there to render later
+        self._finish_render(self.settings.stop_render_wait_s)
 
     def close_streams(self) -> None:
         if self._render is not None:  # closed without a clean stop: leave no child behind
@@ -337,8 +338,13 @@ class VideoJob:
         return f"exit {self.proc.returncode}: {self._error[-500:]}"
 
     def kill(self) -> None:
+        """Stop the render: SIGTERM first, on which it deletes its partial video file."""
         if self.proc.poll() is None:
-            self.proc.kill()
+            self.proc.terminate()
+            try:
+                self.proc.wait(RENDER_TERM_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
         self.proc.wait()
         self._close()
 

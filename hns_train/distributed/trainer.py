@@ -11,7 +11,9 @@ After every step the new parameters are published (version = optimisation steps)
 optimiser, normalisers, counters, RNG states); every `pool.snapshot_every` versions a frozen
 snapshot joins the pool. On start the newest valid checkpoint is restored, so `--resume`
 continues with counters intact. The run's counters (frames, episodes, hours) come from the
-controller, which owns them, in `counters` control messages.
+controller, which owns them, in `counters` control messages. Those also say how long the run
+has left under `stop.minutes` (`stop_in_s`); the trainer starts no update it expects to end after
+that (by the duration of its last one), so the run stops on time instead of waiting for it.
 
 Several trainers (`pipeline.n_trainers` > 1, see ddp.py): trainer i is rank i with its own sample
 endpoint and `batch_chunks / n_trainers` chunks per step; ranks agree every iteration whether to
@@ -112,6 +114,8 @@ class TrainerWorker(Worker):
         self._received = self._dropped_stale = self._rejected = 0
         self._steps = 0
         self._update_s = 0.0
+        self._last_update_s: float | None = None  # duration of the newest PPO update
+        self._stop_at: float | None = None  # monotonic time the run stops at (stop.minutes)
         self._staleness: list[float] = []
         self._reuse: list[float] = []
         self.publish()
@@ -132,7 +136,7 @@ class TrainerWorker(Worker):
             return False
         got = self._receive()
         ready = self._usable()
-        have = len(ready) >= self.batch_size
+        have = len(ready) >= self.batch_size and not self._would_end_late()
         if self.ddp is not None:
             # Every iteration: stop together, or train together only when every rank can.
             self.agreed_stop, have = self.ddp.agree(stop=self.stopping, ready=have)
@@ -142,6 +146,12 @@ class TrainerWorker(Worker):
             return got > 0
         self._train(ready)
         return True
+
+    def _would_end_late(self) -> bool:
+        """An update now would still run when the run is due to stop."""
+        if self._stop_at is None or self._last_update_s is None:
+            return False
+        return time.monotonic() + self._last_update_s > self._stop_at
 
     @property
     def batch_size(self) -> int:
@@ -206,7 +216,8 @@ class TrainerWorker(Worker):
         self.control.send("busy")
         start = time.perf_counter()
         self._last_stats = self.ppo.update(stack_chunks([s.chunk for s in batch]))
-        self._update_s += time.perf_counter() - start
+        self._last_update_s = time.perf_counter() - start
+        self._update_s += self._last_update_s
         self._steps += 1
         for s in batch:
             self._staleness.append(self.version - 1 - s.version)
@@ -238,6 +249,8 @@ class TrainerWorker(Worker):
                 episodes=int(m["episodes"]),
                 wall_clock_s=float(m["wall_clock_s"]),
             )
+            stop_in = m.get("stop_in_s")
+            self._stop_at = None if stop_in is None else time.monotonic() + float(stop_in)
 
     def counters(self) -> dict:
         out = {

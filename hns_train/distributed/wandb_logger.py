@@ -21,9 +21,9 @@
 `hns_train.eval.baselines`) on the episode axis as a separate run, `rapid-reference`, in the
 same project, so the workspace shows this run's `phase/index` steps against the paper's.
 
-`read_offline_run(path)` reads an offline run back from its `.wandb` file (LevelDB-style log of
-protobuf records; wandb 0.31 ships no Python reader), for tests and for checking a run before
-syncing it.
+`read_offline_run(path)` reads an offline run back through wandb's own command-line reader
+(`wandb leet inspect --json`, one JSON record per line), for tests and for checking a run before
+syncing it; nothing here parses wandb's binary file format.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ import json
 import os
 import secrets
 import string
-import struct
+import subprocess
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -47,6 +48,8 @@ RUN_ID_FILE = "run_id"
 REFERENCE_RUN_ID = "rapid-reference"
 SKIPPED_KEYS = ("kind", "time")  # bookkeeping in metrics.jsonl, not a chart
 FLUSH_TIMEOUT_S = 30.0  # longest wait for an offline run file to be complete after finish()
+FLUSH_POLL_S = 0.25
+INSPECT_TIMEOUT_S = 120.0
 
 
 def new_run_id(length: int = 8) -> str:
@@ -211,13 +214,13 @@ def _finish(run, exit_code: int) -> None:
     while time.monotonic() < deadline:
         if path.is_file() and _has_exit(path):
             return
-        time.sleep(0.05)
+        time.sleep(FLUSH_POLL_S)
 
 
 def _has_exit(path: Path) -> bool:
     try:
-        return any(r.WhichOneof("record_type") == "exit" for r in _records(path))
-    except Exception:  # a file still being written may end in a torn record
+        return any(r.get("type") == "exit" for r in _records(path))
+    except ValueError:  # a file still being written may end in a torn record
         return False
 
 
@@ -302,53 +305,43 @@ def log_reference_run(
 
 
 # ---------------------------------------------------------------------- reading offline runs
-_HEADER = b":W&B"
-_HEADER_LEN = 7  # ident (4) + magic (2) + version (1)
-_BLOCK = 32768
-_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
-
-
 def offline_runs(run_dir: str | Path) -> list[Path]:
     """The offline-run directories under `run_dir/wandb`, oldest first."""
     return sorted((Path(run_dir) / "wandb").glob("offline-run-*"))
 
 
-def _records(path: Path):
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data = path.read_bytes()
-    if data[:4] != _HEADER:
-        raise ValueError(f"{path} is not a wandb run file (header {data[:4]!r})")
-    pos, pending = _HEADER_LEN, b""
-    while pos + 7 <= len(data):
-        room = _BLOCK - pos % _BLOCK
-        if room < 7:  # block trailer: zero padding
-            pos += room
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        pos += 7
-        chunk = data[pos : pos + length]
-        pos += length
-        if kind in (_FULL, _LAST):
-            record = pb.Record()
-            record.ParseFromString(pending + chunk)
-            pending = b""
-            yield record
-        elif kind in (_FIRST, _MIDDLE):
-            pending += chunk
+def _records(path: Path) -> list[dict]:
+    """The run file's records as wandb's `leet inspect --json` prints them."""
+    done = subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=INSPECT_TIMEOUT_S,
+        env={**os.environ, "WANDB_SILENT": "true"},
+    )
+    if done.returncode != 0:
+        raise ValueError(f"wandb could not read {path}: {done.stderr.strip()[-500:]}")
+    try:
+        return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    except json.JSONDecodeError as err:
+        raise ValueError(f"wandb printed something other than JSON for {path}: {err}") from None
 
 
-def _assign(target: dict, item) -> None:
-    """Store one history/summary/config item; nested keys (media descriptors) become dicts."""
-    path = [item.key] if item.key else list(item.nested_key)
-    for part in path[:-1]:
-        target = target.setdefault(part, {})
-    target[path[-1]] = json.loads(item.value_json)
+def _nested(flat: dict) -> dict:
+    """wandb prints a media value's fields as `key._type`, `key.path`, ...: one dict per key."""
+    out: dict = {}
+    for key, value in flat.items():
+        head, dot, rest = key.partition(".")
+        if dot and not head.startswith("_"):
+            out.setdefault(head, {})[rest] = value
+        else:
+            out[key] = value
+    return out
 
 
 def read_offline_run(path: str | Path) -> dict:
     """Contents of an offline run (its directory or its .wandb file): run id, project, config,
-    metric definitions, history rows and the final summary, with values decoded from JSON."""
+    metric definitions, history rows and the final summary."""
     path = Path(path)
     if path.is_dir():
         files = sorted(path.glob("run-*.wandb"))
@@ -358,26 +351,21 @@ def read_offline_run(path: str | Path) -> dict:
     out: dict = {"run_id": None, "project": None, "config": {}, "metrics": [], "history": []}
     summary: dict = {}
     for record in _records(path):
-        kind = record.WhichOneof("record_type")
+        kind, body = record.get("type"), record.get(record.get("type"), {})
         if kind == "run":
-            out["run_id"], out["project"] = record.run.run_id, record.run.project
-            for item in record.run.config.update:
-                _assign(out["config"], item)
+            out["run_id"], out["project"] = body.get("run_id"), body.get("project")
+            out["config"].update(body.get("config", {}).get("update", {}))
         elif kind == "config":
-            for item in record.config.update:
-                _assign(out["config"], item)
+            out["config"].update(body.get("update", {}))
         elif kind == "metric":
-            m = record.metric
+            name = body.get("name") or body.get("glob_name")
             out["metrics"].append(
-                {"name": m.name or m.glob_name, "glob": bool(m.glob_name), "step": m.step_metric}
+                {"name": name, "glob": "glob_name" in body, "step": body.get("step_metric", "")}
             )
         elif kind == "history":
-            row: dict = {}
-            for item in record.history.item:
-                _assign(row, item)
-            out["history"].append(row)
+            out["history"].append(_nested(body.get("item", {})))
         elif kind == "summary":
-            for item in record.summary.update:
-                _assign(summary, item)
+            summary.update(_nested(body.get("update", {})))
+    out["config"].pop("_wandb", None)
     out["summary"] = summary
     return out

@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -145,7 +146,10 @@ def run_worker(spec: WorkerSpec) -> None:
     # Ctrl-C goes to the whole process group; only the controller decides how to stop.
     if threading.current_thread() is threading.main_thread():  # (Ray may call from a thread)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s {spec.name} %(message)s")
+    # On a terminal a line first clears the controller's progress bar line (carriage return,
+    # erase line), which the controller redraws below it: log lines never run into the bar.
+    clear = "\r\x1b[K" if sys.stderr.isatty() else ""
+    logging.basicConfig(level=logging.WARNING, format=f"{clear}%(asctime)s {spec.name} %(message)s")
     import torch
 
     torch.set_num_threads(max(1, int(spec.config["pipeline"]["torch_threads"])))

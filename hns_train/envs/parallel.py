@@ -1,9 +1,9 @@
 """PettingZoo interfaces over one hide-and-seek world.
 
-`parallel_env(preset="quadrant", seed=None, render_mode=None, **game_params)` returns a
-`ParallelEnv`; `env(...)` the same game as an AEC env through PettingZoo's own
-`parallel_to_aec` (which adds the order-enforcing wrapper). Game parameters go to `make_config`,
-which rejects unknown presets and parameters with `ValueError`.
+`parallel_env(preset="quadrant", seed=None, render_mode=None, flatten=False, max_cycles=None,
+pad_absent=False, **game_params)` returns a `ParallelEnv`; `env(...)` the same game as an AEC
+env through PettingZoo's own `parallel_to_aec` (which adds the order-enforcing wrapper). Game
+parameters go to `make_config`, which rejects unknown presets and parameters with `ValueError`.
 
 Agents are `hider_0..`, then `seeker_0..`. `possible_agents` holds the largest team sizes;
 `agents` holds the agents present this episode (team sizes may be ranges, e.g.
@@ -21,6 +21,20 @@ a missing action for a live agent, or an action for an agent that is not live ra
 
 Seeding: `seed` seeds the world generator once; `reset(seed=s)` reseeds it, so equal seeds give
 equal episodes (physics is deterministic).
+
+Other trainers: `flatten=True` makes each observation one float32 `Box` vector (the `Dict`
+flattened by `gymnasium.spaces.flatten`, keys in sorted order; `dict_observation_space(agent)`
+unflattens it), which SuperSuit's wrappers and vectorisers take as they are. `max_cycles` is
+PettingZoo's name of `horizon`. SuperSuit's vectorisers need fixed team sizes
+(`n_hiders=(k, k)`). Variable team sizes (agents absent from a whole episode) work with
+`PettingZooWrapper(parallel_env(..., pad_absent=True), use_mask=True, done_on_any=False)` of
+TorchRL, which asks every possible agent's observation and info at reset and sends every
+possible agent an action: `pad_absent=True` gives the absent ones zero observations and empty
+infos at reset and ignores their actions (TorchRL's mask is False for them). Without
+`pad_absent` both are errors, as PettingZoo wants.
+
+Every keyword and its default is listed in `help(parallel_env)` (`KEYWORDS` below holds the
+descriptions; a test checks that every `GameConfig` field has one).
 """
 
 from __future__ import annotations
@@ -35,9 +49,125 @@ from hns_train.envs.game import HideAndSeekGame
 from hns_train.envs.observations import observation_space
 
 RENDER_MODES = ("rgb_array", "human")
+FLAT_DTYPE = np.float32
+
+# What each game keyword means (spec sections in brackets); help(parallel_env) lists them all.
+KEYWORDS: dict[str, str] = {
+    # teams and episode
+    "n_hiders": "(low, high) hiders per episode, drawn uniformly at each reset [§1]",
+    "n_seekers": "(low, high) seekers per episode, drawn uniformly at each reset [§1]",
+    "horizon": "env steps per episode; the last one truncates (PettingZoo: max_cycles) [§1]",
+    "prep_fraction": "share of the horizon that is the preparation phase (seekers frozen) [§1]",
+    # physics
+    "timestep": "MuJoCo timestep, s [§1]",
+    "substeps": "MuJoCo steps per env step [§1]",
+    "gravity": "gravity on z, m/s^2 [§1]",
+    # arena and walls
+    "floor_size": "side of the square floor, m (corner at the origin) [§1]",
+    "grid_cells": "cells per side of the placement grid [§1]",
+    "walls": "'quadrant' (one room), 'random' (1-4 rooms) or 'none' [§1]",
+    "room_cells": "quadrant room: (x, y) grid lines of its inner walls [§1]",
+    "n_rooms": "random walls: (low, high) rooms per episode [§1]",
+    "min_room_cells": "random walls: smallest room side, cells [§1]",
+    "door_width": "gap of a door in an inner wall, m [§1]",
+    "p_one_wall_doorless": "quadrant: probability that one inner wall has no door [§1]",
+    "p_outer_walls": "probability that the 4 outer walls exist this episode [§1]",
+    "wall_thickness": "m [§2]",
+    "inner_wall_height": "m [§2]",
+    "outer_wall_height": "m [§2]",
+    "wall_friction": "friction of walls [§2]",
+    "floor_friction": "friction of the floor [§2]",
+    # agents
+    "agent_radius": "agent sphere radius, m [§2]",
+    "agent_mass": "kg [§2]",
+    "agent_friction": "friction of agents (MuJoCo takes the max of a contact pair) [§2]",
+    "agent_slide_damping": "damping of the x and y slide joints [§2]",
+    "agent_z_damping": "damping of the z slide joint [§2]",
+    "agent_hinge_damping": "damping of the yaw hinge [§2]",
+    "arm_radius": "radius of the two massless arm spheres marking an agent's front, m [§2]",
+    "arm_offset": "local (x, y, z) of the arms (the other at (-x, y, z)), m [§2]",
+    "actuator_gear": "gear of the x, y and yaw actuators [§2]",
+    "action_bins": "bins of each movement action (odd; the middle bin is zero) [§3]",
+    "max_ctrl": "control of the outermost bin (bins span [-max_ctrl, max_ctrl]) [§3]",
+    # boxes and ramps
+    "n_boxes": "(low, high) boxes per episode [§1]",
+    "n_elongated": "(low, high) of them elongated, capped at the box count [§1]",
+    "box_size": "side of a cube box, m [§2]",
+    "elongated_size": "(x, y, z) of an elongated box, m [§2]",
+    "box_mass": "kg [§2]",
+    "box_friction": "friction of boxes [§2]",
+    "box_hinge_damping": "damping of a box's yaw hinge [§2]",
+    "n_ramps": "ramps per episode [§1]",
+    "ramp_size": "side of a ramp's bounding cube (45 degree slope), m [§2]",
+    "ramp_mass": "kg [§2]",
+    "ramp_friction": "friction of ramps [§2]",
+    "ramp_hinge_damping": "damping of a ramp's yaw hinge [§2]",
+    "boxes_lockable": "whether the lock action can freeze boxes [§3]",
+    "ramps_lockable": "whether the lock action can freeze ramps [§3]",
+    "box_size_obs": "append a box's full size (x, y, z) to box_obs [§5]",
+    # placement
+    "placement": "'quadrant' (boxes in the room, seekers outside it) or 'uniform' [§1]",
+    "teammate_spread_cells": ">= 0: teammates within this many cells of the first one [§1]",
+    "place_tries": "rejection-sampling tries per body before the layout is rebuilt [§2]",
+    "agent_cells": "footprint of an agent on the grid, cells per side [§2]",
+    "box_cells": "footprint of a cube box, cells per side [§2]",
+    "elongated_cells": "footprint (long, short) of an elongated box, cells [§2]",
+    "ramp_cells": "footprint of a ramp, cells per side [§2]",
+    # rules
+    "oob_low": "low corner (x and y) of the out-of-bounds square, m [§4]",
+    "oob_high": "high corner (x and y) of the out-of-bounds square, m [§4]",
+    "oob_penalty": "reward of an agent (or, with penalise_objects_oob, of all) out of bounds [§4]",
+    "penalise_objects_oob": "every agent gets oob_penalty when a box or ramp is out [§4]",
+    "vision_half_angle": "half-angle of the vision cone, radians (67.5 degrees) [§4]",
+    "grab_range": "largest distance from agent centre to an object it grabs or locks, m [§3]",
+    "n_lidar": "lidar rays per agent [§5]",
+    "lidar_range": "lidar range, m (the value of a ray that hits nothing) [§5]",
+    # rendering
+    "render_width": "pixels of render() frames [render]",
+    "render_height": "pixels of render() frames [render]",
+}
+
+
+def agent_names(max_hiders: int, max_seekers: int) -> list[str]:
+    """The agents' names in slot order: `hider_0..`, then `seeker_0..` (one naming everywhere:
+    the env, replays and the eval CLI)."""
+    return [f"hider_{k}" for k in range(max_hiders)] + [f"seeker_{k}" for k in range(max_seekers)]
+
+
+def _keyword_help() -> str:
+    from dataclasses import fields
+
+    from hns_train.envs.config import PRESETS, GameConfig
+
+    lines = [
+        "Keywords (defaults of the quadrant preset; other presets change some, see PRESETS):",
+        "    preset: 'quadrant' | 'randomwalls' | 'chase'",
+        "    seed: int | None = None  (seeds the world generator; reset(seed=...) reseeds it)",
+        "    render_mode: None | 'rgb_array' | 'human'  ('human' needs a display)",
+        "    flatten: bool = False  (observations as one float32 Box vector, for SuperSuit etc.)",
+        "    max_cycles: int | None = None  (PettingZoo's name of horizon)",
+        "    pad_absent: bool = False  (zero observations at reset and ignored actions for agents",
+        "        absent this episode: for TorchRL's PettingZooWrapper(use_mask=True))",
+    ]
+    for f in fields(GameConfig):
+        if f.name == "preset":
+            continue
+        changed = [p for p, over in PRESETS.items() if f.name in over]
+        note = f"  (set by {', '.join(changed)})" if changed else ""
+        lines.append(f"    {f.name} = {f.default!r}: {KEYWORDS[f.name]}{note}")
+    return "\n".join(lines)
 
 
 class HideAndSeekParallelEnv(ParallelEnv):
+    """Hide-and-seek as a PettingZoo `ParallelEnv`: one MuJoCo world, hiders against seekers.
+
+    Agents `hider_0..` and `seeker_0..`; each acts with `MultiDiscrete([11, 11, 11, 2, 2])`
+    (x force, y force, torque, grab, lock) and observes a `Dict` of entity arrays with masks
+    (or one `Box` vector with `flatten=True`). Episodes always run `horizon` steps and end by
+    truncation. Make it with `parallel_env(...)`; every keyword is listed in
+    `help(hns_train.envs.parallel_env)`.
+    """
+
     metadata = {
         "name": "hide_and_seek_v0",
         "render_modes": list(RENDER_MODES),
@@ -49,32 +179,53 @@ class HideAndSeekParallelEnv(ParallelEnv):
         preset: str = "quadrant",
         seed: int | None = None,
         render_mode: str | None = None,
+        flatten: bool = False,
+        max_cycles: int | None = None,
+        pad_absent: bool = False,
         **game_params,
     ):
+        from hns_train.envs.render import display_available
+
         if render_mode is not None and render_mode not in RENDER_MODES:
             raise ValueError(
                 f"unknown render_mode {render_mode!r}; allowed: None, {', '.join(RENDER_MODES)}"
             )
+        if render_mode == "human" and not display_available():
+            raise ValueError(
+                "render_mode='human' needs a display (DISPLAY or WAYLAND_DISPLAY is unset); use "
+                "render_mode='rgb_array' on a headless machine, or render a replay to a file "
+                "(python -m hns_train.eval REPLAY)"
+            )
+        if max_cycles is not None:
+            if "horizon" in game_params and game_params["horizon"] != max_cycles:
+                raise ValueError(
+                    f"max_cycles={max_cycles} and horizon={game_params['horizon']} disagree; "
+                    "max_cycles is PettingZoo's name of horizon: give one of them"
+                )
+            game_params["horizon"] = max_cycles
         self.cfg = make_config(preset, **game_params)
+        self.flatten = bool(flatten)
+        self.pad_absent = bool(pad_absent)
         self.game = HideAndSeekGame(self.cfg, n_worlds=1, seed=seed)
         self.render_mode = render_mode
         cfg = self.cfg
         # "human" only where a window can open, so that render checks pass on headless machines.
         # render.py is imported here, not at package import, so `python -m ...render` runs clean.
-        from hns_train.envs.render import display_available
-
         modes = [m for m in RENDER_MODES if m != "human" or display_available()]
         self.metadata = {
             **type(self).metadata,
             "render_modes": modes,
             "render_fps": 1.0 / (cfg.timestep * cfg.substeps),
         }
-        self.possible_agents = [f"hider_{k}" for k in range(cfg.max_hiders)] + [
-            f"seeker_{k}" for k in range(cfg.max_seekers)
-        ]
+        self.possible_agents = agent_names(cfg.max_hiders, cfg.max_seekers)
         self.agents: list[str] = []
         self._slot = {name: k for k, name in enumerate(self.possible_agents)}
-        self._obs_spaces = {a: observation_space(cfg) for a in self.possible_agents}
+        self._dict_spaces = {a: observation_space(cfg) for a in self.possible_agents}
+        self._obs_spaces = (
+            {a: _flat_space(sp) for a, sp in self._dict_spaces.items()}
+            if self.flatten
+            else self._dict_spaces
+        )
         self._act_spaces = {
             a: spaces.MultiDiscrete(self.game.action_nvec.copy(), dtype=np.int64)
             for a in self.possible_agents
@@ -84,8 +235,14 @@ class HideAndSeekParallelEnv(ParallelEnv):
         self._obs: dict[str, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ spaces and MuJoCo
-    def observation_space(self, agent: str) -> spaces.Dict:
+    def observation_space(self, agent: str) -> spaces.Dict | spaces.Box:
+        """`Dict` of entity arrays, or with `flatten=True` the float32 `Box` it flattens to."""
         return self._obs_spaces[self._check_agent(agent)]
+
+    def dict_observation_space(self, agent: str) -> spaces.Dict:
+        """The `Dict` space even with `flatten=True`:
+        `gymnasium.spaces.unflatten(env.dict_observation_space(a), obs[a])` gives the dict."""
+        return self._dict_spaces[self._check_agent(agent)]
 
     def action_space(self, agent: str) -> spaces.MultiDiscrete:
         return self._act_spaces[self._check_agent(agent)]
@@ -106,15 +263,37 @@ class HideAndSeekParallelEnv(ParallelEnv):
 
     # ------------------------------------------------------------------ episode
     def reset(self, seed: int | None = None, options: dict | None = None):
+        """Build a new world (new layout, team sizes and positions) and return
+        `(observations, infos)` for the agents present this episode (`self.agents`).
+
+        `seed` reseeds the world generator (equal seeds, equal episodes); `options` is unused.
+        """
         obs = self.game.reset(seeds=None if seed is None else [seed])
         present = self.game.agent_present[0]
         self.agents = [a for a in self.possible_agents if present[self._slot[a]]]
         self._obs = obs
         if self.render_mode == "human":
             self.render()
-        return self._agent_obs(obs), {a: {} for a in self.agents}
+        observations = self._agent_obs(obs)
+        if self.pad_absent:
+            for a in self.possible_agents:
+                if a not in observations:
+                    zeros = self._dict_spaces[a].sample()  # right keys, shapes and dtypes
+                    for v in zeros.values():
+                        v[...] = 0
+                    observations[a] = self._agent_obs_from(a, zeros)
+        return observations, {a: {} for a in observations}
 
     def step(self, actions: dict):
+        """Advance one env step (`substeps` MuJoCo steps) with one action per live agent.
+
+        Returns `(observations, rewards, terminations, truncations, infos)`, dicts keyed by the
+        agents live before the step. Rewards: hiders +1 when no seeker sees a hider, else -1;
+        seekers the opposite; 0 in the preparation phase; an agent out of bounds gets
+        `oob_penalty` instead. `terminations` are always False; `truncations` are all True on
+        the horizon's step, whose `infos` hold the episode statistics and after which `agents`
+        is empty. Bad actions raise ValueError naming the agent and what is allowed.
+        """
         if not self.agents:
             raise RuntimeError(
                 "step() called with no live agents: the episode has ended (or reset() was "
@@ -124,6 +303,8 @@ class HideAndSeekParallelEnv(ParallelEnv):
             raise ValueError(
                 f"actions must be a dict from agent name to action, got {type(actions).__name__}"
             )
+        if self.pad_absent:  # TorchRL sends actions for agents absent this episode too
+            actions = {a: v for a, v in actions.items() if a in self.agents}
         not_live = sorted(set(actions) - set(self.agents), key=str)
         if not_live:
             raise ValueError(
@@ -186,12 +367,22 @@ class HideAndSeekParallelEnv(ParallelEnv):
             )
         return a.astype(np.int64)
 
-    def _agent_obs(self, obs, agents=None) -> dict[str, dict[str, np.ndarray]]:
+    def _agent_obs(self, obs, agents=None) -> dict:
         agents = self.agents if agents is None else agents
-        return {a: {k: v[0, self._slot[a]].copy() for k, v in obs.items()} for a in agents}
+        return {
+            a: self._agent_obs_from(a, {k: v[0, self._slot[a]].copy() for k, v in obs.items()})
+            for a in agents
+        }
+
+    def _agent_obs_from(self, agent: str, obs: dict[str, np.ndarray]):
+        if self.flatten:
+            return spaces.flatten(self._dict_spaces[agent], obs).astype(FLAT_DTYPE, copy=False)
+        return obs
 
     # ------------------------------------------------------------------ rendering
     def render(self):
+        """`rgb_array`: a (render_height, render_width, 3) uint8 frame from the fixed overhead
+        camera; `human`: show the world in MuJoCo's viewer (returns None)."""
         if self.render_mode is None:
             raise ValueError(
                 "render() needs a render_mode; create the env with render_mode='rgb_array' "
@@ -219,15 +410,54 @@ class HideAndSeekParallelEnv(ParallelEnv):
             self._viewer = None
 
 
+def _flat_space(space: spaces.Dict) -> spaces.Box:
+    flat = spaces.flatten_space(space)
+    return spaces.Box(flat.low, flat.high, flat.shape, FLAT_DTYPE)
+
+
 def parallel_env(
-    preset: str = "quadrant", seed: int | None = None, render_mode: str | None = None, **params
+    preset: str = "quadrant",
+    seed: int | None = None,
+    render_mode: str | None = None,
+    flatten: bool = False,
+    max_cycles: int | None = None,
+    pad_absent: bool = False,
+    **params,
 ) -> HideAndSeekParallelEnv:
-    """The PettingZoo `ParallelEnv` for `preset` (see the module docstring)."""
-    return HideAndSeekParallelEnv(preset=preset, seed=seed, render_mode=render_mode, **params)
+    return HideAndSeekParallelEnv(
+        preset=preset,
+        seed=seed,
+        render_mode=render_mode,
+        flatten=flatten,
+        max_cycles=max_cycles,
+        pad_absent=pad_absent,
+        **params,
+    )
 
 
 def env(
-    preset: str = "quadrant", seed: int | None = None, render_mode: str | None = None, **params
+    preset: str = "quadrant",
+    seed: int | None = None,
+    render_mode: str | None = None,
+    flatten: bool = False,
+    max_cycles: int | None = None,
+    pad_absent: bool = False,
+    **params,
 ):
-    """The AEC form: `parallel_env(...)` through PettingZoo's `parallel_to_aec`."""
-    return parallel_to_aec(parallel_env(preset, seed, render_mode, **params))
+    return parallel_to_aec(
+        parallel_env(preset, seed, render_mode, flatten, max_cycles, pad_absent, **params)
+    )
+
+
+parallel_env.__doc__ = f"""The PettingZoo `ParallelEnv` of hide-and-seek (`HideAndSeekParallelEnv`).
+
+    env = parallel_env(preset="randomwalls", n_hiders=(1, 3), horizon=300)
+
+Unknown keywords or ill-typed values raise ValueError naming what is allowed.
+
+{_keyword_help()}
+"""
+env.__doc__ = f"""The AEC form: `parallel_env(...)` through PettingZoo's `parallel_to_aec`.
+
+{_keyword_help()}
+"""

@@ -5,7 +5,7 @@ Forms:
   [--out PATH] [--show] [--width W --height H --fps F --frame T]`: render a replay (video.py,
   html.py) or play it in MuJoCo's interactive viewer (`--show`, needs a display). Prints the
   path it wrote.
-- `python -m hns_train.eval --run RUN_DIR`: a run's leaderboard, phases and newest replays
+- `python -m hns_train.eval --run RUN_DIR|latest`: a run's leaderboard, phases and newest replays
   (the `RUN_VIEW` entry below).
 - `python -m hns_train.eval SUBCOMMAND ...`: one entry of `SUBCOMMANDS`.
 
@@ -14,7 +14,8 @@ Adding a command: write an entry point `fn(argv: list[str]) -> int` (its own arg
 Modules are imported only when their command runs, so a command whose module or entry point is
 missing fails alone, with a clear message.
 Errors a user can fix (bad file, bad option) print `error: ...` and exit with status 2, no
-traceback.
+traceback. A render stopped with SIGTERM or Ctrl-C leaves no partial output file (an evaluation
+worker that stops terminates its render this way).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 
 PROG = "python -m hns_train.eval"
 
@@ -58,11 +61,15 @@ def replay_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("replay", nargs="?", help="replay file (.npz)")
-    p.add_argument("--run", metavar="RUN_DIR", help="show a run's leaderboard, phases, replays")
+    p.add_argument(
+        "--run",
+        metavar="RUN_DIR",
+        help="show a run's leaderboard, phases, replays ('latest': the newest run)",
+    )
     p.add_argument(
         "--format", choices=RENDER_FORMATS, help="output format (default: from --out, else mp4)"
     )
-    p.add_argument("--camera", default="top", help="top | follow:AGENT (slot, hiderK or seekerK)")
+    p.add_argument("--camera", default="top", help="top | follow:AGENT (e.g. follow:seeker_0)")
     p.add_argument("--out", help="output path (default: next to the replay)")
     p.add_argument("--show", action="store_true", help="play in MuJoCo's interactive viewer")
     p.add_argument("--width", type=int, default=480)
@@ -83,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.run is not None:
             if args.replay is not None:
                 raise ValueError("give either a REPLAY or --run RUN_DIR, not both")
-            return _load(RUN_VIEW, "--run").run_view(args.run) or 0
+            from hns_train.eval.rundirs import resolve_run_dir
+
+            return _load(RUN_VIEW, "--run").run_view(resolve_run_dir(args.run)) or 0
         if args.replay is None:
             replay_parser().print_help()
             return 2
@@ -113,7 +122,14 @@ def _subcommand(name: str, argv: list[str]) -> int:
     return entry(argv) or 0
 
 
+def _exit_on_sigterm(signum, frame) -> None:
+    # SystemExit unwinds through atomic_write, which deletes its partial output file.
+    raise SystemExit(128 + signum)
+
+
 def _render(args) -> int:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if args.show:
         from hns_train.envs.render import display_available
 

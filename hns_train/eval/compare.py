@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,7 @@ DEFAULT_WIDTH, DEFAULT_HEIGHT = 1400, 1000  # pixels
 DPI = 100
 MAX_PIXELS = 8000  # per side; beyond this matplotlib needs gigabytes
 SMOOTH_RECORDS = 5  # rolling mean drawn over the raw per-record values
+TABLE_WIDTH = 100  # terminal columns the table and its notes fit in
 
 # Panels of the plot: (title, [(label, function of a record's stats -> value)]).
 PANELS = [
@@ -146,10 +148,13 @@ def hardware_text(hw: dict) -> str:
 
 
 def format_table(run: RunSummary, baselines: Baselines) -> str:
+    """The comparison as text that fits `TABLE_WIDTH` columns: one row per phase (Rapid, SRL,
+    this run's onset in episodes, frames and hours, and its episodes relative to Rapid's), the
+    progress so far, then the time to ramp defense, the hardware and the sources as notes."""
     rapid, srl = baselines.rapid, baselines.srl
     rapid_run = next((r for r in rapid.runs if r.phase == "ramp_defense"), None)
     srl_run = srl.runs[0] if srl.runs else None
-    header = ["phase", "Rapid (episodes)", "SRL", "this run: episodes", "frames", "hours", "/Rapid"]
+    header = ["phase", "Rapid (episodes)", "SRL", "this run", "frames", "hours", "x Rapid"]
     rows = []
     for phase in PHASES:
         mark = rapid.phases.get(phase)
@@ -176,43 +181,7 @@ def format_table(run: RunSummary, baselines: Baselines) -> str:
                 ratio,
             ]
         )
-    rd = run.onsets.get("ramp_defense")
-    rows.append(
-        [
-            "to ramp defense",
-            (
-                f"{human(rapid_run.episodes)} ep, {human(rapid_run.frames)} frames, "
-                f"{hours_text(rapid_run.hours)}"
-                if rapid_run
-                else "–"
-            ),
-            (
-                f"same solution, up to {srl.speedup_vs_rapid.factor:g}x faster (wall clock)"
-                if srl.speedup_vs_rapid
-                else "–"
-            ),
-            human(rd.episodes) if rd else "not reached",
-            human(rd.frames) if rd else "",
-            hours_text(rd.hours) if rd else "",
-            f"{rd.episodes / rapid_run.episodes:.2g}x" if rd and rapid_run else "",
-        ]
-    )
     last = run.last
-    rows.append(
-        [
-            "hardware",
-            (
-                f"batch {rapid_run.batch_chunks:,} chunks x {rapid_run.chunk_length} steps"
-                if rapid_run and rapid_run.batch_chunks
-                else "–"
-            ),
-            f"{srl_run.hardware()}, {hours_text(srl_run.hours)}" if srl_run else "–",
-            hardware_text(run.hardware),
-            "",
-            "",
-            "",
-        ]
-    )
     rows.append(
         [
             "so far",
@@ -224,6 +193,8 @@ def format_table(run: RunSummary, baselines: Baselines) -> str:
             "",
         ]
     )
+    if not any(r[-1] for r in rows):  # no onset to relate to Rapid's: no empty column
+        header, rows = header[:-1], [r[:-1] for r in rows]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells) -> str:
@@ -232,6 +203,52 @@ def format_table(run: RunSummary, baselines: Baselines) -> str:
     title = f"run {run.name}" + (f" (preset {run.preset})" if run.preset else "")
     out = [title, "", line(header), line(["-" * w for w in widths])]
     out += [line(r) for r in rows]
+    out.append("")
+
+    rd = run.onsets.get("ramp_defense")
+    notes = [
+        (
+            "to ramp defense",
+            [
+                "this run: "
+                + (
+                    f"{human(rd.episodes)} ep, {human(rd.frames)} frames, {hours_text(rd.hours)}"
+                    if rd
+                    else "not reached"
+                )
+                + (f" ({rd.episodes / rapid_run.episodes:.2g}x Rapid)" if rd and rapid_run else ""),
+                "Rapid: "
+                + (
+                    f"{human(rapid_run.episodes)} ep, {human(rapid_run.frames)} frames, "
+                    f"{hours_text(rapid_run.hours)}"
+                    if rapid_run
+                    else "–"
+                ),
+                "SRL: "
+                + (
+                    f"same solution, up to {srl.speedup_vs_rapid.factor:g}x faster (wall clock)"
+                    if srl.speedup_vs_rapid
+                    else "–"
+                ),
+            ],
+        ),
+        (
+            "hardware",
+            [
+                f"this run: {hardware_text(run.hardware)}",
+                "Rapid: "
+                + (
+                    f"batch {rapid_run.batch_chunks:,} chunks x {rapid_run.chunk_length} steps"
+                    if rapid_run and rapid_run.batch_chunks
+                    else "–"
+                ),
+                f"SRL: {srl_run.hardware()}, {hours_text(srl_run.hours)}" if srl_run else "SRL: –",
+            ],
+        ),
+    ]
+    label_w = max(len(label) for label, _ in notes) + 2
+    for label, parts in notes:
+        out += [(label if k == 0 else "").ljust(label_w) + part for k, part in enumerate(parts)]
     out.append("")
     if not run.onsets:
         n = len(run.records)
@@ -246,7 +263,11 @@ def format_table(run: RunSummary, baselines: Baselines) -> str:
         out.append(f"SRL at its largest scale: {largest.hardware()} ({largest.label}).")
     out.append(f"Rapid: {rapid.source.cite()}.")
     out.append(f"SRL: {srl.source.cite()}.")
-    return "\n".join(out)
+    return "\n".join(
+        wrapped
+        for text in out
+        for wrapped in (textwrap.wrap(text, TABLE_WIDTH, subsequent_indent="  ") or [""])
+    )
 
 
 # ---------------------------------------------------------------------- plot
@@ -283,10 +304,9 @@ def plot_run(
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(PANELS), 1, sharex=True)
     rapid = baselines.rapid
-    marks = [(p, m.episodes) for p, m in rapid.phases.items() if m.episodes]
-    episodes = [float(r["episodes"]) for r in run.records if (r.get("episodes") or 0) > 0]
-    lo = min(episodes, default=1e3)
-    hi = max([*episodes, *(e for _, e in marks)], default=1e9)
+    all_marks = [(p, m.episodes) for p, m in rapid.phases.items() if m.episodes]
+    lo, hi = x_range(run, all_marks)
+    marks = [(p, ep) for p, ep in all_marks if lo <= ep <= hi]
     colours = ["tab:blue", "tab:orange"]
     for ax, (title, lines) in zip(axes, PANELS, strict=True):
         for colour, (label, fn) in zip(colours, lines, strict=False):
@@ -310,8 +330,14 @@ def plot_run(
                 ax.axvline(onset.episodes, color="tab:green", linewidth=1.4)
     bottom = axes[-1]
     bottom.set_xscale("log")
-    bottom.set_xlim(lo / 2, hi * 2)
+    bottom.set_xlim(lo, hi)
     bottom.set_xlabel("episodes (log scale)")
+    beyond = beyond_note(all_marks, hi)
+    if beyond:
+        axes[0].text(  # right of the panel, under its legend: no data hides under it
+            1.005, 0.0, beyond, transform=axes[0].transAxes, ha="left", va="bottom",
+            fontsize=8, color="0.25", bbox=dict(facecolor="white", edgecolor="0.6", alpha=0.9),
+        )  # fmt: skip
     status = (
         "no training records yet"
         if not run.records
@@ -321,13 +347,32 @@ def plot_run(
     )
     fig.suptitle(
         f"{run.name}: behaviour statistics vs episodes ({status}); "
-        "dashed: Rapid onsets, green: this run",
+        "dashed: Rapid onsets, green: this run; Rapid's later onsets are listed in the box",
         fontsize=11,
     )
     fig.tight_layout(rect=(0, 0, 1, 0.97))  # makes room for the legends right of the panels
     _label_onsets(fig, axes[0], marks, run)
     fig.savefig(out, dpi=DPI, format="png")
     return out
+
+
+def x_range(run: RunSummary, marks: list[tuple[str, float]]) -> tuple[float, float]:
+    """Episode axis limits: this run's records with a margin (a short run fills the plot, not a
+    sliver of an axis running to Rapid's 10^8); Rapid's span when the run has no records."""
+    episodes = [float(r["episodes"]) for r in run.records if (r.get("episodes") or 0) > 0]
+    episodes += [o.episodes for o in run.onsets.values() if o.episodes > 0]
+    if not episodes:
+        episodes = [ep for _, ep in marks] or [1e3, 1e9]
+    lo, hi = min(episodes), max(episodes)
+    return lo / 1.5, max(hi * 1.5, lo * 10)  # at least a decade
+
+
+def beyond_note(marks: list[tuple[str, float]], hi: float) -> str:
+    """The text naming Rapid's onsets that lie beyond the plotted episodes."""
+    later = [
+        f"{PHASE_TITLES[p]} ≈{human(ep)}" for p, ep in sorted(marks, key=lambda m: m[1]) if ep > hi
+    ]
+    return ("Rapid's onsets beyond this run (episodes) →\n" + "\n".join(later)) if later else ""
 
 
 def _label_onsets(fig, ax, marks, run: RunSummary) -> None:
@@ -371,7 +416,9 @@ def run_compare(
     baselines: Baselines | None = None,
 ) -> str:
     """Table text for `run_dir`; also writes the plot (default RUN_DIR/compare.png)."""
-    run = load_run(run_dir)
+    from hns_train.eval.rundirs import resolve_run_dir
+
+    run = load_run(resolve_run_dir(run_dir))
     baselines = baselines or load_baselines()
     path = plot_run(run, baselines, out or run.path / "compare.png", width, height)
     return format_table(run, baselines) + f"\nPlot: {path}"
@@ -382,7 +429,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         prog="python -m hns_train.eval compare",
         description="Compare a run's emergent phases with Rapid and SRL (table + PNG plot).",
     )
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="runs/<name> directory")
+    parser.add_argument(
+        "run_dir", metavar="RUN_DIR", help="runs/<name> directory, or 'latest' (the newest run)"
+    )
     parser.add_argument("--out", help="PNG path (default RUN_DIR/compare.png)")
     parser.add_argument("--width", type=int, default=DEFAULT_WIDTH, help="plot width, pixels")
     parser.add_argument("--height", type=int, default=DEFAULT_HEIGHT, help="plot height, pixels")

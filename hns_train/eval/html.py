@@ -7,8 +7,8 @@ edge), agents with their heading and a faint 135-degree vision cone, grabs (whit
 (tinted in the locking team's colour with a thick outline), opponent lines of sight (seekers
 seeing hiders thick red, hiders seeing seekers thin cyan), the preparation countdown and the
 cumulative team scores, with play/pause, a scrub slider, speed choice and keys (space: play or
-pause; arrows: step). Playback runs at real time by default (1 / (timestep * substeps) frames
-per second, 13.3 for the presets).
+pause; arrows: step), and a legend of what the shapes, colours and lines mean. Playback runs at
+real time by default (1 / (timestep * substeps) frames per second, 13.3 for the presets).
 
 Coordinates in the data are world metres rounded to millimetres (`DECIMALS`); positions are body
 centres, yaw in radians; the canvas flips y so that +y points up, as in the top camera.
@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from hns_train.envs.layout import ABSENT
+from hns_train.envs.parallel import agent_names
 from hns_train.envs.world import (
     BOX_RGBA,
     HIDER_RGBA,
@@ -57,6 +58,7 @@ def replay_data(replay: Replay) -> dict:
     objects += list(range(n_boxes, n_boxes + cfg.n_ramps))
     half = object_half_extents(cfg, layout)
     h = cfg.max_hiders
+    names = agent_names(cfg.max_hiders, cfg.max_seekers)
     walls = [
         r([*layout.wall_pos[k, :2], *layout.wall_half[k, :2]])
         for k in np.flatnonzero(layout.wall_present)
@@ -112,7 +114,7 @@ def replay_data(replay: Replay) -> dict:
             {
                 "slot": k,
                 "team": 0 if k < h else 1,
-                "name": f"hider{k}" if k < h else f"seeker{k - h}",
+                "name": names[k],
             }
             for k in agents
         ],
@@ -146,8 +148,49 @@ def to_html(replay: Replay, title: str | None = None) -> str:
     return (
         _PAGE.replace("__TITLE__", title)
         .replace("__SIZE__", str(CANVAS_PX))
+        .replace("__LEGEND__", legend_html())
         .replace("__DATA__", payload)
     )
+
+
+def legend_html() -> str:
+    """A small key under the player: what each shape, colour and line on the canvas means."""
+    hider, seeker = _css(HIDER_RGBA), _css(SEEKER_RGBA)
+    box, ramp = _css(BOX_RGBA), _css(RAMP_RGBA)
+
+    def svg(body: str) -> str:
+        return f'<svg width="22" height="14" viewBox="0 0 22 14" aria-hidden="true">{body}</svg>'
+
+    def dot(colour):
+        return svg(f'<circle cx="11" cy="7" r="5" fill="{colour}" stroke="#222"/>')
+
+    def square(fill, stroke="none", width=0):
+        return svg(
+            f'<rect x="5" y="1" width="12" height="12" fill="{fill}" stroke="{stroke}" '
+            f'stroke-width="{width}"/>'
+        )
+
+    def stroke(colour, width):
+        return svg(f'<line x1="1" y1="7" x2="21" y2="7" stroke="{colour}" stroke-width="{width}"/>')
+
+    cone = svg(f'<path d="M2 12 L20 3 A12 12 0 0 1 20 13 Z" fill="{hider}" fill-opacity="0.35"/>')
+    ramp_key = svg(
+        f'<rect x="5" y="1" width="12" height="12" fill="{ramp}"/>'
+        '<rect x="5" y="10" width="12" height="3" fill="#000" fill-opacity="0.45"/>'
+    )
+    items = [
+        (dot(hider), "hider"),
+        (dot(seeker), "seeker"),
+        (square(box), "box"),
+        (ramp_key, "ramp (dark edge: its tall face)"),
+        (square(box, hider, 3), "locked (outline: the team that locked it)"),
+        (stroke(seeker, 4), "a seeker sees a hider"),
+        (stroke(hider, 1.5), "a hider sees a seeker"),
+        (stroke("#ffffff", 3), "grab"),
+        (cone, "vision cone (135 degrees)"),
+    ]
+    cells = "".join(f'<span class="key">{icon}{text}</span>' for icon, text in items)
+    return f'<div id="legend">{cells}</div>'
 
 
 def write_html(replay: Replay, path, title: str | None = None) -> Path:
@@ -174,6 +217,9 @@ canvas { background: #dcd9cc; display: block; border-radius: 4px; }
 button, select { font: inherit; }
 #hud { margin: 6px 0; min-height: 1.3em; }
 .hider { color: #42ebf4; } .seeker { color: #ee423b; }
+#legend { display: flex; flex-wrap: wrap; gap: 4px 14px; margin-top: 8px; font-size: 12px;
+  max-width: __SIZE__px; color: #c8c8c8; }
+.key { display: inline-flex; align-items: center; gap: 4px; }
 </style>
 </head>
 <body>
@@ -190,6 +236,7 @@ button, select { font: inherit; }
 <option value="4">4x</option>
 </select>
 </div>
+__LEGEND__
 </div>
 <script type="application/json" id="replay-data">__DATA__</script>
 <script>
@@ -235,7 +282,9 @@ function draw(t) {
   D.objects.forEach((o, k) => {
     const [x, y, yaw] = f.o[k], lock = f.lk[k];
     const base = o.kind === "ramp" ? D.colours.ramp : D.colours.box;
-    const fill = lock >= 0 ? mix(base, TEAM[lock], 0.6) : base;
+    // a locked object keeps its colour (tinted it would look like a large agent); the outline
+    // in the locking team's colour marks it
+    const fill = lock >= 0 ? mix(base, "#ffffff", 0.15) : base;
     const stroke = lock >= 0 ? TEAM[lock] : (lock === -1 ? "#ffffff" : null);
     rect(x, y, yaw, o.half[0], o.half[1], fill, stroke, lock > -2 ? 4 : 0);
     if (o.kind === "ramp") {  // the tall face is at local -y

@@ -14,11 +14,12 @@ videos print over the picture). Evaluation workers (`hns_train.distributed.evalu
 `play` command share it.
 
 `python -m hns_train.eval play A B|random|noop|scripted_seeker [--preset P] [--matches N]`:
-A hides and B seeks for N matches, then (unless `--one-way`) the roles swap for N more; every
-match is recorded (`--record` limits it) and rendered to mp4 (`--videos` limits it, `--no-video`
-skips it) with a progress bar; the results table names each replay. Matches are played without
-exploration noise unless `--stochastic`. Nothing is rated: the run's ratings belong to its
-evaluation workers.
+A and B are checkpoints in any form `rundirs.resolve_checkpoint` takes (a run directory,
+`latest`, a `.pt` file). A hides and B seeks for N matches, then (unless `--one-way`) the roles
+swap for N more; every match is recorded (`--record` limits it) and rendered to mp4 (`--videos`
+limits it, `--no-video` skips it) with a progress bar; the results table names each replay.
+Matches are played without exploration noise unless `--stochastic`. Nothing is rated: the run's
+ratings belong to its evaluation workers.
 """
 
 from __future__ import annotations
@@ -217,9 +218,11 @@ class Side:
 
 
 def _side(arg: str, letter: str) -> Side:
+    from hns_train.eval.rundirs import resolve_checkpoint
+
     if arg in NAMED:
         return Side(arg, letter, None)
-    return Side(arg, letter, load_policy_file(arg))
+    return Side(arg, letter, load_policy_file(resolve_checkpoint(arg)))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -230,8 +233,15 @@ def parser() -> argparse.ArgumentParser:
             "Every match is recorded as a replay and rendered to mp4."
         ),
     )
-    p.add_argument("a", metavar="CHECKPOINT_A", help="trainer checkpoint or pool snapshot (.pt)")
-    p.add_argument("b", metavar="CHECKPOINT_B", help=f"a checkpoint, or one of {', '.join(NAMED)}")
+    p.add_argument(
+        "a",
+        metavar="CHECKPOINT_A",
+        help="a run directory (its newest checkpoint), 'latest' (the newest run's), or a "
+        "trainer checkpoint or pool snapshot (.pt)",
+    )
+    p.add_argument(
+        "b", metavar="CHECKPOINT_B", help=f"the same forms as A, or one of {', '.join(NAMED)}"
+    )
     p.add_argument("--preset", help="game preset (default: the checkpoint's game)")
     p.add_argument("--matches", type=int, default=2, help="matches per role assignment")
     p.add_argument("--worlds", type=int, default=None, help="worlds stepped at once")

@@ -2,21 +2,28 @@
 
 Frames come from `envs.render.TopViewRenderer` (one GL context, `MUJOCO_GL=egl` on headless
 machines) on the model the replay rebuilds; this module adds, per frame:
-- locks: a locked object glows (its material's emission, set by `Replay.set_state`); in video
-  frames it is tinted towards the colour of the team that locked it (`LOCK_TINT` of the way) and
-  its glow lowered to `LOCK_EMISSION` so the tint stays visible;
+- locks: a locked object keeps its colour (a tint would make a box look like a large agent),
+  glows a little (`LOCK_EMISSION`) and gets an outline on its top face in the colour of the
+  team that locked it, as in the html replay;
+- ramps: the top edge of the tall face (local -y) drawn dark, as in the html replay, so the
+  slope's direction shows from above;
+- vision cones: each agent's 135-degree cone out to `CONE_RADIUS` m, in its team's colour;
 - lines of sight: a capsule from each agent to every opponent it sees, in the observer's team
   colour (seekers seeing hiders are the lines that cost hiders their reward, drawn thicker);
   teammates' lines with `teammate_lines=True`;
 - grabs: a white capsule from an agent to the object it holds;
 - text (PIL): step and horizon, the preparation countdown, cumulative team scores, team
-  names/policy versions from the replay metadata, and whether any hider is seen.
+  names/policy versions from the replay metadata, and whether any hider is seen. With the top
+  camera it sits in a strip above the arena (the world is drawn in the rest of the frame, so
+  nothing hides under it); in frames too small for a strip, and with a follow camera, over the
+  picture's top-left corner.
 
 Cameras: `top` (the model's orthographic overhead camera) or `follow:AGENT` (a free camera
 `FOLLOW_DISTANCE` m behind and `FOLLOW_ELEVATION` degrees above agent AGENT, looking along its
-heading; AGENT is a slot number, or hiderK / seekerK). Frame rate defaults to real time:
-1 / (timestep * substeps) = 13.3 fps for the presets. mp4 (H.264 via imageio-ffmpeg) needs even
-frame sizes; gif has no such limit. Outputs are written atomically (temporary file, rename).
+heading; AGENT is the env's agent name, e.g. `seeker_0`, or a slot number). Frame rate defaults
+to real time: 1 / (timestep * substeps) = 13.3 fps for the presets. mp4 (H.264 via
+imageio-ffmpeg) needs even frame sizes; gif has no such limit. Outputs are written atomically
+(temporary file, rename).
 """
 
 from __future__ import annotations
@@ -29,20 +36,29 @@ import mujoco
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from hns_train.envs.parallel import agent_names as env_agent_names
 from hns_train.envs.render import TopViewRenderer
-from hns_train.envs.world import HIDER_RGBA, SEEKER_RGBA
+from hns_train.envs.world import HIDER_RGBA, SEEKER_RGBA, object_half_extents
 from hns_train.eval.replay import Replay, atomic_write
 
 FORMATS = ("mp4", "gif", "png")
 FOLLOW_DISTANCE = 2.5
 FOLLOW_ELEVATION = -35.0
-LOCK_TINT = 0.7
-LOCK_EMISSION = 0.35  # scene-level glow of a locked object: full emission would bleach the tint
+LOCK_TINT = 0.7  # interactive viewer: how far a locked object's material goes to the team colour
+LOCK_EMISSION = 0.2  # scene-level glow of a locked object in video frames
+LOCK_OUTLINE = 0.03  # capsule radius (m) of a locked object's outline
+RAMP_EDGE = 0.035  # capsule radius (m) of a ramp's tall-face edge
+RAMP_EDGE_RGBA = (0.12, 0.12, 0.12, 1.0)
+CONE_RADIUS = 0.8  # m, as the html replay
+CONE_SEGMENTS = 8  # arc pieces of a drawn vision cone
+CONE_ALPHA = 0.55
+MAX_STRIP_SHARE = 0.25  # the text strip's largest share of the frame height
 SIGHT_WIDTH = 0.02  # capsule radius (m) of an opponent line of sight
 SEEKER_SIGHT_WIDTH = 0.035
 GRAB_RGBA = (1.0, 1.0, 1.0, 0.9)
 TEAM_RGBA = (np.array(HIDER_RGBA), np.array(SEEKER_RGBA))
 TEAM_NAMES = ("hiders", "seekers")
+STRIP_RGB = (30, 32, 36)  # the text strip, the html page's background
 
 
 @dataclass(frozen=True)
@@ -53,6 +69,7 @@ class VideoOptions:
     fps: float | None = None  # None: real time
     sight_lines: bool = True
     teammate_lines: bool = False
+    vision_cones: bool = True
     text: bool = True
 
     def __post_init__(self):
@@ -69,8 +86,8 @@ def real_time_fps(replay: Replay) -> float:
 
 
 def agent_names(replay: Replay) -> list[str]:
-    h = replay.cfg.max_hiders
-    return [f"hider{k}" if k < h else f"seeker{k - h}" for k in range(replay.cfg.max_agents)]
+    """The env's names (`hider_0`, `seeker_0`, ...) in slot order."""
+    return env_agent_names(replay.cfg.max_hiders, replay.cfg.max_seekers)
 
 
 def parse_camera(spec: str, replay: Replay) -> int | None:
@@ -107,16 +124,21 @@ class ReplayVideo:
         vis.offheight = max(vis.offheight, opts.height)
         self.index = replay.index(self.model)
         self.scores = replay.team_scores()
-        self.renderer = TopViewRenderer(opts.width, opts.height)
+        size = max(10, opts.height // 30)
+        self._font = ImageFont.load_default(size=size)
+        self._font_size = size
+        self._pad = max(3, size // 3)
+        strip = 2 * (size + self._pad) + self._pad  # two lines of text
+        wants_strip = opts.text and self.follow is None
+        self._strip = strip if wants_strip and strip <= MAX_STRIP_SHARE * opts.height else 0
+        self.renderer = TopViewRenderer(opts.width, opts.height - self._strip)
+        self._half = object_half_extents(replay.cfg, replay.layout)
         self._camera = None
         if self.follow is not None:
             self._camera = mujoco.MjvCamera()
             self._camera.type = mujoco.mjtCamera.mjCAMERA_FREE
             self._camera.distance = FOLLOW_DISTANCE
             self._camera.elevation = FOLLOW_ELEVATION
-        size = max(10, opts.height // 30)
-        self._font = ImageFont.load_default(size=size)
-        self._font_size = size
 
     # -- public
     def frame(self, t: int) -> np.ndarray:
@@ -134,6 +156,11 @@ class ReplayVideo:
         image = self.renderer.render(
             self.model, self.data, camera=camera, decorate=lambda scene: self._decorate(scene, t)
         )
+        if self._strip:
+            framed = np.empty((self.options.height, self.options.width, 3), np.uint8)
+            framed[: self._strip] = STRIP_RGB
+            framed[self._strip :] = image
+            image = framed
         if self.options.text:
             image = self._draw_text(image, t)
         return image
@@ -158,19 +185,35 @@ class ReplayVideo:
     def _decorate(self, scene: mujoco.MjvScene, t: int) -> None:
         r, idx, d = self.replay, self.index, self.data
         locked, lock_team = r["locked"][t], r["lock_team"][t]
-        tint = {int(idx.object_geom[o]): int(lock_team[o]) for o in np.flatnonzero(locked)}
-        if tint:
-            for g in range(scene.ngeom):
-                geom = scene.geoms[g]
-                if geom.objtype == mujoco.mjtObj.mjOBJ_GEOM and geom.objid in tint:
-                    team = tint[geom.objid]
-                    if team >= 0:
-                        base = np.array(geom.rgba)
-                        geom.rgba[:] = (1 - LOCK_TINT) * base + LOCK_TINT * TEAM_RGBA[team]
-                        geom.emission = LOCK_EMISSION
+        glow = {int(idx.object_geom[o]) for o in np.flatnonzero(locked)}
+        for g in range(scene.ngeom):
+            geom = scene.geoms[g]
+            if geom.objtype == mujoco.mjtObj.mjOBJ_GEOM and geom.objid in glow:
+                geom.emission = LOCK_EMISSION
         pos = d.xpos[idx.agent_body]
         obj_pos = d.xpos[idx.object_body]
         team = (np.arange(r.cfg.max_agents) >= r.cfg.max_hiders).astype(int)
+        present = r.layout.agent_present
+        for o in range(r.cfg.max_boxes, r.cfg.max_boxes + r.cfg.n_ramps):  # tall-face edges
+            corners = self._top_corners(o)
+            _add_connector(scene, corners[0], corners[1], RAMP_EDGE, RAMP_EDGE_RGBA)
+        for o in np.flatnonzero(locked):
+            k = int(lock_team[o])
+            if k >= 0:
+                corners = self._top_corners(o)
+                for a, b in zip(corners, np.roll(corners, -1, axis=0), strict=True):
+                    _add_connector(scene, a, b, LOCK_OUTLINE, TEAM_RGBA[k])
+        half_angle = r.cfg.vision_half_angle
+        for a in np.flatnonzero(present) if self.options.vision_cones else ():
+            heading = r["qpos"][t, idx.agent_qpos[a, 3]] - np.pi / 2
+            angles = heading + np.linspace(-half_angle, half_angle, CONE_SEGMENTS + 1)
+            rim = pos[a] + CONE_RADIUS * np.stack(
+                [np.cos(angles), np.sin(angles), np.zeros_like(angles)], axis=1
+            )
+            rgba = TEAM_RGBA[team[a]].copy()
+            rgba[3] = CONE_ALPHA
+            for p, q in [(pos[a], rim[0]), (pos[a], rim[-1]), *zip(rim[:-1], rim[1:], strict=True)]:
+                _add_connector(scene, p, q, 1.5, rgba, mujoco.mjtGeom.mjGEOM_LINE)
         if self.options.sight_lines:
             sees = r["sees_agent"][t]
             for i, j in np.argwhere(sees):
@@ -184,56 +227,63 @@ class ReplayVideo:
             if o >= 0:
                 _add_connector(scene, pos[a], obj_pos[o], 0.025, np.array(GRAB_RGBA))
 
+    def _top_corners(self, o: int) -> np.ndarray:
+        """(4, 3) corners of object o's top face, from its local -y edge round."""
+        hx, hy, hz = self._half[o]
+        body = self.index.object_body[o]
+        frame = self.data.xmat[body].reshape(3, 3)
+        local = np.array([[-hx, -hy, hz], [hx, -hy, hz], [hx, hy, hz], [-hx, hy, hz]])
+        return self.data.xpos[body] + (local + [0, 0, 0.01]) @ frame.T
+
     def _draw_text(self, image: np.ndarray, t: int) -> np.ndarray:
-        r, font, size = self.replay, self._font, self._font_size
+        r, font, size, pad = self.replay, self._font, self._font_size, self._pad
         pil = Image.fromarray(image)
         draw = ImageDraw.Draw(pil, "RGBA")
-        pad = max(3, size // 3)
         left = r.prep_left(t)
         phase = f"PREP {left}" if left else "PLAY"
         seen = r["sees_agent"][t][r.cfg.max_hiders :, : r.cfg.max_hiders].any()
         status = "" if left else ("  hiders SEEN" if seen else "  hiders hidden")
-        lines = [(f"t {t}/{r.cfg.horizon}  {phase}{status}", (255, 255, 255))]
+        lines = [[(f"t {t}/{r.cfg.horizon}  {phase}{status}", (255, 255, 255))], []]
         meta = r.metadata
         for k, name in enumerate(TEAM_NAMES):
             colour = tuple(int(255 * c) for c in TEAM_RGBA[k][:3])
             who = _policy_label(meta.get(name))
-            lines.append((f"{name} {self.scores[t, k]:+.0f}{who}", colour))
-        height = len(lines) * (size + pad) + pad
-        width = max(draw.textlength(s, font=font) for s, _ in lines) + 2 * pad
-        draw.rectangle([0, 0, width, height], fill=(0, 0, 0, 150))
-        for k, (s, colour) in enumerate(lines):
-            draw.text((pad, pad + k * (size + pad)), s, fill=colour, font=font)
+            lines[1].append((f"{name} {self.scores[t, k]:+.0f}{who}   ", colour))
+        widths = [sum(draw.textlength(s, font=font) for s, _ in line) for line in lines]
+        if not self._strip:  # over the picture: a dark box behind the text
+            height = len(lines) * (size + pad) + pad
+            draw.rectangle([0, 0, max(widths) + 2 * pad, height], fill=(0, 0, 0, 150))
+        for k, line in enumerate(lines):
+            x = pad
+            for s, colour in line:
+                draw.text((x, pad + k * (size + pad)), s, fill=colour, font=font)
+                x += draw.textlength(s, font=font)
         return np.asarray(pil)
 
 
 def _policy_label(info) -> str:
     if isinstance(info, dict):
         name, version = info.get("name"), info.get("version")
-        parts = [
-            str(name) if name is not None else "",
-            f"v{version}" if version is not None else "",
-        ]
+        tag = f"v{version}" if version is not None else ""
+        if name is not None and tag in str(name).split():
+            tag = ""  # the name already says it (`A ckpt_...pt v305`)
+        parts = [str(name) if name is not None else "", tag]
         label = " ".join(p for p in parts if p)
         return f"  ({label})" if label else ""
     return f"  ({info})" if info else ""
 
 
-def _add_connector(scene: mujoco.MjvScene, a, b, width: float, rgba) -> None:
+def _add_connector(
+    scene: mujoco.MjvScene, a, b, width: float, rgba, kind=mujoco.mjtGeom.mjGEOM_CAPSULE
+) -> None:
+    """A capsule (width: radius in m) or line (width in pixels) from a to b."""
     if scene.ngeom >= scene.maxgeom:
         return  # a full scene drops decorations rather than failing a render
     geom = scene.geoms[scene.ngeom]
     mujoco.mjv_initGeom(
-        geom,
-        mujoco.mjtGeom.mjGEOM_CAPSULE,
-        np.zeros(3),
-        np.zeros(3),
-        np.eye(3).ravel(),
-        np.asarray(rgba, dtype=np.float32),
+        geom, kind, np.zeros(3), np.zeros(3), np.eye(3).ravel(), np.asarray(rgba, np.float32)
     )
-    mujoco.mjv_connector(
-        geom, mujoco.mjtGeom.mjGEOM_CAPSULE, width, np.asarray(a, float), np.asarray(b, float)
-    )
+    mujoco.mjv_connector(geom, kind, width, np.asarray(a, float), np.asarray(b, float))
     geom.category = mujoco.mjtCatBit.mjCAT_DECOR
     scene.ngeom += 1
 

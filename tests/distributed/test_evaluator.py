@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -144,7 +145,10 @@ def test_rounds_rate_latest_against_pool_snapshot_in_both_roles(tmp_path):
 
 
 def test_serial_run_produces_snapshots_ratings_replays_and_a_video(tmp_path):
-    cfg = smoke(tmp_path, "name=evalrun", "eval.n_workers=1", "eval.every_s=2")
+    # the stop waits for the video under way, however busy the machine
+    cfg = smoke(
+        tmp_path, "name=evalrun", "eval.n_workers=1", "eval.every_s=2", "eval.stop_render_wait_s=99"
+    )
     summary = Controller(cfg).run()
     assert summary.reason == "reached stop.versions=4"
     run = tmp_path / "evalrun"
@@ -178,3 +182,20 @@ def test_serial_run_produces_snapshots_ratings_replays_and_a_video(tmp_path):
         frames = [frame for frame in reader]
     assert len(frames) == replay_mod.load(videos[0].with_suffix(".npz")).n_frames
     assert frames[0].shape == (480, 480, 3) and frames[0].std() > 10  # a picture, not a blank
+
+
+def test_a_stopped_render_leaves_no_partial_video(tmp_path):
+    """An eval worker that stops mid-render terminates its render child (a real
+    `python -m hns_train.eval` process), which deletes its partial `.tmp.mp4` before it exits."""
+    from hns_train.distributed.evaluator import VideoJob
+
+    replay = tmp_path / "match.npz"
+    shutil.copy(Path(__file__).parents[2] / "replays" / "example_quadrant.npz", replay)
+    job = VideoJob(replay)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".match.*.tmp.mp4")):
+        assert job.running() and time.monotonic() < deadline, job.error()
+        time.sleep(0.05)
+    job.kill()
+    assert job.proc.returncode == 128 + 15  # SIGTERM, handled: not killed outright
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["match.npz"]

@@ -220,3 +220,50 @@ def test_trainer_drops_stale_and_malformed_chunks(tmp_path):
     sender.close()
     trainer.close()
     control.close()
+
+
+def test_trainer_starts_no_update_that_would_end_after_the_stop(tmp_path):
+    """With the time left under stop.minutes in its counters, the trainer skips an update it
+    expects (by its last one) to end after the stop, so a run stops on time."""
+    cfg = smoke(tmp_path, "name=deadline", "pipeline.batch_chunks=2", "pipeline.reuse=1")
+    endpoints = make_endpoints(cfg, "inproc")
+    control = ControlServer(endpoints["control"])
+    spec = WorkerSpec("trainer", 0, cfg.to_dict(), str(tmp_path / "deadline"), endpoints)
+    trainer = TrainerWorker(spec)
+    trainer.poll_ms = 50
+    sender = SampleSender(endpoints["samples"])
+    from hns_train.agents.synthetic import synthetic_chunk
+
+    rng = np.random.default_rng(0)
+
+    def feed(n: int) -> None:
+        for _ in range(n):
+            c = synthetic_chunk(trainer.model, cfg.pipeline.chunk_len, 2, 10, rng)
+            c.policy_version[:] = trainer.version
+            assert sender.send("chunk", c.to_arrays(), timeout_ms=1000)
+
+    def counters(stop_in_s) -> None:
+        meta = {"frames": 0, "episodes": 0, "wall_clock_s": 0.0, "stop_in_s": stop_in_s}
+        control.send(b"trainer0", "counters", meta=meta)
+        deadline = time.monotonic() + 10
+        while (trainer._stop_at is None) != (stop_in_s is None):  # until it has arrived
+            trainer.poll_control()
+            assert time.monotonic() < deadline
+
+    def steps(n: int) -> None:
+        for _ in range(n):
+            trainer.step()
+
+    feed(2)
+    steps(20)
+    assert trainer.version == 1 and trainer._last_update_s > 0  # the first update: no estimate
+    counters(0.5 * trainer._last_update_s)  # the stop comes before another update could end
+    feed(2)
+    steps(20)
+    assert trainer.version == 1 and len(trainer._usable()) >= 2  # ready, but it waited
+    counters(None)  # no time limit (or plenty of time): it trains again
+    steps(20)
+    assert trainer.version == 2
+    sender.close()
+    trainer.close()
+    control.close()

@@ -1,8 +1,9 @@
 """WandbLogger writes a real offline wandb run that holds our keys and axes; `--resume` continues
 it; disabled mode writes nothing; the Rapid reference run holds the paper's onsets.
 
-Runs are read back from their `.wandb` files; WANDB_MODE stays offline/disabled and wandb's
-directories point into tmp_path, so nothing reaches the network or the home directory."""
+Runs are read back with wandb's own reader (`wandb leet inspect`); WANDB_MODE stays
+offline/disabled and wandb's directories point into tmp_path, so nothing reaches the network or
+the home directory."""
 
 import imageio.v2 as iio
 import numpy as np

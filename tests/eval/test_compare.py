@@ -152,3 +152,28 @@ def test_baseline_file_is_typed_and_sourced(tmp_path):
     bad.write_text(yaml.safe_dump(data))
     with pytest.raises(ValueError, match="hours must be a number"):
         load_baselines(bad)
+
+
+def test_table_fits_100_columns_and_drops_an_empty_ratio_column(run_dir, tmp_path, capsys):
+    path, _, _ = run_dir
+    text = run_compare(path, tmp_path / "c.png", width=400, height=300)
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert "x Rapid" in text  # fort building has an onset to relate
+    young = S.write_run(tmp_path / "young", S.records({}, 2e5, n_records=30))
+    text = run_compare(young, tmp_path / "y.png", width=400, height=300)
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert "x Rapid" not in text and "/Rapid" not in text
+
+
+def test_plot_zooms_to_the_run_and_lists_later_onsets(tmp_path):
+    from hns_train.eval.compare import beyond_note, load_run, x_range
+
+    short = load_run(S.write_run(tmp_path / "short", S.records({}, 2e5, n_records=30)))
+    marks = [(p, m.episodes) for p, m in load_baselines().rapid.phases.items() if m.episodes]
+    lo, hi = x_range(short, marks)
+    first = min(r["episodes"] for r in short.records if r["episodes"] > 0)
+    assert lo <= first and 2e5 <= hi <= 2e6  # the run's span, not Rapid's 10^8
+    note = beyond_note(marks, hi)
+    assert all(f"≈{human(ep)}" in note for _, ep in marks)  # all of Rapid's onsets lie beyond
+    assert note.index("fort building") < note.index("box surfing")  # in episode order
+    assert beyond_note(marks, 1e9) == ""

@@ -1,6 +1,7 @@
 """HTML export: valid, self-contained (no network), holding the replay's data; CLI dispatch."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from hns_train.envs.config import make_config
+from hns_train.envs.world import HIDER_RGBA, SEEKER_RGBA
 from hns_train.eval import cli
 from hns_train.eval import replay as R
 from hns_train.eval.html import DECIMALS, to_html, write_html
@@ -90,6 +92,9 @@ def test_html_is_valid_self_contained_and_holds_the_data(replay):
         np.testing.assert_allclose(data["frames"][t]["sc"], replay.team_scores()[t])
     assert data["frames"][0]["p"] == replay.cfg.prep_steps and data["frames"][-1]["p"] == 0
     assert len(data["walls"]) == int(replay.layout.wall_present.sum())
+    legend = page.split('<div id="legend">', 1)[1].split("</div>", 1)[0]
+    for key in ("hider", "seeker", "box", "ramp", "locked", "sees a hider", "grab", "cone"):
+        assert f"{key}" in legend, key
 
 
 def test_cli_writes_html_and_dispatches_subcommands(replay, tmp_path, capsys, monkeypatch):
@@ -117,8 +122,13 @@ def _browser() -> str | None:
     return None
 
 
-@pytest.mark.skipif(_browser() is None, reason="no Chromium on this machine to screenshot the page")
+# CI installs Chromium (`make browser`), so there a missing browser fails instead of skipping.
+@pytest.mark.skipif(
+    _browser() is None and not os.environ.get("CI"),
+    reason="no Chromium on this machine to screenshot the page (make browser installs it)",
+)
 def test_html_renders_in_a_headless_browser(replay, tmp_path):
+    assert _browser() is not None, "CI needs Chromium for this test: run `make browser` first"
     page = write_html(replay, tmp_path / "ep.html")
     shot = tmp_path / "shot.png"
     subprocess.run(
@@ -128,7 +138,7 @@ def test_html_renders_in_a_headless_browser(replay, tmp_path):
             "--disable-gpu",
             "--no-sandbox",
             f"--screenshot={shot}",
-            "--window-size=700,760",
+            "--window-size=700,860",
             f"file://{page}?t=60",
         ],
         check=True,
@@ -137,8 +147,13 @@ def test_html_renders_in_a_headless_browser(replay, tmp_path):
     )
     import imageio.v3 as iio
 
-    image = iio.imread(shot)
-    assert image.shape[0] > 600 and image[..., :3].std() > 10  # the canvas drew something
+    image = iio.imread(shot)[..., :3].astype(int)
+    assert image.shape[0] > 760 and image[:700].std() > 10  # the canvas drew something
+    # the legend under the player shows the teams' colours (the controls above it have none)
+    legend = image[715:]
+    for colour in (HIDER_RGBA, SEEKER_RGBA):
+        rgb = np.round(255 * np.array(colour[:3]))
+        assert (np.abs(legend - rgb).max(-1) < 30).sum() > 20, colour
 
 
 # A recording 2-D context and the few DOM calls the page makes: enough for node to run the page's

@@ -99,3 +99,16 @@ def test_bad_arguments_name_the_problem(run, argv, message, capsys):
     argv = [str(run[1]) if a == "CKPT" else a for a in argv]
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_run_directory_or_latest_stands_for_its_newest_checkpoint(run, capsys, monkeypatch):
+    """The README's `play runs/default random` works whatever checkpoint numbers a run has."""
+    cfg, ckpt, _ = run
+    monkeypatch.chdir(cfg.run_dir.parent.parent)  # `latest` looks under ./runs
+    (cfg.run_dir.parent.parent / "runs").mkdir(exist_ok=True)
+    (cfg.run_dir.parent.parent / "runs" / "playrun").symlink_to(cfg.run_dir)
+    for arg in (str(cfg.run_dir), "latest"):
+        argv = ["play", arg, "random", "--matches", "1", "--one-way", "--no-video", "--quiet"]
+        assert main([*argv, "--out", str(cfg.run_dir / arg.replace("/", "_"))]) == 0
+        out = capsys.readouterr().out
+        assert f"A {ckpt.name} v3" in out, out

@@ -67,15 +67,15 @@ def _without_locks(rp):
 
 
 def test_follow_camera_tracks_an_agent(replay):
-    opts = V.VideoOptions(width=W, height=H, camera="follow:seeker0", text=False)
+    opts = V.VideoOptions(width=W, height=H, camera="follow:seeker_0", text=False)
     with V.ReplayVideo(replay, opts) as v:
         follow = v.frame(40)
     with V.ReplayVideo(replay, V.VideoOptions(width=W, height=H, text=False)) as v:
         top = v.frame(40)
     assert follow.shape == top.shape and (follow != top).any(axis=-1).mean() > 0.2
     assert V.parse_camera("follow:2", replay) == 2
-    assert V.parse_camera("follow:hider1", replay) == 1
-    for bad in ("follow:seeker7", "follow:9", "side"):
+    assert V.parse_camera("follow:hider_1", replay) == 1
+    for bad in ("follow:seeker_7", "follow:seeker0", "follow:9", "side"):
         with pytest.raises(ValueError, match="follow:AGENT|allowed"):
             V.parse_camera(bad, replay)
 
@@ -115,10 +115,38 @@ def test_cli_renders_a_png_and_prints_its_path(replay, tmp_path, capsys, monkeyp
     # errors a user can fix: a message and status 2, no traceback
     assert main([str(tmp_path / "nope.npz")]) == 2
     assert "no such file" in capsys.readouterr().err
-    assert main([str(path), "--camera", "follow:seeker9", "--out", str(out)]) == 2
+    assert main([str(path), "--camera", "follow:seeker_9", "--out", str(out)]) == 2
     assert "allowed" in capsys.readouterr().err
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
     monkeypatch.setattr("sys.platform", "linux")
     assert main([str(path), "--show"]) == 2
     assert "display" in capsys.readouterr().err
+
+
+def test_text_sits_in_a_strip_above_the_arena(replay):
+    """The world is drawn under the strip, never under the text: only the strip changes with
+    the text, and the label says a policy's version once."""
+    relabelled = R.Replay(
+        replay.cfg,
+        replay.layout,
+        replay.arrays,
+        {**replay.header, "metadata": {"hiders": {"name": "A ckpt_0000000305.pt v305",
+                                                  "version": 305}}},
+    )  # fmt: skip
+    assert V._policy_label(relabelled.metadata["hiders"]) == "  (A ckpt_0000000305.pt v305)"
+    opts = V.VideoOptions(width=240, height=240)
+    with V.ReplayVideo(replay, opts) as v, V.ReplayVideo(relabelled, opts) as w:
+        strip = v._strip
+        a, b = v.frame(30), w.frame(30)
+    assert 0 < strip <= 0.25 * 240 and a.shape == (240, 240, 3)
+    assert (a[:strip] != b[:strip]).any() and (a[strip:] == b[strip:]).all()
+    assert (a[:strip] == V.STRIP_RGB).all(-1).mean() > 0.5  # the strip's background, and text
+
+
+def test_vision_cones_are_drawn(replay):
+    with V.ReplayVideo(replay, V.VideoOptions(width=W, height=H, text=False)) as v:
+        cones = v.frame(10)
+        v.options = V.VideoOptions(width=W, height=H, text=False, vision_cones=False)
+        plain = v.frame(10)
+    assert (cones != plain).any(axis=-1).sum() > 20

@@ -1,0 +1,81 @@
+"""Finding runs and their checkpoints from what a user types on the command line.
+
+Every eval command that takes a run or a checkpoint goes through here, so all of them accept
+the same forms:
+- `latest`: the newest run under `runs/` (the default `runs_dir`; the one whose metrics.jsonl,
+  checkpoints or config changed last);
+- a run directory (`runs/default`): for a checkpoint, its newest checkpoint that loads;
+- a `checkpoints/` folder: its newest checkpoint that loads;
+- a file (`runs/default/checkpoints/ckpt_0000000100.pt`, `runs/default/pool/snapshot_*.pt`).
+
+Public API: `resolve_run_dir(arg, runs_dir="runs") -> Path`,
+`resolve_checkpoint(arg, runs_dir="runs") -> Path`, `LATEST`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+LATEST = "latest"
+RUNS_DIR = "runs"  # RunConfig.runs_dir's default: where `python -m hns_train.train` writes
+_MARKERS = ("metrics.jsonl", "config.yaml", "checkpoints")  # what a run directory holds
+
+
+def _is_run_dir(path: Path) -> bool:
+    return path.is_dir() and (path / "config.yaml").is_file()
+
+
+def _last_change(run: Path) -> float:
+    times = [(run / m).stat().st_mtime for m in _MARKERS if (run / m).exists()]
+    ckpts = run / "checkpoints"
+    if ckpts.is_dir():
+        times += [p.stat().st_mtime for p in ckpts.glob("ckpt_*.pt")]
+    return max(times, default=0.0)
+
+
+def resolve_run_dir(arg: str | os.PathLike, runs_dir: str | os.PathLike = RUNS_DIR) -> Path:
+    """The run directory `arg` names: `latest` or a path; ValueError says what is missing."""
+    if str(arg) == LATEST:
+        root = Path(runs_dir)
+        runs = [p for p in root.iterdir() if _is_run_dir(p)] if root.is_dir() else []
+        if not runs:
+            raise ValueError(
+                f"'latest': no run directory under {root}/ (start one with "
+                "`python -m hns_train.train`, or give a run directory)"
+            )
+        return max(runs, key=_last_change)
+    path = Path(arg)
+    if not path.is_dir():
+        raise ValueError(f"run directory {path}: no such directory")
+    return path
+
+
+def resolve_checkpoint(arg: str | os.PathLike, runs_dir: str | os.PathLike = RUNS_DIR) -> Path:
+    """The checkpoint file `arg` names: a file, a run or checkpoints directory, or `latest`."""
+    path = Path(arg)
+    if path.is_file():
+        return path
+    if str(arg) != LATEST and not path.is_dir():
+        raise ValueError(
+            f"{str(path)!r}: no such file or directory; give a checkpoint (.pt), a run "
+            f"directory, or '{LATEST}' (the newest run under {runs_dir}/)"
+        )
+    run = resolve_run_dir(arg, runs_dir)
+    folder = run if run.name == "checkpoints" else run / "checkpoints"
+    newest = _newest_loadable(folder)
+    if newest is None:
+        raise ValueError(
+            f"{run}: no usable checkpoint in {folder} yet (the trainer writes one every "
+            "pipeline.checkpoint_every optimisation steps and when the run stops)"
+        )
+    return newest
+
+
+def _newest_loadable(folder: Path) -> Path | None:
+    if not folder.is_dir():
+        return None
+    from hns_train.agents.checkpoint import CheckpointDir
+
+    newest = CheckpointDir(folder).latest()  # skips broken files with a warning
+    return None if newest is None else newest.path
