@@ -165,9 +165,10 @@ class WarpGame:
             self.team,
             self.lockable,
         )
-        self._apply_locks(locked)
-        self.locked, self.lock_team, self.lock_agent = locked, lock_team, lock_agent
-        self._apply_grabs(TR.choose_grabs(self.grabbed, a[..., 3], eligible, dist, self.locked))
+        if self.n_objects:
+            self._apply_locks(locked)
+            self.locked, self.lock_team, self.lock_agent = locked, lock_team, lock_agent
+            self._apply_grabs(TR.choose_grabs(self.grabbed, a[..., 3], eligible, dist, self.locked))
 
         ww = self.worlds
         ww.ctrl[:, self._ctrl_adr] = self.ctrl_levels[a[..., :3]].reshape(self.n_worlds, -1)
@@ -209,6 +210,8 @@ class WarpGame:
         )
 
     def check_actions(self, actions) -> torch.Tensor:
+        if not isinstance(actions, torch.Tensor):
+            actions = np.array(actions)  # a writable copy (broadcast views are read-only)
         a = torch.as_tensor(actions, device=self.dev)
         want = (self.n_worlds, self.n_agents, len(self.action_nvec))
         if tuple(a.shape) != want:

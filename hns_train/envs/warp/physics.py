@@ -66,8 +66,10 @@ PARK_Z_WARP = -PARK_Z  # absent entities wait above the arena (module docstring)
 def require_warp():
     """Import `warp` and `mujoco_warp`, or say how to install them."""
     try:
-        import mujoco_warp
         import warp
+
+        warp.config.quiet = True  # before mujoco_warp initialises Warp: no per-kernel lines
+        import mujoco_warp
     except ImportError as err:  # pragma: no cover - depends on the install
         raise ImportError(
             "the Warp backend needs the optional 'warp' extra: pip install -e '.[warp]' "
@@ -125,7 +127,6 @@ class WarpWorlds:
             raise ValueError(f"n_worlds must be >= 1, got {n_worlds}")
         wp, mjw = require_warp()
         self.wp, self.mjw = wp, mjw
-        wp.config.quiet = True
         wp.init()
         self.device = wp.get_device(device)
         self.cfg = cfg
