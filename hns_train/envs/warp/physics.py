@@ -29,6 +29,8 @@ a few seconds); new worlds counts or configs reuse the same kernels.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
@@ -192,7 +194,8 @@ class WarpWorlds:
         self.geom_xpos[rows[:, None], self._static_geoms] = pos[:, self._static_geoms]
         self._reset_mask_t.zero_()
         self._reset_mask_t[rows] = True
-        self.mjw.reset_data(self.m, self.d, reset=self._reset_mask)
+        with self._stream():
+            self.mjw.reset_data(self.m, self.d, reset=self._reset_mask)
         self.qpos[rows] = torch.as_tensor(qpos).to(self.qpos)
         for w, layout in zip(worlds, layouts, strict=True):
             self.layouts[w] = layout
@@ -201,12 +204,28 @@ class WarpWorlds:
     # ------------------------------------------------------------------ physics
     def step(self, nstep: int) -> None:
         """`nstep` physics steps of every world (controls from `ctrl`)."""
-        for _ in range(nstep):
-            self.mjw.step(self.m, self.d)
+        with self._stream():
+            for _ in range(nstep):
+                self.mjw.step(self.m, self.d)
 
     def kinematics(self) -> None:
         """Geom poses from qpos (rays read them), as mj_kinematics."""
-        self.mjw.kinematics(self.m, self.d)
+        with self._stream():
+            self.mjw.kinematics(self.m, self.d)
+
+    def synchronize(self) -> None:
+        """Wait for the device's queued work (for timing)."""
+        self.wp.synchronize_device(self.device)
+        if self.torch_device.type == "cuda":
+            torch.cuda.synchronize(self.torch_device)
+
+    def _stream(self):
+        # On CUDA, Warp launches go on torch's current stream, so the tensor code before and
+        # after them sees their results in order (not measured on a GPU yet). The CPU device
+        # runs everything in call order.
+        if self.torch_device.type != "cuda":
+            return contextlib.nullcontext()
+        return self.wp.ScopedStream(self.wp.stream_from_torch(torch.cuda.current_stream()))
 
     def rays(self, pnt: torch.Tensor, vec: torch.Tensor, bodyexclude: torch.Tensor):
         """Cast rays in every world from the current geom poses (call `kinematics` first).
@@ -232,5 +251,6 @@ class WarpWorlds:
         views[0].copy_(pnt)
         views[1].copy_(vec)
         views[2].copy_(bodyexclude)
-        self.mjw.rays(self.m, self.d, bufs[0], bufs[1], self.geomgroup, True, *bufs[2:])
+        with self._stream():
+            self.mjw.rays(self.m, self.d, bufs[0], bufs[1], self.geomgroup, True, *bufs[2:])
         return views[3], views[4]
