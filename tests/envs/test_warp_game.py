@@ -31,6 +31,8 @@ from hns_train.envs.layout import sample_layout  # noqa: E402
 from hns_train.envs.observations import MASK_KEYS  # noqa: E402
 from hns_train.envs.vector import VectorGame  # noqa: E402
 from hns_train.envs.warp.game import WarpGame  # noqa: E402
+from hns_train.envs.warp.physics import PARK_Z_WARP, PER_WORLD_FIELDS, warp_qpos  # noqa: E402
+from hns_train.envs.world import PARK_Z, ModelCache  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -236,6 +238,43 @@ def test_same_seeds_and_actions_give_vectorgames_observations_masks_and_rewards(
         grabs += int((vg.game.grabbed >= 0).sum())
         locks += int(vg.game.locked.sum())
     assert grabs and locks, "the random play never grabbed or locked"
+    assert warp_game.physics_warnings_total == 0  # no contact or constraint was dropped
+
+
+def test_each_world_gets_its_layouts_c_model_fields_and_poses(warp_game):
+    warp_game.reset(seed=SEED + 3)
+    ww, cfg = warp_game.worlds, warp_game.cfg
+    cache = ModelCache(cfg, capacity=0)
+    static = torch.as_tensor(ww.template.body_weldid[ww.template.geom_bodyid] == 0)
+    walls = set()
+    for w in range(W):
+        layout = ww.layouts[w]
+        walls.add(layout.wall_pos.tobytes())
+        m = cache.model_for(layout)
+        for name in PER_WORLD_FIELDS:
+            want = np.asarray(getattr(m, name), dtype=np.float32)
+            if name == "geom_pos":
+                want[want[:, 2] == PARK_Z, 2] = PARK_Z_WARP
+            got = ww.field[name][w].numpy().reshape(want.shape)
+            np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=name)
+        qpos = warp_qpos(cfg, layout, ww.index, ww.nq)
+        np.testing.assert_allclose(ww.qpos[w].numpy(), qpos, rtol=1e-6, atol=1e-6)
+        got = ww.geom_xpos[w][static].numpy()  # static geoms: Warp's poses follow the layout
+        np.testing.assert_allclose(got, ww.field["geom_pos"][w][static].numpy())
+    assert len(walls) > 1, "every world drew the same walls"
+
+
+def test_bad_actions_get_a_clear_error(warp_game):
+    warp_game.reset(seed=SEED)
+    shape = (W, warp_game.n_agents, 5)
+    with pytest.raises(ValueError, match="shape"):
+        warp_game.step(np.zeros((W, 5), dtype=int))
+    bad = np.broadcast_to(STILL, shape).copy()
+    bad[2, 1, 3] = 2
+    with pytest.raises(ValueError, match="world 2, agent slot 1, dimension 3"):
+        warp_game.step(bad)
+    with pytest.raises(ValueError, match="integers"):
+        warp_game.step(np.full(shape, 0.5))
 
 
 def test_auto_reset_draws_the_host_samplers_layouts():

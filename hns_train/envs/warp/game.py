@@ -17,11 +17,17 @@ sampling and the layout's C model compile (`WarpWorlds.set_layouts`), the per-ep
 (who is present, the other-agent order) and the episode statistics (`stats.EpisodeStats`, numpy;
 zero-copy on Warp's CPU device, a device-to-host copy per step on a GPU).
 
-Not carried over from the C game yet: physics-warning counters (MuJoCo Warp reports no
-per-world bad-state resets) and rendering.
+Physics failures are counted, never silent: MuJoCo Warp drops contacts or constraint rows
+when a world has more than its buffers hold (`nconmax` / `njmax` of `WarpWorlds`) and raises a
+per-world overflow bit; after every env step the game reads those bits (`CAPACITY_OVERFLOWS`),
+logs each world that overflowed, counts it in `physics_warnings` (W,) for the current episode
+and `physics_warnings_total`, and clears them. Bad-state resets of the C game (NaN in qacc) have
+no Warp counterpart; rendering stays with the C game.
 """
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 import torch
@@ -36,6 +42,12 @@ from hns_train.envs.vector import VectorStep
 from hns_train.envs.warp import rules as TR
 from hns_train.envs.warp.physics import WarpWorlds
 from hns_train.envs.world import FREE_RANGE, object_half_extents
+
+# mujoco_warp.OverflowType bits that mean lost contacts or constraints (buffers too small):
+# NEFC, NJMAX_NNZ, BROADPHASE, NARROWPHASE, CCD
+CAPACITY_OVERFLOWS = {1 << 0: "nefc", 1 << 1: "njmax_nnz", 1 << 2: "broadphase"}
+CAPACITY_OVERFLOWS |= {1 << 3: "narrowphase", 1 << 4: "ccd"}
+log = logging.getLogger(__name__)
 
 
 class WarpGame:
@@ -131,6 +143,9 @@ class WarpGame:
         self._others = torch.full((W, A, A - 1), -1, dtype=long, device=dev)
         self.stats = EpisodeStats(W, cfg.max_boxes, Ob)
         self.obs: dict[str, torch.Tensor] = {}
+        self.physics_warnings = np.zeros(W, dtype=np.int64)  # this episode (module docstring)
+        self.physics_warnings_total = 0
+        self._capacity_mask = sum(CAPACITY_OVERFLOWS)
 
     # ------------------------------------------------------------------ public API
     def reset(self, seed: int | None = None) -> dict[str, torch.Tensor]:
@@ -173,6 +188,7 @@ class WarpGame:
         ww = self.worlds
         ww.ctrl[:, self._ctrl_adr] = self.ctrl_levels[a[..., :3]].reshape(self.n_worlds, -1)
         ww.step(cfg.substeps)
+        self._check_overflow()
         self._read_state()
         self._cast_rays()
         reward, hiders_seen = self._rewards(in_prep)
@@ -264,11 +280,30 @@ class WarpGame:
         self.lock_team[rows] = R.NO_TEAM
         self.lock_agent[rows] = -1
         self.grabbed[rows] = -1
+        self.physics_warnings[worlds] = 0
         self._tables()
         self._read_state()
         self._cast_rays()
         self.stats.reset(worlds, self._np(self.object_pos[..., :2]))
         self._observe()
+
+    def _check_overflow(self) -> None:
+        """Count and log the worlds whose contacts or constraints overflowed their buffers."""
+        bits = self.worlds.overflow & self._capacity_mask
+        if not bool(bits.any()):
+            return
+        for w in torch.nonzero(bits).flatten().tolist():
+            kinds = [name for bit, name in CAPACITY_OVERFLOWS.items() if int(bits[w]) & bit]
+            log.warning(
+                "MuJoCo Warp overflowed %s in world %d at env step %d: contacts or constraints "
+                "were dropped (raise nconmax / njmax of WarpWorlds)",
+                "/".join(kinds),
+                w,
+                int(self.t_host[w]),
+            )
+            self.physics_warnings[w] += 1
+            self.physics_warnings_total += 1
+        self.worlds.overflow.zero_()
 
     def _tables(self) -> None:
         """Per-episode masks and gather indices, from who is present (every world: cheap)."""

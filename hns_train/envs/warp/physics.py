@@ -155,6 +155,7 @@ class WarpWorlds:
         self.qvel = view(self.d.qvel)
         self.ctrl = view(self.d.ctrl)
         self.eq_active = view(self.d.eq_active)
+        self.overflow = view(self.d.overflow)  # (W,) sticky bitmask of mujoco_warp.OverflowType
         self.field = {f: view(getattr(self.m, f)) for f in PER_WORLD_FIELDS}
         self.geom_xpos = view(self.d.geom_xpos)
         # geoms of the world body (floor, walls): Warp computes their poses once, in make_data,
