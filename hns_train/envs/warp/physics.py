@@ -30,6 +30,7 @@ a few seconds); new worlds counts or configs reuse the same kernels.
 from __future__ import annotations
 
 import contextlib
+import logging
 
 import numpy as np
 import torch
@@ -63,6 +64,7 @@ PER_WORLD_FIELDS = (
     "eq_data",
 )
 PARK_Z_WARP = -PARK_Z  # absent entities wait above the arena (module docstring)
+log = logging.getLogger(__name__)
 
 
 def require_warp():
@@ -170,6 +172,7 @@ class WarpWorlds:
 
         self.geomgroup = vec6(*[int(g) for g in RAY_GROUPS])
         self._rays: dict[int, tuple] = {}
+        self._graphs: dict[int, object] | None = {}  # CUDA graphs of `step` by nstep
 
     def tensor(self, x, dtype=torch.float32) -> torch.Tensor:
         return torch.as_tensor(x, dtype=dtype, device=self.torch_device)
@@ -204,10 +207,35 @@ class WarpWorlds:
 
     # ------------------------------------------------------------------ physics
     def step(self, nstep: int) -> None:
-        """`nstep` physics steps of every world (controls from `ctrl`)."""
+        """`nstep` physics steps of every world (controls from `ctrl`).
+
+        On CUDA the `nstep` steps are captured once into a CUDA graph and replayed (one launch
+        instead of hundreds of kernel launches per env step; the graph reads the same model and
+        data buffers, so lock, grab, layout and control writes reach it). If the capture fails
+        the steps run uncaptured, with a warning. Not yet run on a GPU (docs/benchmarks.md)."""
         with self._stream():
+            if self.device.is_cuda and self._graphs is not None:
+                graph = self._graphs.get(nstep)
+                if graph is None:
+                    graph = self._capture(nstep)
+                if graph is not None:
+                    self.wp.capture_launch(graph)
+                    return
             for _ in range(nstep):
                 self.mjw.step(self.m, self.d)
+
+    def _capture(self, nstep: int):
+        wp = self.wp
+        try:
+            with wp.ScopedCapture(device=self.device) as capture:
+                for _ in range(nstep):
+                    self.mjw.step(self.m, self.d)
+        except Exception as err:  # any capture failure: run uncaptured
+            log.warning("CUDA graph capture of the physics failed (%s); stepping uncaptured", err)
+            self._graphs = None
+            return None
+        self._graphs[nstep] = capture.graph
+        return capture.graph
 
     def kinematics(self) -> None:
         """Geom poses from qpos (rays read them), as mj_kinematics."""
