@@ -1,4 +1,5 @@
-"""The tensor rules of the Warp game equal the numpy rules they restate (envs/warp/rules.py).
+"""The tensor rules and statistics of the Warp game equal the numpy ones they restate
+(envs/warp/rules.py, envs/warp/stats.py).
 
 Random batches with absent agents and objects, locks held by both teams, agents holding objects
 (some of them locked) and distances around the grab range, so every branch of the rules is hit.
@@ -14,7 +15,10 @@ import torch
 from hns_train.envs import observations as O
 from hns_train.envs import rules as R
 from hns_train.envs.game import weld_data
+from hns_train.envs.stats import STAT_KEYS, EpisodeStats, box_surfing
 from hns_train.envs.warp import rules as TR
+from hns_train.envs.warp.stats import TensorStats
+from hns_train.envs.warp.stats import box_surfing as t_box_surfing
 
 W, A, OB = 64, 4, 5
 
@@ -99,3 +103,78 @@ def test_weld_data_matches_mujocos_quaternion_arithmetic(rng):
                 d.xpos = np.stack([apos[w, a], opos[w, o]])
                 d.xquat = np.array([[math.cos(y / 2), 0, 0, math.sin(y / 2)] for y in yaws])
                 np.testing.assert_allclose(got[w, a, o], weld_data(d, 0, 1), atol=1e-12)
+
+
+def test_statistics_match_episode_stats(rng):
+    nb, prep, horizon = 3, 4, 10
+    is_hider = np.array([True, True, False, False])
+    host, dev = EpisodeStats(W, nb, OB), TensorStats(W, nb, OB, "cpu")
+    xy = rng.uniform(0, 6, (W, OB, 2))
+    host.reset(np.arange(W), xy)
+    dev.reset(torch.arange(W), _t(xy))
+    present = rng.random((W, A)) < 0.8
+    present[:, [0, 2]] = True
+    masks = [(m, np.maximum(m.sum(1), 1)) for m in (present & is_hider, present & ~is_hider)]
+    t_masks = [(_t(m.astype(np.float32)), _t(c.astype(np.float32))) for m, c in masks]
+    object_present = rng.random((W, OB)) < 0.8
+    surfed = 0
+    for t in range(1, horizon + 1):
+        in_prep = np.full(W, t - 1 < prep)
+        reward = rng.choice([-1.0, 1.0, -10.0], (W, A)).astype(np.float32) * present
+        seen = rng.random(W) < 0.5
+        xy = xy + rng.normal(0, 0.1, xy.shape)
+        locked = rng.random((W, OB)) < 0.3
+        # seekers put on top of box 0 in some worlds, the box moving or held
+        box_pos = np.concatenate([xy[:, :nb], np.full((W, nb, 1), 0.25)], -1)
+        half = np.full((W, nb, 3), 0.25)
+        agent_pos = rng.uniform(0, 6, (W, A, 3))
+        agent_pos[..., 2] = 0.15
+        top = rng.random(W) < 0.5
+        agent_pos[top, 2, :2] = box_pos[top, 0, :2] + rng.uniform(-0.2, 0.2, (top.sum(), 2))
+        agent_pos[top, 2, 2] = 0.5 + 0.15 + rng.uniform(-0.05, 0.05, top.sum())
+        yaw, vel = rng.uniform(-3, 3, (W, nb)), rng.normal(0, 0.3, (W, nb, 4))
+        grabbed = np.where(rng.random((W, A)) < 0.3, 0, -1)
+        args = (agent_pos, present & ~is_hider, box_pos, yaw, vel, half, object_present[:, :nb])
+        want = box_surfing(*args, grabbed, 0.15)
+        got = t_box_surfing(*map(_t, args), _t(grabbed), 0.15).numpy()
+        np.testing.assert_array_equal(got, want)
+        surfed += int(want.sum())
+        host.step(
+            np.full(W, t),
+            prep,
+            in_prep,
+            reward,
+            is_hider,
+            present,
+            seen,
+            xy,
+            object_present,
+            locked,
+            agent_pos=agent_pos,
+            object_pos=np.concatenate([box_pos, np.zeros((W, OB - nb, 3))], 1),
+            object_yaw=np.pad(yaw, ((0, 0), (0, OB - nb))),
+            object_vel=np.pad(vel, ((0, 0), (0, OB - nb), (0, 0))),
+            half=np.pad(half, ((0, 0), (0, OB - nb), (0, 0))),
+            grabbed=grabbed,
+            team_masks=masks,
+        )
+        dev.step(
+            _t(np.full(W, t)),
+            prep,
+            _t(in_prep),
+            _t(reward),
+            t_masks,
+            _t(seen),
+            _t(xy),
+            _t(object_present),
+            _t(locked),
+            _t(want),
+        )
+    assert surfed
+    done = np.arange(0, W, 2)
+    want = host.finish(done, xy, object_present, locked)
+    got = dev.finish(done, _t(xy), _t(object_present), _t(locked))
+    for g, w in zip(got, want, strict=True):
+        assert set(g) == set(STAT_KEYS)
+        for key in STAT_KEYS:
+            assert g[key] == pytest.approx(w[key], abs=1e-9), key

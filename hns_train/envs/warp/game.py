@@ -12,10 +12,12 @@ seekers idle in preparation, locks then grabs from the previous step's visibilit
 rules, in `warp/rules.py`), the lock / grab edits written into the per-world joint ranges, weld
 data and `eq_active`, controls, `substeps` Warp physics steps, entity poses from qpos, one
 batched `mujoco_warp.rays` call (lidar fan and a ray towards every entity centre per agent),
-rewards and observations. What stays on the host, per episode rather than per step: layout
-sampling and the layout's C model compile (`WarpWorlds.set_layouts`), the per-episode tables
-(who is present, the other-agent order) and the episode statistics (`stats.EpisodeStats`, numpy;
-zero-copy on Warp's CPU device, a device-to-host copy per step on a GPU).
+rewards, statistics (`warp/stats.py`) and observations. What stays on the host, per episode
+rather than per step: layout sampling and the layout's C model compile
+(`WarpWorlds.set_layouts`), the per-episode tables (who is present, the other-agent order) and
+the finished episodes' statistics. Per step the host reads back only two flags (an action out of
+range, a physics buffer overflow); the step counter is mirrored on the host, since every world
+of a game starts and ends its episodes on the same steps' clock (`t_host`).
 
 Physics failures are counted, never silent: MuJoCo Warp drops contacts or constraint rows
 when a world has more than its buffers hold (`nconmax` / `njmax` of `WarpWorlds`) and raises a
@@ -36,11 +38,11 @@ from hns_train.envs import observations as O
 from hns_train.envs import rules as R
 from hns_train.envs.config import GameConfig, make_config
 from hns_train.envs.layout import ABSENT, sample_layout
-from hns_train.envs.stats import STAT_KEYS, EpisodeStats
-from hns_train.envs.stats import SURF_MIN_HEIGHT as SURF_LIFT
+from hns_train.envs.stats import STAT_KEYS
 from hns_train.envs.vector import VectorStep
 from hns_train.envs.warp import rules as TR
 from hns_train.envs.warp.physics import WarpWorlds
+from hns_train.envs.warp.stats import TensorStats, box_surfing
 from hns_train.envs.world import FREE_RANGE, object_half_extents
 
 # mujoco_warp.OverflowType bits that mean lost contacts or constraints (buffers too small):
@@ -112,8 +114,6 @@ class WarpGame:
         self._ngeom = len(idx.geom_body)
         self.is_hider = t(np.arange(A) < cfg.max_hiders, torch.bool)
         self.team = torch.where(self.is_hider, R.HIDERS, R.SEEKERS).to(long)
-        self._team_np = self.team.cpu().numpy()
-        self._is_hider_np = self.is_hider.cpu().numpy()
         self.lockable = t(
             [cfg.boxes_lockable] * cfg.max_boxes + [cfg.ramps_lockable] * cfg.n_ramps, torch.bool
         )
@@ -141,7 +141,7 @@ class WarpGame:
         self.sees = z(W, A, E, dtype=torch.bool, device=dev)
         self.lidar = z(W, A, L, device=dev)
         self._others = torch.full((W, A, A - 1), -1, dtype=long, device=dev)
-        self.stats = EpisodeStats(W, cfg.max_boxes, Ob)
+        self.stats = TensorStats(W, cfg.max_boxes, Ob, dev)
         self.obs: dict[str, torch.Tensor] = {}
         self.physics_warnings = np.zeros(W, dtype=np.int64)  # this episode (module docstring)
         self.physics_warnings_total = 0
@@ -194,7 +194,7 @@ class WarpGame:
         reward, hiders_seen = self._rewards(in_prep)
         self.t += 1
         self.t_host += 1
-        self._stats_step(in_prep_host, reward, hiders_seen)
+        self._stats_step(in_prep, reward, hiders_seen)
         self._observe()
         truncated_host = self.t_host >= cfg.horizon
         truncated = torch.as_tensor(truncated_host, device=self.dev)
@@ -204,10 +204,7 @@ class WarpGame:
         if done.size:
             final_obs = {k: v.clone() for k, v in self.obs.items()}
             finished = self.stats.finish(
-                done,
-                self._np(self.object_pos[..., :2]),
-                self._np(self.object_present),
-                self._np(self.locked),
+                done, self.object_pos[..., :2], self.object_present, self.locked
             )
             for w, s in zip(done, finished, strict=True):
                 for k in STAT_KEYS:
@@ -251,10 +248,6 @@ class WarpGame:
         return a
 
     # ------------------------------------------------------------------ internals
-    @staticmethod
-    def _np(x: torch.Tensor) -> np.ndarray:
-        return x.detach().cpu().numpy()
-
     def _reset_worlds(self, worlds: np.ndarray) -> None:
         """New layouts (host sampler, each world's own generator) and fresh state for
         `worlds`; then poses, rays and observations of every world."""
@@ -284,7 +277,7 @@ class WarpGame:
         self._tables()
         self._read_state()
         self._cast_rays()
-        self.stats.reset(worlds, self._np(self.object_pos[..., :2]))
+        self.stats.reset(rows, self.object_pos[..., :2])
         self._observe()
 
     def _check_overflow(self) -> None:
@@ -322,9 +315,9 @@ class WarpGame:
         self._other_sees = torch.where(
             valid, (w_ * A + a_) * self._E + self._others, W * A * self._E
         )
-        ap_np, hider_np = self._np(ap), self._is_hider_np
         self._team_masks = [
-            (m, np.maximum(m.sum(1), 1)) for m in (ap_np & hider_np, ap_np & ~hider_np)
+            (m.to(torch.float32), m.sum(dim=1).clamp_min(1).to(torch.float32))
+            for m in (hider, self._seeker_present)
         ]
         geom_pos = self.worlds.field["geom_pos"]
         self._geom_off = geom_pos[:, self._ent_geom]  # (W, E, 3) main geom in its body frame
@@ -421,30 +414,30 @@ class WarpGame:
         r = torch.where(self.agent_present & ~in_prep[:, None], r, 0.0)
         return r.to(torch.float32), seen
 
-    def _stats_step(self, in_prep: np.ndarray, reward, hiders_seen) -> None:
-        """Episode statistics on the host (`stats.EpisodeStats`, see the module docstring)."""
-        cfg, n = self.cfg, self._np
-        agent_pos = n(self.agent_pos)
-        lifted = n(self._seeker_present) & (agent_pos[..., 2] >= cfg.agent_radius + SURF_LIFT)
+    def _stats_step(self, in_prep, reward, hiders_seen) -> None:
+        cfg, nb = self.cfg, self.cfg.max_boxes
+        surf = box_surfing(
+            self.agent_pos,
+            self._seeker_present,
+            self.object_pos[:, :nb],
+            self.object_yaw[:, :nb],
+            self.object_vel[:, :nb],
+            self.half[:, :nb],
+            self.object_present[:, :nb],
+            self.grabbed,
+            cfg.agent_radius,
+        )
         self.stats.step(
-            self.t_host,
+            self.t,
             cfg.prep_steps,
             in_prep,
-            n(reward),
-            self._is_hider_np,
-            n(self.agent_present),
-            n(hiders_seen),
-            n(self.object_pos[..., :2]),
-            n(self.object_present),
-            n(self.locked),
-            agent_pos=agent_pos if lifted.any() else None,
-            object_pos=n(self.object_pos),
-            object_yaw=n(self.object_yaw),
-            object_vel=n(self.object_vel),
-            half=n(self.half),
-            grabbed=n(self.grabbed),
-            agent_radius=cfg.agent_radius,
-            team_masks=self._team_masks,
+            reward,
+            self._team_masks,
+            hiders_seen,
+            self.object_pos[..., :2],
+            self.object_present,
+            self.locked,
+            surf,
         )
 
     def _observe(self) -> None:
