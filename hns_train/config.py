@@ -35,6 +35,7 @@ from hns_train.envs.config import GameConfig, make_config
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 LAUNCHERS = ("serial", "local", "ray")
+BACKENDS = ("c", "warp")
 WANDB_MODES = ("offline", "online", "disabled")
 
 
@@ -47,6 +48,11 @@ class PipelineConfig:
     """How the actor / policy / trainer workers are laid out and how samples flow."""
 
     launcher: str = "local"  # serial | local | ray
+    # c: actors step C MuJoCo and ask policy workers over sockets; warp: each actor simulates
+    # its worlds on MuJoCo Warp and runs the policy itself on the same device (no policy
+    # workers, no inference sockets; needs the optional extra `warp`)
+    backend: str = "c"
+    warp_device: str = "auto"  # backend=warp: Warp/torch device of actors: auto | cpu | cuda:N
     n_actors: int = 2
     envs_per_actor: int = 16  # worlds stepped by one actor
     ring_size: int = 2  # groups per actor: one steps while another waits for actions
@@ -174,6 +180,8 @@ class RunConfig:
         problems = []
         if p.launcher not in LAUNCHERS:
             problems.append(f"pipeline.launcher={p.launcher!r} is not one of {LAUNCHERS}")
+        if p.backend not in BACKENDS:
+            problems.append(f"pipeline.backend={p.backend!r} is not one of {BACKENDS}")
         if p.transport not in ("ipc", "tcp"):
             problems.append(f"pipeline.transport={p.transport!r} is not one of ('ipc', 'tcp')")
         problems += _cluster_problems(p)
