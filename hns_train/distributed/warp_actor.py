@@ -14,7 +14,9 @@ no inference round trip to hide.
 Everything downstream (trainers, pool, eval workers, controller, logging) is unchanged; the
 controller starts no policy workers for this backend.
 
-On a GPU the policy still takes and returns host arrays (`ActorCritic.act` is numpy-based), so
+The Ray launcher reserves no GPU for actors (there is no `ray_actor_gpus`), so on a Ray cluster
+a Warp actor runs on the CPU device for now. On a GPU the policy still takes and returns host
+arrays (`ActorCritic.act` is numpy-based), so
 observations cross to the host once per step; keeping them on the device is the next step.
 """
 
