@@ -95,18 +95,19 @@ SCENES = {
 }
 
 
-def _place(qpos, qvel, w, scene, n_agents, n_objects):
-    """Write scene poses into world w's qpos rows (entity e: qpos 4e..4e+3), velocities 0."""
+def _scene_qpos(scene, n_agents, n_objects) -> np.ndarray:
+    """Entity qpos rows (entity e: 4e..4e+3) of a scene: x, y, z 0, yaw."""
     agents = {a: SPARE_AGENTS[a] for a in range(n_agents)} | scene.get("agents", {})
     spare = iter(SPARE_OBJECTS)
     objects = scene.get("objects", {})
+    rows = []
     for e in range(n_agents + n_objects):
         if e < n_agents:
             x, y, yaw = agents[e]
         else:
             x, y, yaw = objects[e - n_agents] if e - n_agents in objects else next(spare)
-        qpos[w, 4 * e : 4 * e + 4] = [x, y, 0.0, yaw]
-        qvel[w, 4 * e : 4 * e + 4] = 0.0
+        rows.append([x, y, 0.0, yaw])
+    return np.array(rows).reshape(-1)
 
 
 def _measure(kind, slot, pos, yaw, lidar, n_agents):
@@ -123,7 +124,7 @@ def _measure(kind, slot, pos, yaw, lidar, n_agents):
 
 def _host(x) -> np.ndarray:
     """A float64 host copy of a numpy array or a (CPU) torch tensor."""
-    return (x.numpy() if isinstance(x, torch.Tensor) else x).astype(float)
+    return (x.cpu().numpy() if isinstance(x, torch.Tensor) else x).astype(float)
 
 
 def _run_scenes(c_game, warp_game):
@@ -134,8 +135,10 @@ def _run_scenes(c_game, warp_game):
     wg = warp_game
     for w, name in enumerate(names):
         scene = SCENES[name][0]
-        _place(c_game._qpos, c_game._qvel, w, scene, A, Ob)
-        _place(wg.worlds.qpos.numpy(), wg.worlds.qvel.numpy(), w, scene, A, Ob)  # CPU views
+        q = _scene_qpos(scene, A, Ob)
+        c_game._qpos[w, : len(q)], c_game._qvel[w, : len(q)] = q, 0.0
+        wg.worlds.qpos[w, : len(q)] = torch.as_tensor(q)
+        wg.worlds.qvel[w, : len(q)] = 0.0
     c_game._read_state()
     c_game._cast_rays(c_game._all_worlds)
     c_game._observe()
@@ -205,7 +208,7 @@ VEL_COLS |= {"box_obs": slice(5, 9), "ramp_obs": slice(5, 9)}
 def _compare(obs_c, obs_w, label, velocities=True):
     mismatched = entries = 0
     for key, value in obs_c.items():
-        got = obs_w[key].numpy()
+        got = obs_w[key].cpu().numpy()
         assert got.shape == value.shape and got.dtype == np.float32, key
         if key in MASK_KEYS:
             assert set(np.unique(got)) <= {0.0, 1.0}, key
@@ -232,9 +235,9 @@ def test_same_seeds_and_actions_give_vectorgames_observations_masks_and_rewards(
         act[..., 3:] = rng.random((W, vg.n_agents, 2)) < 0.8  # grab and lock often
         c, w = vg.step(act), warp_game.step(act)
         _compare(c.obs, w.obs, f"step {t}", velocities=t < VEL_STEPS)
-        np.testing.assert_array_equal(w.rewards.numpy(), c.rewards)
-        np.testing.assert_array_equal(warp_game.locked.numpy(), vg.game.locked)
-        np.testing.assert_array_equal(warp_game.grabbed.numpy(), vg.game.grabbed)
+        np.testing.assert_array_equal(w.rewards.cpu().numpy(), c.rewards)
+        np.testing.assert_array_equal(warp_game.locked.cpu().numpy(), vg.game.locked)
+        np.testing.assert_array_equal(warp_game.grabbed.cpu().numpy(), vg.game.grabbed)
         grabs += int((vg.game.grabbed >= 0).sum())
         locks += int(vg.game.locked.sum())
     assert grabs and locks, "the random play never grabbed or locked"
@@ -245,7 +248,7 @@ def test_each_world_gets_its_layouts_c_model_fields_and_poses(warp_game):
     warp_game.reset(seed=SEED + 3)
     ww, cfg = warp_game.worlds, warp_game.cfg
     cache = ModelCache(cfg, capacity=0)
-    static = torch.as_tensor(ww.template.body_weldid[ww.template.geom_bodyid] == 0)
+    static = ww.template.body_weldid[ww.template.geom_bodyid] == 0
     walls = set()
     for w in range(W):
         layout = ww.layouts[w]
@@ -255,12 +258,12 @@ def test_each_world_gets_its_layouts_c_model_fields_and_poses(warp_game):
             want = np.asarray(getattr(m, name), dtype=np.float32)
             if name == "geom_pos":
                 want[want[:, 2] == PARK_Z, 2] = PARK_Z_WARP
-            got = ww.field[name][w].numpy().reshape(want.shape)
+            got = ww.field[name][w].cpu().numpy().reshape(want.shape)
             np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=name)
         qpos = warp_qpos(cfg, layout, ww.index, ww.nq)
-        np.testing.assert_allclose(ww.qpos[w].numpy(), qpos, rtol=1e-6, atol=1e-6)
-        got = ww.geom_xpos[w][static].numpy()  # static geoms: Warp's poses follow the layout
-        np.testing.assert_allclose(got, ww.field["geom_pos"][w][static].numpy())
+        np.testing.assert_allclose(ww.qpos[w].cpu().numpy(), qpos, rtol=1e-6, atol=1e-6)
+        got = ww.geom_xpos[w].cpu().numpy()[static]  # static geoms: poses follow the layout
+        np.testing.assert_allclose(got, ww.field["geom_pos"][w].cpu().numpy()[static])
     assert len(walls) > 1, "every world drew the same walls"
 
 
@@ -289,7 +292,7 @@ def test_auto_reset_draws_the_host_samplers_layouts():
     act = np.broadcast_to([5, 5, 5, 0, 0], (W, cfg.max_agents, 5))
     for _ in range(cfg.horizon):
         c, w = vg.step(act), wg.step(act)
-    assert w.truncated.numpy().all() and c.truncated.all()
+    assert w.truncated.cpu().numpy().all() and c.truncated.all()
     for k in range(W):
         new, want = wg.worlds.layouts[k], second[k]
         np.testing.assert_array_equal(new.wall_pos, want.wall_pos)
@@ -300,6 +303,6 @@ def test_auto_reset_draws_the_host_samplers_layouts():
         )
     _compare(c.obs, w.obs, "after the reset")
     _compare(c.final_obs, w.final_obs, "final observation")
-    np.testing.assert_array_equal(w.agent_present.numpy(), c.agent_present)
+    np.testing.assert_array_equal(w.agent_present.cpu().numpy(), c.agent_present)
     for key, value in c.episode_stats.items():
         np.testing.assert_allclose(w.episode_stats[key], value, atol=1e-3, err_msg=key)
