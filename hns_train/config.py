@@ -21,6 +21,8 @@ YAML is read with `safe_load`.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -182,6 +184,16 @@ class RunConfig:
             problems.append(f"pipeline.launcher={p.launcher!r} is not one of {LAUNCHERS}")
         if p.backend not in BACKENDS:
             problems.append(f"pipeline.backend={p.backend!r} is not one of {BACKENDS}")
+        if p.warp_device not in ("auto", "cpu", "cuda") and not re.fullmatch(
+            r"cuda:\d+", p.warp_device
+        ):
+            problems.append(
+                f"pipeline.warp_device={p.warp_device!r} is not one of auto, cpu, cuda, cuda:N"
+            )
+        if p.backend == "warp" and importlib.util.find_spec("mujoco_warp") is None:
+            problems.append(
+                "pipeline.backend='warp' needs the optional extra: pip install -e '.[warp]'"
+            )
         if p.transport not in ("ipc", "tcp"):
             problems.append(f"pipeline.transport={p.transport!r} is not one of ('ipc', 'tcp')")
         problems += _cluster_problems(p)

@@ -87,6 +87,10 @@ def test_train_command_reports_a_bad_config_without_a_traceback(tmp_path):
     assert "stop.minute" in out.stderr and "Traceback" not in out.stderr
 
 
-def test_an_unknown_pipeline_backend_is_rejected(tmp_path):
+def test_an_unknown_pipeline_backend_or_warp_device_is_rejected(tmp_path):
     with pytest.raises(ConfigError, match="pipeline.backend='gpu' is not one of"):
         load_config(CONFIG_DIR / "smoke.yaml", [f"runs_dir={tmp_path}", "pipeline.backend=gpu"])
+    with pytest.raises(ConfigError, match="pipeline.warp_device='gpu0' is not one of"):
+        load_config(
+            CONFIG_DIR / "smoke.yaml", [f"runs_dir={tmp_path}", "pipeline.warp_device=gpu0"]
+        )
