@@ -22,9 +22,11 @@ Every array the game reads or writes is a zero-copy `torch` view of the Warp arr
 on the Warp device (`"cpu"` here; `"cuda:0"` on a GPU), so the rules and observations in
 `warp/game.py` run as tensor code on the same memory the physics kernels use.
 
-Costs on Warp's CPU device: the first `WarpWorlds` of a process compiles Warp's kernels (tens of
-seconds on 2 cores; cached under Warp's kernel cache directory, so later processes load them in
-a few seconds); new worlds counts or configs reuse the same kernels.
+Costs on Warp's CPU device (docs/benchmarks.md): the first `WarpWorlds` of a machine compiles
+Warp's kernels, 1.5-2.5 minutes on 2 cores for quadrant; they are cached under Warp's kernel
+cache directory, so later processes load them in a few seconds. Other world counts and new
+layouts reuse them; a config with other model sizes adds a few kernels specialised to them
+(randomwalls about 40 s, chase about 20 s).
 """
 
 from __future__ import annotations
