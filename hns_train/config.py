@@ -21,6 +21,8 @@ YAML is read with `safe_load`.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -42,6 +44,7 @@ CONFIG_DIR = (
     else Path(__file__).resolve().parent / "configs"
 )
 LAUNCHERS = ("serial", "local", "ray")
+BACKENDS = ("c", "warp")
 WANDB_MODES = ("offline", "online", "disabled")
 
 
@@ -54,6 +57,11 @@ class PipelineConfig:
     """How the actor / policy / trainer workers are laid out and how samples flow."""
 
     launcher: str = "local"  # serial | local | ray
+    # c: actors step C MuJoCo and ask policy workers over sockets; warp: each actor simulates
+    # its worlds on MuJoCo Warp and runs the policy itself on the same device (no policy
+    # workers, no inference sockets; needs the optional extra `warp`)
+    backend: str = "c"
+    warp_device: str = "auto"  # backend=warp: Warp/torch device of actors: auto | cpu | cuda:N
     n_actors: int = 2
     envs_per_actor: int = 16  # worlds stepped by one actor
     ring_size: int = 2  # groups per actor: one steps while another waits for actions
@@ -185,6 +193,18 @@ class RunConfig:
         problems = []
         if p.launcher not in LAUNCHERS:
             problems.append(f"pipeline.launcher={p.launcher!r} is not one of {LAUNCHERS}")
+        if p.backend not in BACKENDS:
+            problems.append(f"pipeline.backend={p.backend!r} is not one of {BACKENDS}")
+        if p.warp_device not in ("auto", "cpu", "cuda") and not re.fullmatch(
+            r"cuda:\d+", p.warp_device
+        ):
+            problems.append(
+                f"pipeline.warp_device={p.warp_device!r} is not one of auto, cpu, cuda, cuda:N"
+            )
+        if p.backend == "warp" and importlib.util.find_spec("mujoco_warp") is None:
+            problems.append(
+                "pipeline.backend='warp' needs the optional extra: pip install -e '.[warp]'"
+            )
         if p.transport not in ("ipc", "tcp"):
             problems.append(f"pipeline.transport={p.transport!r} is not one of ('ipc', 'tcp')")
         problems += _cluster_problems(p)

@@ -101,3 +101,12 @@ def test_shipped_configs_are_found_by_name_from_any_folder(tmp_path, monkeypatch
 def test_a_negative_render_wait_is_refused():
     with pytest.raises(ConfigError, match="stop_render_wait_s must be >= 0, got -1"):
         load_config(CONFIG_DIR / "smoke.yaml", ["eval.stop_render_wait_s=-1"])
+
+
+def test_an_unknown_pipeline_backend_or_warp_device_is_rejected(tmp_path):
+    with pytest.raises(ConfigError, match="pipeline.backend='gpu' is not one of"):
+        load_config(CONFIG_DIR / "smoke.yaml", [f"runs_dir={tmp_path}", "pipeline.backend=gpu"])
+    with pytest.raises(ConfigError, match="pipeline.warp_device='gpu0' is not one of"):
+        load_config(
+            CONFIG_DIR / "smoke.yaml", [f"runs_dir={tmp_path}", "pipeline.warp_device=gpu0"]
+        )

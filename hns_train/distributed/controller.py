@@ -203,7 +203,9 @@ class Controller:
 
     def specs(self) -> list[WorkerSpec]:
         p = self.cfg.pipeline
-        plan = [("trainer", p.n_trainers), ("policy", p.n_policy_workers), ("actor", p.n_actors)]
+        # backend=warp: actors run the policy themselves (distributed/warp_actor.py)
+        n_policy = 0 if p.backend == "warp" else p.n_policy_workers
+        plan = [("trainer", p.n_trainers), ("policy", n_policy), ("actor", p.n_actors)]
         plan.append(("eval", self.cfg.eval.n_workers))
         data = self.cfg.to_dict()
         keys = None if self.security is None else self.security.to_dict()

@@ -92,19 +92,9 @@ class PolicyWorker(Worker):
         obs = {k[4:]: v for k, v in batch.items() if k.startswith("obs/")}
         codes = batch["code"]
         n = len(codes)
-        actions = np.zeros((n, 5), np.int64)
-        logp = np.zeros(n, np.float32)
-        values = np.zeros(n, np.float32)
-        state = batch["state"].copy()
-        for code in np.unique(codes):
-            rows = np.flatnonzero(codes == code)
-            sub = {k: v[rows] for k, v in obs.items()}
-            if code == controllers.LATEST or code >= 0:
-                model = self.model if code == controllers.LATEST else self.opponents.snapshot(code)
-                out = model.act(sub, batch["state"][rows], batch["episode_start"][rows])
-                actions[rows], logp[rows], values[rows], state[rows] = out
-            else:
-                actions[rows] = self.opponents.fixed_actions(int(code), len(rows))
+        actions, logp, values, state = act_by_controller(
+            self.model, self.opponents, obs, batch["state"], batch["episode_start"], codes
+        )
         self._rows += n
         offset = 0
         for (client, message), size in zip(requests, sizes, strict=True):
@@ -137,6 +127,28 @@ class PolicyWorker(Worker):
     def close_streams(self) -> None:
         self.server.close()
         self.params.close()
+
+
+def act_by_controller(model, opponents, obs, state, episode_start, codes):
+    """Actions, log-probs, values and new states for agent rows played by different
+    controllers (`codes`, controllers.py): one forward pass per controller, the latest policy
+    `model`, pool snapshots and fixed opponents from `opponents`. Rows of fixed opponents keep
+    their state and get log-prob and value 0."""
+    n = len(codes)
+    actions = np.zeros((n, 5), np.int64)
+    logp = np.zeros(n, np.float32)
+    values = np.zeros(n, np.float32)
+    new_state = np.array(state, dtype=np.float32)
+    for code in np.unique(codes):
+        rows = np.flatnonzero(codes == code)
+        sub = {k: v[rows] for k, v in obs.items()}
+        if code == controllers.LATEST or code >= 0:
+            net = model if code == controllers.LATEST else opponents.snapshot(code)
+            out = net.act(sub, state[rows], episode_start[rows])
+            actions[rows], logp[rows], values[rows], new_state[rows] = out
+        else:
+            actions[rows] = opponents.fixed_actions(int(code), len(rows))
+    return actions, logp, values, new_state
 
 
 def _concat(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], list[int]]:

@@ -136,7 +136,7 @@ class RayLauncher:
         p = self.cfg.pipeline
         count = {
             "trainer": p.n_trainers,
-            "policy": p.n_policy_workers,
+            "policy": 0 if p.backend == "warp" else p.n_policy_workers,  # warp: none started
             "actor": p.n_actors,
             "eval": self.cfg.eval.n_workers,
         }[kind]

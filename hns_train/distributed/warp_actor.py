@@ -1,0 +1,199 @@
+"""Warp actor (`pipeline.backend=warp`): simulation and inference in one worker, one device.
+
+The actor steps its `envs_per_actor` worlds as one `WarpGame` (envs/warp) on
+`pipeline.warp_device` and runs the policy itself on the same device: no policy workers, no
+inference sockets on the hot path. It subscribes to the trainer's parameter stream like a policy
+worker (acting only once the first parameters arrived), draws each episode's controllers like
+the C actor (latest policy, pool snapshots, fixed opponents: `policy.act_by_controller`), and
+ships sample chunks to the trainers through the same sample stream, with the same chunk layout:
+only the latest policy's rows of present agents, `truncated_value` from the final observation
+(continuing the finished episode's LSTM state), and a chunk that ends mid-episode bootstrapped
+with the values of the next step's observation. `pipeline.ring_size` does not apply: there is
+no inference round trip to hide.
+
+Everything downstream (trainers, pool, eval workers, controller, logging) is unchanged; the
+controller starts no policy workers for this backend.
+
+The Ray launcher reserves no GPU for actors (there is no `ray_actor_gpus`), so on a Ray cluster
+a Warp actor runs on the CPU device for now. On a GPU the policy still takes and returns host
+arrays (`ActorCritic.act` is numpy-based), so
+observations cross to the host once per step; keeping them on the device is the next step.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from hns_train.agents.chunks import ChunkRecorder
+from hns_train.agents.policy import ActorCritic
+from hns_train.distributed import controllers
+from hns_train.distributed.actor import MAX_PENDING_CHUNKS
+from hns_train.distributed.params import arrays_to_state_dict, resolve_device
+from hns_train.distributed.policy import act_by_controller
+from hns_train.distributed.streams import ParamSubscriber, SampleSender
+from hns_train.distributed.worker import Worker, WorkerSpec
+from hns_train.envs.observations import observation_shapes
+from hns_train.envs.stats import STAT_KEYS
+
+
+class WarpActorWorker(Worker):
+    kind = "actor"
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        super().__init__(spec)
+        from hns_train.envs.warp.game import WarpGame  # the optional extra, only here
+
+        cfg, p = self.cfg, self.cfg.pipeline
+        self.device = resolve_device(p.warp_device)
+        warp_device = "cpu" if self.device.type == "cpu" else f"cuda:{self.device.index or 0}"
+        self.game = WarpGame(
+            cfg.game_config(), p.envs_per_actor, seed=self._seed(0), device=warp_device
+        )
+        self.shapes = observation_shapes(cfg.game_config())
+        self.model = self._new_model()
+        self.params = ParamSubscriber(spec.endpoints["params"], security=self.security)
+        self.samples = SampleSender(spec.endpoints["samples"], hwm=4, security=self.security)
+        self.draw = controllers.ControllerDraw(cfg.pool, spec.run_dir, seed=self._seed(99))
+        self.opponents = controllers.Opponents(
+            cfg.pool, spec.run_dir, self._new_model, seed=self._seed(98)
+        )
+        self.version = -1
+        W, A = self.game.n_worlds, self.game.n_agents
+        self.rows = W * A
+        self.obs = _rows(self.game.reset())
+        self.state = np.zeros((self.rows, 4, cfg.agent.network.lstm_dim), np.float32)
+        self.episode_start = np.ones(self.rows, bool)
+        self.recorder = ChunkRecorder(p.chunk_len, cfg.agent.ppo.bptt_len)
+        self.unfinished = False  # recorder full, waiting for the next step's values
+        self.oldest_version = -1
+        self._draw_controllers()
+        self.pending_chunks: list[tuple[dict, dict]] = []
+        self._frames = self._episodes = self._chunks_sent = 0
+        self._stat_sums = np.zeros(len(STAT_KEYS))
+
+    def _seed(self, salt: int) -> list[int]:
+        return [self.cfg.seed, 1, self.spec.index, self.spec.incarnation, salt]
+
+    def _new_model(self) -> ActorCritic:
+        return ActorCritic(self.shapes, self.cfg.agent.network, device=self.device).eval()
+
+    # ------------------------------------------------------------------ loop
+    def step(self) -> bool:
+        message = self.params.poll_latest(timeout_ms=0)
+        if message is not None and int(message.meta["version"]) > self.version:
+            self.model.load_state_dict(arrays_to_state_dict(message.arrays, self.device))
+            self.version = int(message.meta["version"])
+        self._flush_chunks()
+        if self.version < 0 or len(self.pending_chunks) >= MAX_PENDING_CHUNKS:
+            time.sleep(self.poll_ms / 1000)  # no weights yet, or the trainer is behind
+            return False
+        self._act_and_step()
+        self._flush_chunks()
+        return True
+
+    def _act(self, obs, state, episode_start):
+        return act_by_controller(self.model, self.opponents, obs, state, episode_start, self.codes)
+
+    def _act_and_step(self) -> None:
+        game = self.game
+        W, A = game.n_worlds, game.n_agents
+        actions, logp, values, state = self._act(self.obs, self.state, self.episode_start)
+        if self.unfinished:  # the chunk that ended mid-episode: these values bootstrap it
+            self._ship(values, game.agent_present.cpu().numpy())
+        if self.oldest_version < 0:
+            self.oldest_version = self.version
+        result = game.step(actions.reshape(W, A, -1))
+        self._frames += W
+        step = dict(
+            obs=self.obs,
+            state=self.state,
+            episode_start=self.episode_start,
+            actions=actions,
+            logp=logp,
+            values=values,
+            rewards=result.rewards.cpu().numpy().reshape(-1),
+        )
+        truncated = result.truncated.cpu().numpy()
+        if truncated.any():
+            if not truncated.all():
+                raise RuntimeError("worlds of one Warp game must end their episodes together")
+            self._stat_sums += [result.episode_stats[k].sum() for k in STAT_KEYS]
+            self._episodes += W
+            # values of the final observations, continuing the finished episodes' states
+            final = _rows(result.final_obs)
+            _, _, final_values, _ = self._act(final, state, np.zeros(self.rows, bool))
+            self.recorder.add(
+                **step, truncated=np.ones(self.rows, bool), truncated_value=final_values
+            )
+            if self.recorder.full:
+                present = result.final_agent_present.cpu().numpy()
+                self._ship(np.zeros(self.rows, np.float32), present)
+            self.obs = _rows(result.obs)
+            self.state = np.zeros_like(state)
+            self.episode_start = np.ones(self.rows, bool)
+            self._draw_controllers()
+            return
+        self.recorder.add(**step, truncated=np.zeros(self.rows, bool))
+        self.obs = _rows(result.obs)
+        self.state = state
+        self.episode_start = np.zeros(self.rows, bool)
+        self.unfinished = self.recorder.full
+
+    def _draw_controllers(self) -> None:
+        game = self.game
+        hider = game.is_hider.cpu().numpy()
+        codes = np.zeros((game.n_worlds, game.n_agents), np.int64)
+        for w in range(game.n_worlds):
+            hiders, seekers = self.draw.draw()
+            codes[w] = np.where(hider, hiders, seekers)
+        self.codes = codes.reshape(-1)
+
+    def _ship(self, bootstrap: np.ndarray, present) -> None:
+        """Finish the chunk; queue the learning policy's rows of `present` agents."""
+        chunk = self.recorder.finish(bootstrap, max(self.oldest_version, 0))
+        self.unfinished = False
+        self.oldest_version = -1
+        keep = (self.codes == controllers.LATEST) & np.asarray(present).reshape(-1)
+        if keep.any():
+            arrays = chunk.select(np.flatnonzero(keep)).to_arrays()
+            self.pending_chunks.append((arrays, {"actor": self.name}))
+
+    def _flush_chunks(self) -> None:
+        while self.pending_chunks:
+            arrays, meta = self.pending_chunks[0]
+            if not self.samples.send("chunk", arrays, meta, timeout_ms=0):
+                return  # back-pressure: the trainer is behind
+            self.pending_chunks.pop(0)
+            self._chunks_sent += 1
+
+    # ------------------------------------------------------------------ control
+    def counters(self) -> dict:
+        out = {
+            "frames": self._frames,
+            "episodes": self._episodes,
+            "chunks": self._chunks_sent,
+            "stat_sums": self._stat_sums.tolist(),
+            "version_seen": self.version,
+            "queued_chunks": len(self.pending_chunks),
+            # contact / constraint buffer overflows of the Warp physics since the actor started
+            "physics_warnings": self.game.physics_warnings_total,
+            "time": time.time(),
+        }
+        self._frames = self._episodes = self._chunks_sent = 0
+        self._stat_sums = np.zeros(len(STAT_KEYS))
+        return out
+
+    def close_streams(self) -> None:
+        self.params.close()
+        self.samples.close()
+        self.draw.close()
+        self.opponents.close()
+
+
+def _rows(obs) -> dict[str, np.ndarray]:
+    """(W, A, ...) tensors -> (W*A, ...) host arrays: one row per agent slot, world-major."""
+    return {
+        k: v.reshape(v.shape[0] * v.shape[1], *v.shape[2:]).cpu().numpy() for k, v in obs.items()
+    }

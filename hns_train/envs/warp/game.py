@@ -1,0 +1,509 @@
+"""`WarpGame`: N hide-and-seek worlds on MuJoCo Warp with `VectorGame`'s contract.
+
+Same observation dictionary (keys, shapes, float32), action layout (MultiDiscrete
+[11, 11, 11, 2, 2] per agent slot: x, y, yaw force bins, grab, lock), rewards, statistics and
+auto-reset as `VectorGame` (vector.py), and the same seeding: world w draws its layouts from a
+generator seeded with `world_seeds[w]`, spawned from the seed exactly as `VectorGame` does, so
+the same seed gives the same layouts in both. `step` returns a `VectorStep` whose arrays are
+torch tensors on the Warp device (zero-copy views of Warp arrays where the physics owns them).
+
+Per env step everything runs as tensor code over all worlds at once, no per-world Python:
+seekers idle in preparation, locks then grabs from the previous step's visibility (rules.py's
+rules, in `warp/rules.py`), the lock / grab edits written into the per-world joint ranges, weld
+data and `eq_active`, controls, `substeps` Warp physics steps, entity poses from qpos, one
+batched `mujoco_warp.rays` call (lidar fan and a ray towards every entity centre per agent),
+rewards, statistics (`warp/stats.py`) and observations. What stays on the host, per episode
+rather than per step: layout sampling and the layout's C model compile
+(`WarpWorlds.set_layouts`), the per-episode tables (who is present, the other-agent order) and
+the finished episodes' statistics. Per step the host reads back only two flags (an action out of
+range, a physics buffer overflow); the step counter is mirrored on the host, since every world
+of a game starts and ends its episodes on the same steps' clock (`t_host`).
+
+Physics failures are counted, never silent: MuJoCo Warp drops contacts or constraint rows
+when a world has more than its buffers hold (`nconmax` / `njmax` of `WarpWorlds`) and raises a
+per-world overflow bit; after every env step the game reads those bits (`CAPACITY_OVERFLOWS`),
+logs each world that overflowed, counts it in `physics_warnings` (W,) for the current episode
+and `physics_warnings_total`, and clears them. Bad-state resets of the C game (NaN in qacc) have
+no Warp counterpart; rendering stays with the C game.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+
+from hns_train.envs import observations as O
+from hns_train.envs import rules as R
+from hns_train.envs.config import GameConfig, make_config
+from hns_train.envs.layout import ABSENT, sample_layout
+from hns_train.envs.stats import STAT_KEYS
+from hns_train.envs.vector import VectorStep
+from hns_train.envs.warp import rules as TR
+from hns_train.envs.warp.physics import WarpWorlds
+from hns_train.envs.warp.stats import TensorStats, box_surfing
+from hns_train.envs.world import FREE_RANGE, object_half_extents
+
+# mujoco_warp.OverflowType bits that mean lost contacts or constraints (buffers too small):
+# NEFC, NJMAX_NNZ, BROADPHASE, NARROWPHASE, CCD
+CAPACITY_OVERFLOWS = {1 << 0: "nefc", 1 << 1: "njmax_nnz", 1 << 2: "broadphase"}
+CAPACITY_OVERFLOWS |= {1 << 3: "narrowphase", 1 << 4: "ccd"}
+log = logging.getLogger(__name__)
+
+
+class WarpGame:
+    """`n_worlds` worlds of one config on a Warp device, stepped together, reset automatically.
+
+    cfg: a `GameConfig` or a preset name; device: a Warp device ("cpu", "cuda:0"; None: Warp's
+    default). Observations are (W, A, ...) float32 tensors on that device.
+    """
+
+    def __init__(
+        self,
+        cfg: GameConfig | str,
+        n_worlds: int,
+        seed: int | None = None,
+        device: str | None = None,
+    ):
+        if isinstance(cfg, str):
+            cfg = make_config(cfg)
+        if not isinstance(cfg, GameConfig):
+            raise ValueError(f"cfg must be a GameConfig or a preset name, got {type(cfg)}")
+        self.cfg = cfg
+        self.n_worlds = W = n_worlds
+        self.worlds = WarpWorlds(cfg, n_worlds, device=device)
+        self.dev = dev = self.worlds.torch_device
+        idx = self.index = self.worlds.index
+        self.n_agents = A = cfg.max_agents
+        self.n_objects = Ob = cfg.max_boxes + cfg.n_ramps
+        E = A + Ob
+        self.action_nvec = np.array([cfg.action_bins] * 3 + [2, 2])
+        self._nvec = torch.as_tensor(self.action_nvec, device=dev)
+        self._noop = torch.as_tensor([cfg.action_bins // 2] * 3 + [0, 0], device=dev)
+        self._seed = seed
+        self.world_seeds: tuple[np.random.SeedSequence, ...] = ()
+        self.rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(W)]
+        self._started = False
+
+        # entities: agents then objects; entity e is body 1 + e with qpos / qvel 4e..4e+3
+        ent_body = np.concatenate([idx.agent_body, idx.object_body])
+        ent_q = np.concatenate([idx.agent_qpos, idx.object_qpos]).reshape(-1, 4)
+        if not (
+            np.array_equal(ent_body, np.arange(1, E + 1))
+            and np.array_equal(ent_q, np.arange(4 * E).reshape(E, 4))
+            and np.array_equal(
+                np.concatenate([idx.agent_qvel, idx.object_qvel]).reshape(-1, 4), ent_q
+            )
+        ):
+            raise RuntimeError("world.py no longer builds entities as bodies 1..E with 4 joints")
+        self._E = E
+
+        def t(x, dtype=torch.float32):
+            return torch.as_tensor(np.asarray(x), dtype=dtype, device=dev)
+
+        long = torch.int64
+        self._ent_body = t(ent_body, long)
+        self._ent_geom = t(np.concatenate([idx.agent_geom, idx.object_geom]), long)
+        self._object_jnt = t(idx.object_jnt.reshape(-1), long)
+        self._object_q = t(idx.object_qpos.reshape(-1), long)
+        self._object_dof = t(idx.object_qvel.reshape(-1), long)
+        self._weld = t(idx.weld.reshape(-1), long)
+        self._ctrl_adr = t(idx.agent_ctrl.reshape(-1), long)
+        self._hit_body = t(np.append(idx.geom_body, -1), long)
+        self._ngeom = len(idx.geom_body)
+        self.is_hider = t(np.arange(A) < cfg.max_hiders, torch.bool)
+        self.team = torch.where(self.is_hider, R.HIDERS, R.SEEKERS).to(long)
+        self.lockable = t(
+            [cfg.boxes_lockable] * cfg.max_boxes + [cfg.ramps_lockable] * cfg.n_ramps, torch.bool
+        )
+        self.ctrl_levels = t(np.linspace(-cfg.max_ctrl, cfg.max_ctrl, cfg.action_bins))
+        L = cfg.n_lidar
+        angles = 2 * np.pi * np.arange(L) / L
+        self._lidar_dirs = t(np.stack([np.cos(angles), np.sin(angles), np.zeros(L)], -1))
+        self._nray = L + E
+        self._ray_exclude = t(np.repeat(idx.agent_body, self._nray), torch.int32)
+        self._not_self = torch.ones(A, E, dtype=torch.bool, device=dev)
+        self._not_self[torch.arange(A), torch.arange(A)] = False
+        self._cos_half = float(np.cos(cfg.vision_half_angle))
+
+        # per-world state (device) and per-episode tables
+        z = torch.zeros
+        self.t_host = np.zeros(W, dtype=np.int64)
+        self.t = z(W, dtype=long, device=dev)
+        self.agent_present = z(W, A, dtype=torch.bool, device=dev)
+        self.object_present = z(W, Ob, dtype=torch.bool, device=dev)
+        self.half = z(W, Ob, 3, device=dev)
+        self.locked = z(W, Ob, dtype=torch.bool, device=dev)
+        self.lock_team = torch.full((W, Ob), R.NO_TEAM, dtype=long, device=dev)
+        self.lock_agent = torch.full((W, Ob), -1, dtype=long, device=dev)
+        self.grabbed = torch.full((W, A), -1, dtype=long, device=dev)
+        self.sees = z(W, A, E, dtype=torch.bool, device=dev)
+        self.lidar = z(W, A, L, device=dev)
+        self._others = torch.full((W, A, A - 1), -1, dtype=long, device=dev)
+        self.stats = TensorStats(W, cfg.max_boxes, Ob, dev)
+        self.obs: dict[str, torch.Tensor] = {}
+        self.physics_warnings = np.zeros(W, dtype=np.int64)  # this episode (module docstring)
+        self.physics_warnings_total = 0
+        self._capacity_mask = sum(CAPACITY_OVERFLOWS)
+
+    # ------------------------------------------------------------------ public API
+    def reset(self, seed: int | None = None) -> dict[str, torch.Tensor]:
+        """New episodes in every world (seeding as `VectorGame.reset`); first observations."""
+        if seed is not None or not self._started:
+            root = np.random.SeedSequence(self._seed if seed is None else seed)
+            self.world_seeds = tuple(root.spawn(self.n_worlds))
+            self.rngs = [np.random.default_rng(s) for s in self.world_seeds]
+        self._started = True
+        self._reset_worlds(np.arange(self.n_worlds))
+        return {k: v.clone() for k, v in self.obs.items()}
+
+    def step(self, actions) -> VectorStep:
+        """Advance every world one env step. actions: (W, A, 5) integers (array or tensor)."""
+        if not self._started:
+            raise RuntimeError("call reset() before step()")
+        cfg = self.cfg
+        a = self.check_actions(actions)
+        in_prep_host = self.t_host < cfg.prep_steps
+        in_prep = torch.as_tensor(in_prep_host, device=self.dev)
+        idle = (in_prep[:, None] & ~self.is_hider[None, :]) | ~self.agent_present
+        a = torch.where(idle[..., None], self._noop, a)
+
+        dist = TR.obb_distance(self.agent_pos, self.object_pos, self.object_yaw, self.half)
+        eligible = self.sees[:, :, self.n_agents :] & (dist <= cfg.grab_range)
+        locked, lock_team, lock_agent = TR.update_locks(
+            self.locked,
+            self.lock_team,
+            self.lock_agent,
+            eligible,
+            a[..., 4],
+            self.team,
+            self.lockable,
+        )
+        if self.n_objects:
+            self._apply_locks(locked)
+            self.locked, self.lock_team, self.lock_agent = locked, lock_team, lock_agent
+            self._apply_grabs(TR.choose_grabs(self.grabbed, a[..., 3], eligible, dist, self.locked))
+
+        ww = self.worlds
+        ww.ctrl[:, self._ctrl_adr] = self.ctrl_levels[a[..., :3]].reshape(self.n_worlds, -1)
+        ww.step(cfg.substeps)
+        self._check_overflow()
+        self._read_state()
+        self._cast_rays()
+        reward, hiders_seen = self._rewards(in_prep)
+        self.t += 1
+        self.t_host += 1
+        self._stats_step(in_prep, reward, hiders_seen)
+        self._observe()
+        truncated_host = self.t_host >= cfg.horizon
+        truncated = torch.as_tensor(truncated_host, device=self.dev)
+        final_present = self.agent_present.clone()
+        stats = {k: np.full(self.n_worlds, np.nan) for k in STAT_KEYS}
+        done = np.flatnonzero(truncated_host)
+        if done.size:
+            final_obs = {k: v.clone() for k, v in self.obs.items()}
+            finished = self.stats.finish(
+                done, self.object_pos[..., :2], self.object_present, self.locked
+            )
+            for w, s in zip(done, finished, strict=True):
+                for k in STAT_KEYS:
+                    stats[k][w] = s[k]
+            self._reset_worlds(done)
+        else:
+            final_obs = {k: torch.zeros_like(v) for k, v in self.obs.items()}
+        return VectorStep(
+            obs={k: v.clone() for k, v in self.obs.items()},
+            rewards=reward,
+            truncated=truncated,
+            agent_present=self.agent_present.clone(),
+            final_obs=final_obs,
+            final_agent_present=final_present,
+            episode_stats=stats,
+        )
+
+    def check_actions(self, actions) -> torch.Tensor:
+        if not isinstance(actions, torch.Tensor):
+            actions = np.array(actions)  # a writable copy (broadcast views are read-only)
+        a = torch.as_tensor(actions, device=self.dev)
+        want = (self.n_worlds, self.n_agents, len(self.action_nvec))
+        if tuple(a.shape) != want:
+            raise ValueError(
+                f"actions have shape {tuple(a.shape)}; expected {want} (worlds, agents, 5)"
+            )
+        if a.dtype.is_floating_point:
+            if not bool((a == a.round()).all()):
+                raise ValueError(f"actions must be integers, got dtype {a.dtype}")
+        elif a.dtype == torch.bool or a.dtype.is_complex:
+            raise ValueError(f"actions must be integers, got dtype {a.dtype}")
+        a = a.to(torch.int64)
+        bad = (a < 0) | (a >= self._nvec)
+        if bool(bad.any()):
+            w, ag, k = (int(i) for i in bad.nonzero()[0])
+            raise ValueError(
+                f"action {int(a[w, ag, k])} for world {w}, agent slot {ag}, dimension {k} is "
+                f"outside [0, {self.action_nvec[k] - 1}] "
+                f"(MultiDiscrete {self.action_nvec.tolist()})"
+            )
+        return a
+
+    # ------------------------------------------------------------------ internals
+    def _reset_worlds(self, worlds: np.ndarray) -> None:
+        """New layouts (host sampler, each world's own generator) and fresh state for
+        `worlds`; then poses, rays and observations of every world."""
+        cfg, dev = self.cfg, self.dev
+        layouts = [sample_layout(cfg, self.rngs[w]) for w in worlds]
+        self.worlds.set_layouts(worlds, layouts)
+        rows = torch.as_tensor(worlds, device=dev)
+        ap = np.stack([lay.agent_present for lay in layouts])
+        op = np.stack(
+            [
+                np.concatenate([lay.box_kind != ABSENT, np.ones(cfg.n_ramps, dtype=bool)])
+                for lay in layouts
+            ]
+        )
+        half = np.stack([object_half_extents(cfg, lay) for lay in layouts])
+        self.agent_present[rows] = torch.as_tensor(ap, device=dev)
+        self.object_present[rows] = torch.as_tensor(op, device=dev)
+        self.half[rows] = torch.as_tensor(half, dtype=torch.float32, device=dev)
+        self._others[rows] = torch.as_tensor(O.others_table(ap), device=dev)
+        self.t[rows] = 0
+        self.t_host[worlds] = 0
+        self.locked[rows] = False
+        self.lock_team[rows] = R.NO_TEAM
+        self.lock_agent[rows] = -1
+        self.grabbed[rows] = -1
+        self.physics_warnings[worlds] = 0
+        self._tables()
+        self._read_state()
+        self._cast_rays()
+        self.stats.reset(rows, self.object_pos[..., :2])
+        self._observe()
+
+    def _check_overflow(self) -> None:
+        """Count and log the worlds whose contacts or constraints overflowed their buffers."""
+        bits = self.worlds.overflow & self._capacity_mask
+        if not bool(bits.any()):
+            return
+        for w in torch.nonzero(bits).flatten().tolist():
+            kinds = [name for bit, name in CAPACITY_OVERFLOWS.items() if int(bits[w]) & bit]
+            log.warning(
+                "MuJoCo Warp overflowed %s in world %d at env step %d: contacts or constraints "
+                "were dropped (raise nconmax / njmax of WarpWorlds)",
+                "/".join(kinds),
+                w,
+                int(self.t_host[w]),
+            )
+            self.physics_warnings[w] += 1
+            self.physics_warnings_total += 1
+        self.worlds.overflow.zero_()
+
+    def _tables(self) -> None:
+        """Per-episode masks and gather indices, from who is present (every world: cheap)."""
+        W, A = self.n_worlds, self.n_agents
+        ap, op = self.agent_present, self.object_present
+        ent_present = torch.cat([ap, op], dim=1)
+        self._pair_ok = ap[:, :, None] & ent_present[:, None, :] & self._not_self
+        hider = ap & self.is_hider
+        self._seeker_present = ap & ~self.is_hider
+        self._seeker_sees_hider = self._seeker_present[:, :, None] & hider[:, None, :]
+        valid = self._others >= 0
+        self._others_valid = valid
+        w_ = torch.arange(W, device=self.dev)[:, None, None]
+        a_ = torch.arange(A, device=self.dev)[None, :, None]
+        self._other_rows = torch.where(valid, w_ * A + self._others, W * A)
+        self._other_sees = torch.where(
+            valid, (w_ * A + a_) * self._E + self._others, W * A * self._E
+        )
+        self._team_masks = [
+            (m.to(torch.float32), m.sum(dim=1).clamp_min(1).to(torch.float32))
+            for m in (hider, self._seeker_present)
+        ]
+        geom_pos = self.worlds.field["geom_pos"]
+        self._geom_off = geom_pos[:, self._ent_geom]  # (W, E, 3) main geom in its body frame
+        self._body_pos = self.worlds.field["body_pos"][:, self._ent_body]
+
+    def _read_state(self) -> None:
+        """Entity poses and velocities from qpos / qvel (every movable body hangs off the world
+        by slide x/y/z + hinge z, so its position is body_pos + q and its yaw q[3])."""
+        W, A, E = self.n_worlds, self.n_agents, self._E
+        q = self.worlds.qpos[:, : 4 * E].reshape(W, E, 4)
+        self.ent_pos = self._body_pos + q[..., :3]
+        self.ent_yaw = q[..., 3]
+        self.ent_vel = self.worlds.qvel[:, : 4 * E].reshape(W, E, 4).clone()
+        self.ent_cos, self.ent_sin = torch.cos(self.ent_yaw), torch.sin(self.ent_yaw)
+        g = self._geom_off
+        c, s = self.ent_cos, self.ent_sin
+        self.entity_centre = self.ent_pos + torch.stack(
+            [c * g[..., 0] - s * g[..., 1], s * g[..., 0] + c * g[..., 1], g[..., 2]], -1
+        )
+        self.agent_pos, self.object_pos = self.ent_pos[:, :A], self.ent_pos[:, A:]
+        self.agent_yaw, self.object_yaw = self.ent_yaw[:, :A], self.ent_yaw[:, A:]
+        self.agent_vel, self.object_vel = self.ent_vel[:, :A], self.ent_vel[:, A:]
+
+    def _cast_rays(self) -> None:
+        """Lidar and line of sight of every agent, one batched Warp ray call."""
+        cfg, W, A, L = self.cfg, self.n_worlds, self.n_agents, self.cfg.n_lidar
+        origin = self.agent_pos
+        to = self.entity_centre[:, None, :, :] - origin[:, :, None, :]  # (W, A, E, 3)
+        front = torch.stack([self.ent_sin[:, :A], -self.ent_cos[:, :A]], -1)[:, :, None, :]
+        cone = TR.cone_from_front(to, front, self._cos_half)
+        norm = torch.linalg.vector_norm(to, dim=-1, keepdim=True)
+        to = to / norm.clamp_min(1e-9)
+        ar = torch.arange(A, device=self.dev)
+        to[:, ar, ar] = torch.tensor([0.0, 0.0, 1.0], device=self.dev)  # own ray: upwards
+        vec = torch.cat([self._lidar_dirs.expand(W, A, L, 3), to], dim=2).reshape(W, -1, 3)
+        pnt = origin[:, :, None, :].expand(W, A, self._nray, 3).reshape(W, -1, 3)
+        self.worlds.kinematics()
+        dist, geomid = self.worlds.rays(pnt, vec, self._ray_exclude)
+        dist = dist.reshape(W, A, self._nray)
+        geomid = geomid.reshape(W, A, self._nray).to(torch.int64)
+        lidar = torch.where(geomid[..., :L] >= 0, dist[..., :L], cfg.lidar_range)
+        self.lidar = lidar.clamp(max=cfg.lidar_range) * self.agent_present[..., None]
+        hit = torch.where(geomid[..., L:] >= 0, geomid[..., L:], self._ngeom)
+        line_of_sight = self._hit_body[hit] == self._ent_body
+        self.sees = line_of_sight & cone & self._pair_ok
+
+    def _apply_locks(self, locked: torch.Tensor) -> None:
+        """Freeze newly locked objects' joints at their current q (range [q, q], velocity 0),
+        free newly unlocked ones (range +-FREE_RANGE)."""
+        W, Ob = locked.shape
+        newly = (locked & ~self.locked)[..., None]
+        freed = (~locked & self.locked)[..., None]
+        ww = self.worlds
+        rng = ww.field["jnt_range"]
+        q = ww.qpos[:, self._object_q].reshape(W, Ob, 4)
+        cur = rng[:, self._object_jnt].reshape(W, Ob, 4, 2)
+        free = torch.tensor([-FREE_RANGE, FREE_RANGE], dtype=cur.dtype, device=self.dev)
+        new = torch.where(
+            newly[..., None],
+            q[..., None].expand(W, Ob, 4, 2),
+            torch.where(freed[..., None], free, cur),
+        )
+        rng[:, self._object_jnt] = new.reshape(W, Ob * 4, 2)
+        qd = ww.qvel[:, self._object_dof].reshape(W, Ob, 4)
+        ww.qvel[:, self._object_dof] = torch.where(newly, 0.0, qd).reshape(W, Ob * 4)
+
+    def _apply_grabs(self, grabbed: torch.Tensor) -> None:
+        """Welds follow `grabbed`; a new grab first freezes the current relative pose."""
+        W, A, Ob = self.n_worlds, self.n_agents, self.n_objects
+        objs = torch.arange(Ob, device=self.dev)
+        holds = grabbed[..., None] == objs  # (W, A, O)
+        newly = holds & ~(self.grabbed[..., None] == objs)
+        ww = self.worlds
+        ww.eq_active[:, self._weld] = holds.reshape(W, -1)
+        # ent_pos are body origins (body_pos + slide q), what a weld relates
+        data = TR.weld_data(self.agent_pos, self.agent_yaw, self.object_pos, self.object_yaw)
+        eqd = ww.field["eq_data"]
+        cur = eqd[:, self._weld].reshape(W, A, Ob, -1)
+        eqd[:, self._weld] = torch.where(newly[..., None], data, cur).reshape(W, A * Ob, -1)
+        self.grabbed = grabbed
+
+    def _rewards(self, in_prep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cfg = self.cfg
+        seen = (self.sees[:, :, : self.n_agents] & self._seeker_sees_hider).any(dim=(1, 2))
+        sign = torch.where(self.is_hider, 1.0, -1.0)[None, :]
+        r = torch.where(seen[:, None], -sign, sign)
+        xy = self.ent_pos[..., :2]
+        out = ((xy < cfg.oob_low) | (xy > cfg.oob_high)).any(dim=-1)
+        penalised = out[:, : self.n_agents]
+        if cfg.penalise_objects_oob and self.n_objects:
+            bad = (out[:, self.n_agents :] & self.object_present).any(dim=1)
+            penalised = penalised | bad[:, None]
+        r = torch.where(penalised, cfg.oob_penalty, r)
+        r = torch.where(self.agent_present & ~in_prep[:, None], r, 0.0)
+        return r.to(torch.float32), seen
+
+    def _stats_step(self, in_prep, reward, hiders_seen) -> None:
+        cfg, nb = self.cfg, self.cfg.max_boxes
+        surf = box_surfing(
+            self.agent_pos,
+            self._seeker_present,
+            self.object_pos[:, :nb],
+            self.object_yaw[:, :nb],
+            self.object_vel[:, :nb],
+            self.half[:, :nb],
+            self.object_present[:, :nb],
+            self.grabbed,
+            cfg.agent_radius,
+        )
+        self.stats.step(
+            self.t,
+            cfg.prep_steps,
+            in_prep,
+            reward,
+            self._team_masks,
+            hiders_seen,
+            self.object_pos[..., :2],
+            self.object_present,
+            self.locked,
+            surf,
+        )
+
+    def _observe(self) -> None:
+        """The observation dictionary (observations.py's layout, `assemble`'s numbers)."""
+        cfg, W, A = self.cfg, self.n_worlds, self.n_agents
+        nb = cfg.max_boxes
+        live = self.agent_present[:, :, None]
+        if cfg.prep_steps:
+            prep = torch.clamp(self.t.to(torch.float32) / cfg.prep_steps, max=1.0)
+        else:
+            prep = torch.ones(W, device=self.dev)
+        vec = torch.cat(
+            [
+                self.agent_pos,
+                TR.wrap_yaw(self.agent_yaw)[..., None],
+                self.agent_vel,
+                self.is_hider[None, :, None].expand(W, A, 1).to(torch.float32),
+                prep[:, None, None].expand(W, A, 1),
+            ],
+            dim=-1,
+        )
+        vec = torch.where(live, vec, 0.0)
+        rows = torch.cat([vec.reshape(W * A, -1), vec.new_zeros(1, vec.shape[-1])])
+        sees_flat = torch.cat([self.sees.reshape(-1), self.sees.new_zeros(1)])
+        obj = torch.cat(
+            [
+                self.object_pos,
+                self.ent_cos[:, A:, None],
+                self.ent_sin[:, A:, None],
+                self.object_vel,
+            ],
+            dim=-1,
+        )
+        present = self.object_present[:, None, :] & self.agent_present[:, :, None]
+        flags = TR.lock_flags(self.lock_agent, self.lock_team, self.locked, self.team)
+        box = obj[:, None, :nb].expand(W, A, nb, obj.shape[-1])
+        parts = [box]
+        if cfg.box_size_obs:
+            size = 2 * self.half[:, None, :nb]
+            parts.append(size.expand(W, A, nb, 3))
+        if cfg.boxes_lockable:
+            parts.append(flags[:, :, :nb])
+        box = torch.cat(parts, dim=-1)
+        ramp = obj[:, None, nb:].expand(W, A, cfg.n_ramps, obj.shape[-1])
+        parts = [ramp]
+        if cfg.ramps_lockable:
+            if cfg.box_size_obs:
+                parts.append(ramp.new_zeros(W, A, cfg.n_ramps, 3))
+            parts.append(flags[:, :, nb:])
+        ramp = torch.cat(parts, dim=-1)
+        seen = self.sees[:, :, A:] & present
+        obs = {
+            "observation_self": vec,
+            "agent_qpos_qvel": rows[self._other_rows],
+            "box_obs": torch.where(present[:, :, :nb, None], box, 0.0),
+            "ramp_obs": torch.where(present[:, :, nb:, None], ramp, 0.0),
+            "lidar": self.lidar,
+            "mask_aa_obs": sees_flat[self._other_sees],
+            "mask_ab_obs": seen[:, :, :nb],
+            "mask_ar_obs": seen[:, :, nb:],
+            "mask_aa_obs_spoof": self._others_valid,
+            "mask_ab_obs_spoof": present[:, :, :nb],
+            "mask_ar_obs_spoof": present[:, :, nb:],
+        }
+        self.obs = {}
+        for key, value in obs.items():
+            value = value.to(torch.float32)
+            shape = (W, A) + (1,) * (value.dim() - 2)
+            self.obs[key] = torch.where(live.reshape(shape), value, 0.0)

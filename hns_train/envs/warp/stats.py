@@ -1,0 +1,125 @@
+"""Episode statistics of the Warp game as tensor code on the device (`TensorStats`).
+
+The same statistics, keys and numbers as `envs/stats.py` (that module's docstring defines them),
+kept as (W, ...) tensors so a step adds no device-to-host copy: the counters update every world
+with masks instead of picking worlds on the host (the end-of-preparation snapshot, the box-surf
+test for every step instead of only when a seeker is lifted). Only `finish`, once per episode,
+brings the finished worlds' values to the host. tests/envs/test_warp_rules.py checks both
+against `stats.EpisodeStats` / `stats.box_surfing`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from hns_train.envs.stats import (
+    STAT_KEYS,
+    SURF_EDGE_MARGIN,
+    SURF_MAX_GAP,
+    SURF_MIN_HEIGHT,
+    SURF_MIN_SPEED,
+)
+
+COL = {k: i for i, k in enumerate(STAT_KEYS)}
+
+
+def box_surfing(
+    agent_pos, is_seeker, box_pos, box_yaw, box_vel, box_half, box_present, grabbed, agent_radius
+) -> torch.Tensor:
+    """(W,) bool: some seeker surfs a box this step (stats.box_surfing)."""
+    rel = agent_pos[:, :, None, :2] - box_pos[:, None, :, :2]
+    c, s = torch.cos(box_yaw)[:, None, :], torch.sin(box_yaw)[:, None, :]
+    local_x = c * rel[..., 0] + s * rel[..., 1]
+    local_y = -s * rel[..., 0] + c * rel[..., 1]
+    hx = box_half[:, None, :, 0] - SURF_EDGE_MARGIN
+    hy = box_half[:, None, :, 1] - SURF_EDGE_MARGIN
+    over = (local_x.abs() <= hx) & (local_y.abs() <= hy)
+    top = box_pos[:, None, :, 2] + box_half[:, None, :, 2]
+    z = agent_pos[:, :, None, 2]
+    on_top = ((z - (top + agent_radius)).abs() <= SURF_MAX_GAP) & (
+        z >= agent_radius + SURF_MIN_HEIGHT
+    )
+    moving = torch.linalg.vector_norm(box_vel[..., :2], dim=-1) > SURF_MIN_SPEED
+    boxes = torch.arange(box_pos.shape[1], device=box_pos.device)
+    driving = moving[:, None, :] | (grabbed[:, :, None] == boxes)
+    surf = over & on_top & driving & is_seeker[:, :, None] & box_present[:, None, :]
+    return surf.flatten(1).any(dim=1)
+
+
+class TensorStats:
+    """Running statistics of W worlds with `n_boxes` box slots followed by ramp slots."""
+
+    def __init__(self, n_worlds: int, n_boxes: int, n_objects: int, device):
+        z = torch.zeros
+        self.n_boxes = n_boxes
+        self.values = z(n_worlds, len(STAT_KEYS), dtype=torch.float64, device=device)
+        self.start_xy = z(n_worlds, n_objects, 2, dtype=torch.float64, device=device)
+        self.returns = z(n_worlds, 2, dtype=torch.float64, device=device)
+        self.hidden_steps = z(n_worlds, dtype=torch.float64, device=device)
+        self.play_steps = z(n_worlds, dtype=torch.float64, device=device)
+
+    def reset(self, worlds: torch.Tensor, object_xy: torch.Tensor) -> None:
+        self.values[worlds] = 0.0
+        self.start_xy[worlds] = object_xy[worlds].to(torch.float64)
+        self.returns[worlds] = 0.0
+        self.hidden_steps[worlds] = 0.0
+        self.play_steps[worlds] = 0.0
+
+    def _snapshot(self, which, object_xy, object_present, locked, suffix: str) -> None:
+        """Object moves and locks into the `suffix` columns of the worlds where `which`."""
+        moved = torch.linalg.vector_norm(object_xy.to(torch.float64) - self.start_xy, dim=-1)
+        moved = moved * object_present
+        locked = (locked & object_present).to(torch.float64)
+        nb = self.n_boxes
+
+        def top(x):  # max over slots, 0 without slots (numpy's initial=0.0)
+            return x.clamp_min(0.0).amax(dim=1) if x.shape[1] else x.new_zeros(x.shape[0])
+
+        cols = {
+            f"max_box_move{suffix}": top(moved[:, :nb]),
+            f"max_ramp_move{suffix}": top(moved[:, nb:]),
+            f"num_box_lock{suffix}": locked[:, :nb].sum(dim=1),
+            f"num_ramp_lock{suffix}": locked[:, nb:].sum(dim=1),
+        }
+        for key, value in cols.items():
+            col = self.values[:, COL[key]]
+            self.values[:, COL[key]] = torch.where(which, value, col)
+
+    def step(
+        self,
+        t_after,
+        prep_steps: int,
+        in_prep,
+        rewards,
+        team_masks,
+        hiders_seen,
+        object_xy,
+        object_present,
+        locked,
+        surf,
+    ) -> None:
+        """One env step. team_masks: per team (hiders, seekers) the (W, A) members present and
+        their count clipped to >= 1; surf (W,) from `box_surfing`."""
+        self.values[:, COL["num_box_surf"]] += (surf & ~in_prep).to(torch.float64)
+        for team, (mask, count) in enumerate(team_masks):
+            self.returns[:, team] += (rewards * mask).sum(dim=1).to(torch.float64) / count
+        play = (~in_prep).to(torch.float64)
+        self.play_steps += play
+        self.hidden_steps += play * (~hiders_seen).to(torch.float64)
+        self._snapshot(t_after == prep_steps, object_xy, object_present, locked, "_prep")
+
+    def finish(self, worlds: np.ndarray, object_xy, object_present, locked) -> list[dict]:
+        """Final values of the episodes of `worlds` (host), one dict per world."""
+        which = torch.zeros(self.values.shape[0], dtype=torch.bool, device=self.values.device)
+        which[torch.as_tensor(worlds, device=which.device)] = True
+        self._snapshot(which, object_xy, object_present, locked, "")
+        hidden = self.hidden_steps / self.play_steps.clamp_min(1)
+        for key, value in (
+            ("hider_return", self.returns[:, 0]),
+            ("seeker_return", self.returns[:, 1]),
+            ("hidden_fraction", hidden),
+        ):
+            self.values[:, COL[key]] = torch.where(which, value, self.values[:, COL[key]])
+        rows = self.values[torch.as_tensor(worlds, device=which.device)].cpu().numpy()
+        return [{k: float(v) for k, v in zip(STAT_KEYS, row, strict=True)} for row in rows]
