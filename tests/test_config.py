@@ -85,3 +85,14 @@ def test_train_command_reports_a_bad_config_without_a_traceback(tmp_path):
     )
     assert out.returncode == 2
     assert "stop.minute" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_network_action_bins_must_match_the_game_contract():
+    with pytest.raises(ConfigError) as err:
+        load_config(CONFIG_DIR / "smoke.yaml", ["agent.network.move_bins=9"])
+    assert "agent.network.move_bins=9" in str(err.value) and "action_bins=11" in str(err.value)
+    both = ["agent.network.move_bins=9", "game.action_bins=9"]
+    cfg = load_config(CONFIG_DIR / "smoke.yaml", both)
+    assert cfg.agent.network.action_sizes == (9, 9, 9, 2, 2)
+    with pytest.raises(ConfigError, match="move_bins"):
+        load_config(CONFIG_DIR / "smoke.yaml", ["agent.network.move_bins=10"])

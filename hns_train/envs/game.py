@@ -57,6 +57,7 @@ import mujoco
 import mujoco.batch
 import numpy as np
 
+from hns_train.envs import contract as C
 from hns_train.envs import observations as O
 from hns_train.envs import rules
 from hns_train.envs.config import GameConfig
@@ -121,9 +122,9 @@ class HideAndSeekGame:
         self.lockable = np.array(
             [cfg.boxes_lockable] * cfg.max_boxes + [cfg.ramps_lockable] * cfg.n_ramps, dtype=bool
         )
-        self.ctrl_levels = np.linspace(-cfg.max_ctrl, cfg.max_ctrl, cfg.action_bins)
-        self.action_nvec = np.array([cfg.action_bins] * 3 + [2, 2])
-        self.noop = np.array([cfg.action_bins // 2] * 3 + [0, 0])
+        self.ctrl_levels = C.control_levels(cfg.action_bins, cfg.max_ctrl)
+        self.action_nvec = np.array(C.action_nvec(cfg.action_bins))
+        self.noop = np.array(C.noop_action(cfg.action_bins))
         angles = 2 * np.pi * np.arange(cfg.n_lidar) / cfg.n_lidar
         self.lidar_dirs = np.stack([np.cos(angles), np.sin(angles), np.zeros_like(angles)], -1)
 
@@ -168,14 +169,14 @@ class HideAndSeekGame:
         self.sees_agent, self.sees_object = self._sees[:, :, :A], self._sees[:, :, A:]
         self.stats = EpisodeStats(W, cfg.max_boxes, Ob)
         self.obs = {
-            k: np.zeros((W, A, *s), dtype=np.float32) for k, s in O.observation_shapes(cfg).items()
+            k: np.zeros((W, A, *s), dtype=C.OBS_DTYPE) for k, s in C.observation_shapes(cfg).items()
         }
         # observation_self rows with a trailing zero row: agent_qpos_qvel gathers from it
-        self._self_rows = np.zeros((W * A + 1, O.SELF_DIM), dtype=np.float32)
-        self.obs["observation_self"] = self._self_rows[:-1].reshape(W, A, O.SELF_DIM)
-        self._agent_vec = np.zeros((W, A, O.SELF_DIM))  # float64 rows before the cast
-        self._agent_vec[:, :, 8] = self.is_hider
-        self._object_rows = np.zeros((W, Ob, O.OBJECT_BASE_DIM))
+        self._self_rows = np.zeros((W * A + 1, C.SELF_DIM), dtype=C.OBS_DTYPE)
+        self.obs[C.SELF_KEY] = self._self_rows[:-1].reshape(W, A, C.SELF_DIM)
+        self._agent_vec = np.zeros((W, A, C.SELF_DIM))  # float64 rows before the cast
+        self._agent_vec[:, :, C.SelfColumns.IS_HIDER] = self.is_hider
+        self._object_rows = np.zeros((W, Ob, C.OBJECT_BASE_DIM))
         self._wrap = np.zeros((W, A))
         self._ent_tables(np.arange(W))
 
@@ -283,7 +284,7 @@ class HideAndSeekGame:
                 self.lock_team,
                 self.lock_agent,
                 eligible,
-                actions[..., 4],
+                actions[..., C.LOCK],
                 self.team,
                 self.lockable,
             )
@@ -293,11 +294,11 @@ class HideAndSeekGame:
             self.locked, self.lock_team, self.lock_agent = locked, lock_team, lock_agent
             if changed:
                 self._write_lock_flags()
-            self._apply_grabs(rules.choose_grabs(actions[..., 3], eligible, dist))
+            self._apply_grabs(rules.choose_grabs(actions[..., C.GRAB], eligible, dist))
         elif self.grabbed.max() >= 0:
             self._apply_grabs(np.full_like(self.grabbed, -1))
 
-        self._ctrl[:, self._ctrl_adr] = self.ctrl_levels[actions[..., :3]].reshape(
+        self._ctrl[:, self._ctrl_adr] = self.ctrl_levels[actions[..., : C.N_MOVE_DIMS]].reshape(
             self.n_worlds, -1
         )
         self.batch.step(nstep=cfg.substeps)
@@ -555,24 +556,27 @@ class HideAndSeekGame:
         obs = self.obs
         for key in obs:
             obs[key][worlds] = 0.0
-        obs["mask_aa_obs_spoof"][worlds] = valid[worlds]
-        obs["mask_ab_obs_spoof"][worlds] = present[worlds, :, :nb]
-        obs["mask_ar_obs_spoof"][worlds] = present[worlds, :, nb:]
-        if self.cfg.box_size_obs:
+        agents, boxes, ramps = C.ENTITY_KEYS
+        obs[agents.exists_mask][worlds] = valid[worlds]
+        obs[boxes.exists_mask][worlds] = present[worlds, :, :nb]
+        obs[ramps.exists_mask][worlds] = present[worlds, :, nb:]
+        size_cols = C.box_columns(self.cfg).size
+        if size_cols is not None:
             size = np.broadcast_to(self.box_size[worlds][:, None], (len(worlds), A, nb, 3))
-            obs["box_obs"][worlds, :, :, 9:12] = np.where(present[worlds, :, :nb, None], size, 0)
+            obs[C.BOXES_KEY][worlds, :, :, size_cols] = np.where(
+                present[worlds, :, :nb, None], size, 0
+            )
 
     def _write_lock_flags(self) -> None:
         """Lock flags in box_obs / ramp_obs (only when a lock changed: they are state)."""
         cfg, nb = self.cfg, self.cfg.max_boxes
         flags = O.lock_flags(self.lock_agent, self.lock_team, self.locked, self.team)
-        if cfg.boxes_lockable:
-            col = O.OBJECT_BASE_DIM + 3 * cfg.box_size_obs
-            box = self.obs["box_obs"][..., col : col + 3]
+        box_lock, ramp_lock = C.box_columns(cfg).lock, C.ramp_columns(cfg).lock
+        if box_lock is not None:
+            box = self.obs[C.BOXES_KEY][..., box_lock]
             np.copyto(box, flags[:, :, :nb], where=self._box_live)
-        if cfg.ramps_lockable:
-            col = O.ramp_dim(cfg) - 3
-            ramp = self.obs["ramp_obs"][..., col : col + 3]
+        if ramp_lock is not None:
+            ramp = self.obs[C.RAMPS_KEY][..., ramp_lock]
             np.copyto(ramp, flags[:, :, nb:], where=self._ramp_live)
 
     def _kinematics(self, worlds=None) -> None:
@@ -697,33 +701,35 @@ class HideAndSeekGame:
         parts (presence masks, box sizes) are written at reset, lock flags when locks change;
         rows of absent entities stay zero."""
         cfg, obs = self.cfg, self.obs
-        vec = self._agent_vec  # (W, A, 10) float64, is_hider column preset
-        vec[..., 0:3] = self.agent_pos
+        S, B = C.SelfColumns, C.ObjectColumns
+        agents, boxes, ramps = C.ENTITY_KEYS
+        vec = self._agent_vec  # (W, A, SELF_DIM) float64, is_hider column preset
+        vec[..., S.POS] = self.agent_pos
         O.wrap_yaw(self.agent_yaw, out=self._wrap)
-        vec[..., 3] = self._wrap
-        vec[..., 4:8] = self.agent_vel
+        vec[..., S.YAW] = self._wrap
+        vec[..., S.VEL] = self.agent_vel
         if cfg.prep_steps:
-            vec[..., 9] = np.minimum(1.0, self.t / cfg.prep_steps)[:, None]
+            vec[..., S.PREP] = np.minimum(1.0, self.t / cfg.prep_steps)[:, None]
         else:
-            vec[..., 9] = 1.0
-        np.copyto(obs["observation_self"], vec, where=self._agent_live)
-        np.take(self._self_rows, self._other_rows, axis=0, out=obs["agent_qpos_qvel"], mode="clip")
-        obs["mask_aa_obs"][...] = np.take(self._sees_flat, self._other_sees, mode="clip")
-        rows = self._object_rows  # (W, Ob, 9): every observer sees the same numbers
-        rows[..., 0:3] = self.object_pos
-        rows[..., 3] = self.object_yaw_cos
-        rows[..., 4] = self.object_yaw_sin
-        rows[..., 5:9] = self.object_vel
-        nb, base = cfg.max_boxes, O.OBJECT_BASE_DIM
+            vec[..., S.PREP] = 1.0
+        np.copyto(obs[C.SELF_KEY], vec, where=self._agent_live)
+        np.take(self._self_rows, self._other_rows, axis=0, out=obs[agents.key], mode="clip")
+        obs[agents.visible_mask][...] = np.take(self._sees_flat, self._other_sees, mode="clip")
+        rows = self._object_rows  # (W, Ob, OBJECT_BASE_DIM): every observer sees the same
+        rows[..., B.POS] = self.object_pos
+        rows[..., B.COS_YAW] = self.object_yaw_cos
+        rows[..., B.SIN_YAW] = self.object_yaw_sin
+        rows[..., B.VEL] = self.object_vel
+        nb, base = cfg.max_boxes, B.DIM
         if nb:
-            box = obs["box_obs"][..., :base]
+            box = obs[boxes.key][..., :base]
             np.copyto(box, rows[:, None, :nb], where=self._box_live)
-            obs["mask_ab_obs"][...] = self.sees_object[:, :, :nb]
+            obs[boxes.visible_mask][...] = self.sees_object[:, :, :nb]
         if cfg.n_ramps:
-            ramp = obs["ramp_obs"][..., :base]
+            ramp = obs[ramps.key][..., :base]
             np.copyto(ramp, rows[:, None, nb:], where=self._ramp_live)
-            obs["mask_ar_obs"][...] = self.sees_object[:, :, nb:]
-        obs["lidar"][...] = self.lidar
+            obs[ramps.visible_mask][...] = self.sees_object[:, :, nb:]
+        obs[C.LIDAR_KEY][...] = self.lidar
 
     @property
     def object_yaw_cos(self) -> np.ndarray:
