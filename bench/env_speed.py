@@ -6,6 +6,9 @@ For each preset it prints:
 - arm contacts: the same raw steps on a copy of each model whose agent arms do not collide,
   alternated state by state with the real model (so both see the same load), and the mean
   number of contacts per step with and without arm contacts: what colliding arms cost;
+- first game: CPU time of a process's first reset and 3 steps, which load the compiled step
+  kernels (numba's cache; on a machine's first run, their compilation): paid once per process
+  and kept out of the per-step figures below;
 - single env: `HideAndSeekGame(cfg, 1)`, time per env step and its ratio to raw physics;
 - batched env: `VectorGame(cfg, N, threads=T)` for N in --worlds and T in --threads, world-steps
   per second, per-world cost and its ratio to raw physics (resets excluded, reported below), and
@@ -126,6 +129,18 @@ def raw_physics(cfg, seed, n_steps, rng) -> tuple[float, float, float, float, di
     return raw / n, env_time / n_steps, raw_cpu / n, env_cpu / n_steps, arms
 
 
+def first_steps(cfg, seed, n=3) -> float:
+    """CPU seconds of a process's first game: its reset and `n` steps. They load the compiled
+    step kernels (envs/kernels.py) from numba's cache, or compile them on a machine's first run:
+    a one-time cost per process, kept out of the per-step figures."""
+    c0 = time.process_time()
+    game = HideAndSeekGame(cfg, 1, seed=seed)
+    game.reset()
+    for _ in range(n):
+        game.step(np.broadcast_to(game.noop, (1, game.n_agents, 5)))
+    return time.process_time() - c0
+
+
 def batched(cfg, n_worlds, threads, seed, seconds, rng) -> tuple[float, float]:
     """Seconds per world-step of VectorGame, resets excluded: wall time and process CPU time
     (the latter sums every thread, so it equals wall time only with one thread)."""
@@ -193,6 +208,7 @@ def main() -> None:
     for preset in args.presets:
         cfg = make_config(preset)
         rng = np.random.default_rng(args.seed)
+        first = first_steps(cfg, args.seed)
         raw, single, raw_cpu, single_cpu, arms = raw_physics(cfg, args.seed, args.raw_steps, rng)
         print(f"== {preset} (horizon {cfg.horizon}, {cfg.substeps} substeps per env step)")
         print(
@@ -204,6 +220,10 @@ def main() -> None:
             f"{arms['cpu_us_no_arm_contacts']:.0f} us without "
             f"(x{arms['cpu_us'] / arms['cpu_us_no_arm_contacts']:.3f}); contacts per substep "
             f"{arms['contacts']:.2f} with, {arms['contacts_no_arm_contacts']:.2f} without"
+        )
+        print(
+            f"first game   reset + 3 steps of a process's first game (kernels loaded): "
+            f"cpu {first * 1e3:.0f} ms, once per process"
         )
         print(
             f"single env   HideAndSeekGame(1): {single * 1e6:8.0f} us   ({1 / single:7.0f} /s)"
@@ -245,6 +265,7 @@ def main() -> None:
                 "raw_step_cpu_us": raw_cpu * 1e6,
                 "arm_contacts": arms,
                 "single_cpu_ratio": single_cpu / raw_cpu,
+                "first_game_cpu_ms": first * 1e3,
                 "batched_cpu_ratio": {f"N{n}_T{t}": v / raw_cpu for (n, t), v in cpu_rows.items()},
                 "batched_us_per_world_step": {f"N{n}_T{t}": v * 1e6 for (n, t), v in rows.items()},
                 "batched_ratio": {f"N{n}_T{t}": v / raw for (n, t), v in rows.items()},
