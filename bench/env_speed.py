@@ -10,6 +10,8 @@ For each preset it prints:
   kernels (numba's cache; on a machine's first run, their compilation): paid once per process
   and kept out of the per-step figures below;
 - single env: `HideAndSeekGame(cfg, 1)`, time per env step and its ratio to raw physics;
+- pettingzoo: the same through `parallel_env(preset)` (dicts of per-agent actions and
+  observations, what third-party trainers step), CPU time per step and its ratio to raw physics;
 - batched env: `VectorGame(cfg, N, threads=T)` for N in --worlds and T in --threads, world-steps
   per second, per-world cost and its ratio to raw physics (resets excluded, reported below), and
   the speed-up of T threads over 1;
@@ -43,6 +45,7 @@ import numpy as np
 
 from hns_train.envs.config import make_config
 from hns_train.envs.game import STATE, HideAndSeekGame
+from hns_train.envs.parallel import parallel_env
 from hns_train.envs.vector import VectorGame
 
 
@@ -127,6 +130,23 @@ def raw_physics(cfg, seed, n_steps, rng) -> tuple[float, float, float, float, di
     n = len(states) - 1
     arms = arm_contact_cost(models[:-1], states[:-1], cfg.substeps, game.index)
     return raw / n, env_time / n_steps, raw_cpu / n, env_cpu / n_steps, arms
+
+
+def pettingzoo_cpu(preset, seed, n_steps, rng) -> float:
+    """CPU seconds per step of `parallel_env(preset)` under random int64 actions."""
+    env = parallel_env(preset, seed=seed)
+    env.reset(seed=seed)
+    nvec = env.game.action_nvec
+    pool = rng.integers(0, nvec, size=(64, env.game.n_agents, len(nvec)))
+    cpu = 0.0
+    for i in range(n_steps):
+        actions = {a: pool[i % len(pool), k] for k, a in enumerate(env.agents)}
+        c0 = time.process_time()
+        env.step(actions)
+        cpu += time.process_time() - c0
+        if not env.agents:
+            env.reset()
+    return cpu / n_steps
 
 
 def first_steps(cfg, seed, n=3) -> float:
@@ -230,6 +250,11 @@ def main() -> None:
             f"   ratio {single / raw:.2f}   cpu {single_cpu * 1e6:.0f} us, "
             f"cpu ratio {single_cpu / raw_cpu:.2f}"
         )
+        pz_cpu = pettingzoo_cpu(preset, args.seed, args.raw_steps, rng)
+        print(
+            f"pettingzoo   parallel_env step: cpu {pz_cpu * 1e6:.0f} us, "
+            f"cpu ratio {pz_cpu / raw_cpu:.2f}"
+        )
         rows, cpu_rows = {}, {}
         for n in args.worlds:
             for t in args.threads:
@@ -266,6 +291,7 @@ def main() -> None:
                 "arm_contacts": arms,
                 "single_cpu_ratio": single_cpu / raw_cpu,
                 "first_game_cpu_ms": first * 1e3,
+                "pettingzoo_cpu_ratio": pz_cpu / raw_cpu,
                 "batched_cpu_ratio": {f"N{n}_T{t}": v / raw_cpu for (n, t), v in cpu_rows.items()},
                 "batched_us_per_world_step": {f"N{n}_T{t}": v * 1e6 for (n, t), v in rows.items()},
                 "batched_ratio": {f"N{n}_T{t}": v / raw for (n, t), v in rows.items()},
