@@ -276,31 +276,39 @@ class HideAndSeekGame:
         # The box of an object lies within |half| of its body origin, which lies |geom offset|
         # from the centre the rays measured: farther than that plus the grab range, the box
         # is out of reach (`_reach_sq`), and the exact distance is not needed.
-        eligible = None
         work = K.grab_work(self.sees_object, self._sq_reach, self._reach_sq, self.grabbed)
         if work == 1:
-            dist = rules.obb_distance(self.agent_pos, self.object_pos, self.object_yaw, self.half)
-            eligible = self.sees_object & (dist <= cfg.grab_range)
-            if not eligible.any():
-                eligible = None
-        if eligible is not None:
-            locked, lock_team, lock_agent = rules.update_locks(
+            locked, lock_team = np.empty_like(self.locked), np.empty_like(self.lock_team)
+            lock_agent, grabbed = np.empty_like(self.lock_agent), np.empty_like(self.grabbed)
+            changed = K.decide_locks_and_grabs(
+                self.agent_pos,
+                self.object_pos,
+                self.object_yaw_cos,
+                self.object_yaw_sin,
+                self.half,
+                self.sees_object,
+                cfg.grab_range,
+                actions,
+                self.team,
+                self.lockable,
+                rules.NO_TEAM,
                 self.locked,
                 self.lock_team,
                 self.lock_agent,
-                eligible,
-                actions[..., C.LOCK],
-                self.team,
-                self.lockable,
+                self.grabbed,
+                locked,
+                lock_team,
+                lock_agent,
+                grabbed,
             )
-            changed = (locked != self.locked).any()
-            if changed:
+            if changed & 1:
                 self._apply_locks(locked)
             self.locked, self.lock_team, self.lock_agent = locked, lock_team, lock_agent
-            if changed:
+            if changed & 1:
                 self._write_lock_flags()
-            self._apply_grabs(rules.choose_grabs(actions[..., C.GRAB], eligible, dist))
-        elif work:  # nothing eligible, something held: every grab ends
+            if changed & 2:
+                self._apply_grabs(grabbed)
+        elif work:  # nothing within reach, something held: every grab ends
             self._apply_grabs(np.full_like(self.grabbed, -1))
 
         self.batch.step(nstep=cfg.substeps)

@@ -384,3 +384,87 @@ def _object_row(row, pos, cos_yaw, sin_yaw, vel, w, e):
     row[4] = sin_yaw[w, e]
     for k in range(4):
         row[5 + k] = vel[w, e, k]
+
+
+@njit(**_OPTS)
+def decide_locks_and_grabs(
+    agent_pos,
+    object_pos,
+    cos_yaw,
+    sin_yaw,
+    half,
+    sees_object,
+    grab_range,
+    actions,
+    team,
+    lockable,
+    no_team,
+    locked,
+    lock_team,
+    lock_agent,
+    grabbed,
+    new_locked,
+    new_team,
+    new_agent,
+    new_grabbed,
+):
+    """rules.obb_distance, the eligibility test (seen on the previous step and within
+    grab_range of the oriented box), rules.update_locks and rules.choose_grabs in one pass.
+    cos_yaw / sin_yaw (W, Ob) of the objects' yaw; actions (W, A, 5) with grab in column 3 and
+    lock in column 4. Writes new_*; returns 1 when some lock changed plus 2 when some grab did."""
+    W, A, Ob = sees_object.shape
+    dist = np.empty((A, Ob))
+    eligible = np.empty((A, Ob), dtype=np.bool_)
+    changed = 0
+    for w in range(W):
+        for a in range(A):
+            for o in range(Ob):
+                dx = agent_pos[w, a, 0] - object_pos[w, o, 0]
+                dy = agent_pos[w, a, 1] - object_pos[w, o, 1]
+                dz = agent_pos[w, a, 2] - object_pos[w, o, 2]
+                c = cos_yaw[w, o]
+                s = sin_yaw[w, o]
+                ex = _max(abs(c * dx + s * dy) - half[w, o, 0], 0.0)
+                ey = _max(abs(-s * dx + c * dy) - half[w, o, 1], 0.0)
+                ez = _max(abs(dz) - half[w, o, 2], 0.0)
+                sq = ex * ex + ey * ey
+                sq += ez * ez
+                d = np.sqrt(sq)
+                dist[a, o] = d
+                eligible[a, o] = sees_object[w, a, o] and d <= grab_range
+        for o in range(Ob):
+            unlock = False
+            request = False
+            locker = 0
+            for a in range(A):
+                can = eligible[a, o] and lockable[o]
+                if can and actions[w, a, 4] == 1:
+                    if not request:
+                        locker = a
+                    request = True
+                if locked[w, o] and can and actions[w, a, 4] == 0 and team[a] == lock_team[w, o]:
+                    unlock = True
+            now = (locked[w, o] or request) and not unlock
+            new_locked[w, o] = now
+            if now and not locked[w, o]:
+                new_team[w, o] = team[locker]
+                new_agent[w, o] = locker
+            elif now:
+                new_team[w, o] = lock_team[w, o]
+                new_agent[w, o] = lock_agent[w, o]
+            else:
+                new_team[w, o] = no_team
+                new_agent[w, o] = -1
+            if now != locked[w, o]:
+                changed |= 1
+        for a in range(A):
+            best = -1
+            best_d = np.inf
+            for o in range(Ob):
+                if eligible[a, o] and dist[a, o] < best_d:
+                    best, best_d = o, dist[a, o]
+            g = best if actions[w, a, 3] == 1 else -1
+            new_grabbed[w, a] = g
+            if g != grabbed[w, a]:
+                changed |= 2
+    return changed
