@@ -10,6 +10,8 @@ For each preset it prints:
   kernels (numba's cache; on a machine's first run, their compilation): paid once per process
   and kept out of the per-step figures below;
 - single env: `HideAndSeekGame(cfg, 1)`, time per env step and its ratio to raw physics;
+- rays: CPU time of the game's ray casting alone (aims, the batched C call, lidar and sight),
+  repeated on the last state: a floor under the single env's cost beyond physics;
 - pettingzoo: the same through `parallel_env(preset)` (dicts of per-agent actions and
   observations, what third-party trainers step), CPU time per step and its ratio to raw physics;
 - batched env: `VectorGame(cfg, N, threads=T)` for N in --worlds and T in --threads, world-steps
@@ -129,6 +131,10 @@ def raw_physics(cfg, seed, n_steps, rng) -> tuple[float, float, float, float, di
         raw_cpu += time.process_time() - c0
     n = len(states) - 1
     arms = arm_contact_cost(models[:-1], states[:-1], cfg.substeps, game.index)
+    c0 = time.process_time()
+    for _ in range(n):  # the game's rays on its last state: aims, the batched C call, results
+        game._cast_rays(game._all_worlds)
+    arms["rays_cpu_us"] = (time.process_time() - c0) / n * 1e6
     return raw / n, env_time / n_steps, raw_cpu / n, env_cpu / n_steps, arms
 
 
@@ -166,26 +172,27 @@ def batched(cfg, n_worlds, threads, seed, seconds, rng) -> tuple[float, float]:
     (the latter sums every thread, so it equals wall time only with one thread)."""
     vec = VectorGame(cfg, n_worlds, seed=seed, threads=threads)
     vec.reset()
-    reset_time = [0.0]
+    reset_time = [0.0, 0.0]  # wall, CPU
     game_reset = vec.game.reset
 
     def timed_reset(*args, **kwargs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = game_reset(*args, **kwargs)
         reset_time[0] += time.perf_counter() - t0
+        reset_time[1] += time.process_time() - c0
         return out
 
     vec.game.reset = timed_reset
     pool = random_actions(rng, n_worlds, vec.n_agents, vec.action_nvec, n=16)
     for i in range(3):  # warm-up
         vec.step(pool[i])
-    reset_time[0] = 0.0
+    reset_time[:] = [0.0, 0.0]
     steps, start, cpu0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds or steps < 5:
         vec.step(pool[steps % len(pool)])
         steps += 1
     elapsed = time.perf_counter() - start - reset_time[0]
-    cpu = time.process_time() - cpu0 - reset_time[0]
+    cpu = time.process_time() - cpu0 - reset_time[1]
     return elapsed / (steps * n_worlds), cpu / (steps * n_worlds)
 
 
@@ -249,6 +256,11 @@ def main() -> None:
             f"single env   HideAndSeekGame(1): {single * 1e6:8.0f} us   ({1 / single:7.0f} /s)"
             f"   ratio {single / raw:.2f}   cpu {single_cpu * 1e6:.0f} us, "
             f"cpu ratio {single_cpu / raw_cpu:.2f}"
+        )
+        rays_us = arms["rays_cpu_us"]
+        print(
+            f"rays         the game's ray casting alone (lidar fans and sight lines, repeated on "
+            f"one state): cpu {rays_us:.0f} us = {rays_us / raw_cpu / 1e6:.2f} of raw physics"
         )
         pz_cpu = pettingzoo_cpu(preset, args.seed, args.raw_steps, rng)
         print(
