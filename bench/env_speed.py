@@ -12,6 +12,8 @@ For each preset it prints:
 - single env: `HideAndSeekGame(cfg, 1)`, time per env step and its ratio to raw physics;
 - rays: CPU time of the game's ray casting alone (aims, the batched C call, lidar and sight),
   repeated on the last state: a floor under the single env's cost beyond physics;
+- logic: CPU time of a single-env step whose physics call is skipped (rays, kernels, numpy,
+  Python; the state stays put, so its caches stay warm);
 - pettingzoo: the same through `parallel_env(preset)` (dicts of per-agent actions and
   observations, what third-party trainers step), CPU time per step and its ratio to raw physics;
 - batched env: `VectorGame(cfg, N, threads=T)` for N in --worlds and T in --threads, world-steps
@@ -138,6 +140,36 @@ def raw_physics(cfg, seed, n_steps, rng) -> tuple[float, float, float, float, di
     return raw / n, env_time / n_steps, raw_cpu / n, env_cpu / n_steps, arms
 
 
+class _NoPhysics:
+    """A `mujoco.batch.Batch` whose step does nothing: what a game step costs besides physics."""
+
+    def __init__(self, batch):
+        self._batch = batch
+
+    def __getattr__(self, name):
+        return getattr(self._batch, name)
+
+    def step(self, nstep=1):
+        pass
+
+
+def logic_cpu(cfg, seed, n_steps, rng) -> float:
+    """CPU seconds per single-env step with the physics call skipped (the rays, the compiled
+    kernels, numpy and Python of the step; the state stays put, so caches stay warm)."""
+    game = HideAndSeekGame(cfg, 1, seed=seed)
+    game.reset()
+    pool = random_actions(rng, 1, game.n_agents, game.action_nvec)
+    game.batch = _NoPhysics(game.batch)
+    cpu = 0.0
+    for i in range(n_steps):
+        c0 = time.process_time()
+        _, _, truncated, _ = game.step(pool[i % len(pool)])
+        cpu += time.process_time() - c0
+        if truncated[0]:
+            game.reset()
+    return cpu / n_steps
+
+
 def pettingzoo_cpu(preset, seed, n_steps, rng) -> float:
     """CPU seconds per step of `parallel_env(preset)` under random int64 actions."""
     env = parallel_env(preset, seed=seed)
@@ -262,6 +294,11 @@ def main() -> None:
             f"rays         the game's ray casting alone (lidar fans and sight lines, repeated on "
             f"one state): cpu {rays_us:.0f} us = {rays_us / raw_cpu / 1e6:.2f} of raw physics"
         )
+        logic = logic_cpu(cfg, args.seed, args.raw_steps, rng)
+        print(
+            f"logic        single-env step with the physics call skipped: cpu {logic * 1e6:.0f} us"
+            f" = {logic / raw_cpu:.2f} of raw physics (the rays above are part of it)"
+        )
         pz_cpu = pettingzoo_cpu(preset, args.seed, args.raw_steps, rng)
         print(
             f"pettingzoo   parallel_env step: cpu {pz_cpu * 1e6:.0f} us, "
@@ -304,6 +341,7 @@ def main() -> None:
                 "single_cpu_ratio": single_cpu / raw_cpu,
                 "first_game_cpu_ms": first * 1e3,
                 "pettingzoo_cpu_ratio": pz_cpu / raw_cpu,
+                "logic_cpu_ratio": logic / raw_cpu,
                 "batched_cpu_ratio": {f"N{n}_T{t}": v / raw_cpu for (n, t), v in cpu_rows.items()},
                 "batched_us_per_world_step": {f"N{n}_T{t}": v * 1e6 for (n, t), v in rows.items()},
                 "batched_ratio": {f"N{n}_T{t}": v / raw for (n, t), v in rows.items()},
