@@ -71,7 +71,9 @@ def noop_action(bins: int = DEFAULT_ACTION_BINS) -> tuple[int, ...]:
 
 
 def control_levels(bins: int, max_ctrl: float) -> np.ndarray:
-    """(bins,) float64 control of each force / torque bin: linspace(-max_ctrl, max_ctrl, bins)."""
+    """(bins,) float64 control of each force / torque bin: linspace(-max_ctrl, max_ctrl, bins).
+    The middle level is linspace's rounding of 0 (-1.1e-16 at 11 bins and 0.9), kept as it is:
+    recorded episodes replay bit for bit."""
     return np.linspace(-max_ctrl, max_ctrl, check_action_bins(bins))
 
 
