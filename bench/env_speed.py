@@ -6,7 +6,16 @@ For each preset it prints:
 - arm contacts: the same raw steps on a copy of each model whose agent arms do not collide,
   alternated state by state with the real model (so both see the same load), and the mean
   number of contacts per step with and without arm contacts: what colliding arms cost;
+- first game: CPU time of a process's first reset and 3 steps, which load the compiled step
+  kernels (numba's cache; on a machine's first run, their compilation): paid once per process
+  and kept out of the per-step figures below;
 - single env: `HideAndSeekGame(cfg, 1)`, time per env step and its ratio to raw physics;
+- rays: CPU time of the game's ray casting alone (aims, the batched C call, lidar and sight),
+  repeated on the last state: a floor under the single env's cost beyond physics;
+- logic: CPU time of a single-env step whose physics call is skipped (rays, kernels, numpy,
+  Python; the state stays put, so its caches stay warm);
+- pettingzoo: the same through `parallel_env(preset)` (dicts of per-agent actions and
+  observations, what third-party trainers step), CPU time per step and its ratio to raw physics;
 - batched env: `VectorGame(cfg, N, threads=T)` for N in --worlds and T in --threads, world-steps
   per second, per-world cost and its ratio to raw physics (resets excluded, reported below), and
   the speed-up of T threads over 1;
@@ -40,6 +49,7 @@ import numpy as np
 
 from hns_train.envs.config import make_config
 from hns_train.envs.game import STATE, HideAndSeekGame
+from hns_train.envs.parallel import parallel_env
 from hns_train.envs.vector import VectorGame
 
 
@@ -123,7 +133,70 @@ def raw_physics(cfg, seed, n_steps, rng) -> tuple[float, float, float, float, di
         raw_cpu += time.process_time() - c0
     n = len(states) - 1
     arms = arm_contact_cost(models[:-1], states[:-1], cfg.substeps, game.index)
+    c0 = time.process_time()
+    for _ in range(n):  # the game's rays on its last state: aims, the batched C call, results
+        game._cast_rays(game._all_worlds)
+    arms["rays_cpu_us"] = (time.process_time() - c0) / n * 1e6
     return raw / n, env_time / n_steps, raw_cpu / n, env_cpu / n_steps, arms
+
+
+class _NoPhysics:
+    """A `mujoco.batch.Batch` whose step does nothing: what a game step costs besides physics."""
+
+    def __init__(self, batch):
+        self._batch = batch
+
+    def __getattr__(self, name):
+        return getattr(self._batch, name)
+
+    def step(self, nstep=1):
+        pass
+
+
+def logic_cpu(cfg, seed, n_steps, rng) -> float:
+    """CPU seconds per single-env step with the physics call skipped (the rays, the compiled
+    kernels, numpy and Python of the step; the state stays put, so caches stay warm)."""
+    game = HideAndSeekGame(cfg, 1, seed=seed)
+    game.reset()
+    pool = random_actions(rng, 1, game.n_agents, game.action_nvec)
+    game.batch = _NoPhysics(game.batch)
+    cpu = 0.0
+    for i in range(n_steps):
+        c0 = time.process_time()
+        _, _, truncated, _ = game.step(pool[i % len(pool)])
+        cpu += time.process_time() - c0
+        if truncated[0]:
+            game.reset()
+    return cpu / n_steps
+
+
+def pettingzoo_cpu(preset, seed, n_steps, rng) -> float:
+    """CPU seconds per step of `parallel_env(preset)` under random int64 actions."""
+    env = parallel_env(preset, seed=seed)
+    env.reset(seed=seed)
+    nvec = env.game.action_nvec
+    pool = rng.integers(0, nvec, size=(64, env.game.n_agents, len(nvec)))
+    cpu = 0.0
+    for i in range(n_steps):
+        actions = {a: pool[i % len(pool), k] for k, a in enumerate(env.agents)}
+        c0 = time.process_time()
+        env.step(actions)
+        cpu += time.process_time() - c0
+        if not env.agents:
+            env.reset()
+    return cpu / n_steps
+
+
+def first_steps(cfg, seed, n=3) -> float:
+    """CPU seconds of a process's first game: its reset and `n` steps. They load the compiled
+    step kernels (envs/kernels.py) from numba's cache, or compile them on a machine's first run:
+    a one-time cost per process, kept out of the per-step figures."""
+    c0 = time.process_time()
+    game = HideAndSeekGame(cfg, 1, seed=seed)
+    game.reset()
+    for _ in range(n):
+        game.step(np.broadcast_to(game.noop, (1, game.n_agents, 5)))
+    return time.process_time() - c0
 
 
 def batched(cfg, n_worlds, threads, seed, seconds, rng) -> tuple[float, float]:
@@ -131,26 +204,27 @@ def batched(cfg, n_worlds, threads, seed, seconds, rng) -> tuple[float, float]:
     (the latter sums every thread, so it equals wall time only with one thread)."""
     vec = VectorGame(cfg, n_worlds, seed=seed, threads=threads)
     vec.reset()
-    reset_time = [0.0]
+    reset_time = [0.0, 0.0]  # wall, CPU
     game_reset = vec.game.reset
 
     def timed_reset(*args, **kwargs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = game_reset(*args, **kwargs)
         reset_time[0] += time.perf_counter() - t0
+        reset_time[1] += time.process_time() - c0
         return out
 
     vec.game.reset = timed_reset
     pool = random_actions(rng, n_worlds, vec.n_agents, vec.action_nvec, n=16)
     for i in range(3):  # warm-up
         vec.step(pool[i])
-    reset_time[0] = 0.0
+    reset_time[:] = [0.0, 0.0]
     steps, start, cpu0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds or steps < 5:
         vec.step(pool[steps % len(pool)])
         steps += 1
     elapsed = time.perf_counter() - start - reset_time[0]
-    cpu = time.process_time() - cpu0 - reset_time[0]
+    cpu = time.process_time() - cpu0 - reset_time[1]
     return elapsed / (steps * n_worlds), cpu / (steps * n_worlds)
 
 
@@ -193,6 +267,7 @@ def main() -> None:
     for preset in args.presets:
         cfg = make_config(preset)
         rng = np.random.default_rng(args.seed)
+        first = first_steps(cfg, args.seed)
         raw, single, raw_cpu, single_cpu, arms = raw_physics(cfg, args.seed, args.raw_steps, rng)
         print(f"== {preset} (horizon {cfg.horizon}, {cfg.substeps} substeps per env step)")
         print(
@@ -206,9 +281,28 @@ def main() -> None:
             f"{arms['contacts']:.2f} with, {arms['contacts_no_arm_contacts']:.2f} without"
         )
         print(
+            f"first game   reset + 3 steps of a process's first game (kernels loaded): "
+            f"cpu {first * 1e3:.0f} ms, once per process"
+        )
+        print(
             f"single env   HideAndSeekGame(1): {single * 1e6:8.0f} us   ({1 / single:7.0f} /s)"
             f"   ratio {single / raw:.2f}   cpu {single_cpu * 1e6:.0f} us, "
             f"cpu ratio {single_cpu / raw_cpu:.2f}"
+        )
+        rays_us = arms["rays_cpu_us"]
+        print(
+            f"rays         the game's ray casting alone (lidar fans and sight lines, repeated on "
+            f"one state): cpu {rays_us:.0f} us = {rays_us / raw_cpu / 1e6:.2f} of raw physics"
+        )
+        logic = logic_cpu(cfg, args.seed, args.raw_steps, rng)
+        print(
+            f"logic        single-env step with the physics call skipped: cpu {logic * 1e6:.0f} us"
+            f" = {logic / raw_cpu:.2f} of raw physics (the rays above are part of it)"
+        )
+        pz_cpu = pettingzoo_cpu(preset, args.seed, args.raw_steps, rng)
+        print(
+            f"pettingzoo   parallel_env step: cpu {pz_cpu * 1e6:.0f} us, "
+            f"cpu ratio {pz_cpu / raw_cpu:.2f}"
         )
         rows, cpu_rows = {}, {}
         for n in args.worlds:
@@ -245,6 +339,9 @@ def main() -> None:
                 "raw_step_cpu_us": raw_cpu * 1e6,
                 "arm_contacts": arms,
                 "single_cpu_ratio": single_cpu / raw_cpu,
+                "first_game_cpu_ms": first * 1e3,
+                "pettingzoo_cpu_ratio": pz_cpu / raw_cpu,
+                "logic_cpu_ratio": logic / raw_cpu,
                 "batched_cpu_ratio": {f"N{n}_T{t}": v / raw_cpu for (n, t), v in cpu_rows.items()},
                 "batched_us_per_world_step": {f"N{n}_T{t}": v * 1e6 for (n, t), v in rows.items()},
                 "batched_ratio": {f"N{n}_T{t}": v / raw for (n, t), v in rows.items()},

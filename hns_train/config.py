@@ -33,6 +33,7 @@ import yaml
 
 from hns_train.agents.config import AgentConfig
 from hns_train.agents.pool import PoolConfig
+from hns_train.envs import contract
 from hns_train.envs.config import GameConfig, make_config
 
 # The repository's configs/ in a source checkout; installed, the same files ship inside the
@@ -228,9 +229,20 @@ class RunConfig:
                 f"pipeline.chunk_len={p.chunk_len} must be a multiple of "
                 f"agent.ppo.bptt_len={self.agent.ppo.bptt_len}"
             )
+        problems += agent_contract_problems(self.agent, game)
         if problems:
             raise ConfigError(f"{source}: " + "; ".join(problems))
         return self
+
+
+def agent_contract_problems(agent: AgentConfig, game: GameConfig) -> list[str]:
+    """Where the agent's network settings disagree with the game's action / observation
+    contract (`hns_train/envs/contract.py`), one message per field."""
+    try:
+        contract.check_network_settings(game, agent.network.move_bins, "agent.network.move_bins")
+    except ValueError as err:
+        return [str(err)]
+    return []
 
 
 def _cluster_problems(p: PipelineConfig) -> list[str]:

@@ -110,3 +110,14 @@ def test_an_unknown_pipeline_backend_or_warp_device_is_rejected(tmp_path):
         load_config(
             CONFIG_DIR / "smoke.yaml", [f"runs_dir={tmp_path}", "pipeline.warp_device=gpu0"]
         )
+
+
+def test_network_action_bins_must_match_the_game_contract():
+    with pytest.raises(ConfigError) as err:
+        load_config(CONFIG_DIR / "smoke.yaml", ["agent.network.move_bins=9"])
+    assert "agent.network.move_bins=9" in str(err.value) and "action_bins=11" in str(err.value)
+    both = ["agent.network.move_bins=9", "game.action_bins=9"]
+    cfg = load_config(CONFIG_DIR / "smoke.yaml", both)
+    assert cfg.agent.network.action_sizes == (9, 9, 9, 2, 2)
+    with pytest.raises(ConfigError, match="move_bins"):
+        load_config(CONFIG_DIR / "smoke.yaml", ["agent.network.move_bins=10"])

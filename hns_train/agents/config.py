@@ -12,6 +12,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from hns_train.envs import contract
+
 
 @dataclass
 class NetworkConfig:
@@ -23,7 +25,7 @@ class NetworkConfig:
     attention_heads: int = 4  # 4 heads x 32 = embed_dim
     dense_dim: int = 256
     lstm_dim: int = 256
-    move_bins: int = 11  # x force, y force, z torque; grab and lock are binary
+    move_bins: int = contract.DEFAULT_ACTION_BINS  # x force, y force, z torque; grab, lock: 2
     head_init_std: float = 0.01  # every output head starts near uniform / near zero
     obs_norm_beta: float = 0.99999
     obs_clip: float = 5.0
@@ -32,6 +34,7 @@ class NetworkConfig:
     value_norm_min_var: float = 1e-4  # (ours) floor of the PopArt variance
 
     def __post_init__(self) -> None:
+        contract.check_action_bins(self.move_bins, "move_bins")
         if self.embed_dim % self.attention_heads:
             raise ValueError(
                 f"embed_dim ({self.embed_dim}) must be divisible by attention_heads "
@@ -44,8 +47,9 @@ class NetworkConfig:
 
     @property
     def action_sizes(self) -> tuple[int, ...]:
-        """Per-agent MultiDiscrete action: x force, y force, z torque, grab, lock."""
-        return (self.move_bins, self.move_bins, self.move_bins, 2, 2)
+        """Per-agent MultiDiscrete action (the contract's heads): x force, y force, z torque, grab,
+        lock."""
+        return contract.action_nvec(self.move_bins)
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""The observation contract between the env and the networks, and its validation.
+"""The observation layout as the networks consume it, and its validation.
 
+Key names, masks and their meaning are the env's contract (`hns_train/envs/contract.py`).
 Observations are dicts of float arrays keyed as in spec §5 (shapes without batch dims):
 
     observation_self (10,)   lidar (R,)
@@ -24,32 +25,22 @@ from typing import Any
 
 import numpy as np
 
-SELF_KEY = "observation_self"
-LIDAR_KEY = "lidar"
-
-
-@dataclass(frozen=True)
-class EntityType:
-    name: str
-    key: str  # (N, D) feature rows
-    visible_mask: str  # (N,) what the agent sees: the policy's attention mask
-    exists_mask: str  # (N,) what exists: the value function's attention mask
-
-
-ENTITY_TYPES = (
-    EntityType("agents", "agent_qpos_qvel", "mask_aa_obs", "mask_aa_obs_spoof"),
-    EntityType("boxes", "box_obs", "mask_ab_obs", "mask_ab_obs_spoof"),
-    EntityType("ramps", "ramp_obs", "mask_ar_obs", "mask_ar_obs_spoof"),
+from hns_train.envs.contract import (  # noqa: F401  (SELF_KEY, LIDAR_KEY, is_mask_key re-exported)
+    ENTITY_KEYS,
+    LIDAR_KEY,
+    SELF_KEY,
+    EntityKeys,
+    is_mask_key,
 )
+
+# the keys are the env's contract (hns_train/envs/contract.py); these names are its
+EntityType = EntityKeys
+ENTITY_TYPES = ENTITY_KEYS
 
 KNOWN_KEYS = frozenset(
     [SELF_KEY, LIDAR_KEY]
     + [k for e in ENTITY_TYPES for k in (e.key, e.visible_mask, e.exists_mask)]
 )
-
-
-def is_mask_key(key: str) -> bool:
-    return key.startswith("mask_")
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,14 @@
 """Built-in fixed opponents: teams that act without a network, on the env's action layout.
 
-Action layout per agent (int64, 5 columns): x force bin, y force bin, z torque bin (each in
-[0, action_bins), middle bin = zero force), grab (0/1), lock (0/1). Default `action_bins` = 11,
-as `GameConfig.action_bins`.
+The action layout (5 int64 columns: x force, y force, z torque bins in [0, action_bins), grab,
+lock; the no-op) is the contract's, `hns_train/envs/contract.py`; `action_nvec`, `noop_action`,
+`ACTION_BINS` and `N_ACTION_DIMS` here are its, as arrays.
 
 Each opponent is a function `(obs, rng, action_bins=11) -> actions (B, 5)` where `obs` is a
 (B, ...) batch dict of the controlled agents' observations (only its batch size is used) and
 `rng` a `numpy.random.Generator`:
 - `random_actions`: every column uniformly over its range (the untrained policy's behaviour);
-- `noop_actions`: bins (5, 5, 5), grab 0, lock 0 (a team that stands still).
+- `noop_actions`: the contract's no-op (middle bins, no grab, no lock: a team that stands still).
 `FIXED_OPPONENTS` maps the pool's names ("random", "noop") to them.
 """
 
@@ -18,27 +18,26 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-ACTION_BINS = 11
-N_ACTION_DIMS = 5
+from hns_train.envs import contract
+
+ACTION_BINS = contract.DEFAULT_ACTION_BINS
+N_ACTION_DIMS = contract.N_ACTION_DIMS
 
 
 def action_nvec(action_bins: int = ACTION_BINS) -> np.ndarray:
     """Sizes of the 5 action columns: (bins, bins, bins, 2, 2)."""
-    if action_bins < 3 or action_bins % 2 == 0:
-        raise ValueError(f"action_bins must be odd and >= 3 (middle bin = 0), got {action_bins}")
-    return np.array([action_bins] * 3 + [2, 2], dtype=np.int64)
+    return np.array(contract.action_nvec(action_bins), dtype=contract.ACTION_DTYPE)
 
 
 def noop_action(action_bins: int = ACTION_BINS) -> np.ndarray:
     """(5,) the no-op: middle force and torque bins, no grab, no lock."""
-    action_nvec(action_bins)
-    return np.array([action_bins // 2] * 3 + [0, 0], dtype=np.int64)
+    return np.array(contract.noop_action(action_bins), dtype=contract.ACTION_DTYPE)
 
 
 def batch_size(obs: Mapping[str, np.ndarray]) -> int:
-    if "observation_self" not in obs:
-        raise ValueError(f"observation batch needs 'observation_self'; got keys {sorted(obs)}")
-    shape = np.shape(obs["observation_self"])
+    if contract.SELF_KEY not in obs:
+        raise ValueError(f"observation batch needs '{contract.SELF_KEY}'; got keys {sorted(obs)}")
+    shape = np.shape(obs[contract.SELF_KEY])
     if len(shape) != 2:
         raise ValueError(f"observation_self must have shape (B, D), got {shape}")
     return int(shape[0])

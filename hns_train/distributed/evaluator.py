@@ -58,8 +58,8 @@ from hns_train.distributed.controllers import pool_dir
 from hns_train.distributed.params import arrays_to_state_dict
 from hns_train.distributed.streams import ParamSubscriber
 from hns_train.distributed.worker import Worker, WorkerSpec
+from hns_train.envs.contract import observation_shapes
 from hns_train.envs.game import HideAndSeekGame
-from hns_train.envs.observations import observation_shapes
 from hns_train.eval.matches import PolicyController, play_matches
 from hns_train.eval.play import SEEKER_ONLY, MatchRecording, label, named_controller, team_metadata
 from hns_train.eval.ratings import Ratings

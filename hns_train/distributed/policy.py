@@ -23,7 +23,7 @@ from hns_train.distributed import controllers
 from hns_train.distributed.params import arrays_to_state_dict, resolve_device
 from hns_train.distributed.streams import InferenceServer, ParamSubscriber
 from hns_train.distributed.worker import Worker, WorkerSpec
-from hns_train.envs.observations import observation_shapes
+from hns_train.envs.contract import observation_shapes
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from hns_train.distributed.controllers import pool_dir
 from hns_train.distributed.params import resolve_device, state_dict_to_arrays
 from hns_train.distributed.streams import ParamPublisher, SampleReceiver
 from hns_train.distributed.worker import Worker, WorkerSpec
-from hns_train.envs.observations import observation_shapes
+from hns_train.envs.contract import observation_shapes
 
 log = logging.getLogger(__name__)
 MAX_RECV_PER_STEP = 64

@@ -5,6 +5,8 @@
 - `HideAndSeekGame`: W worlds stepped in lockstep with array observations (`game.py`).
 - `VectorGame`: N worlds with automatic reset for actors (`vector.py`), returning `VectorStep`.
 - `make_config`, `GameConfig`, `PRESETS`: every number of the spec as a named parameter.
+- `contract` (`hns_train.envs.contract`): the action and observation layout (heads, bins,
+  no-op, keys, shapes, dtypes, masks, column meanings) that every consumer reads.
 
 Importing this package on a machine without a display selects MuJoCo's headless EGL backend
 (`MUJOCO_GL=egl`) unless `MUJOCO_GL` is already set, so offscreen rendering works out of the box;

@@ -28,13 +28,16 @@ MjData per world); `datas[w]` is a `WorldState` of views into them for the lock/
 identity frame, so its position is body_pos + qpos[xyz] (bit-identical to `mj_kinematics`) and
 its orientation the yaw quaternion; this spares a `mj_kinematics` or `mj_fwdPosition` per world.
 
-Per-step cost at one world is Python calls, not arithmetic, so the step keeps their number
-small: entity state is a view of the batch rows (agents then objects, bodies 1..E), per-episode
-tables (who is present, team masks, gather indices for other agents) are built at reset,
-observations are written into fixed buffers (constant parts at reset, lock flags when a lock
-changes), and work that cannot change anything is skipped (no eligible object: no lock or grab
-decision; no seeker off the floor: no surf test). `tests/envs/test_fast_path.py` checks the
-results against the reference functions of rules.py / observations.py / stats.py.
+Per-step cost at one world is Python calls, not arithmetic, so the step makes few of them: the
+work around the physics and the ray call runs as compiled loops (`kernels.py`, numba: action
+checks and controls, poses, ray aims, lidar and sight, rewards and running statistics,
+observations), with trigonometry in numpy. Entity state is a view of the batch rows (agents then
+objects, bodies 1..E), per-episode tables (who is present, team masks, gather indices for other
+agents) are built at reset, observations are written into fixed buffers (constant parts at
+reset, lock flags when a lock changes), and work that cannot change anything is skipped (no
+eligible object: no lock or grab decision; no seeker off the floor: no surf test).
+`tests/envs/test_fast_path.py` checks the results against the reference functions of
+rules.py / observations.py / stats.py and against rays cast from numpy-built directions.
 
 Seeding: world w draws its layouts from its own generator, seeded from `seed` (or from the seed
 given to `reset` for that world); physics is deterministic, so equal seeds give equal episodes.
@@ -57,6 +60,8 @@ import mujoco
 import mujoco.batch
 import numpy as np
 
+from hns_train.envs import contract as C
+from hns_train.envs import kernels as K
 from hns_train.envs import observations as O
 from hns_train.envs import rules
 from hns_train.envs.config import GameConfig
@@ -121,9 +126,14 @@ class HideAndSeekGame:
         self.lockable = np.array(
             [cfg.boxes_lockable] * cfg.max_boxes + [cfg.ramps_lockable] * cfg.n_ramps, dtype=bool
         )
-        self.ctrl_levels = np.linspace(-cfg.max_ctrl, cfg.max_ctrl, cfg.action_bins)
-        self.action_nvec = np.array([cfg.action_bins] * 3 + [2, 2])
-        self.noop = np.array([cfg.action_bins // 2] * 3 + [0, 0])
+        self.ctrl_levels = C.control_levels(cfg.action_bins, cfg.max_ctrl)
+        self.action_nvec = np.array(C.action_nvec(cfg.action_bins))
+        self.noop = np.array(C.noop_action(cfg.action_bins))
+        self._action_shape = (W, A, C.N_ACTION_DIMS)
+        self._prep_steps = cfg.prep_steps
+        # box surfing needs a seeker lifted off the floor (stats.box_surfing's height test)
+        self._lift_z = cfg.agent_radius + SURF_LIFT
+        self._hiders_seen = np.zeros(W, dtype=bool)
         angles = 2 * np.pi * np.arange(cfg.n_lidar) / cfg.n_lidar
         self.lidar_dirs = np.stack([np.cos(angles), np.sin(angles), np.zeros_like(angles)], -1)
 
@@ -149,10 +159,12 @@ class HideAndSeekGame:
         self._xquat = np.zeros((W, 1 + E, 4))
         self._xquat[:, :, 0] = 1.0
         self._ent_pos = self._xpos[:, 1:]
-        self._ent_yaw = np.zeros((W, E))
+        # each entity's yaw and half yaw, and their cos / sin: one numpy call each for all
+        self._angles = np.zeros((2, W, E))
+        self._cos2, self._sin2 = np.zeros((2, W, E)), np.zeros((2, W, E))
+        self._ent_yaw = self._angles[0]
         self._ent_vel = np.zeros((W, E, 4))
-        self._ent_cos = np.zeros((W, E))  # cos / sin of each entity's yaw
-        self._ent_sin = np.zeros((W, E))
+        self._ent_cos, self._ent_sin = self._cos2[0], self._sin2[0]
         self._front = np.zeros((W, A, 1, 2))  # agents' facing directions (rules.in_vision_cone)
         self._cos_half_angle = np.cos(cfg.vision_half_angle)
         self.entity_centre = np.zeros((W, E, 3))  # main geom centres: what vision rays aim at
@@ -168,15 +180,12 @@ class HideAndSeekGame:
         self.sees_agent, self.sees_object = self._sees[:, :, :A], self._sees[:, :, A:]
         self.stats = EpisodeStats(W, cfg.max_boxes, Ob)
         self.obs = {
-            k: np.zeros((W, A, *s), dtype=np.float32) for k, s in O.observation_shapes(cfg).items()
+            k: np.zeros((W, A, *s), dtype=C.OBS_DTYPE) for k, s in C.observation_shapes(cfg).items()
         }
         # observation_self rows with a trailing zero row: agent_qpos_qvel gathers from it
-        self._self_rows = np.zeros((W * A + 1, O.SELF_DIM), dtype=np.float32)
-        self.obs["observation_self"] = self._self_rows[:-1].reshape(W, A, O.SELF_DIM)
-        self._agent_vec = np.zeros((W, A, O.SELF_DIM))  # float64 rows before the cast
-        self._agent_vec[:, :, 8] = self.is_hider
-        self._object_rows = np.zeros((W, Ob, O.OBJECT_BASE_DIM))
-        self._wrap = np.zeros((W, A))
+        self._self_rows = np.zeros((W * A + 1, C.SELF_DIM), dtype=C.OBS_DTYPE)
+        self.obs[C.SELF_KEY] = self._self_rows[:-1].reshape(W, A, C.SELF_DIM)
+        self._cone = np.zeros((W, A, E), dtype=bool)  # entity inside each agent's vision cone
         self._ent_tables(np.arange(W))
 
     # ------------------------------------------------------------------ public API
@@ -257,13 +266,9 @@ class HideAndSeekGame:
         """
         if self.batch is None:
             raise RuntimeError("call reset() before step()")
-        actions = self.check_actions(actions)
-        self._pull_live()
+        self._pull_live()  # first: the live MjData's state holds controls, which come next
+        actions = self._prepare_actions(actions)
         cfg = self.cfg
-        in_prep = self.t < cfg.prep_steps
-        idle = (in_prep[:, None] & self._is_seeker) | self._absent
-        if idle.any():
-            actions = np.where(idle[..., None], self.noop, actions)
 
         # Locks and grabs need an eligible object: seen on the previous step (sees_object holds
         # only present pairs) and within reach. Without one, locks stay as they are and every
@@ -271,35 +276,41 @@ class HideAndSeekGame:
         # The box of an object lies within |half| of its body origin, which lies |geom offset|
         # from the centre the rays measured: farther than that plus the grab range, the box
         # is out of reach (`_reach_sq`), and the exact distance is not needed.
-        eligible = None
-        if (self.sees_object & (self._sq_reach <= self._reach_sq)).any():
-            dist = rules.obb_distance(self.agent_pos, self.object_pos, self.object_yaw, self.half)
-            eligible = self.sees_object & (dist <= cfg.grab_range)
-            if not eligible.any():
-                eligible = None
-        if eligible is not None:
-            locked, lock_team, lock_agent = rules.update_locks(
+        work = K.grab_work(self.sees_object, self._sq_reach, self._reach_sq, self.grabbed)
+        if work == 1:
+            locked, lock_team = np.empty_like(self.locked), np.empty_like(self.lock_team)
+            lock_agent, grabbed = np.empty_like(self.lock_agent), np.empty_like(self.grabbed)
+            changed = K.decide_locks_and_grabs(
+                self.agent_pos,
+                self.object_pos,
+                self.object_yaw_cos,
+                self.object_yaw_sin,
+                self.half,
+                self.sees_object,
+                cfg.grab_range,
+                actions,
+                self.team,
+                self.lockable,
+                rules.NO_TEAM,
                 self.locked,
                 self.lock_team,
                 self.lock_agent,
-                eligible,
-                actions[..., 4],
-                self.team,
-                self.lockable,
+                self.grabbed,
+                locked,
+                lock_team,
+                lock_agent,
+                grabbed,
             )
-            changed = (locked != self.locked).any()
-            if changed:
+            if changed & 1:
                 self._apply_locks(locked)
             self.locked, self.lock_team, self.lock_agent = locked, lock_team, lock_agent
-            if changed:
+            if changed & 1:
                 self._write_lock_flags()
-            self._apply_grabs(rules.choose_grabs(actions[..., 3], eligible, dist))
-        elif self.grabbed.max() >= 0:
+            if changed & 2:
+                self._apply_grabs(grabbed)
+        elif work:  # nothing within reach, something held: every grab ends
             self._apply_grabs(np.full_like(self.grabbed, -1))
 
-        self._ctrl[:, self._ctrl_adr] = self.ctrl_levels[actions[..., :3]].reshape(
-            self.n_worlds, -1
-        )
         self.batch.step(nstep=cfg.substeps)
         if (self._bad_counts != self._bad_seen).any():
             self._report_physics()
@@ -307,12 +318,56 @@ class HideAndSeekGame:
 
         self._read_state()
         self._cast_rays(self._all_worlds)
-        reward, hiders_seen = self._rewards(in_prep)
-        self.t += 1
-        self._stats_step(in_prep, reward, hiders_seen)
-        truncated = self.t >= cfg.horizon
+        reward = np.empty((self.n_worlds, self.n_agents), dtype=np.float32)
+        truncated = np.empty(self.n_worlds, dtype=bool)
+        hiders, seekers = self._team_masks
+        stats = self.stats
+        flags = K.rewards_and_stats(
+            self.t,
+            self._prep_steps,
+            cfg.horizon,
+            self._lift_z,
+            self._seeker_present,
+            self._sees,
+            self._seeker_sees_hider,
+            self._team_sign_hidden,
+            self._team_sign_seen,
+            self._ent_pos,
+            cfg.oob_low,
+            cfg.oob_high,
+            cfg.oob_penalty,
+            cfg.penalise_objects_oob and self.n_objects > 0,
+            self.object_present,
+            self.agent_present,
+            *hiders,
+            *seekers,
+            stats.returns,
+            stats.play_steps,
+            stats.hidden_steps,
+            reward,
+            self._hiders_seen,
+            truncated,
+        )
+        if flags & K.LIFTED:  # a seeker off the floor: box surfing is possible
+            stats.add_surfing(
+                self.t - 1 < self._prep_steps,
+                self.is_hider,
+                self.agent_present,
+                self.agent_pos,
+                self.object_pos,
+                self.object_yaw,
+                self.object_vel,
+                self.half,
+                self.object_present,
+                self.grabbed,
+                cfg.agent_radius,
+            )
+        if flags & K.PREP_END:
+            stats.mark_prep_end(
+                self.t, self._prep_steps, self.object_pos[..., :2], self.object_present, self.locked
+            )
         infos: list[dict] = [{} for _ in range(self.n_worlds)]
-        if truncated.any():
+        if flags & K.TRUNCATED:
             done = np.flatnonzero(truncated)
             finished = self.stats.finish(
                 done, self.object_pos[..., :2], self.object_present, self.locked
@@ -322,46 +377,28 @@ class HideAndSeekGame:
         self._observe()
         return self.obs, reward, truncated, infos
 
-    def _rewards(self, in_prep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`rules.rewards` with the per-episode masks precomputed (same numbers)."""
-        cfg = self.cfg
-        seen = (self.sees_agent & self._seeker_sees_hider).any(axis=(1, 2))
-        r = np.where(seen[:, None], self._team_sign_seen, self._team_sign_hidden)
-        xy = self._ent_pos[..., :2]
-        out = ((xy < cfg.oob_low) | (xy > cfg.oob_high)).any(axis=-1)  # (W, E)
-        penalised = out[:, : self.n_agents]
-        if cfg.penalise_objects_oob and self.n_objects:
-            bad = (out[:, self.n_agents :] & self.object_present).any(axis=1)
-            penalised = penalised | bad[:, None]
-        if penalised.any():
-            r = np.where(penalised, cfg.oob_penalty, r)
-        r = np.where(self.agent_present & ~in_prep[:, None], r, 0.0)
-        return r.astype(np.float32), seen
-
-    def _stats_step(self, in_prep, reward, hiders_seen) -> None:
-        cfg = self.cfg
-        # box surfing needs a seeker lifted off the floor (stats.box_surfing's height test)
-        lifted = self._seeker_present & (self.agent_pos[..., 2] >= cfg.agent_radius + SURF_LIFT)
-        self.stats.step(
+    def _prepare_actions(self, actions) -> np.ndarray:
+        """Checked (W, A, 5) int64 actions with the no-op where agents are idle (seekers during
+        preparation, absent agents), and their controls written to the batch."""
+        actions = np.asarray(actions)
+        if actions.dtype != np.int64 or actions.shape != self._action_shape:
+            actions = self.check_actions(actions)
+        actions = actions.copy()  # the no-ops are written in place; the caller's array stays
+        ok = K.prepare_actions(
+            actions,
+            self.action_nvec,
+            self.noop,
             self.t,
-            cfg.prep_steps,
-            in_prep,
-            reward,
-            self.is_hider,
-            self.agent_present,
-            hiders_seen,
-            self.object_pos[..., :2],
-            self.object_present,
-            self.locked,
-            agent_pos=self.agent_pos if lifted.any() else None,
-            object_pos=self.object_pos,
-            object_yaw=self.object_yaw,
-            object_vel=self.object_vel,
-            half=self.half,
-            grabbed=self.grabbed,
-            agent_radius=cfg.agent_radius,
-            team_masks=self._team_masks,
+            self._prep_steps,
+            self._is_seeker[0],
+            self._absent,
+            self.ctrl_levels,
+            self._ctrl,
+            self._ctrl_adr,
         )
+        if not ok:
+            self.check_actions(actions)  # raises, naming the action out of range
+        return actions
 
     def check_actions(self, actions) -> np.ndarray:
         actions = np.asarray(actions)
@@ -534,7 +571,6 @@ class HideAndSeekGame:
         not_self[np.arange(A), np.arange(A)] = False
         ent_present = np.concatenate([ap, op], axis=1)
         self._pair_ok = ap[:, :, None] & ent_present[:, None, :] & not_self
-        self._lidar_scale = ap[..., None].astype(float)
         sign = np.where(self.is_hider, 1.0, -1.0)[None, :]
         self._team_sign_hidden, self._team_sign_seen = sign, -sign
         self._team_masks = [
@@ -555,81 +591,80 @@ class HideAndSeekGame:
         obs = self.obs
         for key in obs:
             obs[key][worlds] = 0.0
-        obs["mask_aa_obs_spoof"][worlds] = valid[worlds]
-        obs["mask_ab_obs_spoof"][worlds] = present[worlds, :, :nb]
-        obs["mask_ar_obs_spoof"][worlds] = present[worlds, :, nb:]
-        if self.cfg.box_size_obs:
+        agents, boxes, ramps = C.ENTITY_KEYS
+        obs[agents.exists_mask][worlds] = valid[worlds]
+        obs[boxes.exists_mask][worlds] = present[worlds, :, :nb]
+        obs[ramps.exists_mask][worlds] = present[worlds, :, nb:]
+        size_cols = C.box_columns(self.cfg).size
+        if size_cols is not None:
             size = np.broadcast_to(self.box_size[worlds][:, None], (len(worlds), A, nb, 3))
-            obs["box_obs"][worlds, :, :, 9:12] = np.where(present[worlds, :, :nb, None], size, 0)
+            obs[C.BOXES_KEY][worlds, :, :, size_cols] = np.where(
+                present[worlds, :, :nb, None], size, 0
+            )
 
     def _write_lock_flags(self) -> None:
         """Lock flags in box_obs / ramp_obs (only when a lock changed: they are state)."""
         cfg, nb = self.cfg, self.cfg.max_boxes
         flags = O.lock_flags(self.lock_agent, self.lock_team, self.locked, self.team)
-        if cfg.boxes_lockable:
-            col = O.OBJECT_BASE_DIM + 3 * cfg.box_size_obs
-            box = self.obs["box_obs"][..., col : col + 3]
+        box_lock, ramp_lock = C.box_columns(cfg).lock, C.ramp_columns(cfg).lock
+        if box_lock is not None:
+            box = self.obs[C.BOXES_KEY][..., box_lock]
             np.copyto(box, flags[:, :, :nb], where=self._box_live)
-        if cfg.ramps_lockable:
-            col = O.ramp_dim(cfg) - 3
-            ramp = self.obs["ramp_obs"][..., col : col + 3]
+        if ramp_lock is not None:
+            ramp = self.obs[C.RAMPS_KEY][..., ramp_lock]
             np.copyto(ramp, flags[:, :, nb:], where=self._ramp_live)
 
     def _kinematics(self, worlds=None) -> None:
         """Poses of agents and objects from qpos (see the module docstring), every world."""
-        q = self._ent_q
-        yaw = self._ent_yaw
-        np.add(self._body_pos, q[..., :3], out=self._ent_pos)
-        np.copyto(yaw, q[..., 3])
-        np.cos(yaw, out=self._ent_cos)
-        np.sin(yaw, out=self._ent_sin)
-        A = self.n_agents
-        self._front[:, :, 0, 0] = self._ent_sin[:, :A]  # an agent faces (sin yaw, -cos yaw)
-        np.negative(self._ent_cos[:, :A], out=self._front[:, :, 0, 1])
-        half_yaw = 0.5 * yaw
-        xquat = self._xquat[:, 1:]
-        c = np.cos(half_yaw, out=xquat[..., 0])
-        s = np.sin(half_yaw, out=xquat[..., 3])
-        rot = self._rot  # mju_quat2Mat of (c, 0, 0, s): cos = c^2 - s^2, sin = 2cs
-        np.subtract(c * c, s * s, out=rot[..., 0])
-        np.multiply(2.0 * c, s, out=rot[..., 1])
-        rot[..., 2] = rot[..., 0]
-        # geom centre = pos + R g: x += cos g_x - sin g_y, y += sin g_x + cos g_y, z += g_z
-        turned = rot[..., :2] * self._geom_xy_a
-        turned += rot[..., 1:] * self._geom_xy_b
-        np.add(self._ent_pos[..., :2], turned, out=self.entity_centre[..., :2])
-        np.add(self._ent_pos[..., 2], self._geom_pos[..., 2], out=self.entity_centre[..., 2])
+        K.yaw_angles(self._ent_q, self._angles)
+        np.cos(self._angles, out=self._cos2)
+        np.sin(self._angles, out=self._sin2)
+        # the yaw quaternion (cos, 0, 0, sin of half the yaw), its rotation (mju_quat2Mat:
+        # cos = c^2 - s^2, sin = 2cs) and geom centres = pos + R g
+        K.kinematics(
+            self._ent_q,
+            self._ent_qd,
+            self._body_pos,
+            self._geom_xy_a,
+            self._geom_xy_b,
+            self._geom_pos[..., 2],
+            self._cos2,
+            self._sin2,
+            self._xquat[:, 1:],
+            self._ent_pos,
+            self._ent_vel,
+            self._front,
+            self._rot,
+            self.entity_centre,
+        )
 
     def _read_state(self, worlds=None) -> None:
         """Entity state from the batch rows, for every world (unchanged worlds read the same
         numbers again; reading all is cheaper than gathering some)."""
         self._pull_live()
         self._kinematics()
-        np.copyto(self._ent_vel, self._ent_qd)
 
     def _cast_rays(self, worlds) -> None:
         """Lidar and line of sight for the given worlds: one batched ray call for all of them."""
         cfg = self.cfg
-        if worlds is not self._all_worlds:
-            worlds = np.unique(worlds)  # the batch takes sorted ids; results stored by world
-        A, L, nray = self.n_agents, cfg.n_lidar, self._nray
-        n = len(worlds)
-        full = n == self.n_worlds
-        ws = slice(None) if full else worlds
-        targets = self.entity_centre[ws]  # (n, E, 3)
-        origin = self.agent_pos[ws]  # (n, A, 3)
-        to = targets[:, None, :, :] - origin[:, :, None, :]  # (n, A, E, 3)
-        cone = rules.cone_from_front(to, self._front[ws], self._cos_half_angle)
-        sq = (to * to).sum(-1, keepdims=True)
-        self._sq_reach[ws] = sq[..., A:, 0]  # squared distance agent -> object centre
-        to /= np.maximum(np.sqrt(sq), 1e-9)
-        # an agent's ray towards itself has no direction (mj_ray rejects it): cast it upwards and
-        # count it as unseen below
-        to[:, self._self_target[0], self._self_target[1]] = (0.0, 0.0, 1.0)
-        vec = self._ray_vec if full else self._ray_vec[worlds]
-        vec[:, :, L:] = to
+        full = worlds is self._all_worlds
+        if not full:
+            worlds = np.unique(np.asarray(worlds, dtype=np.int64))  # the batch takes sorted ids
+            full = len(worlds) == self.n_worlds
+        L = cfg.n_lidar
+        K.aim_rays(
+            worlds,
+            self.entity_centre,
+            self.agent_pos,
+            self._front,
+            self._cos_half_angle,
+            L,
+            self._sq_reach,
+            self._ray_vec,
+            self._ray_pnt,
+            self._cone,
+        )
         if full and self._ray_c is not None:
-            self._ray_pnt[...] = origin[:, :, None, :]
             dist, geomid = self._ray_dist, self._ray_geom
             nfail = self._ray_c(
                 None,
@@ -645,21 +680,29 @@ class HideAndSeekGame:
             if nfail:
                 raise RuntimeError(f"mujoco.batch ray failed in {nfail} worlds")
         else:
-            pnt = np.repeat(origin, nray, axis=1)  # (n, A * nray, 3): an agent's rays in a row
+            n = len(worlds)
             dist, geomid = self.batch.ray(
-                pnt,
-                vec.reshape(n, -1, 3),
+                self._ray_pnt_rows[worlds] if not full else self._ray_pnt_rows,
+                self._ray_vec_rows[worlds] if not full else self._ray_vec_rows,
                 self._ray_groups,
                 True,
                 self._ray_exclude[:n],
                 ids=None if full else worlds,
             )
-        dist = dist.reshape(n, A, nray)
-        geomid = geomid.reshape(n, A, nray)
-        lidar = np.where(geomid[..., :L] >= 0, dist[..., :L], cfg.lidar_range)
-        self.lidar[ws] = np.minimum(lidar, cfg.lidar_range) * self._lidar_scale[ws]
-        line_of_sight = self._hit_body[geomid[..., L:]] == self._ray_target_body
-        self._sees[ws] = line_of_sight & cone & self._pair_ok[ws]
+        K.read_rays(
+            worlds,
+            dist,
+            geomid,
+            L,
+            cfg.lidar_range,
+            self.agent_present,
+            self._hit_body,
+            self._ray_target_body,
+            self._cone,
+            self._pair_ok,
+            self.lidar,
+            self._sees,
+        )
 
     def data_geom_centres(self, w: int) -> np.ndarray:
         """(A+Ob, 3) centre of each entity's main geom: the point vision rays aim at."""
@@ -692,38 +735,39 @@ class HideAndSeekGame:
         self.grabbed = grabbed
 
     def _observe(self, worlds=None) -> None:
-        """Observations of every world from the current state (see observations.py for the
-        layout; `observations.assemble` is the reference these writes must equal). Constant
-        parts (presence masks, box sizes) are written at reset, lock flags when locks change;
-        rows of absent entities stay zero."""
-        cfg, obs = self.cfg, self.obs
-        vec = self._agent_vec  # (W, A, 10) float64, is_hider column preset
-        vec[..., 0:3] = self.agent_pos
-        O.wrap_yaw(self.agent_yaw, out=self._wrap)
-        vec[..., 3] = self._wrap
-        vec[..., 4:8] = self.agent_vel
-        if cfg.prep_steps:
-            vec[..., 9] = np.minimum(1.0, self.t / cfg.prep_steps)[:, None]
-        else:
-            vec[..., 9] = 1.0
-        np.copyto(obs["observation_self"], vec, where=self._agent_live)
-        np.take(self._self_rows, self._other_rows, axis=0, out=obs["agent_qpos_qvel"], mode="clip")
-        obs["mask_aa_obs"][...] = np.take(self._sees_flat, self._other_sees, mode="clip")
-        rows = self._object_rows  # (W, Ob, 9): every observer sees the same numbers
-        rows[..., 0:3] = self.object_pos
-        rows[..., 3] = self.object_yaw_cos
-        rows[..., 4] = self.object_yaw_sin
-        rows[..., 5:9] = self.object_vel
-        nb, base = cfg.max_boxes, O.OBJECT_BASE_DIM
-        if nb:
-            box = obs["box_obs"][..., :base]
-            np.copyto(box, rows[:, None, :nb], where=self._box_live)
-            obs["mask_ab_obs"][...] = self.sees_object[:, :, :nb]
-        if cfg.n_ramps:
-            ramp = obs["ramp_obs"][..., :base]
-            np.copyto(ramp, rows[:, None, nb:], where=self._ramp_live)
-            obs["mask_ar_obs"][...] = self.sees_object[:, :, nb:]
-        obs["lidar"][...] = self.lidar
+        """Observations of every world from the current state (see contract.py for the layout;
+        `observations.assemble` is the reference these writes must equal). Constant parts
+        (presence masks, box sizes) are written at reset, lock flags when locks change; rows of
+        absent entities stay zero."""
+        obs = self.obs
+        agents, boxes, ramps = C.ENTITY_KEYS
+        K.observe(
+            self.t,
+            self._prep_steps,
+            self._ent_pos,
+            self.agent_yaw,
+            self._ent_vel,
+            self._ent_cos,
+            self._ent_sin,
+            self.agent_present,
+            self.is_hider,
+            self._self_rows,
+            self._other_rows,
+            self._sees_flat,
+            self._other_sees,
+            self._box_live,
+            self._ramp_live,
+            self._sees,
+            self.lidar,
+            obs[C.SELF_KEY],
+            obs[agents.key],
+            obs[agents.visible_mask],
+            obs[boxes.key],
+            obs[boxes.visible_mask],
+            obs[ramps.key],
+            obs[ramps.visible_mask],
+            obs[C.LIDAR_KEY],
+        )
 
     @property
     def object_yaw_cos(self) -> np.ndarray:

@@ -1,17 +1,13 @@
-"""Per-agent observations (spec §5): shapes, gymnasium spaces, and assembly over a batch.
+"""Per-agent observations (spec §5): gymnasium spaces and the reference assembly over a batch.
+
+Keys, shapes, dtypes and column meanings are the contract's (`contract.py`), re-exported here.
 
 All arrays are float32 with a leading (W, A) world x agent layout. Entity rows have fixed
 maximum counts per preset; masks say which rows are visible (`mask_*_obs`: vision cone and line
 of sight) or exist this episode (`mask_*_obs_spoof`, for the omniscient critic). Rows of absent
 entities and of absent agents are zero.
 
-Per-agent 10-vector (observation_self, and each row of agent_qpos_qvel): centre x, y, z; yaw
-wrapped to [-pi, pi); vx, vy, vz; yaw rate; is_hider; prep_progress = min(1, t / prep_steps).
 Other agents appear in the order i-1, i-2, ... (mod the number of agents present).
-Object rows: centre x, y, z, cos yaw, sin yaw, vx, vy, vz, yaw rate, then the full size (x, y, z)
-when `box_size_obs`, then locked-by-me, locked-by-my-team, locked when the object can be locked.
-Ramp rows carry 3 zero pads in place of the size when boxes carry sizes and ramps lock, so box
-and ramp rows line up as in the original.
 """
 
 from __future__ import annotations
@@ -20,52 +16,25 @@ import numpy as np
 from gymnasium import spaces
 
 from hns_train.envs.config import GameConfig
-
-MASK_KEYS = (
-    "mask_aa_obs",
-    "mask_ab_obs",
-    "mask_ar_obs",
-    "mask_aa_obs_spoof",
-    "mask_ab_obs_spoof",
-    "mask_ar_obs_spoof",
+from hns_train.envs.contract import (  # noqa: F401  (re-exported: the layout lives in contract.py)
+    LIDAR_KEY,
+    MASK_KEYS,
+    OBJECT_BASE_DIM,
+    OBS_DTYPE,
+    SELF_DIM,
+    box_dim,
+    observation_shapes,
+    ramp_dim,
 )
-SELF_DIM = 10
-OBJECT_BASE_DIM = 9
-
-
-def box_dim(cfg: GameConfig) -> int:
-    return OBJECT_BASE_DIM + 3 * cfg.box_size_obs + 3 * cfg.boxes_lockable
-
-
-def ramp_dim(cfg: GameConfig) -> int:
-    pads = 3 if (cfg.box_size_obs and cfg.ramps_lockable) else 0
-    return OBJECT_BASE_DIM + pads + 3 * cfg.ramps_lockable
-
-
-def observation_shapes(cfg: GameConfig) -> dict[str, tuple[int, ...]]:
-    na, nb, nr = cfg.max_agents - 1, cfg.max_boxes, cfg.n_ramps
-    return {
-        "observation_self": (SELF_DIM,),
-        "agent_qpos_qvel": (na, SELF_DIM),
-        "box_obs": (nb, box_dim(cfg)),
-        "ramp_obs": (nr, ramp_dim(cfg)),
-        "lidar": (cfg.n_lidar,),
-        "mask_aa_obs": (na,),
-        "mask_ab_obs": (nb,),
-        "mask_ar_obs": (nr,),
-        "mask_aa_obs_spoof": (na,),
-        "mask_ab_obs_spoof": (nb,),
-        "mask_ar_obs_spoof": (nr,),
-    }
 
 
 def observation_space(cfg: GameConfig) -> spaces.Dict:
     def box(key, shape):
         if key in MASK_KEYS:
-            return spaces.Box(0.0, 1.0, shape, np.float32)
-        if key == "lidar":
-            return spaces.Box(0.0, cfg.lidar_range, shape, np.float32)
-        return spaces.Box(-np.inf, np.inf, shape, np.float32)
+            return spaces.Box(0.0, 1.0, shape, OBS_DTYPE)
+        if key == LIDAR_KEY:
+            return spaces.Box(0.0, cfg.lidar_range, shape, OBS_DTYPE)
+        return spaces.Box(-np.inf, np.inf, shape, OBS_DTYPE)
 
     return spaces.Dict({k: box(k, s) for k, s in observation_shapes(cfg).items()})
 

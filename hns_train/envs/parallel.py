@@ -318,8 +318,18 @@ class HideAndSeekParallelEnv(ParallelEnv):
                 f"{self.agents} needs an action"
             )
         batch = np.broadcast_to(self.game.noop, (1, self.game.n_agents, 5)).copy()
+        nvec = self.game.action_nvec
         for agent, action in actions.items():
-            batch[0, self._slot[agent]] = self._check_action(agent, action)
+            # int64 arrays of the right shape (what action_space.sample() gives) go in as they
+            # are and are range-checked together below; anything else is checked one by one
+            if not (
+                type(action) is np.ndarray and action.dtype == np.int64 and action.shape == (5,)
+            ):
+                action = self._check_action(agent, action)
+            batch[0, self._slot[agent]] = action
+        if ((batch < 0) | (batch >= nvec)).any():
+            for agent, action in actions.items():
+                self._check_action(agent, action)  # raises, naming the agent
 
         live = self.agents
         obs, reward, truncated, infos = self.game.step(batch)
@@ -369,8 +379,10 @@ class HideAndSeekParallelEnv(ParallelEnv):
 
     def _agent_obs(self, obs, agents=None) -> dict:
         agents = self.agents if agents is None else agents
+        # one copy per key (the game reuses its buffers); each agent gets its rows of it
+        own = {k: v[0].copy() for k, v in obs.items()}
         return {
-            a: self._agent_obs_from(a, {k: v[0, self._slot[a]].copy() for k, v in obs.items()})
+            a: self._agent_obs_from(a, {k: v[self._slot[a]] for k, v in own.items()})
             for a in agents
         }
 

@@ -99,19 +99,19 @@ class EpisodeStats:
         agent_pos: no seeker can surf this step). team_masks: per team (hiders, seekers) the
         (W, A) members present and their count clipped to >= 1, when the caller keeps them."""
         if agent_pos is not None:
-            nb = self.n_boxes
-            surf = box_surfing(
+            self.add_surfing(
+                in_prep,
+                is_hider,
+                agent_present,
                 agent_pos,
-                ~is_hider[None, :] & agent_present,
-                object_pos[:, :nb],
-                object_yaw[:, :nb],
-                object_vel[:, :nb],
-                half[:, :nb],
-                object_present[:, :nb],
+                object_pos,
+                object_yaw,
+                object_vel,
+                half,
+                object_present,
                 grabbed,
                 agent_radius,
             )
-            self.values[:, STAT_KEYS.index("num_box_surf")] += surf & ~in_prep
         if team_masks is None:
             team_masks = [
                 (m, np.maximum(m.sum(1), 1))
@@ -122,6 +122,39 @@ class EpisodeStats:
         play = ~in_prep
         self.play_steps += play
         self.hidden_steps += play & ~hiders_seen
+        self.mark_prep_end(t_after, prep_steps, object_xy, object_present, locked)
+
+    def add_surfing(
+        self,
+        in_prep,
+        is_hider,
+        agent_present,
+        agent_pos,
+        object_pos,
+        object_yaw,
+        object_vel,
+        half,
+        object_present,
+        grabbed,
+        agent_radius,
+    ) -> None:
+        """Count this step's box surfing (`box_surfing`) where the game is past preparation."""
+        nb = self.n_boxes
+        surf = box_surfing(
+            agent_pos,
+            ~is_hider[None, :] & agent_present,
+            object_pos[:, :nb],
+            object_yaw[:, :nb],
+            object_vel[:, :nb],
+            half[:, :nb],
+            object_present[:, :nb],
+            grabbed,
+            agent_radius,
+        )
+        self.values[:, STAT_KEYS.index("num_box_surf")] += surf & ~in_prep
+
+    def mark_prep_end(self, t_after, prep_steps, object_xy, object_present, locked) -> None:
+        """The `_prep` statistics of worlds whose preparation ended with this step."""
         prep_end = np.flatnonzero(t_after == prep_steps)
         if prep_end.size:
             self._snapshot(prep_end, object_xy, object_present, locked, "_prep")

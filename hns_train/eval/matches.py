@@ -44,11 +44,13 @@ from tqdm import tqdm
 
 from hns_train.agents.opponents import ACTION_BINS, fixed_opponent, noop_action
 from hns_train.agents.pool import policy_key
+from hns_train.envs import contract
 
 StepHook = Callable[[Any, np.ndarray | None, np.ndarray | None, list | None], None]
 
-# observation_self / agent_qpos_qvel columns (envs/observations.py)
-POS, YAW, IS_HIDER = slice(0, 2), 3, 8
+# observation_self / agent_qpos_qvel columns (the env's contract)
+_S = contract.SelfColumns
+POS, YAW, IS_HIDER = _S.XY, _S.YAW, _S.IS_HIDER
 
 
 class Controller(Protocol):
@@ -126,9 +128,10 @@ class ScriptedSeeker:
         return None
 
     def act(self, obs, state, episode_start):
-        me = np.asarray(obs["observation_self"], dtype=np.float64)
-        others = np.asarray(obs["agent_qpos_qvel"], dtype=np.float64)  # (n, K, 10)
-        visible = np.asarray(obs["mask_aa_obs"]) > 0.5
+        agents = contract.ENTITY_KEYS[0]
+        me = np.asarray(obs[contract.SELF_KEY], dtype=np.float64)
+        others = np.asarray(obs[agents.key], dtype=np.float64)  # (n, K, SELF_DIM)
+        visible = np.asarray(obs[agents.visible_mask]) > 0.5
         targets = visible & (others[..., IS_HIDER] > 0.5)
         delta = others[..., POS] - me[:, None, POS]
         dist = np.where(targets, np.linalg.norm(delta, axis=-1), np.inf)
@@ -143,7 +146,7 @@ class ScriptedSeeker:
         heading = me[:, YAW] - np.pi / 2
         error = _wrap(np.arctan2(to_target[:, 1], to_target[:, 0]) - heading)
         turn = np.clip(np.round(mid + self.turn_gain * error), 0, 2 * mid)
-        actions[:, 2] = np.where(found, turn, 2 * mid)
+        actions[:, contract.N_MOVE_DIMS - 1] = np.where(found, turn, 2 * mid)
         far = np.linalg.norm(to_centre, axis=1) > self.centre_radius
         close = np.linalg.norm(to_target, axis=1) < self.keep_distance
         chase = np.where(close[:, None], 0.0, to_target)
@@ -221,10 +224,12 @@ def play_matches(
         steps = 0
         truncated = np.zeros(W, dtype=bool)
         while not truncated.all():
-            actions = np.empty((W, A, 5), dtype=np.int64)
+            actions = np.empty((W, A, contract.N_ACTION_DIMS), dtype=contract.ACTION_DTYPE)
             for i, (ctrl, slots) in enumerate(teams):
                 team_act, states[i] = ctrl.act(team_observations(obs, slots), states[i], starts[i])
-                actions[:, slots] = np.asarray(team_act).reshape(W, len(slots), 5)
+                actions[:, slots] = np.asarray(team_act).reshape(
+                    W, len(slots), contract.N_ACTION_DIMS
+                )
                 starts[i] = np.zeros_like(starts[i])
             obs, rewards, truncated, step_infos = game.step(actions)
             steps += 1

@@ -44,7 +44,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from hns_train.envs import rules
+from hns_train.envs import contract, rules
 from hns_train.envs.config import GameConfig, make_config
 from hns_train.envs.layout import Layout, n_wall_slots
 from hns_train.envs.world import (
@@ -83,7 +83,7 @@ FRAME_ARRAYS: dict[str, tuple[str, Callable[[dict], tuple]]] = {
     "sees_object": ("bool", lambda s: (s["n_agents"], s["n_objects"])),
 }
 STEP_ARRAYS: dict[str, tuple[str, Callable[[dict], tuple]]] = {
-    "actions": ("int8", lambda s: (s["n_agents"], 5)),
+    "actions": ("int8", lambda s: (s["n_agents"], contract.N_ACTION_DIMS)),
     "ctrl": ("float64", lambda s: (s["nu"],)),
     "rewards": ("float32", lambda s: (s["n_agents"],)),
 }
@@ -447,13 +447,13 @@ def random_actions(
 ) -> Callable[[dict], np.ndarray]:
     """Uniform movement bins with grab/lock pressed with the given probabilities."""
     rng = np.random.default_rng(seed)
-    nvec = np.array([cfg.action_bins] * 3 + [2, 2])
+    nvec = np.array(contract.action_nvec(cfg.action_bins))
 
     def act(obs: dict) -> np.ndarray:
-        W, A = obs["observation_self"].shape[:2]
-        a = rng.integers(0, nvec, size=(W, A, 5))
-        a[..., 3] = rng.random((W, A)) < p_grab
-        a[..., 4] = rng.random((W, A)) < p_lock
+        W, A = obs[contract.SELF_KEY].shape[:2]
+        a = rng.integers(0, nvec, size=(W, A, contract.N_ACTION_DIMS))
+        a[..., contract.GRAB] = rng.random((W, A)) < p_grab
+        a[..., contract.LOCK] = rng.random((W, A)) < p_lock
         return a
 
     return act
@@ -469,22 +469,25 @@ def object_seeking_actions(
     mid = cfg.action_bins // 2
 
     def act(obs: dict) -> np.ndarray:
-        me = obs["observation_self"]  # (W, A, 10)
+        _, boxes, ramps = contract.ENTITY_KEYS
+        xy_cols = contract.ObjectColumns.XY
+        me = obs[contract.SELF_KEY]  # (W, A, SELF_DIM)
         W, A = me.shape[:2]
-        xy = [obs["box_obs"][..., :2], obs["ramp_obs"][..., :2]]
-        exists = [obs["mask_ab_obs_spoof"], obs["mask_ar_obs_spoof"]]
+        xy = [obs[boxes.key][..., xy_cols], obs[ramps.key][..., xy_cols]]
+        exists = [obs[boxes.exists_mask], obs[ramps.exists_mask]]
         obj_xy = np.concatenate(xy, axis=2)  # (W, A, O, 2)
         obj_ok = np.concatenate(exists, axis=2) > 0
-        delta = obj_xy - me[..., None, :2]
+        delta = obj_xy - me[..., None, contract.SelfColumns.XY]
         dist = np.where(obj_ok, np.linalg.norm(delta, axis=-1), np.inf)
         nearest = np.argmin(dist, axis=-1)
         step = np.take_along_axis(delta, nearest[..., None, None], axis=2)[..., 0, :]
         move = np.clip(np.round(step * 4), -mid, mid).astype(int) + mid
-        a = np.empty((W, A, 5), dtype=np.int64)
-        a[..., :2] = np.where(rng.random((W, A, 1)) < noise, rng.integers(0, 11, (W, A, 2)), move)
-        a[..., 2] = rng.integers(0, cfg.action_bins, (W, A))
-        a[..., 3] = 1
-        a[..., 4] = rng.random((W, A)) < p_lock
+        bins = cfg.action_bins
+        a = np.empty((W, A, contract.N_ACTION_DIMS), dtype=contract.ACTION_DTYPE)
+        a[..., :2] = np.where(rng.random((W, A, 1)) < noise, rng.integers(0, bins, (W, A, 2)), move)
+        a[..., 2] = rng.integers(0, bins, (W, A))
+        a[..., contract.GRAB] = 1
+        a[..., contract.LOCK] = rng.random((W, A)) < p_lock
         return a
 
     return act

@@ -197,3 +197,25 @@ def test_bad_construction_raises():
         E.parallel_env("quadrant", render_mode="ansi")
     with pytest.raises(ValueError, match="unknown agent"):
         E.parallel_env("quadrant").observation_space("seeker_9")
+
+
+def test_out_of_range_int64_action_raises_naming_agent(live_env):
+    actions = _noop_actions(live_env)  # int64 arrays: checked together, then named one by one
+    actions["seeker_1"] = np.array([5, 11, 5, 0, 0], dtype=np.int64)
+    with pytest.raises(ValueError, match=r"dimension 1 = 11 is outside \[0, 10\]") as err:
+        live_env.step(actions)
+    assert "seeker_1" in str(err.value)
+    assert live_env.game.t[0] == 0
+
+
+def test_returned_observations_are_not_overwritten_by_later_steps(live_env):
+    obs, *_ = live_env.step(_noop_actions(live_env))
+    kept = {a: {k: v.copy() for k, v in o.items()} for a, o in obs.items()}
+    live_env.step(_noop_actions(live_env))
+    for a, o in obs.items():
+        for k, v in o.items():
+            assert not np.shares_memory(v, live_env.game.obs[k])
+            np.testing.assert_array_equal(v, kept[a][k])
+    assert (
+        live_env.game.obs["observation_self"][0, :, 9] != kept["hider_0"]["observation_self"][9]
+    ).all()

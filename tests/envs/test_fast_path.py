@@ -1,12 +1,16 @@
 """The game's step equals the reference rule functions it was fused from.
 
+The step runs as compiled loops (envs/kernels.py) around the physics and one batched ray call.
+
 `HideAndSeekGame` writes observations into preallocated buffers, keeps per-episode tables and
 skips work that cannot change anything (no object within reach: no lock or grab decision, every
 grab ends; no lifted seeker). These tests rebuild the lock and grab decisions with
 `rules.eligibility` / `rules.update_locks` / `rules.choose_grabs` from the state before each
 step, observations with `observations.assemble`, rewards with `rules.rewards` and the other
 agents' order with a plain loop, from the game's own state after every step of episodes that
-grab and lock often, with team sizes that leave slots empty.
+grab and lock often, with team sizes that leave slots empty. Rays are re-cast through
+`mujoco.batch.Batch.ray` from directions built with numpy and the cone test of
+`rules.in_vision_cone`, and the episode statistics are re-counted by `stats.EpisodeStats.step`.
 """
 
 import numpy as np
@@ -16,6 +20,7 @@ from hns_train.envs import observations as O
 from hns_train.envs import rules
 from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
+from hns_train.envs.stats import EpisodeStats
 
 
 def _reference_obs(game):
@@ -132,3 +137,91 @@ def test_step_matches_the_reference_rules_and_observations(preset, seed):
             for key, value in _reference_obs(game).items():
                 np.testing.assert_array_equal(game.obs[key], value, err_msg=key)
     assert locks > 0 and grabs > 0 and dropped > 0 and len(presence) > 1
+
+
+def _reference_rays(game):
+    """(lidar, sees) from the game's poses: numpy ray directions, Batch.ray, rules' cone."""
+    cfg, A = game.cfg, game.n_agents
+    L, E = cfg.n_lidar, game.entity_centre.shape[1]
+    origin = game.agent_pos
+    to = game.entity_centre[:, None, :, :] - origin[:, :, None, :]
+    to = to / np.maximum(np.sqrt((to * to).sum(-1, keepdims=True)), 1e-9)
+    to[:, np.arange(A), np.arange(A)] = (0.0, 0.0, 1.0)
+    fan = np.broadcast_to(game.lidar_dirs, (game.n_worlds, A, L, 3))
+    vec = np.concatenate([fan, to], axis=2).reshape(game.n_worlds, -1, 3)
+    pnt = np.repeat(origin, L + E, axis=1)
+    exclude = np.repeat(game.index.agent_body, L + E)[None].repeat(game.n_worlds, 0)
+    dist, geomid = game.batch.ray(pnt, vec, game._ray_groups, True, exclude.astype(np.int32))
+    dist, geomid = dist.reshape(game.n_worlds, A, -1), geomid.reshape(game.n_worlds, A, -1)
+    lidar = np.where(geomid[..., :L] >= 0, dist[..., :L], cfg.lidar_range)
+    lidar = np.minimum(lidar, cfg.lidar_range) * game.agent_present[..., None]
+    body = np.append(game.index.geom_body, -1)[geomid[..., L:]]
+    ent_body = np.concatenate([game.index.agent_body, game.index.object_body])
+    cone = rules.in_vision_cone(origin, game.agent_yaw, game.entity_centre, cfg.vision_half_angle)
+    present = np.concatenate([game.agent_present, game.object_present], axis=1)
+    pair = game.agent_present[:, :, None] & present[:, None, :]
+    pair[:, np.arange(A), np.arange(A)] = False
+    return lidar, (body == ent_body) & cone & pair
+
+
+@pytest.mark.parametrize("preset, seed", [("quadrant", 2), ("randomwalls", 1)])
+def test_compiled_rays_and_statistics_match_the_reference(preset, seed):
+    cfg = make_config(preset, horizon=20, n_hiders=(1, 3), n_seekers=(1, 2))
+    W = 3
+    game = HideAndSeekGame(cfg, W, seed=seed)
+    game.reset()
+    ref = EpisodeStats(W, cfg.max_boxes, game.n_objects)
+    ref.reset(np.arange(W), game.object_pos[..., :2])
+    rng = np.random.default_rng(seed)
+    seen_steps = finished = 0
+    for _ in range(2 * cfg.horizon + 3):
+        actions = rng.integers(0, game.action_nvec, size=(W, game.n_agents, 5))
+        in_prep = game.t < cfg.prep_steps
+        _, reward, truncated, infos = game.step(actions)
+        lidar, sees = _reference_rays(game)
+        np.testing.assert_array_equal(game.lidar, lidar)
+        np.testing.assert_array_equal(game._sees, sees)
+        seen_steps += int(sees.any())
+        _, hiders_seen = rules.rewards(
+            game.sees_agent,
+            game.is_hider,
+            game.agent_present,
+            game.agent_pos[..., :2],
+            game.object_pos[..., :2],
+            game.object_present,
+            in_prep,
+            cfg.oob_low,
+            cfg.oob_high,
+            cfg.oob_penalty,
+            cfg.penalise_objects_oob,
+        )
+        ref.step(
+            game.t,
+            cfg.prep_steps,
+            in_prep,
+            reward,
+            game.is_hider,
+            game.agent_present,
+            hiders_seen,
+            game.object_pos[..., :2],
+            game.object_present,
+            game.locked,
+            agent_pos=game.agent_pos,
+            object_pos=game.object_pos,
+            object_yaw=game.object_yaw,
+            object_vel=game.object_vel,
+            half=game.half,
+            grabbed=game.grabbed,
+            agent_radius=cfg.agent_radius,
+        )
+        for name in ("returns", "play_steps", "hidden_steps"):
+            np.testing.assert_array_equal(getattr(game.stats, name), getattr(ref, name), name)
+        if truncated.any():
+            done = np.flatnonzero(truncated)
+            want = ref.finish(done, game.object_pos[..., :2], game.object_present, game.locked)
+            assert [infos[w] for w in done] == want
+            finished += len(done)
+            game.reset(done)
+            ref.reset(done, game.object_pos[..., :2])
+        np.testing.assert_array_equal(game.stats.values, ref.values)
+    assert seen_steps > 0 and finished >= W

@@ -1,0 +1,198 @@
+"""The action and observation contract of the hide-and-seek game: the one place its layout lives.
+
+Every backend (the CPU game of `game.py`, a GPU one) writes it and every consumer (networks,
+opponents, actors, replays, evaluation) reads it from here, so a change of layout is one change.
+Everything is plain Python (ints, tuples, slices) plus `control_levels`; nothing assumes numpy
+arrays per world, so array libraries other than numpy can use the same numbers.
+
+Actions (spec §3), per agent, `ACTION_DTYPE` int64, `N_ACTION_DIMS` = 5 columns, in the order
+of `ACTION_HEADS`: x force bin, y force bin, z torque bin (each in [0, action_bins), default
+`DEFAULT_ACTION_BINS` = 11, the middle bin is zero force), grab (0/1), lock (0/1). Bin k sets
+control `control_levels(bins, max_ctrl)[k]` = linspace(-max_ctrl, max_ctrl, bins)[k] on the
+agent's actuator (gear `actuator_gear`). The no-op (`noop_action`) is the middle bins, no grab,
+no lock: what absent agents and seekers in the preparation phase send.
+
+Observations (spec §5), per agent, dtype `OBS_DTYPE` float32, keys in `OBS_KEYS` order with
+shapes from `observation_shapes(cfg)` (without batch dims):
+
+    observation_self (SELF_DIM,)            lidar (n_lidar,)
+    agent_qpos_qvel (A-1, SELF_DIM)         mask_aa_obs (A-1,)   mask_aa_obs_spoof (A-1,)
+    box_obs (max_boxes, box_dim(cfg))       mask_ab_obs (NB,)    mask_ab_obs_spoof (NB,)
+    ramp_obs (n_ramps, ramp_dim(cfg))       mask_ar_obs (NR,)    mask_ar_obs_spoof (NR,)
+
+`ENTITY_KEYS` pairs each entity key with its visible mask (`mask_*_obs`: in the vision cone and
+in line of sight, what the policy may use) and its exists mask (`mask_*_obs_spoof`: present this
+episode, what the omniscient critic uses). Masks hold 0.0 / 1.0.
+
+Columns: observation_self and each agent_qpos_qvel row follow `SelfColumns` (centre x, y, z;
+yaw wrapped to [-pi, pi); vx, vy, vz; yaw rate; is_hider; prep progress = min(1, t / prep
+steps)); box and ramp rows start with `ObjectColumns` (centre x, y, z, cos yaw, sin yaw, vx, vy,
+vz, yaw rate), then the box's full size (x, y, z) when `box_size_obs`, then the lock flags
+(locked by me, by my team, at all) when the kind can be locked; ramps carry 3 zero pads in place
+of the size when boxes carry sizes and ramps lock, so box and ramp rows line up as in the
+original. `box_columns(cfg)` / `ramp_columns(cfg)` give those slices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hns_train.envs.config import GameConfig
+
+# ----------------------------------------------------------------------------- actions
+ACTION_HEADS = ("move_x", "move_y", "turn_z", "grab", "lock")
+N_ACTION_DIMS = len(ACTION_HEADS)
+N_MOVE_DIMS = 3  # the first three heads are force / torque bins
+GRAB, LOCK = 3, 4  # columns of the binary heads
+DEFAULT_ACTION_BINS = 11
+ACTION_DTYPE = np.int64
+
+
+def check_action_bins(bins: int, name: str = "action_bins") -> int:
+    """`bins` when it is an odd int >= 3 (the middle bin is zero force), else ValueError."""
+    integer = isinstance(bins, int | np.integer) and not isinstance(bins, bool)
+    if not integer or bins < 3 or bins % 2 == 0:
+        raise ValueError(f"{name} must be an odd integer >= 3 (middle bin = no force), got {bins}")
+    return int(bins)
+
+
+def action_nvec(bins: int = DEFAULT_ACTION_BINS) -> tuple[int, ...]:
+    """Sizes of the action heads: (bins, bins, bins, 2, 2)."""
+    bins = check_action_bins(bins)
+    return (bins,) * N_MOVE_DIMS + (2, 2)
+
+
+def noop_action(bins: int = DEFAULT_ACTION_BINS) -> tuple[int, ...]:
+    """The no-op: middle force and torque bins, no grab, no lock."""
+    bins = check_action_bins(bins)
+    return (bins // 2,) * N_MOVE_DIMS + (0, 0)
+
+
+def control_levels(bins: int, max_ctrl: float) -> np.ndarray:
+    """(bins,) float64 control of each force / torque bin: linspace(-max_ctrl, max_ctrl, bins).
+    The middle level is linspace's rounding of 0 (-1.1e-16 at 11 bins and 0.9), kept as it is:
+    recorded episodes replay bit for bit."""
+    return np.linspace(-max_ctrl, max_ctrl, check_action_bins(bins))
+
+
+# ----------------------------------------------------------------------------- observations
+OBS_DTYPE = np.float32
+SELF_KEY = "observation_self"
+AGENTS_KEY = "agent_qpos_qvel"
+BOXES_KEY = "box_obs"
+RAMPS_KEY = "ramp_obs"
+LIDAR_KEY = "lidar"
+
+
+@dataclass(frozen=True)
+class EntityKeys:
+    """The keys of one entity kind: feature rows and the two masks over them."""
+
+    name: str
+    key: str  # (N, D) feature rows
+    visible_mask: str  # (N,) in cone and line of sight: the policy's attention mask
+    exists_mask: str  # (N,) present this episode: the critic's attention mask
+
+
+ENTITY_KEYS = (
+    EntityKeys("agents", AGENTS_KEY, "mask_aa_obs", "mask_aa_obs_spoof"),
+    EntityKeys("boxes", BOXES_KEY, "mask_ab_obs", "mask_ab_obs_spoof"),
+    EntityKeys("ramps", RAMPS_KEY, "mask_ar_obs", "mask_ar_obs_spoof"),
+)
+VISIBLE_MASK_KEYS = tuple(e.visible_mask for e in ENTITY_KEYS)
+EXISTS_MASK_KEYS = tuple(e.exists_mask for e in ENTITY_KEYS)
+MASK_KEYS = VISIBLE_MASK_KEYS + EXISTS_MASK_KEYS
+OBS_KEYS = (SELF_KEY, AGENTS_KEY, BOXES_KEY, RAMPS_KEY, LIDAR_KEY, *MASK_KEYS)
+
+
+def is_mask_key(key: str) -> bool:
+    """Masks are 0/1 attention masks: never normalised."""
+    return key in MASK_KEYS
+
+
+class SelfColumns:
+    """Columns of observation_self and of each agent_qpos_qvel row."""
+
+    POS = slice(0, 3)  # centre x, y, z
+    XY = slice(0, 2)
+    YAW = 3  # wrapped to [-pi, pi)
+    VEL = slice(4, 8)  # vx, vy, vz, yaw rate
+    IS_HIDER = 8
+    PREP = 9  # min(1, t / prep_steps); 1 without a preparation phase
+    DIM = 10
+
+
+class ObjectColumns:
+    """First columns of every box_obs / ramp_obs row (`box_columns` / `ramp_columns`: the rest)."""
+
+    POS = slice(0, 3)
+    XY = slice(0, 2)
+    COS_YAW = 3
+    SIN_YAW = 4
+    VEL = slice(5, 9)  # vx, vy, vz, yaw rate
+    DIM = 9
+
+
+SELF_DIM = SelfColumns.DIM
+OBJECT_BASE_DIM = ObjectColumns.DIM
+LOCK_FLAGS = 3  # locked by me, by my team, at all
+
+
+@dataclass(frozen=True)
+class RowColumns:
+    """Where the optional parts of a box / ramp row sit (None: not in this config)."""
+
+    dim: int
+    size: slice | None  # full size x, y, z (boxes) or zero pads (ramps)
+    lock: slice | None  # locked by me, by my team, at all
+
+
+def box_columns(cfg: GameConfig) -> RowColumns:
+    col = OBJECT_BASE_DIM
+    size = slice(col, col + 3) if cfg.box_size_obs else None
+    col += 3 * cfg.box_size_obs
+    lock = slice(col, col + LOCK_FLAGS) if cfg.boxes_lockable else None
+    return RowColumns(col + LOCK_FLAGS * cfg.boxes_lockable, size, lock)
+
+
+def ramp_columns(cfg: GameConfig) -> RowColumns:
+    col = OBJECT_BASE_DIM
+    pads = cfg.box_size_obs and cfg.ramps_lockable
+    size = slice(col, col + 3) if pads else None
+    col += 3 * pads
+    lock = slice(col, col + LOCK_FLAGS) if cfg.ramps_lockable else None
+    return RowColumns(col + LOCK_FLAGS * cfg.ramps_lockable, size, lock)
+
+
+def box_dim(cfg: GameConfig) -> int:
+    return box_columns(cfg).dim
+
+
+def ramp_dim(cfg: GameConfig) -> int:
+    return ramp_columns(cfg).dim
+
+
+def observation_shapes(cfg: GameConfig) -> dict[str, tuple[int, ...]]:
+    """Per-agent shape of every key (no batch dims), in `OBS_KEYS` order."""
+    counts = (cfg.max_agents - 1, cfg.max_boxes, cfg.n_ramps)
+    dims = (SELF_DIM, box_dim(cfg), ramp_dim(cfg))
+    shapes: dict[str, tuple[int, ...]] = {SELF_KEY: (SELF_DIM,)}
+    for kind, n, d in zip(ENTITY_KEYS, counts, dims, strict=True):
+        shapes[kind.key] = (n, d)
+    shapes[LIDAR_KEY] = (cfg.n_lidar,)
+    for kind, n in zip(ENTITY_KEYS, counts, strict=True):
+        shapes[kind.visible_mask] = (n,)
+    for kind, n in zip(ENTITY_KEYS, counts, strict=True):
+        shapes[kind.exists_mask] = (n,)
+    return shapes
+
+
+def check_network_settings(cfg: GameConfig, move_bins: int, where: str = "move_bins") -> None:
+    """ValueError naming `where` unless a network's action bins fit the game's actions."""
+    if move_bins != cfg.action_bins:
+        raise ValueError(
+            f"{where}={move_bins} does not match the game's action_bins={cfg.action_bins}: the "
+            f"policy's action heads must be {list(action_nvec(cfg.action_bins))}"
+        )
