@@ -183,7 +183,7 @@ class WarpGame:
         if self.n_objects:
             self._apply_locks(locked)
             self.locked, self.lock_team, self.lock_agent = locked, lock_team, lock_agent
-            self._apply_grabs(TR.choose_grabs(self.grabbed, a[..., 3], eligible, dist, self.locked))
+            self._apply_grabs(TR.choose_grabs(a[..., 3], eligible, dist))
 
         ww = self.worlds
         ww.ctrl[:, self._ctrl_adr] = self.ctrl_levels[a[..., :3]].reshape(self.n_worlds, -1)
