@@ -8,10 +8,13 @@
 - Same seeds and actions as `VectorGame`: equal layouts, rewards, locks and grabs, and
   observations within tolerance, for the first `EQUAL_STEPS` steps of random play that grabs and
   locks: positions, yaws and lidar within `POS_ATOL`, velocities within `VEL_ATOL` for the first
-  `VEL_STEPS` steps (contact impulses in float32 and float64 part sooner: 0.2-0.5 m/s apart in
-  single steps after that, while positions still agree to mm). Masks may differ in a few
-  entries: on the 0.2 m placement grid, a sight line can pass exactly through a wall corner,
-  and float32 and float64 then disagree on the hit (`MASK_MISMATCH`).
+  `VEL_STEPS` steps (contact impulses in float32 and float64 part sooner: 0.2-0.8 m/s apart in
+  single steps after that, while positions still agree to mm; with solid arms, which also touch
+  walls, boxes and ramps, the seeded play here parts in step 4, after an arm met the ramp).
+  Masks and lidar may differ in a few entries: on the 0.2 m placement grid, a sight line can
+  pass exactly through a wall corner, and a lidar ray can graze the corner of a box pushed
+  against a wall, so that float32 and float64 poses a fraction of a mm apart disagree on the
+  hit (`MASK_MISMATCH`; Warp's rays cast in the C model from Warp's poses give Warp's readings).
 - Auto-reset: new per-world layouts equal the host sampler's, first observations equal.
 
 Every test here needs Warp's kernels: the first test of a run on a fresh machine compiles them
@@ -45,8 +48,8 @@ SEED = 5
 EQUAL_SEED = 7  # a seed whose random play grabs and locks within EQUAL_STEPS
 EQUAL_STEPS = 10  # steps of random play over which observations agree (module docstring)
 POS_ATOL = 0.02  # metres / radians: positions, yaws, cos / sin, lidar
-VEL_ATOL, VEL_STEPS = 0.05, 5  # m/s, rad/s
-MASK_MISMATCH = 0.01  # share of mask entries that may differ (sight lines through corners)
+VEL_ATOL, VEL_STEPS = 0.05, 4  # m/s, rad/s
+MASK_MISMATCH = 0.01  # share of mask entries / lidar rays that may differ (through corners)
 FACE_PX = math.pi / 2  # yaw that faces +x (an agent's front is (sin yaw, -cos yaw))
 PUSH_PX, PULL_MX, STILL = [10, 5, 5, 0, 0], [0, 5, 5, 0, 0], [5, 5, 5, 0, 0]
 RAMP = 2  # quadrant object slots: boxes 0, 1, then the ramp
@@ -269,6 +272,10 @@ def _compare(obs_c, obs_w, label, velocities=True):
             mismatched += int((got != value).sum())
             entries += value.size
             continue
+        if key == "lidar":
+            off = np.abs(got - value) > POS_ATOL
+            assert off.sum() <= MASK_MISMATCH * value.size, f"{label}: {off.sum()} rays differ"
+            got = np.where(off, value, got)
         vel = np.zeros(value.shape[-1], dtype=bool)
         vel[VEL_COLS.get(key, slice(0, 0))] = True
         err = f"{label}: {key}"
