@@ -3,8 +3,9 @@
 - Scripted experiments, one per world of one 8-world batch, run on both backends from the same
   placed states: full-force free run, spin, push, grab and pull, lock held under a full push,
   unlock, ramp climb, lidar. What each measures agrees within 1% (or 1 mm where it is ~0).
-  And test_rules.py's tug of war: a held box stretched past the grab range is dropped for the
-  next eligible one on the same step in both.
+  And test_rules.py's grab scenes: a held box stretched past the grab range is dropped for the
+  next eligible one on the same step in both; a locked box can be grabbed and pins the agent,
+  and locking a held box keeps the grab.
 - Same seeds and actions as `VectorGame`: equal layouts, rewards, locks and grabs, and
   observations within tolerance, for the first `EQUAL_STEPS` steps of random play that grabs and
   locks: positions, yaws and lidar within `POS_ATOL`, velocities within `VEL_ATOL` for the first
@@ -254,6 +255,47 @@ def test_a_held_box_stretched_out_of_range_is_dropped_for_the_next_eligible_one(
     welds = wg.index.weld[0]  # agent 0's weld to each object
     eq = wg.worlds.eq_active[:, welds].cpu().numpy()
     assert not eq[:, 0].any() and eq[:, 1].all()
+
+
+def test_a_locked_box_can_be_grabbed_and_pins_the_agent_and_a_lock_keeps_a_grab(warp_game):
+    """test_rules.py's locked-grab scenes on both backends: in worlds 0-3 agent 0 locks the box
+    and agent 1 grabs it and pulls east at full force, pinned by the weld to the frozen box; in
+    worlds 4-7 agent 0 holds the box, then locks it, and keeps holding it. (Quadrant's slots 0
+    and 1 are both hiders, next to the box: an eligible hider sending lock=0 would unlock it, so
+    both send lock=1 once it is to be locked.)"""
+    scene = {
+        "agents": {0: (1.58, 4.2, FACE_PX), 1: (2.42, 4.2, -FACE_PX)},
+        "objects": {0: (2.0, 4.2, 0.0)},
+    }
+    c_game = HideAndSeekGame(make_config("quadrant"), W, seed=SEED)
+    c_game.reset()
+    wg = warp_game
+    wg.reset(seed=SEED)
+    _place(c_game, wg, [scene] * W)
+    pins, keeps = slice(0, W // 2), slice(W // 2, W)
+    lock, grab, pull = [5, 5, 5, 0, 1], [5, 5, 5, 1, 1], [10, 5, 5, 1, 1]
+    seeker_start = None
+    for t in range(8):
+        act = np.broadcast_to(c_game.noop, (W, c_game.n_agents, 5)).copy()
+        act[pins, 0] = lock
+        if t >= 1:
+            act[pins, 1] = grab if t == 1 else pull
+        act[keeps, 0] = grab if t >= 1 else [5, 5, 5, 1, 0]
+        if t >= 1:
+            act[keeps, 1] = lock
+        c_game.step(act)
+        wg.step(act)
+        if t == 1:
+            seeker_start = np.stack([c_game.agent_pos[:, 1, :2], _host(wg.agent_pos[:, 1, :2])])
+        for locked, grabbed in ((c_game.locked, c_game.grabbed), (wg.locked, wg.grabbed)):
+            locked, grabbed = _host(locked), _host(grabbed)
+            assert locked[pins, 0].all() and (locked[keeps, 0] == (t >= 1)).all()
+            assert (grabbed[pins, 1] == (0 if t >= 1 else -1)).all()
+            assert (grabbed[keeps, 0] == 0).all()
+    moved = np.stack([c_game.agent_pos[:, 1, :2], _host(wg.agent_pos[:, 1, :2])]) - seeker_start
+    moved = np.linalg.norm(moved[:, pins], axis=-1)
+    assert (moved < 0.01).all()  # pinned, on both backends
+    np.testing.assert_allclose(moved[1], moved[0], atol=1e-3)
 
 
 # ---------------------------------------------------------------------- against VectorGame
