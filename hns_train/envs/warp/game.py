@@ -9,7 +9,8 @@ torch tensors on the Warp device (zero-copy views of Warp arrays where the physi
 
 Per env step everything runs as tensor code over all worlds at once, no per-world Python:
 seekers idle in preparation, locks then grabs from the previous step's visibility (rules.py's
-rules, in `warp/rules.py`), the lock / grab edits written into the per-world joint ranges, weld
+rules, in `warp/rules.py`: grabs decided afresh every step, locked objects grabbable, a lock
+leaving grabs as they are), the lock / grab edits written into the per-world joint ranges, weld
 data and `eq_active`, controls, `substeps` Warp physics steps, entity poses from qpos, one
 batched `mujoco_warp.rays` call (lidar fan and a ray towards every entity centre per agent),
 rewards, statistics (`warp/stats.py`) and observations. What stays on the host, per episode
