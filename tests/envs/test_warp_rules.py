@@ -1,8 +1,9 @@
 """The tensor rules and statistics of the Warp game equal the numpy ones they restate
 (envs/warp/rules.py, envs/warp/stats.py).
 
-Random batches with absent agents and objects, locks held by both teams, agents holding objects
-(some of them locked) and distances around the grab range, so every branch of the rules is hit.
+Random batches with absent agents and objects, locks held by both teams, locked objects among the
+eligible ones, tied distances and distances around the grab range, so every branch of the rules
+is hit.
 No Warp needed: these are torch functions.
 """
 
@@ -68,12 +69,21 @@ def test_locks_and_grabs_match(rng):
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(g.numpy(), w)
 
-        grabbed = np.where(rng.random((W, A)) < 0.5, rng.integers(0, OB, (W, A)), -1)
+        # grabs are decided afresh from eligibility alone (locked objects included); distances
+        # on a 5 cm grid give ties, which go to the lower object index in both
         grab_action = rng.integers(0, 2, (W, A))
-        got = TR.choose_grabs(*map(_t, (grabbed, grab_action, eligible, dist, locked)))
-        want = R.choose_grabs(grabbed, grab_action, eligible, dist, locked)
-        assert (want != grabbed).any() and (want >= 0).any()
+        tied = np.round(dist * 20) / 20
+        got = TR.choose_grabs(*map(_t, (grab_action, eligible, tied)))
+        want = R.choose_grabs(grab_action, eligible, tied)
+        assert (want >= 0).any() and ((grab_action == 1) & (want < 0)).any()
+        w_, a_ = np.nonzero(want >= 0)
+        assert locked[w_, want[w_, a_]].any()
+        cand = np.where(eligible, tied, np.inf)
+        assert ((cand == cand.min(axis=2, keepdims=True)) & eligible).sum(axis=2).max() > 1
         np.testing.assert_array_equal(got.numpy(), want)
+    empty = np.zeros((W, A, 0))
+    got = TR.choose_grabs(_t(np.ones((W, A), dtype=np.int64)), _t(empty > 0), _t(empty))
+    np.testing.assert_array_equal(got.numpy(), R.choose_grabs(np.ones((W, A)), empty > 0, empty))
 
 
 def test_lock_flags_and_yaw_wrap_match(rng):

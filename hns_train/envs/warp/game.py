@@ -9,7 +9,8 @@ torch tensors on the Warp device (zero-copy views of Warp arrays where the physi
 
 Per env step everything runs as tensor code over all worlds at once, no per-world Python:
 seekers idle in preparation, locks then grabs from the previous step's visibility (rules.py's
-rules, in `warp/rules.py`), the lock / grab edits written into the per-world joint ranges, weld
+rules, in `warp/rules.py`: grabs decided afresh every step, locked objects grabbable, a lock
+leaving grabs as they are), the lock / grab edits written into the per-world joint ranges, weld
 data and `eq_active`, controls, `substeps` Warp physics steps, entity poses from qpos, one
 batched `mujoco_warp.rays` call (lidar fan and a ray towards every entity centre per agent),
 rewards, statistics (`warp/stats.py`) and observations. What stays on the host, per episode
@@ -183,7 +184,7 @@ class WarpGame:
         if self.n_objects:
             self._apply_locks(locked)
             self.locked, self.lock_team, self.lock_agent = locked, lock_team, lock_agent
-            self._apply_grabs(TR.choose_grabs(self.grabbed, a[..., 3], eligible, dist, self.locked))
+            self._apply_grabs(TR.choose_grabs(a[..., 3], eligible, dist))
 
         ww = self.worlds
         ww.ctrl[:, self._ctrl_adr] = self.ctrl_levels[a[..., :3]].reshape(self.n_worlds, -1)

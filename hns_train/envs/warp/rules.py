@@ -54,19 +54,15 @@ def update_locks(locked, lock_team, lock_agent, eligible, lock_action, team, loc
     return new_locked, new_team, new_agent
 
 
-def choose_grabs(grabbed, grab_action, eligible, dist, locked) -> torch.Tensor:
-    """(W, A) object each agent holds after this step, -1 for none (rules.choose_grabs)."""
+def choose_grabs(grab_action, eligible, dist) -> torch.Tensor:
+    """(W, A) object each agent holds after this step, -1 for none (rules.choose_grabs: decided
+    afresh every step, the closest eligible object, ties to the lower index)."""
     if dist.shape[2] == 0:
-        return grabbed
-    held_locked = torch.where(
-        grabbed >= 0, torch.gather(locked, 1, grabbed.clamp_min(0)), torch.ones_like(locked[:, :1])
-    )
-    keep = (grab_action == 1) & (grabbed >= 0) & ~held_locked
-    cand = torch.where(eligible & ~locked[:, None, :], dist, torch.full_like(dist, math.inf))
+        return torch.full(grab_action.shape, -1, dtype=torch.int64, device=grab_action.device)
+    cand = torch.where(eligible, dist, torch.full_like(dist, math.inf))
     best, closest = cand.min(dim=2)
     has = torch.isfinite(best)
-    take = torch.where((grab_action == 1) & has, closest, torch.full_like(closest, -1))
-    return torch.where(keep, grabbed, take)
+    return torch.where((grab_action == 1) & has, closest, torch.full_like(closest, -1))
 
 
 def wrap_yaw(yaw: torch.Tensor) -> torch.Tensor:
