@@ -10,7 +10,8 @@ policy (pool version 0) in the four pairings of `hns_train.eval.crossplay`:
 - `box_move_prep`, `box_lock_prep` (and ramps): the paper's preparation-phase behaviour of
   trained v trained, per episode, next to the untrained level;
 - the phases the run's detector confirmed during training, with their onsets;
-- a replay of trained v trained saved as `RUN_DIR/replays/reproduce_final.npz`;
+- a replay of trained v trained saved as `RUN_DIR/replays/reproduce_final.npz`, and five of its
+  frames side by side in `RUN_DIR/reproduce_final_strip.png`;
 - `RUN_DIR/curves.png`: returns, hidden share, box moves and locks in preparation, rating.
 
     python bench/reproduce.py [--config configs/quadrant_cpu.yaml] [--minutes 30] [--frames F]
@@ -113,6 +114,27 @@ def save_replay(run_dir: Path, game_cfg, make, version: int | None, seed: int) -
     return hook.save([run_dir / "replays" / "reproduce_final.npz"])[0]
 
 
+def save_strip(replay_path: Path, out: Path, size: int = 240) -> Path:
+    """Five frames of a replay side by side (start, mid-preparation, end of preparation,
+    mid-play, end): a small PNG to look at without a video player."""
+    import imageio.v3 as iio
+    import numpy as np
+
+    from hns_train.eval.replay import load
+    from hns_train.eval.video import ReplayVideo, VideoOptions
+
+    replay = load(replay_path)
+    last = replay.n_steps
+    prep = replay.cfg.prep_steps
+    moments = sorted({0, prep // 2, prep, (prep + last) // 2, last})
+    with ReplayVideo(replay, VideoOptions(width=size, height=size)) as video:
+        frames = [video.frame(t) for t in moments]
+    gap = np.full((frames[0].shape[0], 4, 3), 255, np.uint8)
+    row = np.concatenate([x for f in frames for x in (f, gap)][:-1], axis=1)
+    iio.imwrite(out, row, extension=".png")
+    return out
+
+
 def plot_curves(run_dir: Path, records: list[dict], onsets) -> Path | None:
     import matplotlib
 
@@ -151,6 +173,7 @@ def evaluate(run_dir: Path, episodes: int, worlds: int, seed: int, quiet: bool) 
     result = cross_play(game_cfg, make, episodes, worlds, seed, progress=not quiet)
     eval_s = time.perf_counter() - start
     replay = save_replay(run_dir, game_cfg, make, version, seed)
+    strip = save_strip(replay, run_dir / "reproduce_final_strip.png")
 
     records, onsets = read_metrics(run_dir / "metrics.jsonl")
     last = records[-1] if records else {}
@@ -176,7 +199,7 @@ def evaluate(run_dir: Path, episodes: int, worlds: int, seed: int, quiet: bool) 
         )
     if not onsets:
         print("no phase confirmed during training")
-    print(f"replay: {replay}" + (f"   curves: {curves}" if curves else ""))
+    print(f"replay: {replay}   frames: {strip}" + (f"   curves: {curves}" if curves else ""))
     return {
         "minutes": round(float(last.get("hours", 0.0)) * 60, 1),
         "frames": int(last.get("frames", 0)),
