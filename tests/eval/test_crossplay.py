@@ -122,39 +122,3 @@ def test_reproduce_prints_the_json_line_of_a_tiny_run(tmp_path, capsys):
     assert set(pairs) == {f"{h}_v_{s}" for h, s in PAIRINGS}
     uu = pairs["untrained_v_untrained"]
     assert uu["in_sight"] == pytest.approx(1.0 - uu["hidden"])
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1800)  # about 5 minutes on two idle cores; much longer on a busy machine
-def test_a_few_minutes_of_quadrant_self_play_beat_the_untrained_policy(tmp_path):
-    # The CI-sized reproduction: 100k frames of the default CPU config (a few minutes on two
-    # idle cores), then cross-play against the untrained policy on 256 fresh paired seeds.
-    # On this budget the hiders are the team that learns first (docs/reproduction.md); a gain
-    # of three standard errors of the paired difference is not a seed effect.
-    spec = importlib.util.spec_from_file_location("reproduce", ROOT / "bench" / "reproduce.py")
-    reproduce = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(reproduce)
-    result = reproduce.main(
-        [
-            "--config",
-            str(ROOT / "configs" / "quadrant_cpu.yaml"),
-            "--runs-dir",
-            str(tmp_path),
-            "--name",
-            "ci",
-            "--frames",
-            "100000",
-            "--minutes",
-            "12",
-            "--eval-episodes",
-            "256",
-            "--quiet",
-            "eval.n_workers=0",
-        ]
-    )
-    assert result["frames"] >= 100_000
-    best = max(
-        result["hider_gain"] / result["hider_gain_se"],
-        result["seeker_gain"] / result["seeker_gain_se"],
-    )
-    assert best > Z_SIGNIFICANT, result
