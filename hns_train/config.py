@@ -449,7 +449,12 @@ def _build(cls: type, data: Any, source: str, prefix: str) -> Any:
             values[name] = _check_scalar(value, hint, key, source)
     try:
         return cls(**values)
-    except (ValueError, ZeroDivisionError) as err:  # a zero divisor in a __post_init__ rule
+    except ZeroDivisionError:  # a rule of the section divides by one of its fields
+        zeros = [prefix + k for k, v in values.items() if type(v) in (int, float) and v == 0]
+        raise ConfigError(
+            f"{source}: {where}: {zeros} must not be 0 (they divide other fields)"
+        ) from None
+    except ValueError as err:
         raise ConfigError(f"{source}: {where}: {err}") from None
 
 

@@ -74,7 +74,10 @@ class ActorWorker(Worker):
         p = cfg.pipeline
         self.game_cfg = cfg.game_config()
         self.inference = InferenceClient(
-            spec.endpoints["inference"], identity=spec.routing_id, security=self.security
+            spec.endpoints["inference"],
+            identity=spec.routing_id,
+            security=self.security,
+            max_message_bytes=self.max_message_bytes,
         )
         # Connected to every trainer rank: chunks go to them in turn (see make_endpoints).
         self.samples = SampleSender(spec.endpoints["samples"], hwm=4, security=self.security)

@@ -128,9 +128,7 @@ def _actions(name: str, actions: np.ndarray, shape: tuple, sizes: Sequence[int])
         raise ContractError(f"{name} holds actions outside 0..{[s - 1 for s in sizes]}")
 
 
-def check_request(
-    arrays: Mapping[str, np.ndarray], layout, lstm_dim: int
-) -> dict[str, np.ndarray]:
+def check_request(arrays: Mapping[str, np.ndarray], layout, lstm_dim: int) -> dict[str, np.ndarray]:
     """An inference request (actor -> policy worker); returns its arrays on exactly the
     layout's observation keys (see `_observations`)."""
     obs = {k[4:]: v for k, v in arrays.items() if k.startswith("obs/")}

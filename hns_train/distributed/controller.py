@@ -74,7 +74,8 @@ class WorkerState:
     busy: bool = False  # announced a computation longer than heartbeats allow (PPO update)
     pid: int | None = None
     last: dict = field(default_factory=dict)
-    progress_at: float = 0.0  # when its last heartbeat showed progress (see _progressed)
+    # when its last heartbeat showed progress (see _progressed)
+    progress_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -119,8 +120,8 @@ class Controller:
                 f"run directory {self.run_dir} already exists; pass --resume {self.run_dir} "
                 "to continue it, or choose another name (name=...)"
             )
-        self._resume_from = _resume_checkpoint(self.run_dir) if resume else None
         _check_pool(self.run_dir)
+        self._resume_from = _resume_checkpoint(self.run_dir) if resume else None
         for sub in ("checkpoints", "pool", "replays"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         save_config(cfg, self.run_dir / "config.yaml")
@@ -135,7 +136,11 @@ class Controller:
             self.endpoints = self.launcher.endpoints(cfg)
         else:
             self.endpoints = make_endpoints(cfg, scheme, Path(self._tmp))
-        self.control = ControlServer(self.endpoints["control"], security=self.security)
+        self.control = ControlServer(
+            self.endpoints["control"],
+            security=self.security,
+            max_message_bytes=cfg.pipeline.max_message_mb << 20,
+        )
         # Several trainers find each other through a store this controller hosts (ddp.py).
         self._ddp_store = None
         self._ddp_generation = 0
@@ -321,15 +326,23 @@ class Controller:
 
     def _progressed(self, kind: str, meta: dict) -> bool:
         """Whether a heartbeat shows progress, or a wait that is another worker's doing."""
-        if kind == "actor":
-            return meta.get("frames", 0) > 0 or meta.get("queued_chunks", 0) > 0
-        if kind == "policy":
-            return meta.get("version", -1) >= 0
-        if kind == "trainer":
+
+        def last(of: str) -> list[dict]:
+            return [s.last for s in self.workers.values() if s.spec.kind == of]
+
+        if kind == "actor":  # stepping, or waiting on the trainer or on parameters
+            return (
+                meta.get("frames", 0) > 0
+                or meta.get("queued_chunks", 0) > 0
+                or any(p.get("version", -1) < 0 for p in last("policy"))
+            )
+        if kind == "policy":  # has parameters, or no trainer could have sent them yet
+            trainer = self.workers.get("trainer0")
+            return meta.get("version", -1) >= 0 or trainer is None or not trainer.connected
+        if kind == "trainer":  # takes chunks, or none wait for it
             if meta.get("steps", 0) > 0 or meta.get("received", 0) > 0:
                 return True
-            actors = [s.last for s in self.workers.values() if s.spec.kind == "actor"]
-            return not any(a.get("queued_chunks", 0) > 0 for a in actors)
+            return not any(a.get("queued_chunks", 0) > 0 for a in last("actor"))
         return True  # eval: rounds take long; watched for liveness only
 
     def _absorb(self, kind: str, meta: dict) -> None:

@@ -53,8 +53,13 @@ class PolicyWorker(Worker):
             spec.endpoints["inference_bind"][spec.index],
             max_requests=max(1, self.cfg.pipeline.max_inference_batch),
             security=self.security,
+            max_message_bytes=self.max_message_bytes,
         )
-        self.params = ParamSubscriber(spec.endpoints["params"], security=self.security)
+        self.params = ParamSubscriber(
+            spec.endpoints["params"],
+            security=self.security,
+            max_message_bytes=self.max_message_bytes,
+        )
         self.opponents = controllers.Opponents(
             self.cfg.pool, spec.run_dir, self._new_model, seed=[self.cfg.seed, 2, spec.index]
         )

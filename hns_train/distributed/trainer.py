@@ -107,7 +107,10 @@ class TrainerWorker(Worker):
             self.ddp.broadcast_state(self.model)
         self.pool = PolicyPool(pool_dir(spec.run_dir), cfg.pool) if self.is_main else None
         self.samples = SampleReceiver(
-            spec.endpoints["samples_bind"][self.rank], hwm=16, security=self.security
+            spec.endpoints["samples_bind"][self.rank],
+            hwm=16,
+            security=self.security,
+            max_message_bytes=self.max_message_bytes,
         )
         self.params = (
             ParamPublisher(spec.endpoints["params_bind"], security=self.security)

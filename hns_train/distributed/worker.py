@@ -95,11 +95,13 @@ class Worker:
         self.cfg: RunConfig = config_from_dict(spec.config, source=f"{spec.name} spec")
         # Cluster runs: every socket of this worker is a CURVE client/server with the run's keys.
         self.security = RunKeys.from_dict(spec.security) if spec.security else None
+        self.max_message_bytes = self.cfg.pipeline.max_message_mb << 20  # one message, all frames
         self.control = ControlClient(
             spec.endpoints["control"],
             identity=spec.routing_id,
             token=spec.token or None,
             security=self.security,
+            max_message_bytes=self.max_message_bytes,
         )
         self.stopping = False
         self.stopped = False
