@@ -340,7 +340,13 @@ def check_heartbeat(kind: str, meta: Mapping, run_dir: str | Path, n_stats: int)
             isinstance(board, dict)
             and isinstance(board.get("columns"), list)
             and isinstance(board.get("rows"), list)
-            and all(isinstance(r, list) and len(r) == len(board["columns"]) for r in board["rows"])
+            and all(isinstance(c, str) for c in board["columns"])
+            and all(
+                isinstance(r, list)
+                and len(r) == len(board["columns"])
+                and all(v is None or type(v) is str or _number(v) for v in r)
+                for r in board["rows"]
+            )
         ):
             raise ContractError(f"leaderboard must be {{columns, rows}}, got {_short(board)}")
 

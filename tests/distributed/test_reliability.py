@@ -427,6 +427,7 @@ def test_the_controller_drops_wrong_heartbeats_and_keeps_its_counters(tmp_path):
             ("eval0", {"win_rate": {"random": 7}}),
             ("eval0", {"new_videos": [outside]}),
             ("eval0", {"leaderboard": {"columns": ["a"], "rows": [[1, 2]]}}),
+            ("eval0", {"leaderboard": {"columns": ["a"], "rows": [[{"x": 1}]]}}),
         ]
         for name, meta in wrong:
             assert clients[name].send("heartbeat", meta)
