@@ -76,11 +76,19 @@ class PipelineConfig:
     max_staleness: int = 4  # drop chunks produced more than this many versions ago
     sample_buffer_chunks: int = 256  # most chunks the trainer holds (the oldest go first)
     checkpoint_every: int = 50  # versions between checkpoints
+    checkpoint_every_s: float = 60.0  # and at most this long apart (0 = versions only): the
+    # work a dead trainer loses is bounded in time as well
     keep_checkpoints: int = 3
     heartbeat_s: float = 1.0
     heartbeat_timeout_s: float = 60.0  # a silent worker is restarted after this long
-    restart_trainer: bool = False  # otherwise a dead trainer stops the run
+    restart_trainer: bool = True  # a dead trainer restarts from the newest checkpoint
     max_restarts: int = 20
+    request_timeout_s: float = 10.0  # an actor re-sends an unanswered request (0 = never)
+    stall_timeout_s: float = 180.0  # a worker that heartbeats without progress this long is
+    # restarted (0 = never); see controller.py for what counts as progress per kind
+    controller_timeout_s: float = 60.0  # a worker that hears nothing from the controller for
+    # this long exits (0 = never): the parent watch for workers that are not its children
+    max_message_mb: int = 256  # largest message a socket of the run accepts, frames together
     transport: str = "ipc"  # ipc | tcp (serial always uses inproc)
     host: str = "127.0.0.1"
     device: str = "auto"  # policy workers and trainers: auto | cpu | cuda
@@ -209,6 +217,7 @@ class RunConfig:
         if p.transport not in ("ipc", "tcp"):
             problems.append(f"pipeline.transport={p.transport!r} is not one of ('ipc', 'tcp')")
         problems += _cluster_problems(p)
+        problems += _range_problems(self)
         if self.logging.wandb not in WANDB_MODES:
             problems.append(f"logging.wandb={self.logging.wandb!r} is not one of {WANDB_MODES}")
         for name in ("n_actors", "envs_per_actor", "ring_size", "n_policy_workers", "chunk_len"):
@@ -243,6 +252,119 @@ def agent_contract_problems(agent: AgentConfig, game: GameConfig) -> list[str]:
     except ValueError as err:
         return [str(err)]
     return []
+
+
+# Allowed range of every numeric field outside `game` and `pool` (which check their own):
+# (low, high, low inclusive). Booleans and strings are checked by type and by the rules above.
+_AT_LEAST_1 = (1, None, True)
+_NON_NEGATIVE = (0, None, True)
+_POSITIVE = (0, None, False)
+_UNIT = (0, 1, True)
+_RANGES: dict[str, tuple] = {
+    "seed": _NON_NEGATIVE,
+    **{
+        f"pipeline.{name}": _AT_LEAST_1
+        for name in (
+            "n_actors",
+            "envs_per_actor",
+            "ring_size",
+            "physics_threads",
+            "n_policy_workers",
+            "max_inference_batch",
+            "chunk_len",
+            "batch_chunks",
+            "reuse",
+            "sample_buffer_chunks",
+            "checkpoint_every",
+            "keep_checkpoints",
+            "torch_threads",
+            "max_message_mb",
+        )
+    },
+    **{
+        f"pipeline.{name}": _NON_NEGATIVE
+        for name in (
+            "max_staleness",
+            "max_restarts",
+            "checkpoint_every_s",
+            "request_timeout_s",
+            "stall_timeout_s",
+            "controller_timeout_s",
+        )
+    },
+    "pipeline.heartbeat_s": _POSITIVE,
+    "pipeline.heartbeat_timeout_s": _POSITIVE,
+    "eval.n_workers": _NON_NEGATIVE,
+    "eval.worlds": _AT_LEAST_1,
+    "eval.every_s": _NON_NEGATIVE,
+    "eval.replay_share": _UNIT,
+    "eval.stop_render_wait_s": _NON_NEGATIVE,
+    "logging.every_s": _POSITIVE,
+    "stop.versions": _NON_NEGATIVE,
+    "stop.frames": _NON_NEGATIVE,
+    "stop.minutes": _NON_NEGATIVE,
+    **{
+        f"agent.network.{name}": _AT_LEAST_1
+        for name in (
+            "lidar_filters",
+            "lidar_kernel",
+            "embed_dim",
+            "attention_heads",
+            "dense_dim",
+            "lstm_dim",
+        )
+    },
+    "agent.network.move_bins": (2, None, True),
+    "agent.network.head_init_std": _NON_NEGATIVE,
+    "agent.network.obs_norm_beta": (0, 1, False),
+    "agent.network.value_norm_beta": (0, 1, False),
+    "agent.network.obs_clip": _POSITIVE,
+    "agent.network.obs_norm_min_var": _NON_NEGATIVE,
+    "agent.network.value_norm_min_var": _NON_NEGATIVE,
+    "agent.ppo.gamma": _UNIT,
+    "agent.ppo.gae_lambda": _UNIT,
+    "agent.ppo.clip_coef": _POSITIVE,
+    "agent.ppo.ent_coef": _NON_NEGATIVE,
+    "agent.ppo.vf_coef": _NON_NEGATIVE,
+    "agent.ppo.value_clip": _POSITIVE,
+    "agent.ppo.lr": _POSITIVE,
+    "agent.ppo.weight_decay": _NON_NEGATIVE,
+    "agent.ppo.adam_eps": _POSITIVE,
+    "agent.ppo.max_grad_norm": _POSITIVE,
+}
+
+
+def _range_problems(cfg: RunConfig) -> list[str]:
+    """Every numeric field against `_RANGES`; every float must be finite."""
+    out = []
+    for key, (low, high, inclusive) in _RANGES.items():
+        node: Any = cfg
+        for part in key.split("."):
+            node = getattr(node, part)
+        value = node
+        if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
+            out.append(f"{key}={value} must be a finite number")
+            continue
+        below = value < low if inclusive else value <= low
+        above = high is not None and value > high
+        if below or above:
+            lo = f"{'>=' if inclusive else '>'} {low}"
+            allowed = lo if high is None else f"{lo} and <= {high}"
+            out.append(f"{key}={value!r} is not allowed; it must be {allowed}")
+    p = cfg.pipeline
+    if p.heartbeat_timeout_s <= p.heartbeat_s:
+        out.append(
+            f"pipeline.heartbeat_timeout_s={p.heartbeat_timeout_s} must be greater than "
+            f"pipeline.heartbeat_s={p.heartbeat_s}"
+        )
+    if p.batch_chunks >= 1 and p.n_trainers >= 1:
+        share = p.batch_chunks // p.n_trainers
+        if p.sample_buffer_chunks < share:
+            out.append(
+                f"pipeline.sample_buffer_chunks={p.sample_buffer_chunks} must be >= the chunks "
+                f"of one step per trainer ({share}), or no step could ever start"
+            )
+    return out
 
 
 def _cluster_problems(p: PipelineConfig) -> list[str]:
@@ -387,6 +509,11 @@ def _build(cls: type, data: Any, source: str, prefix: str) -> Any:
             values[name] = _check_scalar(value, hint, key, source)
     try:
         return cls(**values)
+    except ZeroDivisionError:  # a rule of the section divides by one of its fields
+        zeros = [prefix + k for k, v in values.items() if type(v) in (int, float) and v == 0]
+        raise ConfigError(
+            f"{source}: {where}: {zeros} must not be 0 (they divide other fields)"
+        ) from None
     except ValueError as err:
         raise ConfigError(f"{source}: {where}: {err}") from None
 

@@ -347,6 +347,7 @@ class CheckpointDir:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.folder = Path(folder)
         self.keep = keep
+        self.skipped: list[str] = []
         self.folder.mkdir(parents=True, exist_ok=True)
 
     def path_for(self, step: int) -> Path:
@@ -389,11 +390,14 @@ class CheckpointDir:
         return None
 
     def latest(self, map_location: Any = "cpu") -> Checkpoint | None:
-        """The newest checkpoint that loads; broken ones are skipped with a warning."""
+        """The newest checkpoint that loads; broken ones are skipped with a warning, and their
+        reasons kept in `skipped` (newest first) for a caller that must explain a None."""
+        self.skipped = []
         for step in reversed(self.steps()):
             path = self.path_for(step)
             try:
                 return load_checkpoint(path, map_location)
             except CheckpointError as e:
                 log.warning("skipping unusable checkpoint: %s", e)
+                self.skipped.append(str(e))
         return None

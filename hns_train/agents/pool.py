@@ -184,6 +184,10 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     conn.execute("COMMIT")
 
 
+class PoolError(ValueError):
+    """The pool's index cannot be used; the message names the file and what to do."""
+
+
 @dataclass
 class PoolConfig:
     """Snapshotting and opponent sampling. All values (ours): the paper trains against the
@@ -302,12 +306,21 @@ class PolicyPool:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.config = config or PoolConfig()
         self.db_path = self.folder / DB_NAME
-        self.conn = open_index(self.db_path)
         self._lock = threading.Lock()
         self._cache_time = -math.inf
         self._versions: np.ndarray = np.zeros(0, dtype=np.int64)
         self._probs: dict[str, np.ndarray] = {}
-        self._reconcile()
+        try:
+            self.conn = open_index(self.db_path)
+            self._reconcile()
+        except sqlite3.DatabaseError as err:
+            if getattr(self, "conn", None) is not None:
+                self.conn.close()
+            raise PoolError(
+                f"pool index {self.db_path} is unreadable ({err}): it is damaged or not a "
+                "SQLite database; move it away and the snapshot files in "
+                f"{self.folder} are indexed again (their ratings start over)"
+            ) from None
 
     # ----- snapshots -----
 

@@ -16,6 +16,11 @@ final observations (continuing the finished episodes' LSTM states) and stores th
 `truncated_value`; a chunk that ends mid-episode waits for the next reply's values as its
 `bootstrap_value`. Only the learning policy's rows of present agents go into chunks.
 
+Lost requests: a request unanswered for `pipeline.request_timeout_s` (its policy worker died
+with it, or a reply was dropped as malformed) is sent again under a new sequence number; a late
+reply to the old one no longer matches and is ignored. Replies are checked against the run's
+contract (`contract.check_reply`) before use; a bad one is dropped and counted.
+
 Back-pressure: chunks the sample stream does not take wait in the actor, at most
 `MAX_PENDING_CHUNKS`; beyond that the actor stops starting new steps until the trainer catches
 up, so memory stays bounded and a slow trainer slows the actors down.
@@ -30,6 +35,7 @@ import numpy as np
 
 from hns_train.agents.chunks import ChunkRecorder
 from hns_train.distributed import controllers
+from hns_train.distributed.contract import ContractError, DropLog, check_reply
 from hns_train.distributed.streams import InferenceClient, SampleSender
 from hns_train.distributed.worker import Worker, WorkerSpec
 from hns_train.envs.stats import STAT_KEYS
@@ -50,6 +56,8 @@ class Group:
     recorder: ChunkRecorder
     waiting: str = ""  # "" (idle), "act", "value"
     seq: int = 0
+    sent_at: float = 0.0  # when the request awaited was (last) sent
+    request: dict = field(default_factory=dict)  # its arrays, for a re-send
     pending: dict = field(default_factory=dict)  # the step awaiting its final values
     next_obs: dict = field(default_factory=dict)  # first observations of the next episodes
     final_present: np.ndarray | None = None  # agents of the episodes that just ended
@@ -66,7 +74,10 @@ class ActorWorker(Worker):
         p = cfg.pipeline
         self.game_cfg = cfg.game_config()
         self.inference = InferenceClient(
-            spec.endpoints["inference"], identity=self.name, security=self.security
+            spec.endpoints["inference"],
+            identity=spec.routing_id,
+            security=self.security,
+            max_message_bytes=self.max_message_bytes,
         )
         # Connected to every trainer rank: chunks go to them in turn (see make_endpoints).
         self.samples = SampleSender(spec.endpoints["samples"], hwm=4, security=self.security)
@@ -96,6 +107,8 @@ class ActorWorker(Worker):
         self._stat_sums = np.zeros(len(STAT_KEYS))
         self._chunks_sent = 0
         self._latest_version = -1
+        self._resent = 0
+        self.bad_replies = DropLog(f"{self.name} inference replies")
 
     def _seed(self, salt: int) -> list[int]:
         return [self.cfg.seed, 1, self.spec.index, self.spec.incarnation, salt]
@@ -110,15 +123,40 @@ class ActorWorker(Worker):
                 if not group.waiting:
                     self._request(gid, group, "act")
                     worked = True
+        self._resend_overdue()
         message = self.inference.recv(timeout_ms=self.poll_ms)
         while message is not None:
-            gid = int(message.meta.get("group", -1))
-            if 0 <= gid < len(self.groups) and message.meta.get("seq") == self.groups[gid].seq:
-                self._on_reply(self.groups[gid], message)
-                worked = True
+            gid, seq = message.meta.get("group"), message.meta.get("seq")
+            if type(gid) is int and 0 <= gid < len(self.groups) and seq == self.groups[gid].seq:
+                group = self.groups[gid]
+                try:
+                    check_reply(
+                        message.arrays,
+                        len(group.codes),
+                        self.cfg.agent.network.lstm_dim,
+                        self.cfg.agent.network.action_sizes,
+                    )
+                except ContractError as err:
+                    self.bad_replies.drop(str(err))  # the request is re-sent when overdue
+                else:
+                    self._on_reply(group, message)
+                    worked = True
             message = self.inference.recv(timeout_ms=0)
         self._flush_chunks()
         return worked
+
+    def _resend_overdue(self) -> None:
+        timeout = self.cfg.pipeline.request_timeout_s
+        if not timeout:
+            return
+        now = time.monotonic()
+        for gid, group in enumerate(self.groups):
+            if group.waiting and now - group.sent_at > timeout:
+                group.seq += 1
+                group.sent_at = now
+                self._resent += 1
+                meta = {"group": gid, "seq": group.seq, "kind": group.waiting}
+                self.inference.send("act", group.request, meta)
 
     def _request(self, gid: int, group: Group, kind: str, obs=None) -> None:
         group.seq += 1
@@ -131,6 +169,8 @@ class ActorWorker(Worker):
             else np.zeros_like(group.episode_start),
             code=group.codes,
         )
+        group.request = arrays
+        group.sent_at = time.monotonic()
         self.inference.send("act", arrays, {"group": gid, "seq": group.seq, "kind": kind})
 
     def _on_reply(self, group: Group, message) -> None:
@@ -224,6 +264,8 @@ class ActorWorker(Worker):
             "stat_sums": self._stat_sums.tolist(),
             "version_seen": self._latest_version,
             "queued_chunks": len(self.pending_chunks),
+            "resent": self._resent,
+            "rejected": self.bad_replies.total,
             # MuJoCo's bad-state warnings since the actor started (a reset world is corrupted)
             "physics_warnings": sum(g.game.game.physics_warnings_total for g in self.groups),
             "time": time.time(),

@@ -5,26 +5,39 @@ Responsibilities:
   metrics.jsonl, wandb/) and, on resume, the counters of the newest checkpoint;
 - endpoints for every worker, and their start through a launcher (serial, local, ray);
 - heartbeats: a worker whose process died, or that was silent for `heartbeat_timeout_s`, is
-  restarted (actors, policy and eval workers; a trainer only with `restart_trainer`, otherwise
-  the run stops with an error);
+  restarted (a trainer from the newest checkpoint; with `restart_trainer=false` a dead trainer
+  stops the run with an error instead);
+- progress, not only liveness: a worker that heartbeats but makes no progress for
+  `stall_timeout_s` is restarted too. Progress per kind: an actor steps worlds, or holds
+  chunks the trainer does not take (then it waits on the trainer, not stuck); a policy worker
+  has parameters; a trainer receives or trains, or nothing waits for it (no actor holds
+  chunks). Eval workers play long rounds and are watched for liveness only;
+- the control channel: each worker incarnation gets a random token in its spec and every
+  message must carry it (no worker can speak for another, whatever its socket identity); the
+  controller sends `alive` to every worker each `heartbeat_s` (workers whose parent is not the
+  controller exit without it) and checks every heartbeat against the run's contract
+  (`contract.check_heartbeat`); a bad message is dropped and counted (`control/rejected`);
 - the run's counters on the paper's axes (episodes, env frames, wall-clock hours, optimisation
   steps), a metrics record every `logging.every_s` to metrics.jsonl and wandb, emergent-phase
   onsets, a tqdm progress bar and the end summary. The bar counts env frames from the start
   (workers ready, episodes, optimisation steps, returns and the time left as its postfix) and
   is redrawn every `BAR_REFRESH_S`, so it moves in a terminal before the first PPO update;
 - stopping: at a stop limit, on SIGINT/SIGTERM, or on a fatal error, it asks every worker to
-  stop, waits for the trainer's final checkpoint, and leaves no process behind. A trainer in a
-  PPO update finishes it first, so trainers get the time left under `stop.minutes` with the
-  counters and start no update they expect to end after it: the run stops on time.
+  stop, waits (at most `STOP_GRACE_S`) for the trainer's final checkpoint, and leaves no
+  process behind; a worker that never said hello is not waited for. A trainer in a PPO update
+  finishes it first, so trainers get the time left under `stop.minutes` with the counters and
+  start no update they expect to end after it: the run stops on time.
 
 Env frames = environment steps summed over worlds; episodes = finished episodes.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -41,7 +54,10 @@ import yaml
 from tqdm import tqdm
 
 from hns_train.agents.checkpoint import CheckpointDir
+from hns_train.agents.pool import PolicyPool
 from hns_train.config import RunConfig, save_config
+from hns_train.distributed.contract import ContractError, DropLog, check_heartbeat, check_hello
+from hns_train.distributed.controllers import pool_dir
 from hns_train.distributed.launchers import make_endpoints, make_launcher, run_keys
 from hns_train.distributed.streams import ControlServer
 from hns_train.distributed.worker import WorkerSpec
@@ -63,6 +79,8 @@ class WorkerState:
     busy: bool = False  # announced a computation longer than heartbeats allow (PPO update)
     pid: int | None = None
     last: dict = field(default_factory=dict)
+    # when its last heartbeat showed progress (see _progressed)
+    progress_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -107,6 +125,8 @@ class Controller:
                 f"run directory {self.run_dir} already exists; pass --resume {self.run_dir} "
                 "to continue it, or choose another name (name=...)"
             )
+        _check_pool(self.run_dir)
+        self._resume_from = _resume_checkpoint(self.run_dir) if resume else None
         for sub in ("checkpoints", "pool", "replays"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         save_config(cfg, self.run_dir / "config.yaml")
@@ -121,13 +141,18 @@ class Controller:
             self.endpoints = self.launcher.endpoints(cfg)
         else:
             self.endpoints = make_endpoints(cfg, scheme, Path(self._tmp))
-        self.control = ControlServer(self.endpoints["control"], security=self.security)
+        self.control = ControlServer(
+            self.endpoints["control"],
+            security=self.security,
+            max_message_bytes=cfg.pipeline.max_message_mb << 20,
+        )
         # Several trainers find each other through a store this controller hosts (ddp.py).
         self._ddp_store = None
         self._ddp_generation = 0
         if cfg.pipeline.n_trainers > 1:
             self._open_rendezvous()
         self.workers: dict[str, WorkerState] = {}
+        self.control_drops = DropLog("controller: control messages")
         self.restarts = 0
         self.stop_reason = ""
         self.error = ""
@@ -158,9 +183,7 @@ class Controller:
         """Counters as saved with the newest checkpoint: work after it is lost with it.
 
         A `resume` record marks the point in metrics.jsonl where the counters go back."""
-        latest = CheckpointDir(self.run_dir / "checkpoints").latest()
-        if latest is None:
-            return
+        latest = self._resume_from
         counters = latest.meta.get("counters", {})
         self.version = int(counters.get("version", 0))
         self.frames = int(counters.get("frames", 0))
@@ -199,7 +222,7 @@ class Controller:
         for state in trainers:
             self.launcher.kill(state.spec.name)
         for state in trainers:
-            self._start(state.spec.restarted(self.endpoints))
+            self._start(state.spec.restarted(self.endpoints, token=_token()))
 
     def specs(self) -> list[WorkerSpec]:
         p = self.cfg.pipeline
@@ -210,18 +233,21 @@ class Controller:
         data = self.cfg.to_dict()
         keys = None if self.security is None else self.security.to_dict()
         return [
-            WorkerSpec(kind, i, data, str(self.run_dir), self.endpoints, security=keys)
+            WorkerSpec(
+                kind, i, data, str(self.run_dir), self.endpoints, security=keys, token=_token()
+            )
             for kind, n in plan
             for i in range(n)
         ]
 
     def _start(self, spec: WorkerSpec) -> None:
+        now = time.monotonic()
         state = self.workers.get(spec.name)
         if state is None:
-            self.workers[spec.name] = WorkerState(spec, time.monotonic())
+            self.workers[spec.name] = WorkerState(spec, now, progress_at=now)
         else:
-            state.spec, state.last_seen = spec, time.monotonic()
-            state.stopped = state.connected = False
+            state.spec, state.last_seen, state.progress_at = spec, now, now
+            state.stopped = state.connected = state.busy = False
         self.launcher.start(spec)
 
     # ------------------------------------------------------------------ run
@@ -261,7 +287,7 @@ class Controller:
         wait_ms = 0 if self.launcher.scheme == "inproc" else 5
         for name, message in self.control.recv(timeout_ms=wait_ms):
             self._on_message(name.decode(errors="replace"), message, now)
-        if now - self._last_counters_sent >= 1.0:
+        if now - self._last_counters_sent >= min(1.0, self.cfg.pipeline.heartbeat_s):
             self._last_counters_sent = now
             self._send_counters()
         self._watch(now)
@@ -272,23 +298,63 @@ class Controller:
             self._last_bar_refresh = now
             self._refresh_bar()
 
-    def _on_message(self, name: str, message, now: float) -> None:
+    def _on_message(self, routing_id: str, message, now: float) -> None:
+        name = routing_id.rpartition(".")[0]
         state = self.workers.get(name)
-        if state is None:
-            log.warning("control message from unknown worker %r dropped", name)
+        if state is None or routing_id != state.spec.routing_id:
+            self.control_drops.drop("from no worker this run runs now", routing_id)
+            return
+        meta = dict(message.meta)
+        token = meta.pop("token", None)
+        if not isinstance(token, str) or not hmac.compare_digest(token, state.spec.token):
+            self.control_drops.drop(f"{message.kind!r} without {name}'s token", name)
+            return
+        try:
+            if message.kind == "hello":
+                check_hello(meta)
+            elif message.kind == "heartbeat":
+                check_heartbeat(state.spec.kind, meta, self.run_dir, len(STAT_KEYS))
+            elif message.kind not in ("stopped", "busy"):
+                raise ContractError(f"unknown control message kind {message.kind!r}")
+        except ContractError as err:
+            self.control_drops.drop(f"{message.kind} does not fit: {err}", name)
             return
         state.last_seen = now
         state.connected = True
         if message.kind == "hello":
-            state.pid = message.meta.get("pid")
+            state.pid = meta["pid"]
+            state.progress_at = now
         elif message.kind == "stopped":
             state.stopped = True
         elif message.kind == "busy":
             state.busy = True
         elif message.kind == "heartbeat":
             state.busy = False
-            state.last = message.meta
-            self._absorb(state.spec.kind, message.meta)
+            state.last = meta
+            if self._progressed(state.spec.kind, meta):
+                state.progress_at = now
+            self._absorb(state.spec.kind, meta)
+
+    def _progressed(self, kind: str, meta: dict) -> bool:
+        """Whether a heartbeat shows progress, or a wait that is another worker's doing."""
+
+        def last(of: str) -> list[dict]:
+            return [s.last for s in self.workers.values() if s.spec.kind == of]
+
+        if kind == "actor":  # stepping, or waiting on the trainer or on parameters
+            return (
+                meta.get("frames", 0) > 0
+                or meta.get("queued_chunks", 0) > 0
+                or any(p.get("version", -1) < 0 for p in last("policy"))
+            )
+        if kind == "policy":  # has parameters, or no trainer could have sent them yet
+            trainer = self.workers.get("trainer0")
+            return meta.get("version", -1) >= 0 or trainer is None or not trainer.connected
+        if kind == "trainer":  # takes chunks, or none wait for it
+            if meta.get("steps", 0) > 0 or meta.get("received", 0) > 0:
+                return True
+            return not any(a.get("queued_chunks", 0) > 0 for a in last("actor"))
+        return True  # eval: rounds take long; watched for liveness only
 
     def _absorb(self, kind: str, meta: dict) -> None:
         if kind == "actor":
@@ -303,7 +369,9 @@ class Controller:
         elif kind == "eval":
             self._absorb_eval(meta)
         elif kind == "trainer":
-            self.version = max(self.version, int(meta.get("version", 0)))
+            # The trainer's word is the run's version; a restarted one goes back to its
+            # checkpoint, and the counters with it.
+            self.version = int(meta.get("version", self.version))
 
     # ------------------------------------------------------------------ progress bar
     def _refresh_bar(self) -> None:
@@ -333,9 +401,13 @@ class Controller:
             "wall_clock_s": self.hours() * 3600,
             "stop_in_s": self._stop_in_s(),
         }
-        for name, state in self.workers.items():
-            if state.spec.kind == "trainer" and state.connected and not state.stopped:
-                self.control.send(name.encode(), "counters", meta=meta)
+        for state in self.workers.values():
+            if not state.connected or state.stopped:
+                continue
+            if state.spec.kind == "trainer":
+                self.control.send(_rid(state), "counters", meta=meta, timeout_ms=0)
+            else:  # the trainer takes its counters as the sign of life
+                self.control.send(_rid(state), "alive", timeout_ms=0)
 
     def _watch(self, now: float) -> None:
         p = self.cfg.pipeline
@@ -357,9 +429,20 @@ class Controller:
                 and not state.busy
                 and now - state.last_seen > limit
             )
-            if name not in dead and not silent:
+            stalled = (
+                p.stall_timeout_s > 0
+                and state.connected
+                and not state.busy
+                and now - state.progress_at > p.stall_timeout_s
+            )
+            if name not in dead and not silent and not stalled:
                 continue
-            why = "exited" if name in dead else f"silent for {now - state.last_seen:.0f} s"
+            if name in dead:
+                why = "exited"
+            elif silent:
+                why = f"silent for {now - state.last_seen:.0f} s"
+            else:
+                why = f"made no progress for {now - state.progress_at:.0f} s"
             if state.spec.kind == "trainer" and not p.restart_trainer:
                 self.error = f"trainer {why}; set pipeline.restart_trainer=true to restart it"
                 self.stop_reason = f"error: {self.error}"
@@ -376,7 +459,7 @@ class Controller:
                 self._restart_trainer_group()
                 return
             self.launcher.kill(name)
-            self._start(state.spec.restarted())
+            self._start(state.spec.restarted(token=_token()))
 
     def _check_limits(self) -> None:
         stop = self.cfg.stop
@@ -395,12 +478,25 @@ class Controller:
         return self.cfg.stop.minutes * 60 - (time.monotonic() - self.start)
 
     def _stop_workers(self) -> None:
+        try:
+            self._ask_to_stop()
+        finally:  # whatever happened above, no process is left behind
+            self.launcher.join(timeout_s=10.0)
+            self.control.close()
+            self._ddp_store = None
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def _ask_to_stop(self) -> None:
+        """Stop every worker that is connected and wait for it; the rest are killed."""
         if self.bar is not None:  # a trainer in a PPO update finishes it first: say so
             self.bar.set_postfix_str(f"stopping ({self.stop_reason}): final checkpoint")
             self.bar.refresh()
-        for name, state in self.workers.items():
-            if not state.stopped:
-                self.control.send(name.encode(), "stop")
+        for state in self.workers.values():
+            if state.stopped:
+                continue
+            # A worker that never said hello cannot be asked: it is killed by join().
+            if not state.connected or not self.control.send(_rid(state), "stop", timeout_ms=100):
+                state.stopped = True
         deadline = time.monotonic() + STOP_GRACE_S
         while time.monotonic() < deadline:
             if all(s.stopped for s in self.workers.values()):
@@ -411,10 +507,6 @@ class Controller:
                 self._on_message(name.decode(errors="replace"), message, now)
             for name in self.launcher.dead():
                 self.workers[name].stopped = True
-        self.launcher.join(timeout_s=10.0)
-        self.control.close()
-        self._ddp_store = None
-        shutil.rmtree(self._tmp, ignore_errors=True)
 
     # ------------------------------------------------------------------ logs
     def hours(self) -> float:
@@ -469,6 +561,7 @@ class Controller:
             "version": self.version,
             "throughput/env_fps": self._window_frames / elapsed,
             "restarts": self.restarts,
+            "control/rejected": self.control_drops.total,
         }
         if self._window_episodes:
             means = self._window_stats / self._window_episodes
@@ -573,6 +666,36 @@ class Controller:
             phases=list(self.phases_reached),
             last_record=self.records[-1] if self.records else {},
         )
+
+
+def _rid(state: WorkerState) -> bytes:
+    return state.spec.routing_id.encode()
+
+
+def _token() -> str:
+    return secrets.token_hex(16)
+
+
+def _resume_checkpoint(run_dir: Path):
+    """The newest loadable checkpoint of a run to resume; an error naming what was found."""
+    folder = CheckpointDir(run_dir / "checkpoints") if (run_dir / "checkpoints").is_dir() else None
+    latest = folder.latest() if folder is not None else None
+    if latest is not None:
+        return latest
+    if folder is None or not folder.steps():
+        found = "no checkpoint files" if folder is not None else "no checkpoints folder"
+    else:
+        found = "; ".join(folder.skipped)
+    raise ValueError(
+        f"--resume {run_dir}: nothing to resume from ({found}); start a new run with another "
+        "name=..., or restore a checkpoint into that folder"
+    )
+
+
+def _check_pool(run_dir: Path) -> None:
+    """A pool index that cannot be read stops the run at once, with one line."""
+    if (pool_dir(run_dir)).is_dir():
+        PolicyPool(pool_dir(run_dir)).close()
 
 
 def hardware_info() -> dict:

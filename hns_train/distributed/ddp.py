@@ -26,6 +26,8 @@ normalisers even when they were initialised differently.
 from __future__ import annotations
 
 import logging
+import socket
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -37,10 +39,29 @@ BACKENDS = ("auto", "gloo", "nccl")
 
 
 def make_store(host: str, timeout_s: float) -> tuple[dist.TCPStore, int]:
-    """The controller's rendezvous store (listens on every interface) and its port."""
-    store = dist.TCPStore(
-        host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s)
-    )
+    """The controller's rendezvous store and its port, listening on `host` only.
+
+    TCPStore itself would listen on every interface, unauthenticated; so the listening socket
+    is made here, bound to `host`: 127.0.0.1 for one-host runs (the local launcher), the
+    controller node's own address for Ray clusters, whose trainers may be on other nodes."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.bind((host.strip("[]"), 0))
+        sock.listen(128)
+        store = dist.TCPStore(
+            host,
+            sock.getsockname()[1],
+            is_master=True,
+            wait_for_workers=False,
+            timeout=timedelta(seconds=timeout_s),
+            master_listen_fd=sock.fileno(),
+        )
+    except BaseException:
+        sock.close()
+        raise
+    # The store serves on this descriptor without owning it: keep the socket open as long as
+    # the store lives (it is closed when the store is garbage collected).
+    weakref.finalize(store, sock.close)
     return store, store.port
 
 

@@ -54,6 +54,7 @@ import numpy as np
 import hns_train
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import LATEST, ROLES, PolicyPool, SnapshotCache
+from hns_train.distributed.contract import ContractError, DropLog, check_params, param_reference
 from hns_train.distributed.controllers import pool_dir
 from hns_train.distributed.params import arrays_to_state_dict
 from hns_train.distributed.streams import ParamSubscriber
@@ -96,7 +97,11 @@ class EvalWorker(Worker):
         self.latest = ActorCritic(shapes, cfg.agent.network, device="cpu").eval()
         self.opponent = ActorCritic(shapes, cfg.agent.network, device="cpu").eval()
         self.game = HideAndSeekGame(self.game_cfg, n_worlds=e.worlds, seed=self._seed(0))
-        self.params = ParamSubscriber(spec.endpoints["params"], security=self.security)
+        self.params = ParamSubscriber(
+            spec.endpoints["params"],
+            security=self.security,
+            max_message_bytes=self.max_message_bytes,
+        )
         self.pool = PolicyPool(pool_dir(spec.run_dir), cfg.pool)
         self.snapshots = SnapshotCache(self.pool, size=2)
         self.ratings = Ratings(self.pool)
@@ -104,6 +109,8 @@ class EvalWorker(Worker):
         self.plan = schedule(e.opponent_classes())
         self.rng = np.random.default_rng([cfg.seed, 4, spec.index])
         self._params = None  # newest parameter message, loaded when a round starts
+        self._reference = param_reference(self.latest)
+        self.bad_params = DropLog(f"{self.name} parameters")
         self.version = -1  # version last evaluated
         self.rounds = 0
         self._next = 0  # index into self.plan
@@ -130,7 +137,12 @@ class EvalWorker(Worker):
         wait = 0 if (due and self._params is not None) else min(self.poll_ms * 10, IDLE_WAIT_MS)
         message = self.params.poll_latest(timeout_ms=wait)
         if message is not None:
-            self._params = message
+            try:
+                check_params(message.arrays, self._reference)
+            except ContractError as err:
+                self.bad_params.drop(str(err))
+            else:
+                self._params = message
         self._poll_render()
         if self._params is None or not due or self.stopping:
             return False

@@ -13,6 +13,7 @@ and `endpoints(cfg, run_tmp)` giving the addresses workers bind and connect to.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import multiprocessing as mp
 import os
@@ -132,6 +133,8 @@ class LocalLauncher:
         self.processes: dict[str, mp.process.BaseProcess] = {}
 
     def start(self, spec: WorkerSpec) -> None:
+        # The worker exits when this process does (worker.ParentWatch).
+        spec = dataclasses.replace(spec, parent_pid=os.getpid())
         process = self.context.Process(target=run_worker, args=(spec,), name=spec.name)
         process.start()
         self.processes[spec.name] = process

@@ -6,9 +6,14 @@ controller code (`controllers.py`). The worker takes every request queued at onc
 by controller, runs one forward pass per group, and answers each actor with actions, log-probs,
 de-normalised values and new states, plus the version of the latest parameters it used.
 
-Parameters arrive over the parameter stream from the trainer (newest only). Until the first
-parameters arrive the worker answers nothing: an actor never acts with weights the trainer does
-not know. Snapshots are loaded from the run's pool on demand and kept in a small LRU cache.
+Parameters arrive over the parameter stream from the trainer (newest only; a restarted trainer
+publishes an older version, which replaces the newer one it lost). Until the first parameters
+arrive the worker answers nothing: an actor never acts with weights the trainer does not know.
+Snapshots are loaded from the run's pool on demand and kept in a small LRU cache.
+
+Requests and parameters are checked against the run's contract (`contract.py`) and dropped
+when they do not fit. Rows whose snapshot cannot be loaded (a code naming no snapshot of the
+pool, or a broken file) are served by the latest policy, counted in `unknown_snapshots`.
 """
 
 from __future__ import annotations
@@ -20,12 +25,20 @@ import numpy as np
 
 from hns_train.agents.policy import ActorCritic
 from hns_train.distributed import controllers
+from hns_train.distributed.contract import (
+    ContractError,
+    DropLog,
+    check_params,
+    check_request,
+    param_reference,
+)
 from hns_train.distributed.params import arrays_to_state_dict, resolve_device
 from hns_train.distributed.streams import InferenceServer, ParamSubscriber
 from hns_train.distributed.worker import Worker, WorkerSpec
 from hns_train.envs.contract import observation_shapes
 
 log = logging.getLogger(__name__)
+MAX_BAD_CODES = 10_000  # snapshot codes remembered as unusable
 
 
 class PolicyWorker(Worker):
@@ -40,12 +53,21 @@ class PolicyWorker(Worker):
             spec.endpoints["inference_bind"][spec.index],
             max_requests=max(1, self.cfg.pipeline.max_inference_batch),
             security=self.security,
+            max_message_bytes=self.max_message_bytes,
         )
-        self.params = ParamSubscriber(spec.endpoints["params"], security=self.security)
+        self.params = ParamSubscriber(
+            spec.endpoints["params"],
+            security=self.security,
+            max_message_bytes=self.max_message_bytes,
+        )
         self.opponents = controllers.Opponents(
             self.cfg.pool, spec.run_dir, self._new_model, seed=[self.cfg.seed, 2, spec.index]
         )
         self.version = -1
+        self._reference = param_reference(self.model)
+        self.bad_params = DropLog(f"{self.name} parameters")
+        self._unknown_snapshots = DropLog(f"{self.name} snapshot codes")
+        self._bad_codes: set[int] = set()
         self._rows = 0
         self._batches = 0
         self._busy_s = 0.0
@@ -54,10 +76,15 @@ class PolicyWorker(Worker):
         return ActorCritic(self.shapes, self.cfg.agent.network, device=self.device).eval()
 
     def step(self) -> bool:
-        message = self.params.poll_latest(timeout_ms=0)
-        if message is not None and int(message.meta["version"]) > self.version:
-            self.model.load_state_dict(arrays_to_state_dict(message.arrays, self.device))
-            self.version = int(message.meta["version"])
+        message = self.params.poll_latest(timeout_ms=0)  # newest, or a new publisher's
+        if message is not None:
+            try:
+                check_params(message.arrays, self._reference)
+            except ContractError as err:
+                self.bad_params.drop(str(err))
+            else:
+                self.model.load_state_dict(arrays_to_state_dict(message.arrays, self.device))
+                self.version = int(message.meta["version"])
         if self.version < 0:
             time.sleep(self.poll_ms / 1000)
             return False
@@ -73,19 +100,26 @@ class PolicyWorker(Worker):
     def _valid(self, client: bytes, message) -> bool:
         """A request that does not fit the observation contract is dropped, never served."""
         try:
-            arrays = message.arrays
-            obs = {k[4:]: v for k, v in arrays.items() if k.startswith("obs/")}
-            (rows,) = self.model.layout.check(obs, 1)
             lstm = self.cfg.agent.network.lstm_dim
-            if arrays["state"].shape != (rows, 4, lstm) or arrays["code"].shape != (rows,):
-                raise ValueError("state or code rows do not match the observations")
-            if arrays["episode_start"].shape != (rows,):
-                raise ValueError("episode_start rows do not match the observations")
-        except (KeyError, ValueError) as err:
-            log.warning("dropped an inference request from %r: %s", client, err)
-            self.server.rejected += 1
+            message.arrays = check_request(message.arrays, self.model.layout, lstm)
+        except ContractError as err:
+            self.server._reject(f"inference request does not fit the run: {err}", client)
             return False
         return True
+
+    def _model_for(self, code: int):
+        """The model of a code >= 0 (pool snapshot) or LATEST; the latest when it is missing."""
+        if code == controllers.LATEST or code in self._bad_codes:
+            if code != controllers.LATEST:
+                self._unknown_snapshots.drop(f"snapshot {code} unusable; the latest plays it")
+            return self.model
+        try:
+            return self.opponents.snapshot(code)
+        except (OSError, ValueError, RuntimeError) as err:  # no such snapshot, a broken file
+            if len(self._bad_codes) < MAX_BAD_CODES:  # not looked up again (disk reads)
+                self._bad_codes.add(code)
+            self._unknown_snapshots.drop(f"snapshot {code} unusable, the latest plays it: {err}")
+            return self.model
 
     def _serve(self, requests) -> None:
         batch, sizes = _concat([m.arrays for _, m in requests])
@@ -93,7 +127,13 @@ class PolicyWorker(Worker):
         codes = batch["code"]
         n = len(codes)
         actions, logp, values, state = act_by_controller(
-            self.model, self.opponents, obs, batch["state"], batch["episode_start"], codes
+            self.model,
+            self.opponents,
+            obs,
+            batch["state"],
+            batch["episode_start"],
+            codes,
+            snapshot=self._model_for,
         )
         self._rows += n
         offset = 0
@@ -118,7 +158,8 @@ class PolicyWorker(Worker):
             "rows": self._rows,
             "batches": self._batches,
             "busy_s": self._busy_s,
-            "rejected": self.server.rejected,
+            "rejected": self.server.rejected + self.bad_params.total,
+            "unknown_snapshots": self._unknown_snapshots.total,
         }
         self._rows = self._batches = 0
         self._busy_s = 0.0
@@ -129,11 +170,12 @@ class PolicyWorker(Worker):
         self.params.close()
 
 
-def act_by_controller(model, opponents, obs, state, episode_start, codes):
+def act_by_controller(model, opponents, obs, state, episode_start, codes, snapshot=None):
     """Actions, log-probs, values and new states for agent rows played by different
     controllers (`codes`, controllers.py): one forward pass per controller, the latest policy
     `model`, pool snapshots and fixed opponents from `opponents`. Rows of fixed opponents keep
-    their state and get log-prob and value 0."""
+    their state and get log-prob and value 0. `snapshot(code)` picks the network of a code >= 0
+    (default `opponents.snapshot`; the policy worker's falls back to the latest)."""
     n = len(codes)
     actions = np.zeros((n, 5), np.int64)
     logp = np.zeros(n, np.float32)
@@ -143,7 +185,8 @@ def act_by_controller(model, opponents, obs, state, episode_start, codes):
         rows = np.flatnonzero(codes == code)
         sub = {k: v[rows] for k, v in obs.items()}
         if code == controllers.LATEST or code >= 0:
-            net = model if code == controllers.LATEST else opponents.snapshot(code)
+            pick = opponents.snapshot if snapshot is None else snapshot
+            net = model if code == controllers.LATEST else pick(int(code))
             out = net.act(sub, state[rows], episode_start[rows])
             actions[rows], logp[rows], values[rows], new_state[rows] = out
         else:

@@ -12,16 +12,25 @@ Invariants:
 - **Timeouts everywhere.** Every receive waits at most ``timeout_ms`` (0 = just look) and every
   send that could block takes a timeout too; ``None``/negative timeouts are refused. Sockets
   close with linger 0, so ``close()`` never waits for unsent data.
-- **Robust receivers.** A malformed message (see ``wire.decode``) is dropped: the reason is
-  logged with ``logging.getLogger(__name__).warning`` and the stream's ``rejected`` counter goes
-  up; nothing raises into the worker loop. Receiving sockets also cap the size of one frame
-  (``max_message_bytes``, 1 GiB by default); libzmq drops the connection of a peer that
-  exceeds it, before any memory is spent on the frame.
+- **Robust receivers.** A malformed message (see ``wire.decode``) is dropped: the stream's
+  ``rejected`` counter goes up and the reason is logged through a ``contract.DropLog`` (at most
+  one line per 10 s per stream, with the count); nothing raises into the worker loop.
+  ``max_message_bytes`` (1 GiB by default; the pipeline passes ``pipeline.max_message_mb``)
+  caps one *message*, all its frames together: libzmq drops the connection of a peer whose
+  single frame exceeds it, before any memory is spent on the frame, and a message whose frames
+  add up to more is dropped on receipt (libzmq hands out a multipart message only once all its
+  frames have arrived, so what one message can occupy is bounded by the cap times its frame
+  count, at most ``wire.MAX_ARRAYS`` + 1).
 - **No pickle**: everything goes through ``wire.encode`` / ``wire.decode``.
 - **Zero copy.** Large arrays are sent without a copy, so an array passed to ``send``/``reply``
   must not be modified in place afterwards (pass ``copy=True`` when reusing buffers).
   ``ParamPublisher.publish`` always copies, because torch parameters change in place.
   Received arrays are read-only views of the received frames.
+- **Identities are not taken over.** ROUTER sockets refuse a second connection with an
+  identity already connected (no ``ROUTER_HANDOVER``): a restarted worker's new connection is
+  refused until the old one is gone (its process died, so at once) and then retried by libzmq,
+  while a stranger cannot steal a live worker's replies. The control stream's messages also
+  carry a per-worker token (``ControlClient(token=...)``) that the controller checks.
 - **Endpoints.** ``ipc://`` (path under ~100 bytes) or ``inproc://`` on one host, ``tcp://``
   across hosts. ``tcp://:PORT`` binds 127.0.0.1 and port 0 picks a free port; ``endpoint``
   holds the address actually bound, to hand out. Binding a non-loopback address is refused
@@ -57,6 +66,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from hns_train.distributed.contract import DropLog
 from hns_train.distributed.security import RunKeys
 from hns_train.distributed.wire import Message, WireError, decode, encode
 
@@ -156,8 +166,9 @@ class _Stream:
     ) -> None:
         if (bind is None) == (connect is None):
             raise ValueError("give exactly one of bind or connect")
-        self.rejected = 0
         self.security = security
+        self.max_message_bytes = _positive("max_message_bytes", max_message_bytes)
+        self.drops = DropLog(type(self).__name__)
         self.socket: zmq.Socket = context().socket(socket_type)
         try:
             self.socket.linger = 0
@@ -165,9 +176,7 @@ class _Stream:
                 self.socket.sndhwm = _positive("hwm", sndhwm)
             if rcvhwm is not None:
                 self.socket.rcvhwm = _positive("hwm", rcvhwm)
-            self.socket.setsockopt(
-                zmq.MAXMSGSIZE, _positive("max_message_bytes", max_message_bytes)
-            )
+            self.socket.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
             for opt, value in (options or {}).items():
                 self.socket.setsockopt(opt, value)
             self._setup()
@@ -207,14 +216,24 @@ class _Stream:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def rejected(self) -> int:
+        """Messages this stream dropped (malformed, too large, or refused by its owner)."""
+        return self.drops.total
+
     def _reject(self, reason: str, peer: bytes | None = None) -> None:
-        self.rejected += 1
-        who = f" from {peer!r}" if peer is not None else ""
-        log.warning(
-            "%s %s: dropped a message%s: %s", type(self).__name__, self.endpoint, who, reason
-        )
+        self.drops.what = f"{type(self).__name__} {getattr(self, 'endpoint', '')}"
+        self.drops.drop(reason, peer)
 
     def _decode(self, frames: Sequence[Any], peer: bytes | None = None) -> Message | None:
+        size = sum(len(f) for f in frames)
+        if size > self.max_message_bytes:
+            self._reject(
+                f"message of {size} bytes in {len(frames)} frames; at most "
+                f"{self.max_message_bytes} allowed",
+                peer,
+            )
+            return None
         try:
             return decode(frames)
         except WireError as exc:
@@ -290,10 +309,9 @@ class _RouterServer(_Stream):
         )
 
     def _setup(self) -> None:
-        # Unknown or full peers raise instead of being silently dropped, so send() can say so;
-        # a restarted worker with the same identity takes over its old connection.
+        # Unknown or full peers raise instead of being silently dropped, so send() can say so.
+        # No ROUTER_HANDOVER: a live peer's identity cannot be taken over by another connection.
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
 
     def recv(self, timeout_ms: int = 100) -> list[tuple[bytes, Message]]:
         """Everything queued (at most ``max_requests``), waiting up to timeout_ms for the first."""
@@ -471,19 +489,24 @@ class ControlServer(_RouterServer):
 
 
 class ControlClient(_DealerClient):
-    """Worker side of the control stream; ``identity`` is the worker id the controller sees."""
+    """Worker side of the control stream; ``identity`` is the worker id the controller sees.
+
+    ``token``, when given, goes into the meta of every message sent (key ``"token"``): the
+    controller hands each worker incarnation its own and accepts nothing without it."""
 
     def __init__(
         self,
         connect: str,
         identity: str | bytes,
         *,
+        token: str | None = None,
         hwm: int = 1000,
         security: RunKeys | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         if identity is None:
             raise ValueError("a ControlClient needs an identity (its worker id)")
+        self.token = token
         super().__init__(
             connect, identity, hwm=hwm, security=security, max_message_bytes=max_message_bytes
         )
@@ -497,6 +520,8 @@ class ControlClient(_DealerClient):
         timeout_ms: int = 1000,
     ) -> bool:
         """Queue a message for the controller; False if the queue stays full for timeout_ms."""
+        if self.token is not None:
+            meta = {**dict(meta or {}), "token": self.token}
         return self._send(encode(kind, arrays, meta), timeout_ms, copy=True)
 
 

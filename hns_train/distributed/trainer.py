@@ -6,14 +6,22 @@ so each chunk is trained on up to `reuse` times (the paper: about 4) before it l
 whose oldest producing version is more than `max_staleness` versions behind the current one is
 dropped, on arrival or when its turn comes.
 
+Chunks are checked against the run's contract on arrival (`contract.check_chunk`: exact
+observation keys and shapes, chunk length, LSTM size, action ranges, finite floats); a chunk
+that does not fit is dropped and counted. An update that fails or leaves a non-finite weight,
+normaliser or optimiser moment is undone: the state before it is restored, the batch is
+dropped and the event is logged and counted (`skipped_updates`), so nothing non-finite is ever
+published, checkpointed or snapshotted.
+
 After every step the new parameters are published (version = optimisation steps); every
-`checkpoint_every` versions, and when the run stops, a checkpoint is written (weights,
-optimiser, normalisers, counters, RNG states); every `pool.snapshot_every` versions a frozen
-snapshot joins the pool. On start the newest valid checkpoint is restored, so `--resume`
-continues with counters intact. The run's counters (frames, episodes, hours) come from the
-controller, which owns them, in `counters` control messages. Those also say how long the run
-has left under `stop.minutes` (`stop_in_s`); the trainer starts no update it expects to end after
-that (by the duration of its last one), so the run stops on time instead of waiting for it.
+`checkpoint_every` versions or `checkpoint_every_s` seconds, whichever comes first, and when
+the run stops, a checkpoint is written (weights, optimiser, normalisers, counters, RNG states);
+every `pool.snapshot_every` versions a frozen snapshot joins the pool. On start the newest valid
+checkpoint is restored, so `--resume` and a restarted trainer continue with counters intact.
+The run's counters (frames, episodes, hours) come from the controller, which owns them, in
+`counters` control messages. Those also say how long the run has left under `stop.minutes`
+(`stop_in_s`); the trainer starts no update it expects to end after that (by the duration of
+its last one), so the run stops on time instead of waiting for it.
 
 Several trainers (`pipeline.n_trainers` > 1, see ddp.py): trainer i is rank i with its own sample
 endpoint and `batch_chunks / n_trainers` chunks per step; ranks agree every iteration whether to
@@ -23,6 +31,7 @@ writes checkpoints and snapshots.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -36,6 +45,7 @@ from hns_train.agents.chunks import Chunk, stack_chunks
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import PolicyPool
 from hns_train.agents.ppo import PPO
+from hns_train.distributed.contract import ContractError, DropLog, check_chunk, check_counters
 from hns_train.distributed.controllers import pool_dir
 from hns_train.distributed.params import resolve_device, state_dict_to_arrays
 from hns_train.distributed.streams import ParamPublisher, SampleReceiver
@@ -101,7 +111,10 @@ class TrainerWorker(Worker):
         if self.pool is not None:  # the untrained policy joins the pool before any update
             self.pool.maybe_add(self.version, self.model.state_dict())
         self.samples = SampleReceiver(
-            spec.endpoints["samples_bind"][self.rank], hwm=16, security=self.security
+            spec.endpoints["samples_bind"][self.rank],
+            hwm=16,
+            security=self.security,
+            max_message_bytes=self.max_message_bytes,
         )
         self.params = (
             ParamPublisher(spec.endpoints["params_bind"], security=self.security)
@@ -111,7 +124,11 @@ class TrainerWorker(Worker):
         self.buffer: list[Sample] = []
         self._arrivals = 0
         self._last_stats: dict[str, float] = {}
-        self._received = self._dropped_stale = self._rejected = 0
+        self._received = self._dropped_stale = 0
+        self.bad_chunks = DropLog(f"{self.name} chunks")
+        self._rejected_reported = 0
+        self.skipped_updates = 0
+        self._last_checkpoint = time.monotonic()
         self._steps = 0
         self._update_s = 0.0
         self._last_update_s: float | None = None  # duration of the newest PPO update
@@ -171,16 +188,9 @@ class TrainerWorker(Worker):
                 break
             count += 1
             try:
-                chunk = Chunk.from_arrays(message.arrays).validate()
-                self.model.layout.check(chunk.obs, 2)
-                if chunk.num_steps != self.cfg.pipeline.chunk_len:
-                    raise ValueError(
-                        f"chunk has {chunk.num_steps} steps; pipeline.chunk_len is "
-                        f"{self.cfg.pipeline.chunk_len}"
-                    )
-            except (KeyError, ValueError) as err:
-                log.warning("dropped a malformed chunk: %s", err)
-                self._rejected += 1
+                chunk = self._check(message)
+            except ContractError as err:
+                self.bad_chunks.drop(str(err))
                 continue
             self._received += 1
             if self.cfg.pipeline.discard_samples:
@@ -197,6 +207,23 @@ class TrainerWorker(Worker):
             self._reuse.extend(s.uses for s in self.buffer[:overflow])
             del self.buffer[:overflow]
         return count
+
+    @property
+    def _rejected(self) -> int:
+        return self.bad_chunks.total + self.samples.rejected
+
+    def _check(self, message) -> Chunk:
+        p, net = self.cfg.pipeline, self.cfg.agent.network
+        if message.kind != "chunk":
+            raise ContractError(f"a {message.kind!r} message on the sample stream")
+        return check_chunk(
+            message.arrays,
+            self.model.layout,
+            chunk_len=p.chunk_len,
+            bptt_len=self.cfg.agent.ppo.bptt_len,
+            lstm_dim=net.lstm_dim,
+            action_sizes=net.action_sizes,
+        )
 
     def _stale(self, version: int) -> bool:
         return version < self.version - self.cfg.pipeline.max_staleness
@@ -215,9 +242,14 @@ class TrainerWorker(Worker):
         # An update on a large batch can outlast the heartbeat timeout on a CPU.
         self.control.send("busy")
         start = time.perf_counter()
-        self._last_stats = self.ppo.update(stack_chunks([s.chunk for s in batch]))
+        stats = self._guarded_update([s.chunk for s in batch])
         self._last_update_s = time.perf_counter() - start
         self._update_s += self._last_update_s
+        if stats is None:  # undone: the batch is what broke it, it goes
+            drop = {id(s) for s in batch}
+            self.buffer = [s for s in self.buffer if id(s) not in drop]
+            return
+        self._last_stats = stats
         self._steps += 1
         for s in batch:
             self._staleness.append(self.version - 1 - s.version)
@@ -228,12 +260,46 @@ class TrainerWorker(Worker):
         self.publish()
         if not self.is_main:
             return
-        if self.version % p.checkpoint_every == 0:
+        due_s = p.checkpoint_every_s and time.monotonic() - self._last_checkpoint >= (
+            p.checkpoint_every_s
+        )
+        if self.version % p.checkpoint_every == 0 or due_s:
             self.save_checkpoint()
         c = self.counters_from_controller
         self.pool.maybe_add(self.version, self.model.state_dict(), c.frames, c.episodes)
 
-    def save_checkpoint(self) -> Path:
+    def _guarded_update(self, chunks: list[Chunk]) -> dict | None:
+        """One PPO update, undone when it raises or leaves anything non-finite."""
+        before = copy.deepcopy(self.ppo.state_dict())
+        try:
+            stats = self.ppo.update(stack_chunks(chunks))
+            problem = _non_finite(self.ppo.state_dict())
+            if problem is None and not all(np.isfinite(v) for v in stats.values()):
+                problem = "non-finite loss statistics"
+        except (ValueError, RuntimeError, FloatingPointError) as err:
+            if self.ddp is not None:
+                raise  # the ranks' collectives are out of step now: the group restarts
+            stats, problem = None, f"{type(err).__name__}: {err}"
+        if problem is None:
+            return stats
+        self.ppo.load_state_dict(before)
+        self.skipped_updates += 1
+        log.warning(
+            "update %d undone (%s); the last good state is kept and %d chunks dropped "
+            "(%d updates undone so far)",
+            self.version + 1,
+            problem,
+            len(chunks),
+            self.skipped_updates,
+        )
+        return None
+
+    def save_checkpoint(self) -> Path | None:
+        problem = _non_finite(self.ppo.state_dict())
+        if problem is not None:  # never reached after _guarded_update; a last guard
+            log.error("checkpoint not written: %s", problem)
+            return None
+        self._last_checkpoint = time.monotonic()
         state, meta = training_state(
             self.ppo, self.counters_from_controller, self.cfg.to_dict(), np_rng=self.rng
         )
@@ -243,6 +309,11 @@ class TrainerWorker(Worker):
     def on_control(self, message) -> None:
         if message.kind == "counters":
             m = message.meta
+            try:
+                check_counters(m)
+            except ContractError as err:
+                log.warning("counters from the controller dropped: %s", err)
+                return
             self.counters_from_controller = Counters(
                 version=self.version,
                 frames=int(m["frames"]),
@@ -259,14 +330,16 @@ class TrainerWorker(Worker):
             "update_s": self._update_s,
             "received": self._received,
             "dropped_stale": self._dropped_stale,
-            "rejected": self._rejected,
+            "rejected": self._rejected - self._rejected_reported,
+            "skipped_updates": self.skipped_updates,
             "buffer": len(self.buffer),
             "staleness": float(np.mean(self._staleness)) if self._staleness else None,
             "reuse": float(np.mean(self._reuse)) if self._reuse else None,
             "stats": self._last_stats,
             "counters": asdict(self.counters_from_controller),
         }
-        self._steps = self._received = self._dropped_stale = self._rejected = 0
+        self._rejected_reported = self._rejected
+        self._steps = self._received = self._dropped_stale = 0
         self._update_s = 0.0
         self._staleness, self._reuse = [], []
         return out
@@ -283,6 +356,25 @@ class TrainerWorker(Worker):
             self.pool.close()
         if self.ddp is not None:
             self.ddp.close()
+
+
+def _non_finite(state, where: str = "state") -> str | None:
+    """Where the first non-finite tensor of a nested state (weights, buffers, optimiser
+    moments) is, or None."""
+    if isinstance(state, torch.Tensor):
+        bad = state.is_floating_point() and not bool(torch.isfinite(state).all())
+        return f"{where} is non-finite" if bad else None
+    if isinstance(state, dict):
+        items = state.items()
+    elif isinstance(state, (list, tuple)):
+        items = enumerate(state)
+    else:
+        return None
+    for key, value in items:
+        problem = _non_finite(value, f"{where}/{key}")
+        if problem is not None:
+            return problem
+    return None
 
 
 def _autocast_dtype(mixed_precision: bool, device: torch.device) -> torch.dtype | None:

@@ -9,7 +9,16 @@ a timeout, so a stop request or a heartbeat is never more than ~`POLL_MS` away.
 Control protocol (worker -> controller): `hello` once built, `heartbeat` every `heartbeat_s` seconds
 with the worker's counters in `meta`, `busy` before a computation that may outlast the heartbeat
 timeout (the trainer's PPO update; the next heartbeat ends it), `stopped` when it has cleaned up
-(the trainer sends it after its final checkpoint). Controller -> worker: `stop`, `counters`.
+(the trainer sends it after its final checkpoint). Controller -> worker: `stop`, `counters`,
+and `alive` every `heartbeat_s`. Every message a worker sends carries its `token` (made by the
+controller for this incarnation of this worker); the controller drops messages without it.
+
+Parent watch: a worker never outlives its controller. In its own process (local and ray
+launchers) it asks Linux for SIGKILL when its parent dies (`PR_SET_PDEATHSIG`), checks the
+parent's pid every `PARENT_CHECK_S` (other systems, and a parent that died before the request),
+and exits when it has heard nothing from the controller for `pipeline.controller_timeout_s`
+(a worker whose parent is not the controller: a Ray actor). The serial launcher runs workers in
+the controller's own process, where none of this applies.
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ from hns_train.distributed.streams import ControlClient
 
 log = logging.getLogger(__name__)
 POLL_MS = 5
+PARENT_CHECK_S = 1.0
+PR_SET_PDEATHSIG = 1
 
 WORKER_KINDS = ("actor", "policy", "trainer", "eval")
 
@@ -45,18 +56,31 @@ class WorkerSpec:
     endpoints: dict[str, Any] = field(default_factory=dict)
     incarnation: int = 0  # how many times this worker was restarted
     security: dict[str, Any] | None = None  # CURVE keys for cluster runs
+    token: str = ""  # this incarnation's control-channel token (controller.py makes it)
+    parent_pid: int = 0  # the process that must outlive this worker (0: whoever started it)
 
     @property
     def name(self) -> str:
         return f"{self.kind}{self.index}"
 
-    def restarted(self, endpoints: dict[str, Any] | None = None) -> WorkerSpec:
+    @property
+    def routing_id(self) -> str:
+        """Socket identity of this incarnation: a restarted worker never meets its previous
+        incarnation's connection, which sockets refuse to hand over (streams.py)."""
+        return f"{self.name}.{self.incarnation}"
+
+    def restarted(self, endpoints: dict[str, Any] | None = None, token: str = "") -> WorkerSpec:
         """The spec of this worker's next incarnation (optionally with new endpoints)."""
         return dataclasses.replace(
             self,
             incarnation=self.incarnation + 1,
             endpoints=self.endpoints if endpoints is None else endpoints,
+            token=token,
         )
+
+
+class ControllerGone(RuntimeError):
+    """The worker's controller died or has been silent too long: the worker must exit."""
 
 
 class Worker:
@@ -71,12 +95,21 @@ class Worker:
         self.cfg: RunConfig = config_from_dict(spec.config, source=f"{spec.name} spec")
         # Cluster runs: every socket of this worker is a CURVE client/server with the run's keys.
         self.security = RunKeys.from_dict(spec.security) if spec.security else None
+        self.max_message_bytes = self.cfg.pipeline.max_message_mb << 20  # one message, all frames
         self.control = ControlClient(
-            spec.endpoints["control"], identity=spec.name, security=self.security
+            spec.endpoints["control"],
+            identity=spec.routing_id,
+            token=spec.token or None,
+            security=self.security,
+            max_message_bytes=self.max_message_bytes,
         )
         self.stopping = False
         self.stopped = False
         self._last_beat = 0.0
+        # In the controller's own process (inproc) a long step of one worker silences all.
+        in_process = str(spec.endpoints["control"]).startswith("inproc://")
+        self.controller_timeout_s = 0.0 if in_process else self.cfg.pipeline.controller_timeout_s
+        self._last_heard = time.monotonic()
 
     # --- to override
     def step(self) -> bool:
@@ -107,11 +140,18 @@ class Worker:
             self.control.send("heartbeat", meta=self.counters())
         message = self.control.recv(timeout_ms=0)
         while message is not None:
+            self._last_heard = now
             if message.kind == "stop":
                 self.stopping = True
-            else:
+            elif message.kind != "alive":
                 self.on_control(message)
             message = self.control.recv(timeout_ms=0)
+        silent = time.monotonic() - self._last_heard
+        if self.controller_timeout_s and silent > self.controller_timeout_s and not self.stopped:
+            raise ControllerGone(
+                f"nothing from the controller for {silent:.0f} s "
+                f"(pipeline.controller_timeout_s={self.controller_timeout_s:g})"
+            )
         if self.stopping and not self.stopped and self.ready_to_stop():
             self.shutdown()
             self.control.send("heartbeat", meta=self.counters())
@@ -143,8 +183,38 @@ def build_worker(spec: WorkerSpec) -> Worker:
     return worker
 
 
+class ParentWatch:
+    """Exits with the parent: a death signal where Linux offers one, and a pid check."""
+
+    def __init__(self, parent_pid: int = 0) -> None:
+        self.parent = parent_pid or os.getppid()
+        self._next_check = 0.0
+        _die_with_parent()
+        self.check()  # the parent may have died before the death signal was asked for
+
+    def check(self) -> None:
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + PARENT_CHECK_S
+        if os.getppid() != self.parent:
+            raise ControllerGone(f"the parent process {self.parent} is gone")
+
+
+def _die_with_parent() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError) as err:  # no prctl: the pid check still works
+        log.warning("no parent-death signal (%s); watching the parent pid instead", err)
+
+
 def run_worker(spec: WorkerSpec) -> None:
-    """Process entry point: run one worker until the controller stops it."""
+    """Process entry point: run one worker until the controller stops it or is gone."""
     # Ctrl-C goes to the whole process group; only the controller decides how to stop.
     if threading.current_thread() is threading.main_thread():  # (Ray may call from a thread)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -152,6 +222,11 @@ def run_worker(spec: WorkerSpec) -> None:
     # erase line), which the controller redraws below it: log lines never run into the bar.
     clear = "\r\x1b[K" if sys.stderr.isatty() else ""
     logging.basicConfig(level=logging.WARNING, format=f"{clear}%(asctime)s {spec.name} %(message)s")
+    try:
+        parent = ParentWatch(spec.parent_pid)
+    except ControllerGone as err:
+        log.warning("exiting: %s", err)
+        return
     import torch
 
     torch.set_num_threads(max(1, int(spec.config["pipeline"]["torch_threads"])))
@@ -160,5 +235,8 @@ def run_worker(spec: WorkerSpec) -> None:
         while not worker.stopped:
             worker.step()
             worker.poll_control()
+            parent.check()
+    except ControllerGone as err:
+        log.warning("exiting: %s", err)
     finally:
         worker.close()

@@ -33,6 +33,7 @@ about 40 kB on disk.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
@@ -58,6 +59,9 @@ from hns_train.envs.world import (
 FORMAT_NAME = "hns_train.replay"
 FORMAT_VERSION = 1
 SUFFIX = ".npz"
+# Most bytes the members of one replay may hold once unpacked (a long randomwalls episode holds
+# a few MB): checked from the archive's declarations before anything is unpacked.
+MAX_REPLAY_BYTES = 256 << 20
 # what a `mujoco.batch.Batch` state row holds (time, qpos, qvel, warm start, ctrl, eq_active, ...)
 BATCH_STATE = mujoco.mjtState.mjSTATE_INTEGRATION
 
@@ -552,6 +556,7 @@ def load(path) -> Replay:
             f"{where}: not a replay (not an .npz archive; a replay is written by "
             "hns_train.eval.replay.save)"
         )
+    _check_declared_sizes(path, where)
     members: dict[str, np.ndarray] = {}
     try:
         with np.load(path, allow_pickle=False) as npz:
@@ -565,6 +570,39 @@ def load(path) -> Replay:
     layout = _read_layout(members, header, cfg, where)
     arrays = _read_arrays(members, sizes, cfg, where)
     return Replay(cfg=cfg, layout=layout, arrays=arrays, header=header)
+
+
+def _check_declared_sizes(path: Path, where: str) -> None:
+    """Bounded memory: every member's unpacked size and its array's size (from the .npy
+    header, read alone) must fit `MAX_REPLAY_BYTES` and each other before any member loads."""
+    total = 0
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                total += info.file_size
+                if total > MAX_REPLAY_BYTES:
+                    raise ReplayError(
+                        f"{where}: members unpack to more than {MAX_REPLAY_BYTES} bytes "
+                        f"(at {info.filename!r}); not a replay this code wrote"
+                    )
+                with archive.open(info) as fh:
+                    version = np.lib.format.read_magic(fh)
+                    read = (
+                        np.lib.format.read_array_header_1_0
+                        if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0
+                    )
+                    shape, _, dtype = read(fh)
+                need = math.prod(shape) * dtype.itemsize
+                if need > info.file_size and not dtype.hasobject:  # (pickles: refused below)
+                    raise ReplayError(
+                        f"{where}: member {info.filename!r} declares a {list(shape)} {dtype} "
+                        f"array ({need} bytes) in {info.file_size} bytes"
+                    )
+    except ReplayError:
+        raise
+    except Exception as e:  # zip, zlib and npy header errors
+        raise ReplayError(f"{where}: truncated or corrupt file ({type(e).__name__}: {e})") from None
 
 
 def _read_header(members, where) -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from waiting import alive, wait_for
+from waiting import alive, children_of, wait_for
 
 from hns_train.agents.checkpoint import CheckpointDir
 from hns_train.agents.chunks import Chunk
@@ -44,18 +44,6 @@ def run_in_thread(controller: Controller) -> threading.Thread:
     thread = threading.Thread(target=controller.run, daemon=True)
     thread.start()
     return thread
-
-
-def children_of(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(stat.parent.name))
-    return out
 
 
 def test_serial_run_trains_checkpoints_and_snapshots(tmp_path):
@@ -100,7 +88,13 @@ def test_local_run_restarts_a_killed_actor_and_keeps_training(tmp_path):
 
 @pytest.mark.slow
 def test_dead_trainer_stops_the_run_and_resume_continues_from_its_checkpoint(tmp_path):
-    cfg = smoke(tmp_path, "name=resume", "pipeline.launcher=local", "stop.versions=0")
+    cfg = smoke(
+        tmp_path,
+        "name=resume",
+        "pipeline.launcher=local",
+        "stop.versions=0",
+        "pipeline.restart_trainer=false",
+    )
     controller = Controller(cfg)
     thread = run_in_thread(controller)
     ckpts = CheckpointDir(tmp_path / "resume" / "checkpoints")

@@ -23,7 +23,7 @@ from hns_train.distributed.security import RunKeys
 from hns_train.distributed.streams import ControlClient, ParamSubscriber, SampleSender
 
 FORGED_VERSION = 1_000_000
-DROPPED = "dropped a malformed chunk"
+DROPPED = "trainer0 chunks: dropped"
 
 
 def intrude(endpoints: dict, keys: RunKeys | None, tag: str) -> bool:

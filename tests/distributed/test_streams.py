@@ -190,7 +190,7 @@ def test_several_senders_feed_one_receiver(short_dir):
 
 
 def test_garbage_from_a_raw_socket_is_dropped_counted_and_logged(short_dir, caplog):
-    caplog.set_level(logging.WARNING, logger="hns_train.distributed.streams")
+    caplog.set_level(logging.WARNING, logger="hns_train.distributed.contract")
     with SampleReceiver(streams.ipc_endpoint(short_dir, "g")) as rx:
         raw = _raw(zmq.PUSH)
         raw.connect(rx.endpoint)
@@ -211,9 +211,12 @@ def test_garbage_from_a_raw_socket_is_dropped_counted_and_logged(short_dir, capl
         raw.close()
         assert [m.meta for m in good_ones] == [{"ok": True}]
         assert rx.rejected == 3
-    reasons = " ".join(r.getMessage() for r in caplog.records)
+    reasons = " ".join(rx.drops.recent)
     assert "not valid msgpack" in reasons and "declares 1 arrays but has 0" in reasons
     assert "needs 24 bytes, frame has 5" in reasons
+    # Logged at a bounded rate: the first drop at once, the next ones summed up later.
+    lines = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert len(lines) == 1 and "SampleReceiver" in lines[0]
 
 
 def test_garbage_at_the_inference_server_does_not_hide_good_requests(short_dir):
@@ -344,14 +347,25 @@ def test_control_heartbeats_and_stop_command(short_dir):
             msg = workers[1].recv(timeout_ms=2000)
             assert msg.kind == "stop" and msg.meta == {"reason": "done"}
             assert workers[0].recv(timeout_ms=50) is None
-            # a restarted worker reuses its id and takes over the old connection
+            # nobody takes over a connected worker's identity: the stranger is not heard and
+            # what the controller sends still reaches the real worker
+            stranger = ControlClient(ctl.endpoint, identity="actor-2")
+            try:
+                assert stranger.send("heartbeat", {"steps": 10**9})
+                assert ctl.recv(timeout_ms=300) == []
+                assert ctl.send(b"actor-2", "stop")
+                assert workers[2].recv(timeout_ms=2000).kind == "stop"
+                assert stranger.recv(timeout_ms=50) is None
+            finally:
+                stranger.close()
+            # a restarted worker (a new incarnation) connects under a new identity
             workers[2].close()
-            workers[2] = ControlClient(ctl.endpoint, identity="actor-2")
+            workers[2] = ControlClient(ctl.endpoint, identity="actor-2.1")
             assert workers[2].send("hello")
             hello = []
             assert _wait_until(lambda: hello.extend(ctl.recv(timeout_ms=100)) or hello)
-            assert [(wid, m.kind) for wid, m in hello] == [(b"actor-2", "hello")]
-            assert ctl.send(b"actor-2", "stop")
+            assert [(wid, m.kind) for wid, m in hello] == [(b"actor-2.1", "hello")]
+            assert ctl.send(b"actor-2.1", "stop")
             assert workers[2].recv(timeout_ms=2000).kind == "stop"
         finally:
             for w in workers:
