@@ -7,7 +7,9 @@ Code per agent row in an inference request:
     v >= 0       frozen pool snapshot of version v
 
 Actors draw a `TeamControllers` per episode from the run's `PolicyPool` (the rules live in
-`hns_train.agents.pool`); policy workers turn codes back into a model or a fixed opponent.
+`hns_train.agents.pool`); policy workers and Warp actors turn codes back into a model or a
+fixed opponent. A snapshot code whose file is missing or broken is played by the latest policy
+and counted; up to `MAX_BAD_CODES` such codes are remembered, so none is read again.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ import numpy as np
 from hns_train.agents.opponents import fixed_opponent
 from hns_train.agents.pool import LATEST as LATEST_ID
 from hns_train.agents.pool import PolicyPool, PoolConfig, TeamControllers
+from hns_train.distributed.contract import DropLog
 
 LATEST, RANDOM, NOOP = -1, -2, -3
+MAX_BAD_CODES = 10_000  # snapshot codes remembered as unusable (not looked up on disk again)
 _NAMED = {LATEST_ID: LATEST, "random": RANDOM, "noop": NOOP}
 
 
@@ -57,7 +61,7 @@ class ControllerDraw:
 
 
 class Opponents:
-    """Policy-worker side: snapshot models (small LRU cache) and fixed teams by code."""
+    """Inference side: snapshot models (small LRU cache) and fixed teams by code."""
 
     def __init__(
         self,
@@ -66,6 +70,7 @@ class Opponents:
         new_model: Callable,
         seed,
         cache_size: int = 4,
+        name: str = "opponents",
     ) -> None:
         self.run_dir = run_dir
         self.config = config
@@ -74,6 +79,8 @@ class Opponents:
         self.cache_size = cache_size
         self._pool: PolicyPool | None = None
         self._models: OrderedDict[int, object] = OrderedDict()  # least recently used first
+        self.unusable = DropLog(f"{name} snapshot codes")
+        self._bad_codes: set[int] = set()
 
     def snapshot(self, version: int):
         version = int(version)
@@ -88,6 +95,21 @@ class Opponents:
         while len(self._models) > self.cache_size:
             self._models.popitem(last=False)
         return model
+
+    def snapshot_or_latest(self, code: int, latest):
+        """The model of snapshot `code`, or `latest` when that snapshot is missing or broken
+        (counted in `unusable`; the code is not looked up on disk again)."""
+        code = int(code)
+        if code not in self._bad_codes:
+            try:
+                return self.snapshot(code)
+            except (OSError, ValueError, RuntimeError) as err:  # no such snapshot, a broken file
+                if len(self._bad_codes) < MAX_BAD_CODES:
+                    self._bad_codes.add(code)
+                self.unusable.drop(f"snapshot {code} unusable, the latest plays it: {err}")
+                return latest
+        self.unusable.drop(f"snapshot {code} unusable; the latest plays it")
+        return latest
 
     def fixed_actions(self, code: int, rows: int) -> np.ndarray:
         name = {RANDOM: "random", NOOP: "noop"}.get(code)

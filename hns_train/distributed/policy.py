@@ -38,7 +38,6 @@ from hns_train.distributed.worker import Worker, WorkerSpec
 from hns_train.envs.contract import observation_shapes
 
 log = logging.getLogger(__name__)
-MAX_BAD_CODES = 10_000  # snapshot codes remembered as unusable
 
 
 class PolicyWorker(Worker):
@@ -61,13 +60,15 @@ class PolicyWorker(Worker):
             max_message_bytes=self.max_message_bytes,
         )
         self.opponents = controllers.Opponents(
-            self.cfg.pool, spec.run_dir, self._new_model, seed=[self.cfg.seed, 2, spec.index]
+            self.cfg.pool,
+            spec.run_dir,
+            self._new_model,
+            seed=[self.cfg.seed, 2, spec.index],
+            name=self.name,
         )
         self.version = -1
         self._reference = param_reference(self.model)
         self.bad_params = DropLog(f"{self.name} parameters")
-        self._unknown_snapshots = DropLog(f"{self.name} snapshot codes")
-        self._bad_codes: set[int] = set()
         self._rows = 0
         self._batches = 0
         self._busy_s = 0.0
@@ -107,20 +108,6 @@ class PolicyWorker(Worker):
             return False
         return True
 
-    def _model_for(self, code: int):
-        """The model of a code >= 0 (pool snapshot) or LATEST; the latest when it is missing."""
-        if code == controllers.LATEST or code in self._bad_codes:
-            if code != controllers.LATEST:
-                self._unknown_snapshots.drop(f"snapshot {code} unusable; the latest plays it")
-            return self.model
-        try:
-            return self.opponents.snapshot(code)
-        except (OSError, ValueError, RuntimeError) as err:  # no such snapshot, a broken file
-            if len(self._bad_codes) < MAX_BAD_CODES:  # not looked up again (disk reads)
-                self._bad_codes.add(code)
-            self._unknown_snapshots.drop(f"snapshot {code} unusable, the latest plays it: {err}")
-            return self.model
-
     def _serve(self, requests) -> None:
         batch, sizes = _concat([m.arrays for _, m in requests])
         obs = {k[4:]: v for k, v in batch.items() if k.startswith("obs/")}
@@ -133,7 +120,6 @@ class PolicyWorker(Worker):
             batch["state"],
             batch["episode_start"],
             codes,
-            snapshot=self._model_for,
         )
         self._rows += n
         offset = 0
@@ -159,7 +145,7 @@ class PolicyWorker(Worker):
             "batches": self._batches,
             "busy_s": self._busy_s,
             "rejected": self.server.rejected + self.bad_params.total,
-            "unknown_snapshots": self._unknown_snapshots.total,
+            "unknown_snapshots": self.opponents.unusable.total,
         }
         self._rows = self._batches = 0
         self._busy_s = 0.0
@@ -170,12 +156,12 @@ class PolicyWorker(Worker):
         self.params.close()
 
 
-def act_by_controller(model, opponents, obs, state, episode_start, codes, snapshot=None):
+def act_by_controller(model, opponents, obs, state, episode_start, codes):
     """Actions, log-probs, values and new states for agent rows played by different
     controllers (`codes`, controllers.py): one forward pass per controller, the latest policy
     `model`, pool snapshots and fixed opponents from `opponents`. Rows of fixed opponents keep
-    their state and get log-prob and value 0. `snapshot(code)` picks the network of a code >= 0
-    (default `opponents.snapshot`; the policy worker's falls back to the latest)."""
+    their state and get log-prob and value 0. A snapshot that is missing or broken is played by
+    the latest policy (`Opponents.snapshot_or_latest`)."""
     n = len(codes)
     actions = np.zeros((n, 5), np.int64)
     logp = np.zeros(n, np.float32)
@@ -185,8 +171,7 @@ def act_by_controller(model, opponents, obs, state, episode_start, codes, snapsh
         rows = np.flatnonzero(codes == code)
         sub = {k: v[rows] for k, v in obs.items()}
         if code == controllers.LATEST or code >= 0:
-            pick = opponents.snapshot if snapshot is None else snapshot
-            net = model if code == controllers.LATEST else pick(int(code))
+            net = model if code == controllers.LATEST else opponents.snapshot_or_latest(code, model)
             out = net.act(sub, state[rows], episode_start[rows])
             actions[rows], logp[rows], values[rows], new_state[rows] = out
         else:

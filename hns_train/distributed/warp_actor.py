@@ -30,6 +30,7 @@ from hns_train.agents.chunks import ChunkRecorder
 from hns_train.agents.policy import ActorCritic
 from hns_train.distributed import controllers
 from hns_train.distributed.actor import MAX_PENDING_CHUNKS
+from hns_train.distributed.contract import ContractError, DropLog, check_params, param_reference
 from hns_train.distributed.params import arrays_to_state_dict, resolve_device
 from hns_train.distributed.policy import act_by_controller
 from hns_train.distributed.streams import ParamSubscriber, SampleSender
@@ -53,13 +54,19 @@ class WarpActorWorker(Worker):
         )
         self.shapes = observation_shapes(cfg.game_config())
         self.model = self._new_model()
-        self.params = ParamSubscriber(spec.endpoints["params"], security=self.security)
+        self.params = ParamSubscriber(
+            spec.endpoints["params"],
+            security=self.security,
+            max_message_bytes=self.max_message_bytes,
+        )
         self.samples = SampleSender(spec.endpoints["samples"], hwm=4, security=self.security)
         self.draw = controllers.ControllerDraw(cfg.pool, spec.run_dir, seed=self._seed(99))
         self.opponents = controllers.Opponents(
-            cfg.pool, spec.run_dir, self._new_model, seed=self._seed(98)
+            cfg.pool, spec.run_dir, self._new_model, seed=self._seed(98), name=self.name
         )
         self.version = -1
+        self._reference = param_reference(self.model)
+        self.bad_params = DropLog(f"{self.name} parameters")
         W, A = self.game.n_worlds, self.game.n_agents
         self.rows = W * A
         self.obs = _rows(self.game.reset())
@@ -83,8 +90,13 @@ class WarpActorWorker(Worker):
     def step(self) -> bool:
         message = self.params.poll_latest(timeout_ms=0)
         if message is not None and int(message.meta["version"]) > self.version:
-            self.model.load_state_dict(arrays_to_state_dict(message.arrays, self.device))
-            self.version = int(message.meta["version"])
+            try:
+                check_params(message.arrays, self._reference)
+            except ContractError as err:
+                self.bad_params.drop(str(err))
+            else:
+                self.model.load_state_dict(arrays_to_state_dict(message.arrays, self.device))
+                self.version = int(message.meta["version"])
         self._flush_chunks()
         if self.version < 0 or len(self.pending_chunks) >= MAX_PENDING_CHUNKS:
             time.sleep(self.poll_ms / 1000)  # no weights yet, or the trainer is behind
@@ -179,6 +191,7 @@ class WarpActorWorker(Worker):
             "queued_chunks": len(self.pending_chunks),
             # contact / constraint buffer overflows of the Warp physics since the actor started
             "physics_warnings": self.game.physics_warnings_total,
+            "rejected": self.bad_params.total,
             "time": time.time(),
         }
         self._frames = self._episodes = self._chunks_sent = 0
