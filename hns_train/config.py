@@ -279,6 +279,7 @@ _RANGES: dict[str, tuple] = {
             "keep_checkpoints",
             "torch_threads",
             "max_message_mb",
+            "n_trainers",
         )
     },
     **{
@@ -286,12 +287,20 @@ _RANGES: dict[str, tuple] = {
         for name in (
             "max_staleness",
             "max_restarts",
+            "ray_num_cpus",
             "checkpoint_every_s",
             "request_timeout_s",
             "stall_timeout_s",
             "controller_timeout_s",
         )
     },
+    # the cluster fields also have rules of their own (_cluster_problems); here: finite
+    "pipeline.ddp_timeout_s": _POSITIVE,
+    **{
+        f"pipeline.ray_{kind}_cpus": _NON_NEGATIVE
+        for kind in ("actor", "policy", "trainer", "eval")
+    },
+    **{f"pipeline.ray_{kind}_gpus": (-1, None, True) for kind in ("policy", "trainer")},
     "pipeline.heartbeat_s": _POSITIVE,
     "pipeline.heartbeat_timeout_s": _POSITIVE,
     "eval.n_workers": _NON_NEGATIVE,
@@ -321,6 +330,7 @@ _RANGES: dict[str, tuple] = {
     "agent.network.obs_clip": _POSITIVE,
     "agent.network.obs_norm_min_var": _NON_NEGATIVE,
     "agent.network.value_norm_min_var": _NON_NEGATIVE,
+    **{f"agent.ppo.{name}": _AT_LEAST_1 for name in ("bptt_len", "epochs", "minibatches")},
     "agent.ppo.gamma": _UNIT,
     "agent.ppo.gae_lambda": _UNIT,
     "agent.ppo.clip_coef": _POSITIVE,
@@ -368,11 +378,9 @@ def _range_problems(cfg: RunConfig) -> list[str]:
 
 
 def _cluster_problems(p: PipelineConfig) -> list[str]:
-    """Rules of the several-trainer and Ray fields."""
+    """Rules of the several-trainer and Ray fields (their ranges are in `_RANGES`)."""
     out = []
-    if p.n_trainers < 1:
-        out.append(f"pipeline.n_trainers must be >= 1, got {p.n_trainers}")
-    elif p.batch_chunks % p.n_trainers:
+    if p.n_trainers >= 1 and p.batch_chunks % p.n_trainers:  # (< 1: see _RANGES)
         out.append(
             f"pipeline.batch_chunks={p.batch_chunks} must be a multiple of "
             f"pipeline.n_trainers={p.n_trainers} (each trainer takes an equal share)"
@@ -381,16 +389,9 @@ def _cluster_problems(p: PipelineConfig) -> list[str]:
         out.append("pipeline.n_trainers > 1 needs launcher local or ray (one process per rank)")
     if p.ddp_backend not in ("auto", "gloo", "nccl"):
         out.append(f"pipeline.ddp_backend={p.ddp_backend!r} is not one of auto, gloo, nccl")
-    if p.ddp_timeout_s <= 0:
-        out.append(f"pipeline.ddp_timeout_s must be > 0, got {p.ddp_timeout_s}")
-    if p.ray_num_cpus < 0:
-        out.append(f"pipeline.ray_num_cpus must be >= 0, got {p.ray_num_cpus}")
-    for kind in ("actor", "policy", "trainer", "eval"):
-        if getattr(p, f"ray_{kind}_cpus") < 0:
-            out.append(f"pipeline.ray_{kind}_cpus must be >= 0")
     for kind in ("policy", "trainer"):
         gpus = getattr(p, f"ray_{kind}_gpus")
-        if gpus < 0 and gpus != -1:
+        if -1 < gpus < 0:  # below -1 and non-finite: see _RANGES
             out.append(f"pipeline.ray_{kind}_gpus must be -1 (auto) or >= 0, got {gpus}")
     return out
 

@@ -203,10 +203,13 @@ def test_the_parent_watch_notices_a_parent_that_is_already_gone():
 
 @pytest.fixture
 def inproc(tmp_path):
-    cfg = smoke(tmp_path, "name=fuzz", "pipeline.batch_chunks=2")
+    # One name per test: zmq frees an inproc address after close() in the background, so the
+    # next test could find the previous test's address still taken.
+    name = f"fuzz-{tmp_path.name}"
+    cfg = smoke(tmp_path, f"name={name}", "pipeline.batch_chunks=2")
     endpoints = make_endpoints(cfg, "inproc")
     control = ControlServer(endpoints["control"])
-    yield cfg, endpoints, dict(config=cfg.to_dict(), run_dir=str(tmp_path / "fuzz"))
+    yield cfg, endpoints, dict(config=cfg.to_dict(), run_dir=str(tmp_path / name))
     control.close()
 
 
@@ -635,3 +638,25 @@ def test_config_checks_name_the_field_and_what_is_allowed(tmp_path, override, na
         smoke(tmp_path, override)
     text = str(err.value)
     assert named in text and any(w in text for w in ("must", "allowed", "need")), text
+
+
+def test_every_numeric_config_field_has_a_range():
+    """A numeric field added to the config without a range would take any value unchecked."""
+    import dataclasses
+
+    from hns_train.config import _RANGES, RunConfig
+
+    def numeric(obj, prefix):
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                yield from numeric(value, f"{prefix}{f.name}.")
+            elif type(value) in (int, float):
+                yield f"{prefix}{f.name}"
+
+    cfg = RunConfig()
+    # game and pool check their own fields
+    fields = {k for k in numeric(cfg, "") if not k.startswith(("pool.", "game."))}
+    missing = sorted(fields - set(_RANGES))
+    assert not missing, f"numeric config fields without a range: {missing}"
+    assert "eval.stop_render_wait_s" in _RANGES
