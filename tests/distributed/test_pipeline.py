@@ -238,7 +238,7 @@ def test_trainer_starts_no_update_that_would_end_after_the_stop(tmp_path):
 
     def counters(stop_in_s) -> None:
         meta = {"frames": 0, "episodes": 0, "wall_clock_s": 0.0, "stop_in_s": stop_in_s}
-        control.send(b"trainer0", "counters", meta=meta)
+        control.send(spec.routing_id.encode(), "counters", meta=meta)
         deadline = time.monotonic() + 10
         while (trainer._stop_at is None) != (stop_in_s is None):  # until it has arrived
             trainer.poll_control()
