@@ -78,14 +78,9 @@ class PolicyWorker(Worker):
 
     def step(self) -> bool:
         message = self.params.poll_latest(timeout_ms=0)  # newest, or a new publisher's
-        if message is not None:
-            try:
-                check_params(message.arrays, self._reference)
-            except ContractError as err:
-                self.bad_params.drop(str(err))
-            else:
-                self.model.load_state_dict(arrays_to_state_dict(message.arrays, self.device))
-                self.version = int(message.meta["version"])
+        self.version = load_checked_params(
+            message, self.model, self._reference, self.device, self.bad_params, self.version
+        )
         if self.version < 0:
             time.sleep(self.poll_ms / 1000)
             return False
@@ -154,6 +149,21 @@ class PolicyWorker(Worker):
     def close_streams(self) -> None:
         self.server.close()
         self.params.close()
+
+
+def load_checked_params(message, model, reference, device, bad: DropLog, version: int) -> int:
+    """Load a parameter message into `model` if it keeps the run's contract; the new version,
+    or `version` when there was no message or it was dropped. Any version is taken, older ones
+    too: a restarted trainer publishes from its last checkpoint."""
+    if message is None:
+        return version
+    try:
+        check_params(message.arrays, reference)
+    except ContractError as err:
+        bad.drop(str(err))
+        return version
+    model.load_state_dict(arrays_to_state_dict(message.arrays, device))
+    return int(message.meta["version"])
 
 
 def act_by_controller(model, opponents, obs, state, episode_start, codes):

@@ -30,9 +30,9 @@ from hns_train.agents.chunks import ChunkRecorder
 from hns_train.agents.policy import ActorCritic
 from hns_train.distributed import controllers
 from hns_train.distributed.actor import MAX_PENDING_CHUNKS
-from hns_train.distributed.contract import ContractError, DropLog, check_params, param_reference
-from hns_train.distributed.params import arrays_to_state_dict, resolve_device
-from hns_train.distributed.policy import act_by_controller
+from hns_train.distributed.contract import DropLog, param_reference
+from hns_train.distributed.params import resolve_device
+from hns_train.distributed.policy import act_by_controller, load_checked_params
 from hns_train.distributed.streams import ParamSubscriber, SampleSender
 from hns_train.distributed.worker import Worker, WorkerSpec
 from hns_train.envs.observations import observation_shapes
@@ -88,15 +88,10 @@ class WarpActorWorker(Worker):
 
     # ------------------------------------------------------------------ loop
     def step(self) -> bool:
-        message = self.params.poll_latest(timeout_ms=0)
-        if message is not None and int(message.meta["version"]) > self.version:
-            try:
-                check_params(message.arrays, self._reference)
-            except ContractError as err:
-                self.bad_params.drop(str(err))
-            else:
-                self.model.load_state_dict(arrays_to_state_dict(message.arrays, self.device))
-                self.version = int(message.meta["version"])
+        message = self.params.poll_latest(timeout_ms=0)  # newest, or a new publisher's
+        self.version = load_checked_params(
+            message, self.model, self._reference, self.device, self.bad_params, self.version
+        )
         self._flush_chunks()
         if self.version < 0 or len(self.pending_chunks) >= MAX_PENDING_CHUNKS:
             time.sleep(self.poll_ms / 1000)  # no weights yet, or the trainer is behind
