@@ -99,7 +99,17 @@ def test_dead_trainer_stops_the_run_and_resume_continues_from_its_checkpoint(tmp
     thread = run_in_thread(controller)
     ckpts = CheckpointDir(tmp_path / "resume" / "checkpoints")
     try:
-        wait_for(lambda: ckpts.steps() and ckpts.steps()[-1] >= 2, 240, "a checkpoint")
+        # The trainer learns the run's frame count from the controller's counters messages
+        # (one per logging interval), so the first checkpoints of a fast run may hold 0 frames.
+        wait_for(
+            lambda: (
+                ckpts.steps()
+                and ckpts.steps()[-1] >= 2
+                and ckpts.latest().meta["counters"]["frames"] > 0
+            ),
+            240,
+            "a checkpoint that knows the run's frames",
+        )
         os.kill(controller.workers["trainer0"].pid, signal.SIGKILL)
         thread.join(120)
     finally:
