@@ -53,7 +53,7 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -202,6 +202,10 @@ class PoolConfig:
     p_noop: float = 0.05  # of opponent episodes: a team sending the no-op action
     index_refresh_s: float = 5.0  # how stale the sampler's copy of the index may be
     opponent_role: str = "any"  # team an opponent plays: any | hider | seeker (chase: hider)
+    # Snapshots a policy worker keeps loaded (about 6.4 MB each with the paper's network). A
+    # batch that needs more distinct snapshots than this reloads them from disk every time,
+    # which can cost more than the inference itself.
+    snapshot_cache: int = 64
 
     def __post_init__(self) -> None:
         if self.snapshot_every < 1:
@@ -220,6 +224,8 @@ class PoolConfig:
             raise ValueError(
                 f"opponent_role must be 'any', 'hider' or 'seeker', got {self.opponent_role!r}"
             )
+        if self.snapshot_cache < 1:
+            raise ValueError(f"snapshot_cache must be >= 1, got {self.snapshot_cache}")
         if self.index_refresh_s < 0:
             raise ValueError(f"index_refresh_s must be >= 0, got {self.index_refresh_s}")
 
@@ -513,29 +519,34 @@ class PolicyPool:
 
 
 class SnapshotCache:
-    """Least-recently-used cache of loaded snapshot state dicts (for policy workers)."""
+    """Least-recently-used cache of loaded snapshots: state dicts, or what `build` makes of
+    one (the policy worker's cache holds ready models)."""
 
-    def __init__(self, pool: PolicyPool, size: int = 4) -> None:
+    def __init__(
+        self, pool: PolicyPool, size: int = 4, build: Callable[[dict[str, Any]], Any] | None = None
+    ) -> None:
         if size < 1:
             raise ValueError(f"SnapshotCache size must be >= 1, got {size}")
         self.pool = pool
         self.size = size
-        self._items: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self.build = build
+        self._items: OrderedDict[int, Any] = OrderedDict()
         self.hits = 0
-        self.misses = 0
+        self.misses = 0  # snapshots read from disk: a cache too small for the pool shows here
 
-    def get(self, version: int) -> dict[str, Any]:
+    def get(self, version: int) -> Any:
         version = int(version)
         if version in self._items:
             self._items.move_to_end(version)
             self.hits += 1
             return self._items[version]
-        self.misses += 1
         state = self.pool.load_snapshot(version)
-        self._items[version] = state
+        item = state if self.build is None else self.build(state)
+        self.misses += 1
+        self._items[version] = item
         while len(self._items) > self.size:
             self._items.popitem(last=False)
-        return state
+        return item
 
     def __contains__(self, version: object) -> bool:
         return version in self._items

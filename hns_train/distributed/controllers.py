@@ -14,7 +14,6 @@ and counted; up to `MAX_BAD_CODES` such codes are remembered, so none is read ag
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import numpy as np
 
 from hns_train.agents.opponents import fixed_opponent
 from hns_train.agents.pool import LATEST as LATEST_ID
-from hns_train.agents.pool import PolicyPool, PoolConfig, TeamControllers
+from hns_train.agents.pool import PolicyPool, PoolConfig, SnapshotCache, TeamControllers
 from hns_train.distributed.contract import DropLog
 
 LATEST, RANDOM, NOOP = -1, -2, -3
@@ -69,31 +68,30 @@ class Opponents:
         run_dir: str | Path,
         new_model: Callable,
         seed,
-        cache_size: int = 4,
         name: str = "opponents",
     ) -> None:
         self.run_dir = run_dir
         self.config = config
         self.new_model = new_model
         self.rng = np.random.default_rng(seed)
-        self.cache_size = cache_size
-        self._pool: PolicyPool | None = None
-        self._models: OrderedDict[int, object] = OrderedDict()  # least recently used first
+        self._cache: SnapshotCache | None = None  # opened when the first snapshot is asked for
         self.unusable = DropLog(f"{name} snapshot codes")
         self._bad_codes: set[int] = set()
 
+    @property
+    def loads(self) -> int:
+        """Snapshots read from disk so far (a cache too small for the pool shows here)."""
+        return self._cache.misses if self._cache is not None else 0
+
     def snapshot(self, version: int):
-        version = int(version)
-        if version in self._models:
-            self._models.move_to_end(version)
-            return self._models[version]
-        if self._pool is None:
-            self._pool = PolicyPool(pool_dir(self.run_dir), self.config)
+        if self._cache is None:
+            pool = PolicyPool(pool_dir(self.run_dir), self.config)
+            self._cache = SnapshotCache(pool, self.config.snapshot_cache, build=self._model)
+        return self._cache.get(version)
+
+    def _model(self, state: dict):
         model = self.new_model()
-        model.load_state_dict(self._pool.load_snapshot(version, map_location=model.device))
-        self._models[version] = model
-        while len(self._models) > self.cache_size:
-            self._models.popitem(last=False)
+        model.load_state_dict(state)
         return model
 
     def snapshot_or_latest(self, code: int, latest):
@@ -119,5 +117,5 @@ class Opponents:
         return fixed_opponent(name)(fake, self.rng)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
+        if self._cache is not None:
+            self._cache.pool.close()

@@ -141,6 +141,7 @@ class PolicyWorker(Worker):
             "busy_s": self._busy_s,
             "rejected": self.server.rejected + self.bad_params.total,
             "unknown_snapshots": self.opponents.unusable.total,
+            "snapshot_loads": self.opponents.loads,
         }
         self._rows = self._batches = 0
         self._busy_s = 0.0

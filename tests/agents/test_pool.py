@@ -202,6 +202,20 @@ def test_snapshot_cache_is_lru(tmp_path):
         SnapshotCache(pool, 0)
 
 
+def test_snapshot_cache_builds_once_per_load(tmp_path):
+    """The policy worker's cache holds built models: a cached version is neither read from
+    disk nor built again, and every read shows in `misses`."""
+    pool = pool_with(tmp_path, 3)
+    built = []
+    cache = SnapshotCache(pool, size=3, build=lambda state: built.append(state) or len(built))
+    assert [cache.get(v) for v in (10, 20, 10, 30, 20)] == [1, 2, 1, 3, 2]
+    assert cache.misses == len(built) == 3
+    cache.get(10)  # a size-3 cache holds all three
+    assert cache.misses == 3
+    with pytest.raises(ValueError, match="snapshot_cache"):
+        PoolConfig(snapshot_cache=0)
+
+
 def _add_matches(folder: str, count: int, ready) -> None:
     conn = open_index(f"{folder}/pool.sqlite")
     ready.set()  # imports done: start writing together with the parent
