@@ -44,6 +44,21 @@ def median_seconds(fn, repeats: int, warmup: int = 2) -> float:
     return statistics.median(times)
 
 
+def act_cpu_us_per_row(model: ActorCritic, shapes, batch: int, repeats: int = 20) -> float:
+    """Process CPU time of one bare `act` call on `batch` random agent rows, per row (median)."""
+    rng = np.random.default_rng(0)
+    obs = random_observations(shapes, (batch,), rng)
+    state = model.initial_state(batch)
+    for _ in range(3):
+        model.act(obs, state)
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        model.act(obs, state)
+        times.append(time.process_time() - start)
+    return 1e6 * statistics.median(times) / batch
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)

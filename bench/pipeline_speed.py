@@ -9,9 +9,18 @@ All modes use the same config (preset, actors, worlds per actor, network):
 - full training: the whole pipeline, with the `serial` launcher (one process) and `local`
   (one process per worker).
 Throughput counts env frames (environment steps summed over worlds) per second, measured from
-metrics records after a warm-up, so process start-up is not counted. Prints a table, the
-ratios the targets are about (sampler / env-only >= 0.6, local / serial >= 1.3) and a last
-line `PIPELINE_SPEED {json}` for scripts.
+metrics records after a warm-up, so process start-up is not counted.
+
+Costs per unit of work, in CPU time (what decides throughput on a machine with more cores):
+env-only CPU per frame (the actors' own processes), actor CPU per frame in sampler mode,
+policy-worker CPU per agent row next to a bare `ActorCritic.act` at the policy worker's mean
+batch (`bench/agents_speed.py`), trainer CPU per trained agent-step, and frames *trained* per
+second. From those, a projection for a 16-core machine with one GPU (formula in
+docs/benchmarks.md): the GPU runs the forward passes and PPO, the cores run the actors and the
+policy worker's own work outside the forward pass.
+
+Prints a table, the ratios the targets are about and a last line `PIPELINE_SPEED {json}` with
+`actor_cpu_ratio`, `policy_cpu_ratio`, `trained_fps` and `projected_fps_16c_1gpu` among its keys.
 """
 
 from __future__ import annotations
@@ -31,9 +40,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.agents_speed import act_cpu_us_per_row  # noqa: E402
+from hns_train.agents.policy import ActorCritic  # noqa: E402
 from hns_train.config import load_config  # noqa: E402
 from hns_train.distributed.controller import Controller  # noqa: E402
+from hns_train.envs.contract import observation_shapes  # noqa: E402
 from hns_train.envs.vector import VectorGame  # noqa: E402
+
+PROJECTED_CORES = 16
+# Cores of the projected machine that feed the GPU (its trainer and policy processes' Python).
+PROJECTED_FEEDER_CORES = 2
 
 
 def env_only_worker(game_cfg, worlds: int, threads: int, seconds: float, seed: int, out) -> None:
@@ -43,14 +59,16 @@ def env_only_worker(game_cfg, worlds: int, threads: int, seconds: float, seed: i
     shape = (worlds, game.n_agents, 5)
     for _ in range(20):  # warm-up
         game.step(rng.integers(0, game.action_nvec, size=shape))
-    steps, start = 0, time.perf_counter()
+    steps, start, cpu = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         game.step(rng.integers(0, game.action_nvec, size=shape))
         steps += 1
-    out.put(steps * worlds / (time.perf_counter() - start))
+    frames = steps * worlds
+    out.put((frames / (time.perf_counter() - start), 1e3 * (time.process_time() - cpu) / frames))
 
 
-def env_only(cfg, seconds: float) -> float:
+def env_only(cfg, seconds: float) -> tuple[float, float]:
+    """Frames per second of all env-only processes, and their CPU milliseconds per frame."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     p = cfg.pipeline
@@ -63,14 +81,16 @@ def env_only(cfg, seconds: float) -> float:
     ]
     for proc in procs:
         proc.start()
-    rates = [queue.get(timeout=seconds + 300) for _ in procs]
+    results = [queue.get(timeout=seconds + 300) for _ in procs]
     for proc in procs:
         proc.join()
-    return float(sum(rates))
+    rates, costs = zip(*results, strict=True)
+    return float(sum(rates)), float(np.mean(costs))
 
 
-def pipeline_fps(cfg, seconds: float, warmup: float) -> tuple[float, int]:
-    """Frames per second from `warmup` seconds after the first frames arrived to the end."""
+def pipeline_run(cfg, warmup: float) -> dict[str, float]:
+    """Run `cfg`; frames per second from `warmup` seconds after the first frames arrived to the
+    end, and the mean of each cost metric (`distributed/costs.py`) over the same records."""
     summary = Controller(cfg).run()
     lines = (Path(summary.run_dir) / "metrics.jsonl").read_text().splitlines()
     train = [json.loads(x) for x in lines if '"kind": "train"' in x]
@@ -81,8 +101,49 @@ def pipeline_fps(cfg, seconds: float, warmup: float) -> tuple[float, int]:
     window = [r for r in train if r["time"] >= start]
     if len(window) < 2:
         raise RuntimeError(f"run too short to measure: {len(window)} records after warm-up")
-    fps = (window[-1]["frames"] - window[0]["frames"]) / (window[-1]["time"] - window[0]["time"])
-    return float(fps), summary.version
+    out = {
+        "fps": (window[-1]["frames"] - window[0]["frames"])
+        / (window[-1]["time"] - window[0]["time"]),
+        "versions": summary.version,
+    }
+    for key in COST_KEYS:
+        values = [r[key] for r in window[1:] if key in r]
+        if values:
+            out[key] = float(np.mean(values))
+    return out
+
+
+COST_KEYS = (
+    "cpu/actor_ms_per_frame",
+    "cpu/policy_us_per_row",
+    "cpu/policy_ms_per_frame",
+    "cpu/trainer_us_per_sample",
+    "cpu/trainer_ms_per_frame",
+    "cpu/ms_per_frame",
+    "throughput/trained_fps",
+    "throughput/policy_rows_per_batch",
+)
+
+
+def bare_forward_us_per_row(cfg, batch: int) -> float:
+    """CPU time per row of `ActorCritic.act` alone, with the policy worker's threads."""
+    import torch
+
+    torch.set_num_threads(cfg.pipeline.torch_threads)
+    model = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network).eval()
+    return act_cpu_us_per_row(model, model.layout.shapes, max(1, round(batch)))
+
+
+def projection(env_ms: float, sampler: dict, bare_us: float, agents: int) -> float:
+    """Frames per second of a 16-core machine with one GPU, from CPU costs measured here.
+
+    The GPU does the forward passes and PPO (assumed to keep up: not measured, no GPU here);
+    the cores run the actors at their measured CPU per frame and the policy worker's work
+    outside the forward pass (its CPU per row minus the bare forward's); two cores feed the GPU.
+    """
+    overhead_ms = agents * max(sampler["cpu/policy_us_per_row"] - bare_us, 0.0) / 1e3
+    per_frame_ms = sampler.get("cpu/actor_ms_per_frame", env_ms) + overhead_ms
+    return 1e3 * (PROJECTED_CORES - PROJECTED_FEEDER_CORES) / per_frame_ms
 
 
 def main() -> None:
@@ -114,35 +175,83 @@ def main() -> None:
         f"batch={p.batch_chunks} chunks x {p.chunk_len} steps, device={p.device}"
     )
     modes = args.modes.split(",")
-    results: dict[str, float] = {}
-    versions: dict[str, int] = {}
+    fps: dict[str, float] = {}
+    out: dict[str, object] = {"config": args.config}
     if "env" in modes:
-        results["env_only"] = env_only(cfg, args.seconds)
+        fps["env_only"], out["env_cpu_ms_per_frame"] = env_only(cfg, args.seconds)
+    sampler: dict = {}
     if "sampler" in modes:
-        sampler = load_config(
-            args.config, [*common, "name=sampler", "pipeline.discard_samples=true"]
+        sampler = pipeline_run(
+            load_config(
+                args.config,
+                [
+                    *common,
+                    "name=sampler",
+                    "pipeline.discard_samples=true",
+                    "pipeline.launcher=local",
+                ],
+            ),
+            args.warmup,
         )
-        results["sampler_only"], _ = pipeline_fps(sampler, args.seconds, args.warmup)
+        fps["sampler_only"] = sampler["fps"]
+        out["sampler"] = sampler
+    versions: dict[str, int] = {}
+    runs: dict[str, dict] = {}
     for launcher in ("serial", "local"):
         if launcher in modes:
             run = load_config(
                 args.config, [*common, f"name={launcher}", f"pipeline.launcher={launcher}"]
             )
-            results[f"train_{launcher}"], versions[launcher] = pipeline_fps(
-                run, args.seconds, args.warmup
-            )
+            runs[launcher] = pipeline_run(run, args.warmup)
+            fps[f"train_{launcher}"] = runs[launcher]["fps"]
+            versions[launcher] = runs[launcher]["versions"]
     print(f"\n{'mode':<16}{'frames/s':>12}")
-    for mode, fps in results.items():
-        print(f"{mode:<16}{fps:>12,.0f}")
-    ratios = {}
-    if "env_only" in results and "sampler_only" in results:
-        ratios["sampler_over_env"] = results["sampler_only"] / results["env_only"]
-        print(f"sampler-only / env-only = {ratios['sampler_over_env']:.2f} (target >= 0.6)")
-    if "train_serial" in results and "train_local" in results:
-        ratios["local_over_serial"] = results["train_local"] / results["train_serial"]
-        print(f"local / serial training = {ratios['local_over_serial']:.2f} (target >= 1.3)")
-    print(f"optimisation steps in the measured runs: {versions}")
-    print("PIPELINE_SPEED " + json.dumps({**results, **ratios, "versions": versions}))
+    for mode, value in fps.items():
+        print(f"{mode:<16}{value:>12,.0f}")
+    out.update(fps)
+    if "env_only" in fps and "sampler_only" in fps:
+        out["sampler_over_env"] = fps["sampler_only"] / fps["env_only"]
+        print(f"sampler-only / env-only = {out['sampler_over_env']:.2f} (target >= 0.6)")
+    if "train_serial" in fps and "train_local" in fps:
+        out["local_over_serial"] = fps["train_local"] / fps["train_serial"]
+        print(f"local / serial training = {out['local_over_serial']:.2f} (target >= 1.3)")
+    print("\nCPU per unit of work")
+    env_ms = out.get("env_cpu_ms_per_frame")
+    if env_ms is not None:
+        print(f"  env-only              {env_ms:8.3f} ms/frame")
+    if "cpu/actor_ms_per_frame" in sampler and env_ms is not None:
+        actor_ms = sampler["cpu/actor_ms_per_frame"]
+        out["actor_cpu_ratio"] = actor_ms / env_ms
+        print(
+            f"  actor (sampler mode)  {actor_ms:8.3f} ms/frame = {out['actor_cpu_ratio']:.2f}x "
+            "env-only (target <= 1.3)"
+        )
+    if "cpu/policy_us_per_row" in sampler:
+        batch = sampler.get("throughput/policy_rows_per_batch", 1.0)
+        bare = bare_forward_us_per_row(cfg, batch)
+        out["bare_forward_us_per_row"] = bare
+        out["policy_cpu_ratio"] = sampler["cpu/policy_us_per_row"] / bare
+        print(
+            f"  policy worker         {sampler['cpu/policy_us_per_row']:8.1f} us/row at "
+            f"{batch:.0f} rows/batch; bare forward {bare:.1f} us/row = "
+            f"{out['policy_cpu_ratio']:.2f}x (target <= 1.2)"
+        )
+        if env_ms is not None:
+            agents = cfg.game_config().max_agents
+            out["projected_fps_16c_1gpu"] = projection(env_ms, sampler, bare, agents)
+            print(
+                f"  projected, {PROJECTED_CORES} cores + 1 GPU: "
+                f"{out['projected_fps_16c_1gpu']:,.0f} frames/s (docs/benchmarks.md)"
+            )
+    local = runs.get("local", {})
+    if "cpu/trainer_us_per_sample" in local:
+        print(f"  trainer               {local['cpu/trainer_us_per_sample']:8.1f} us/agent-step")
+    if "throughput/trained_fps" in local:
+        out["trained_fps"] = local["throughput/trained_fps"]
+        out["local"] = local
+        print(f"  trained frames/s      {out['trained_fps']:8.0f} (local; target >= 2000)")
+    out["versions"] = versions
+    print("PIPELINE_SPEED " + json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -288,6 +288,7 @@ def check_hello(meta: Mapping) -> None:
 def check_heartbeat(kind: str, meta: Mapping, run_dir: str | Path, n_stats: int) -> None:
     """The counters of one worker kind's heartbeat (see each worker's `counters()`)."""
     _num(meta, "time")
+    _num(meta, "cpu_s", 0.0)  # process CPU seconds since the previous heartbeat (worker.py)
     if kind == "actor":
         for key in (
             "frames",
@@ -303,7 +304,7 @@ def check_heartbeat(kind: str, meta: Mapping, run_dir: str | Path, n_stats: int)
         _numbers(meta, "stat_sums", n_stats)
     elif kind == "policy":
         _int(meta, "version", -1)
-        for key in ("rows", "batches", "rejected", "unknown_snapshots"):
+        for key in ("rows", "batches", "rejected", "unknown_snapshots", "snapshot_loads"):
             _int(meta, key)
         _num(meta, "busy_s", 0.0)
     elif kind == "trainer":
@@ -315,6 +316,8 @@ def check_heartbeat(kind: str, meta: Mapping, run_dir: str | Path, n_stats: int)
             "rejected",
             "buffer",
             "skipped_updates",
+            "samples",
+            "new_samples",
         ):
             _int(meta, key)
         _num(meta, "update_s", 0.0)

@@ -58,6 +58,7 @@ from hns_train.agents.pool import PolicyPool
 from hns_train.config import RunConfig, save_config
 from hns_train.distributed.contract import ContractError, DropLog, check_heartbeat, check_hello
 from hns_train.distributed.controllers import pool_dir
+from hns_train.distributed.costs import WorkCosts
 from hns_train.distributed.launchers import make_endpoints, make_launcher, run_keys
 from hns_train.distributed.streams import ControlServer
 from hns_train.distributed.worker import WorkerSpec
@@ -166,6 +167,7 @@ class Controller:
         self._window_stats = np.zeros(len(STAT_KEYS))
         self._window_episodes = 0
         self._window_frames = 0
+        self.costs = WorkCosts(cfg.game_config().max_agents)
         self._last_record_time = self.start
         self._last_counters_sent = 0.0
         self.records: list[dict] = []
@@ -357,6 +359,7 @@ class Controller:
         return True  # eval: rounds take long; watched for liveness only
 
     def _absorb(self, kind: str, meta: dict) -> None:
+        self.costs.add(kind, meta)
         if kind == "actor":
             self.frames += int(meta.get("frames", 0))
             n = int(meta.get("episodes", 0))
@@ -567,6 +570,7 @@ class Controller:
             means = self._window_stats / self._window_episodes
             record.update({f"episode/{k}": float(v) for k, v in zip(STAT_KEYS, means, strict=True)})
         record.update(self._worker_metrics())
+        record.update(self.costs.metrics(elapsed))
         record.update(self._eval_metrics())
         self._window_stats[:] = 0
         self._window_episodes = self._window_frames = 0

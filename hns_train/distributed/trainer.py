@@ -131,6 +131,7 @@ class TrainerWorker(Worker):
         self._last_checkpoint = time.monotonic()
         self._steps = 0
         self._update_s = 0.0
+        self._samples = self._new_samples = 0  # agent-steps in updates; of those, first uses
         self._last_update_s: float | None = None  # duration of the newest PPO update
         self._stop_at: float | None = None  # monotonic time the run stops at (stop.minutes)
         self._staleness: list[float] = []
@@ -252,6 +253,9 @@ class TrainerWorker(Worker):
         self._last_stats = stats
         self._steps += 1
         for s in batch:
+            size = s.chunk.num_steps * s.chunk.batch_size
+            self._samples += size
+            self._new_samples += size if s.uses == 0 else 0
             self._staleness.append(self.version - 1 - s.version)
             s.uses += 1
         # reuse = times a chunk was trained on when it leaves the buffer (used up, stale, overflow)
@@ -328,6 +332,8 @@ class TrainerWorker(Worker):
             "version": self.version,
             "steps": self._steps,
             "update_s": self._update_s,
+            "samples": self._samples,
+            "new_samples": self._new_samples,
             "received": self._received,
             "dropped_stale": self._dropped_stale,
             "rejected": self._rejected - self._rejected_reported,
@@ -340,6 +346,7 @@ class TrainerWorker(Worker):
         }
         self._rejected_reported = self._rejected
         self._steps = self._received = self._dropped_stale = 0
+        self._samples = self._new_samples = 0
         self._update_s = 0.0
         self._staleness, self._reuse = [], []
         return out

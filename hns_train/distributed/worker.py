@@ -13,6 +13,11 @@ timeout (the trainer's PPO update; the next heartbeat ends it), `stopped` when i
 and `alive` every `heartbeat_s`. Every message a worker sends carries its `token` (made by the
 controller for this incarnation of this worker); the controller drops messages without it.
 
+CPU cost: a worker in its own process adds `cpu_s` to every heartbeat, the process CPU time
+(all its threads: MuJoCo's, torch's, ZeroMQ's) since the previous one; the controller divides
+it by the frames, rows and samples of the same period (`cpu/...` metrics). Under the serial
+launcher all workers share one process, and no worker reports it.
+
 Parent watch: a worker never outlives its controller. In its own process (local and ray
 launchers) it asks Linux for SIGKILL when its parent dies (`PR_SET_PDEATHSIG`), checks the
 parent's pid every `PARENT_CHECK_S` (other systems, and a parent that died before the request),
@@ -110,6 +115,7 @@ class Worker:
         in_process = str(spec.endpoints["control"]).startswith("inproc://")
         self.controller_timeout_s = 0.0 if in_process else self.cfg.pipeline.controller_timeout_s
         self._last_heard = time.monotonic()
+        self._cpu_at = time.process_time() if not in_process else None
 
     # --- to override
     def step(self) -> bool:
@@ -137,7 +143,7 @@ class Worker:
         now = time.monotonic()
         if now - self._last_beat >= self.cfg.pipeline.heartbeat_s:
             self._last_beat = now
-            self.control.send("heartbeat", meta=self.counters())
+            self._heartbeat()
         message = self.control.recv(timeout_ms=0)
         while message is not None:
             self._last_heard = now
@@ -154,9 +160,17 @@ class Worker:
             )
         if self.stopping and not self.stopped and self.ready_to_stop():
             self.shutdown()
-            self.control.send("heartbeat", meta=self.counters())
+            self._heartbeat()
             self.control.send("stopped")
             self.stopped = True
+
+    def _heartbeat(self) -> None:
+        meta = self.counters()
+        if self._cpu_at is not None:
+            cpu = time.process_time()
+            meta["cpu_s"] = cpu - self._cpu_at
+            self._cpu_at = cpu
+        self.control.send("heartbeat", meta=meta)
 
     def close(self) -> None:
         self.close_streams()

@@ -59,6 +59,9 @@ def test_serial_run_trains_checkpoints_and_snapshots(tmp_path):
     train = [r for r in records(run) if r["kind"] == "train"]
     assert train and train[-1]["version"] >= 4 and "loss/approx_kl" in train[-1]
     assert any("episode/hider_return" in r for r in train)
+    # One process: no worker can say what its CPU time was, so no CPU figure is made up.
+    assert not any(k.startswith("cpu/") for r in train for k in r)
+    assert any(r.get("throughput/trained_fps", 0) > 0 for r in train)
 
 
 @pytest.mark.slow
@@ -84,6 +87,15 @@ def test_local_run_restarts_a_killed_actor_and_keeps_training(tmp_path):
     assert not thread.is_alive()
     pids = [s.pid for s in controller.workers.values() if s.pid]
     assert pids and not any(alive(p) for p in pids), "worker processes outlived the run"
+    # Each kind's CPU cost per unit of work is logged (workers in their own processes).
+    train = [r for r in records(tmp_path / "local") if r["kind"] == "train"]
+    for key in (
+        "cpu/actor_ms_per_frame",
+        "cpu/policy_us_per_row",
+        "cpu/trainer_us_per_sample",
+        "throughput/trained_fps",
+    ):
+        assert any(r.get(key, 0) > 0 for r in train), key
 
 
 @pytest.mark.slow
