@@ -304,7 +304,9 @@ def check_heartbeat(kind: str, meta: Mapping, run_dir: str | Path, n_stats: int)
         _numbers(meta, "stat_sums", n_stats)
     elif kind == "policy":
         _int(meta, "version", -1)
-        for key in ("rows", "batches", "rejected", "unknown_snapshots", "snapshot_loads"):
+        for key in ("rows", "batches", "forwards", "rejected"):
+            _int(meta, key)
+        for key in ("unknown_snapshots", "snapshot_loads"):
             _int(meta, key)
         _num(meta, "busy_s", 0.0)
     elif kind == "trainer":

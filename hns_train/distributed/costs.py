@@ -11,7 +11,9 @@ the first time (`new_samples`). Over one logging window the controller turns the
     cpu/trainer_us_per_sample   trainer CPU per agent-step in an update (reuse counts again)
     cpu/trainer_ms_per_frame    the same per env frame produced
     cpu/ms_per_frame            all of the above together per env frame produced
-    throughput/policy_rows_per_batch   agent rows per forward batch of the policy workers
+    throughput/policy_rows_per_batch     agent rows per batch of requests a policy worker serves
+    throughput/policy_rows_per_forward   agent rows per forward pass (a batch takes one pass
+                                         per controller: the latest policy, each snapshot)
     throughput/trained_fps      env frames per second whose samples reached an update for
                                 the first time (agent-steps / agents per world)
 
@@ -35,7 +37,8 @@ class WorkCosts:
     def _reset(self) -> None:
         self.cpu_s: dict[str, float] = defaultdict(float)
         self.reported: set[str] = set()
-        self.frames = self.rows = self.batches = self.samples = self.new_samples = 0
+        self.frames = self.rows = self.batches = self.forwards = 0
+        self.samples = self.new_samples = 0
 
     def add(self, kind: str, meta: dict) -> None:
         """One heartbeat's counters (already checked against the contract)."""
@@ -47,6 +50,7 @@ class WorkCosts:
         elif kind == "policy":
             self.rows += int(meta.get("rows", 0))
             self.batches += int(meta.get("batches", 0))
+            self.forwards += int(meta.get("forwards", 0))
         elif kind == "trainer":
             self.samples += int(meta.get("samples", 0))
             self.new_samples += int(meta.get("new_samples", 0))
@@ -64,6 +68,8 @@ class WorkCosts:
                 out["cpu/ms_per_frame"] = 1e3 * sum(per_frame.values()) / self.frames
         if self.batches:
             out["throughput/policy_rows_per_batch"] = self.rows / self.batches
+        if self.forwards:
+            out["throughput/policy_rows_per_forward"] = self.rows / self.forwards
         if self.rows and "policy" in per_frame:
             out["cpu/policy_us_per_row"] = 1e6 * per_frame["policy"] / self.rows
         if self.samples and "trainer" in per_frame:

@@ -71,6 +71,7 @@ class PolicyWorker(Worker):
         self.bad_params = DropLog(f"{self.name} parameters")
         self._rows = 0
         self._batches = 0
+        self._forwards = 0  # model forward passes: one per controller in a batch
         self._busy_s = 0.0
 
     def _new_model(self) -> ActorCritic:
@@ -117,6 +118,7 @@ class PolicyWorker(Worker):
             codes,
         )
         self._rows += n
+        self._forwards += len(np.unique(codes[codes >= controllers.LATEST]))
         offset = 0
         for (client, message), size in zip(requests, sizes, strict=True):
             part = slice(offset, offset + size)
@@ -138,12 +140,13 @@ class PolicyWorker(Worker):
             "version": self.version,
             "rows": self._rows,
             "batches": self._batches,
+            "forwards": self._forwards,
             "busy_s": self._busy_s,
             "rejected": self.server.rejected + self.bad_params.total,
             "unknown_snapshots": self.opponents.unusable.total,
             "snapshot_loads": self.opponents.loads,
         }
-        self._rows = self._batches = 0
+        self._rows = self._batches = self._forwards = 0
         self._busy_s = 0.0
         return out
 
