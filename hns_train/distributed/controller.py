@@ -326,6 +326,8 @@ class Controller:
         if message.kind == "hello":
             state.pid = meta["pid"]
             state.progress_at = now
+            if state.spec.kind == "trainer":  # its first checkpoint must know the run's frames
+                self._send_counters()
         elif message.kind == "stopped":
             state.stopped = True
         elif message.kind == "busy":
