@@ -55,7 +55,7 @@ import hns_train
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import LATEST, ROLES, PolicyPool, SnapshotCache
 from hns_train.distributed.contract import ContractError, DropLog, check_params, param_reference
-from hns_train.distributed.controllers import pool_dir
+from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.params import arrays_to_state_dict
 from hns_train.distributed.streams import ParamSubscriber
 from hns_train.distributed.worker import Worker, WorkerSpec
