@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from hns_train import typed_config
 from hns_train.agents.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 log = logging.getLogger(__name__)
@@ -231,12 +232,8 @@ class PoolConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> PoolConfig:
-        data = dict(data or {})
-        names = set(cls.__dataclass_fields__)
-        unknown = set(data) - names
-        if unknown:
-            raise ValueError(f"unknown PoolConfig fields {sorted(unknown)}; known: {sorted(names)}")
-        return cls(**data)
+        """From a dict; unknown keys and wrong types are a ValueError (`typed_config`)."""
+        return typed_config.from_dict(cls, data)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
