@@ -25,8 +25,8 @@ Who controls each team in an episode (`PolicyPool.draw(rng) -> TeamControllers`)
   - `rating`: softmax of the snapshot's mu *in the role it will play* / `rating_temperature`
     (stronger opponents more often; unrated snapshots count as the prior mu 25).
   With an empty pool the snapshot branch falls back to "latest" for both teams.
-Only agents of a team whose controller is "latest" produce training data:
-`TeamControllers.learning_mask(is_hider)` gives that per agent slot.
+Only agents of a team whose controller is "latest" produce training data (actors keep the
+agent rows whose controller code is the latest policy's).
 
 A `PolicyPool` object belongs to one process (open one per process: SQLite connections do not
 survive fork). Reopening the same folder resumes with every snapshot and rating. Sampling reads
@@ -255,33 +255,6 @@ class TeamControllers:
                     f"got {value!r}"
                 )
             object.__setattr__(self, team, value)
-
-    def for_role(self, role: str) -> PolicyId:
-        return self.hiders if check_role(role) == "hider" else self.seekers
-
-    @property
-    def learning_roles(self) -> tuple[str, ...]:
-        """Roles whose experience is trained on (those played by the latest policy)."""
-        return tuple(r for r in ROLES if self.for_role(r) == LATEST)
-
-    @property
-    def opponent(self) -> tuple[str, PolicyId] | None:
-        """(role, controller) of the team not played by the latest policy, if any."""
-        others = [(r, self.for_role(r)) for r in ROLES if self.for_role(r) != LATEST]
-        return others[0] if len(others) == 1 else None
-
-    def learning_mask(self, is_hider: np.ndarray) -> np.ndarray:
-        """(A,) bool per agent slot: True where the latest policy acts (and trains)."""
-        is_hider = np.asarray(is_hider, dtype=bool)
-        return np.where(is_hider, self.hiders == LATEST, self.seekers == LATEST)
-
-    def controller_of(self, is_hider: np.ndarray) -> list[PolicyId]:
-        """Controller id per agent slot."""
-        return [self.hiders if h else self.seekers for h in np.asarray(is_hider, dtype=bool)]
-
-    def to_dict(self) -> dict[str, PolicyId]:
-        """Plain (msgpack-able) form; `TeamControllers(**d)` reads it back."""
-        return {"hiders": self.hiders, "seekers": self.seekers}
 
 
 @dataclass(frozen=True)
