@@ -3,16 +3,10 @@
 Folder `run_dir/pool/`:
 - `snapshot_<version>.pt`: frozen weights (the `ActorCritic` state dict, normalisers included),
   written with `checkpoint.save_checkpoint` (atomic, no pickle).
-- `pool.sqlite`: the index, shared by every process of a run (WAL mode, short transactions,
-  busy timeout), schema `SCHEMA` below:
-  - `snapshots(version PK, path, created, frames, episodes)`
-  - `ratings(policy, role, mu, sigma, games, updated)`, PK (policy, role); `policy` is a
-    snapshot version as text ("120"), "latest" / "random" / "noop", or another fixed
-    controller's lower-case name (e.g. "scripted_seeker"); role "hider" | "seeker".
-    Written by `hns_train.eval.ratings`; read here for rating-prioritised sampling.
-  - `matches(id, time, hider, seeker, hider_score, hider_return, seeker_return,
-    hidden_fraction, stats_json)`: one row per rated match.
-  - view `pool_index`: each snapshot with games played and its hider/seeker mu and sigma.
+- `pool.sqlite`: the index, shared by every process of a run; its tables (snapshots, ratings,
+  matches) and how it is opened belong to `pool_index.py`. This module writes `snapshots` and
+  reads the `pool_index` view for rating-prioritised sampling; `hns_train.eval.ratings` writes
+  `ratings` and `matches`.
 
 Who controls each team in an episode (`PolicyPool.draw(rng) -> TeamControllers`):
 - with probability `p_latest` both teams are the learning policy ("latest": the paper's setting);
@@ -35,8 +29,7 @@ snapshot), so actors can draw per episode without a query each time.
 
 Public API:
 - `PoolConfig` (dataclass), `TeamControllers(hiders, seekers)`, `policy_key(id) -> str`,
-  `parse_policy_id(key) -> int | str`, `open_index(db_path) -> sqlite3.Connection`,
-  `transaction(conn)` (context manager for writes).
+  `parse_policy_id(key) -> int | str`.
 - `PolicyPool(folder, config=None)`: `maybe_add(version, state_dict, frames, episodes)`,
   `add_snapshot(...)`, `versions()`, `latest_version()`, `snapshot_info(version)`, `index()`,
   `load_snapshot(version)`, `draw(rng)`, `candidate_probabilities(role)`, `close()`.
@@ -53,8 +46,7 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +55,7 @@ import numpy as np
 
 from hns_train import typed_config
 from hns_train.agents.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from hns_train.agents.pool_index import DB_NAME, PRIOR_MU, open_index, transaction
 
 log = logging.getLogger(__name__)
 
@@ -71,52 +64,6 @@ LATEST, RANDOM, NOOP = "latest", "random", "noop"
 NAMED_POLICIES = (LATEST, RANDOM, NOOP)
 FIXED_OPPONENTS = (RANDOM, NOOP)
 RULES = ("uniform", "recency", "rating")
-# openskill's default prior (mu 25, sigma 25/3); eval/ratings.py builds its model from these.
-PRIOR_MU = 25.0
-PRIOR_SIGMA = 25.0 / 3.0
-DB_NAME = "pool.sqlite"
-BUSY_TIMEOUT_S = 30.0
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS snapshots (
-    version INTEGER PRIMARY KEY,
-    path TEXT NOT NULL,
-    created REAL NOT NULL,
-    frames INTEGER NOT NULL DEFAULT 0,
-    episodes INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS ratings (
-    policy TEXT NOT NULL,
-    role TEXT NOT NULL CHECK (role IN ('hider', 'seeker')),
-    mu REAL NOT NULL,
-    sigma REAL NOT NULL,
-    games INTEGER NOT NULL DEFAULT 0,
-    updated REAL NOT NULL,
-    PRIMARY KEY (policy, role)
-);
-CREATE TABLE IF NOT EXISTS matches (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    time REAL NOT NULL,
-    hider TEXT NOT NULL,
-    seeker TEXT NOT NULL,
-    hider_score REAL NOT NULL,
-    hider_return REAL,
-    seeker_return REAL,
-    hidden_fraction REAL,
-    stats_json TEXT
-);
-CREATE INDEX IF NOT EXISTS matches_hider ON matches (hider);
-CREATE INDEX IF NOT EXISTS matches_seeker ON matches (seeker);
-CREATE VIEW IF NOT EXISTS pool_index AS
-SELECT s.version, s.path, s.created, s.frames, s.episodes,
-       COALESCE(h.games, 0) + COALESCE(k.games, 0) AS games,
-       h.mu AS hider_mu, h.sigma AS hider_sigma,
-       k.mu AS seeker_mu, k.sigma AS seeker_sigma
-FROM snapshots s
-LEFT JOIN ratings h ON h.policy = CAST(s.version AS TEXT) AND h.role = 'hider'
-LEFT JOIN ratings k ON k.policy = CAST(s.version AS TEXT) AND k.role = 'seeker';
-"""
-
 PolicyId = int | str
 
 
@@ -153,36 +100,6 @@ def check_role(role: str) -> str:
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
     return role
-
-
-def open_index(db_path: str | os.PathLike) -> sqlite3.Connection:
-    """Connect to (and create if needed) a pool index: WAL mode, autocommit, busy timeout.
-
-    Writers use `with transaction(conn):` (BEGIN IMMEDIATE ... COMMIT): short transactions."""
-    db_path = Path(db_path)
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-    conn.row_factory = sqlite3.Row
-    conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    with transaction(conn):
-        for statement in SCHEMA.split(";"):
-            if statement.strip():
-                conn.execute(statement)
-    return conn
-
-
-@contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One short IMMEDIATE (write-locking) transaction: commit, or roll back on error."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 class PoolError(ValueError):

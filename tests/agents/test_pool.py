@@ -10,15 +10,13 @@ import torch
 from hns_train.agents import ActorCritic, NetworkConfig, obs_shapes
 from hns_train.agents.pool import (
     LATEST,
-    PRIOR_MU,
     PolicyPool,
     PoolConfig,
     SnapshotCache,
     TeamControllers,
-    open_index,
     policy_key,
-    transaction,
 )
+from hns_train.agents.pool_index import PRIOR_MU, open_index, transaction
 from hns_train.agents.synthetic import random_observations
 
 SHAPES = obs_shapes(n_other_agents=1, n_boxes=0, n_ramps=0, lidar_rays=0)
