@@ -42,7 +42,7 @@ from hns_train.distributed.controller import Controller  # noqa: E402
 from hns_train.envs.game import HideAndSeekGame  # noqa: E402
 from hns_train.eval.matches import FixedController, play_matches  # noqa: E402
 from hns_train.eval.phases import read_metrics  # noqa: E402
-from hns_train.eval.play import load_policy_file, policy_controller  # noqa: E402
+from hns_train.eval.policies import load_policy_file, policy_controller  # noqa: E402
 
 TARGET = 0.8
 SMOOTH = 3  # records averaged when deciding that the target was reached

@@ -23,14 +23,13 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import re
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from hns_train import typed_config
 from hns_train.agents.config import AgentConfig
 from hns_train.agents.pool import PoolConfig
 from hns_train.envs import contract
@@ -403,14 +402,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """RunConfig from a YAML file (default: configs/default.yaml) plus `key=value` overrides."""
     path = find_config(path) if path is not None else CONFIG_DIR / "default.yaml"
     data = _read_yaml(path)
-    cfg = _build(RunConfig, data, str(path), prefix="")
+    cfg = _build(data, str(path))
     for item in overrides or []:
         cfg = apply_override(cfg, item)
     return cfg.check(str(path))
 
 
 def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
-    return _build(RunConfig, data, source, prefix="").check(source)
+    return _build(data, source).check(source)
 
 
 def save_config(cfg: RunConfig, path: Path) -> None:
@@ -435,7 +434,7 @@ def apply_override(cfg: RunConfig, item: str) -> RunConfig:
         node = node.setdefault(part, {})
     node[parts[-1]] = value
     merged = _merge(cfg.to_dict(), nested)
-    return _build(RunConfig, merged, "command line", prefix="")
+    return _build(merged, "command line")
 
 
 def find_config(path: str | Path) -> Path:
@@ -482,60 +481,9 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _build(cls: type, data: Any, source: str, prefix: str) -> Any:
-    where = prefix.rstrip(".") or "top level"
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: {where} must be a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise ConfigError(
-            f"{source}: unknown key(s) {[prefix + k for k in unknown]} in {where}; allowed: {names}"
-        )
-    values = {}
-    for name in names:
-        if name not in data:
-            continue
-        hint, value, key = hints[name], data[name], prefix + name
-        if dataclasses.is_dataclass(hint):
-            values[name] = _build(hint, value, source, key + ".")
-        elif name == "game" and cls is RunConfig:
-            if not isinstance(value, dict):
-                raise ConfigError(f"{source}: game must be a mapping with a preset")
-            values[name] = dict(value)
-        else:
-            values[name] = _check_scalar(value, hint, key, source)
+def _build(data: Any, source: str) -> RunConfig:
+    """The shared loader (`typed_config`), its errors prefixed with where the data came from."""
     try:
-        return cls(**values)
-    except ZeroDivisionError:  # a rule of the section divides by one of its fields
-        zeros = [prefix + k for k, v in values.items() if type(v) in (int, float) and v == 0]
-        raise ConfigError(
-            f"{source}: {where}: {zeros} must not be 0 (they divide other fields)"
-        ) from None
-    except ValueError as err:
-        raise ConfigError(f"{source}: {where}: {err}") from None
-
-
-def _check_scalar(value: Any, hint: Any, key: str, source: str) -> Any:
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if hint is float and isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    origin = typing.get_origin(hint)
-    ok = (
-        isinstance(value, typing.get_args(hint))
-        if origin in (typing.Union, types.UnionType)
-        else (hint is int and isinstance(value, int) and not isinstance(value, bool))
-        or (hint is not int and isinstance(value, hint))
-    )
-    if not ok:
-        raise ConfigError(
-            f"{source}: {key}={value!r} has type {type(value).__name__}; expected {hint.__name__}"
-        )
-    return value
+        return typed_config.from_dict(RunConfig, data)
+    except typed_config.FieldError as err:
+        raise ConfigError(f"{source}: {err}") from None

@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from hns_train import typed_config
 from hns_train.envs import contract
 
 
@@ -89,26 +90,9 @@ class AgentConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> AgentConfig:
-        """Build from a nested dict (e.g. parsed YAML); unknown keys are a ValueError."""
-        data = dict(data or {})
-        unknown = set(data) - {"network", "ppo"}
-        if unknown:
-            raise ValueError(
-                f"unknown agent config sections {sorted(unknown)}; expected network, ppo"
-            )
-        return cls(
-            network=_from_dict(NetworkConfig, data.get("network")),
-            ppo=_from_dict(PPOConfig, data.get("ppo")),
-        )
+        """Build from a nested dict (e.g. parsed YAML); unknown keys and wrong types are a
+        ValueError naming them (`hns_train.typed_config`)."""
+        return typed_config.from_dict(cls, data)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def _from_dict(cls: type, data: dict[str, Any] | None) -> Any:
-    data = dict(data or {})
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(data) - names
-    if unknown:
-        raise ValueError(f"unknown {cls.__name__} fields {sorted(unknown)}; known: {sorted(names)}")
-    return cls(**data)

@@ -3,16 +3,10 @@
 Folder `run_dir/pool/`:
 - `snapshot_<version>.pt`: frozen weights (the `ActorCritic` state dict, normalisers included),
   written with `checkpoint.save_checkpoint` (atomic, no pickle).
-- `pool.sqlite`: the index, shared by every process of a run (WAL mode, short transactions,
-  busy timeout), schema `SCHEMA` below:
-  - `snapshots(version PK, path, created, frames, episodes)`
-  - `ratings(policy, role, mu, sigma, games, updated)`, PK (policy, role); `policy` is a
-    snapshot version as text ("120"), "latest" / "random" / "noop", or another fixed
-    controller's lower-case name (e.g. "scripted_seeker"); role "hider" | "seeker".
-    Written by `hns_train.eval.ratings`; read here for rating-prioritised sampling.
-  - `matches(id, time, hider, seeker, hider_score, hider_return, seeker_return,
-    hidden_fraction, stats_json)`: one row per rated match.
-  - view `pool_index`: each snapshot with games played and its hider/seeker mu and sigma.
+- `pool.sqlite`: the index, shared by every process of a run; its tables (snapshots, ratings,
+  matches) and how it is opened belong to `pool_index.py`. This module writes `snapshots` and
+  reads the `pool_index` view for rating-prioritised sampling; `hns_train.eval.ratings` writes
+  `ratings` and `matches`.
 
 Who controls each team in an episode (`PolicyPool.draw(rng) -> TeamControllers`):
 - with probability `p_latest` both teams are the learning policy ("latest": the paper's setting);
@@ -25,8 +19,8 @@ Who controls each team in an episode (`PolicyPool.draw(rng) -> TeamControllers`)
   - `rating`: softmax of the snapshot's mu *in the role it will play* / `rating_temperature`
     (stronger opponents more often; unrated snapshots count as the prior mu 25).
   With an empty pool the snapshot branch falls back to "latest" for both teams.
-Only agents of a team whose controller is "latest" produce training data:
-`TeamControllers.learning_mask(is_hider)` gives that per agent slot.
+Only agents of a team whose controller is "latest" produce training data (actors keep the
+agent rows whose controller code is the latest policy's).
 
 A `PolicyPool` object belongs to one process (open one per process: SQLite connections do not
 survive fork). Reopening the same folder resumes with every snapshot and rating. Sampling reads
@@ -35,8 +29,7 @@ snapshot), so actors can draw per episode without a query each time.
 
 Public API:
 - `PoolConfig` (dataclass), `TeamControllers(hiders, seekers)`, `policy_key(id) -> str`,
-  `parse_policy_id(key) -> int | str`, `open_index(db_path) -> sqlite3.Connection`,
-  `transaction(conn)` (context manager for writes).
+  `parse_policy_id(key) -> int | str`.
 - `PolicyPool(folder, config=None)`: `maybe_add(version, state_dict, frames, episodes)`,
   `add_snapshot(...)`, `versions()`, `latest_version()`, `snapshot_info(version)`, `index()`,
   `load_snapshot(version)`, `draw(rng)`, `candidate_probabilities(role)`, `close()`.
@@ -53,15 +46,16 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from hns_train import typed_config
 from hns_train.agents.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from hns_train.agents.pool_index import DB_NAME, PRIOR_MU, open_index, transaction
 
 log = logging.getLogger(__name__)
 
@@ -70,52 +64,6 @@ LATEST, RANDOM, NOOP = "latest", "random", "noop"
 NAMED_POLICIES = (LATEST, RANDOM, NOOP)
 FIXED_OPPONENTS = (RANDOM, NOOP)
 RULES = ("uniform", "recency", "rating")
-# openskill's default prior (mu 25, sigma 25/3); eval/ratings.py builds its model from these.
-PRIOR_MU = 25.0
-PRIOR_SIGMA = 25.0 / 3.0
-DB_NAME = "pool.sqlite"
-BUSY_TIMEOUT_S = 30.0
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS snapshots (
-    version INTEGER PRIMARY KEY,
-    path TEXT NOT NULL,
-    created REAL NOT NULL,
-    frames INTEGER NOT NULL DEFAULT 0,
-    episodes INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS ratings (
-    policy TEXT NOT NULL,
-    role TEXT NOT NULL CHECK (role IN ('hider', 'seeker')),
-    mu REAL NOT NULL,
-    sigma REAL NOT NULL,
-    games INTEGER NOT NULL DEFAULT 0,
-    updated REAL NOT NULL,
-    PRIMARY KEY (policy, role)
-);
-CREATE TABLE IF NOT EXISTS matches (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    time REAL NOT NULL,
-    hider TEXT NOT NULL,
-    seeker TEXT NOT NULL,
-    hider_score REAL NOT NULL,
-    hider_return REAL,
-    seeker_return REAL,
-    hidden_fraction REAL,
-    stats_json TEXT
-);
-CREATE INDEX IF NOT EXISTS matches_hider ON matches (hider);
-CREATE INDEX IF NOT EXISTS matches_seeker ON matches (seeker);
-CREATE VIEW IF NOT EXISTS pool_index AS
-SELECT s.version, s.path, s.created, s.frames, s.episodes,
-       COALESCE(h.games, 0) + COALESCE(k.games, 0) AS games,
-       h.mu AS hider_mu, h.sigma AS hider_sigma,
-       k.mu AS seeker_mu, k.sigma AS seeker_sigma
-FROM snapshots s
-LEFT JOIN ratings h ON h.policy = CAST(s.version AS TEXT) AND h.role = 'hider'
-LEFT JOIN ratings k ON k.policy = CAST(s.version AS TEXT) AND k.role = 'seeker';
-"""
-
 PolicyId = int | str
 
 
@@ -152,36 +100,6 @@ def check_role(role: str) -> str:
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
     return role
-
-
-def open_index(db_path: str | os.PathLike) -> sqlite3.Connection:
-    """Connect to (and create if needed) a pool index: WAL mode, autocommit, busy timeout.
-
-    Writers use `with transaction(conn):` (BEGIN IMMEDIATE ... COMMIT): short transactions."""
-    db_path = Path(db_path)
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-    conn.row_factory = sqlite3.Row
-    conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    with transaction(conn):
-        for statement in SCHEMA.split(";"):
-            if statement.strip():
-                conn.execute(statement)
-    return conn
-
-
-@contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One short IMMEDIATE (write-locking) transaction: commit, or roll back on error."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 class PoolError(ValueError):
@@ -231,12 +149,8 @@ class PoolConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> PoolConfig:
-        data = dict(data or {})
-        names = set(cls.__dataclass_fields__)
-        unknown = set(data) - names
-        if unknown:
-            raise ValueError(f"unknown PoolConfig fields {sorted(unknown)}; known: {sorted(names)}")
-        return cls(**data)
+        """From a dict; unknown keys and wrong types are a ValueError (`typed_config`)."""
+        return typed_config.from_dict(cls, data)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -258,33 +172,6 @@ class TeamControllers:
                     f"got {value!r}"
                 )
             object.__setattr__(self, team, value)
-
-    def for_role(self, role: str) -> PolicyId:
-        return self.hiders if check_role(role) == "hider" else self.seekers
-
-    @property
-    def learning_roles(self) -> tuple[str, ...]:
-        """Roles whose experience is trained on (those played by the latest policy)."""
-        return tuple(r for r in ROLES if self.for_role(r) == LATEST)
-
-    @property
-    def opponent(self) -> tuple[str, PolicyId] | None:
-        """(role, controller) of the team not played by the latest policy, if any."""
-        others = [(r, self.for_role(r)) for r in ROLES if self.for_role(r) != LATEST]
-        return others[0] if len(others) == 1 else None
-
-    def learning_mask(self, is_hider: np.ndarray) -> np.ndarray:
-        """(A,) bool per agent slot: True where the latest policy acts (and trains)."""
-        is_hider = np.asarray(is_hider, dtype=bool)
-        return np.where(is_hider, self.hiders == LATEST, self.seekers == LATEST)
-
-    def controller_of(self, is_hider: np.ndarray) -> list[PolicyId]:
-        """Controller id per agent slot."""
-        return [self.hiders if h else self.seekers for h in np.asarray(is_hider, dtype=bool)]
-
-    def to_dict(self) -> dict[str, PolicyId]:
-        """Plain (msgpack-able) form; `TeamControllers(**d)` reads it back."""
-        return {"hiders": self.hiders, "seekers": self.seekers}
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 - `wire.py` (msgpack header + raw array frames, no pickle), `streams.py` (inference, samples,
   parameters, control), `security.py` (CURVE keys for cluster runs), `params.py`.
 - Workers: `actor.py`, `policy.py`, `trainer.py` (+ `ddp.py` for several ranks), `evaluator.py`;
-  the shared base and process entry point in `worker.py`; controller codes in `controllers.py`.
+  the shared base and process entry point in `worker.py`; opponent codes in `opponent_codes.py`.
 - `controller.py` (one per run: workers, heartbeats, counters, logs, stop) and the launchers:
   `launchers.py` (serial, local) and `ray_launcher.py`; `wandb_logger.py`.
 """

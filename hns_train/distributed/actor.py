@@ -8,7 +8,7 @@ and end their episodes together (fixed horizon), which is why chunks of `chunk_l
 by one controller throughout.
 
 Per agent row (world x agent slot) a request carries the raw observation, the LSTM state and
-the episode-start flag, plus the controller code of that row (`controllers.py`): the learning
+the episode-start flag, plus the controller code of that row (`opponent_codes.py`): the learning
 policy, a pool snapshot, or a built-in opponent. Policy workers keep no per-agent state.
 
 Bootstrapping: when the episodes of a group end, the actor asks once more for the values of the
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hns_train.agents.chunks import ChunkRecorder
-from hns_train.distributed import controllers
+from hns_train.distributed import opponent_codes
 from hns_train.distributed.contract import ContractError, DropLog, check_reply
 from hns_train.distributed.streams import InferenceClient, SampleSender
 from hns_train.distributed.worker import Worker, WorkerSpec
@@ -81,7 +81,7 @@ class ActorWorker(Worker):
         )
         # Connected to every trainer rank: chunks go to them in turn (see make_endpoints).
         self.samples = SampleSender(spec.endpoints["samples"], hwm=4, security=self.security)
-        self.draw = controllers.ControllerDraw(cfg.pool, spec.run_dir, seed=self._seed(99))
+        self.draw = opponent_codes.OpponentDraw(cfg.pool, spec.run_dir, seed=self._seed(99))
         lstm = cfg.agent.network.lstm_dim
         per_group = p.envs_per_actor // p.ring_size
         self.groups = []
@@ -242,7 +242,7 @@ class ActorWorker(Worker):
         chunk = group.recorder.finish(bootstrap, max(group.oldest_version, 0))
         group.unfinished = False
         group.oldest_version = -1
-        keep = (group.codes == controllers.LATEST) & present.reshape(-1)
+        keep = (group.codes == opponent_codes.LATEST) & present.reshape(-1)
         if keep.any():
             arrays = chunk.select(np.flatnonzero(keep)).to_arrays()
             self.pending_chunks.append((arrays, {"actor": self.name}))

@@ -33,7 +33,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-MIN_CODE = -3  # controllers.NOOP: the most negative controller code on the wire
+MIN_CODE = -3  # opponent_codes.NOOP: the most negative controller code on the wire
 DROP_LOG_EVERY_S = 10.0
 RECENT_REASONS = 16  # reasons a DropLog keeps for inspection
 

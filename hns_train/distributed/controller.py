@@ -57,9 +57,9 @@ from hns_train.agents.checkpoint import CheckpointDir
 from hns_train.agents.pool import PolicyPool
 from hns_train.config import RunConfig, save_config
 from hns_train.distributed.contract import ContractError, DropLog, check_heartbeat, check_hello
-from hns_train.distributed.controllers import pool_dir
 from hns_train.distributed.costs import WorkCosts
 from hns_train.distributed.launchers import make_endpoints, make_launcher, run_keys
+from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.streams import ControlServer
 from hns_train.distributed.worker import WorkerSpec
 from hns_train.envs.stats import STAT_KEYS

@@ -55,15 +55,16 @@ import hns_train
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import LATEST, ROLES, PolicyPool, SnapshotCache
 from hns_train.distributed.contract import ContractError, DropLog, check_params, param_reference
-from hns_train.distributed.controllers import pool_dir
+from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.params import arrays_to_state_dict
 from hns_train.distributed.streams import ParamSubscriber
 from hns_train.distributed.worker import Worker, WorkerSpec
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.eval.matches import PolicyController, play_matches
-from hns_train.eval.play import SEEKER_ONLY, MatchRecording, label, named_controller, team_metadata
+from hns_train.eval.policies import SEEKER_ONLY, label, named_controller
 from hns_train.eval.ratings import Ratings
+from hns_train.eval.replay import MatchRecording, team_metadata
 from hns_train.eval.runview import win_rates
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Policy worker: batched inference for actors, with the latest parameters and pool snapshots.
 
 Requests (`act`) carry, per agent row, the raw observation, LSTM state, episode-start flag and a
-controller code (`controllers.py`). The worker takes every request queued at once (up to
+controller code (`opponent_codes.py`). The worker takes every request queued at once (up to
 `max_inference_batch` rows: batches grow by themselves while the device is busy), groups rows
 by controller, runs one forward pass per group, and answers each actor with actions, log-probs,
 de-normalised values and new states, plus the version of the latest parameters it used.
@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from hns_train.agents.policy import ActorCritic
-from hns_train.distributed import controllers
+from hns_train.distributed import opponent_codes
 from hns_train.distributed.contract import (
     ContractError,
     DropLog,
@@ -59,7 +59,7 @@ class PolicyWorker(Worker):
             security=self.security,
             max_message_bytes=self.max_message_bytes,
         )
-        self.opponents = controllers.Opponents(
+        self.opponents = opponent_codes.Opponents(
             self.cfg.pool,
             spec.run_dir,
             self._new_model,
@@ -172,7 +172,7 @@ def load_checked_params(message, model, reference, device, bad: DropLog, version
 
 def act_by_controller(model, opponents, obs, state, episode_start, codes):
     """Actions, log-probs, values and new states for agent rows played by different
-    controllers (`codes`, controllers.py): one forward pass per controller, the latest policy
+    controllers (`codes`, opponent_codes.py): one forward pass per controller, the latest policy
     `model`, pool snapshots and fixed opponents from `opponents`. Rows of fixed opponents keep
     their state and get log-prob and value 0. A snapshot that is missing or broken is played by
     the latest policy (`Opponents.snapshot_or_latest`)."""
@@ -184,8 +184,12 @@ def act_by_controller(model, opponents, obs, state, episode_start, codes):
     for code in np.unique(codes):
         rows = np.flatnonzero(codes == code)
         sub = {k: v[rows] for k, v in obs.items()}
-        if code == controllers.LATEST or code >= 0:
-            net = model if code == controllers.LATEST else opponents.snapshot_or_latest(code, model)
+        if code == opponent_codes.LATEST or code >= 0:
+            net = (
+                model
+                if code == opponent_codes.LATEST
+                else opponents.snapshot_or_latest(code, model)
+            )
             out = net.act(sub, state[rows], episode_start[rows])
             actions[rows], logp[rows], values[rows], new_state[rows] = out
         else:

@@ -46,7 +46,7 @@ from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import PolicyPool
 from hns_train.agents.ppo import PPO
 from hns_train.distributed.contract import ContractError, DropLog, check_chunk, check_counters
-from hns_train.distributed.controllers import pool_dir
+from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.params import resolve_device, state_dict_to_arrays
 from hns_train.distributed.streams import ParamPublisher, SampleReceiver
 from hns_train.distributed.worker import Worker, WorkerSpec

@@ -28,7 +28,7 @@ import numpy as np
 
 from hns_train.agents.chunks import ChunkRecorder
 from hns_train.agents.policy import ActorCritic
-from hns_train.distributed import controllers
+from hns_train.distributed import opponent_codes
 from hns_train.distributed.actor import MAX_PENDING_CHUNKS
 from hns_train.distributed.contract import DropLog, param_reference
 from hns_train.distributed.params import resolve_device
@@ -60,8 +60,8 @@ class WarpActorWorker(Worker):
             max_message_bytes=self.max_message_bytes,
         )
         self.samples = SampleSender(spec.endpoints["samples"], hwm=4, security=self.security)
-        self.draw = controllers.ControllerDraw(cfg.pool, spec.run_dir, seed=self._seed(99))
-        self.opponents = controllers.Opponents(
+        self.draw = opponent_codes.OpponentDraw(cfg.pool, spec.run_dir, seed=self._seed(99))
+        self.opponents = opponent_codes.Opponents(
             cfg.pool, spec.run_dir, self._new_model, seed=self._seed(98), name=self.name
         )
         self.version = -1
@@ -162,7 +162,7 @@ class WarpActorWorker(Worker):
         chunk = self.recorder.finish(bootstrap, max(self.oldest_version, 0))
         self.unfinished = False
         self.oldest_version = -1
-        keep = (self.codes == controllers.LATEST) & np.asarray(present).reshape(-1)
+        keep = (self.codes == opponent_codes.LATEST) & np.asarray(present).reshape(-1)
         if keep.any():
             arrays = chunk.select(np.flatnonzero(keep)).to_arrays()
             self.pending_chunks.append((arrays, {"actor": self.name}))

@@ -19,9 +19,10 @@ Units: metres, seconds, radians. A "cell" is one cell of the 30 x 30 placement g
 from __future__ import annotations
 
 import math
-import types
 import typing
 from dataclasses import dataclass, fields
+
+from hns_train.typed_config import fits, from_dict
 
 Range = tuple[int, int]  # inclusive [low, high], sampled uniformly per episode
 
@@ -201,58 +202,23 @@ PRESETS: dict[str, dict] = {
 
 
 def make_config(preset: str = "quadrant", **overrides) -> GameConfig:
-    """The named preset with `overrides` applied; unknown names raise ValueError."""
+    """The named preset with `overrides` applied; unknown presets and unknown or ill-typed
+    parameters raise ValueError (`hns_train.typed_config`: lists become tuples, ints floats)."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; allowed presets: {sorted(PRESETS)}")
-    known = {f.name for f in fields(GameConfig)} - {"preset"}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise ValueError(
-            f"unknown game parameter(s) {unknown}; allowed parameters: {sorted(known)}"
-        )
-    values = {**PRESETS[preset], **overrides}
-    return GameConfig(preset=preset, **{k: _coerce(k, v) for k, v in values.items()})
-
-
-# ----------------------------------------------------------------------
-# Type checking: YAML gives lists where the dataclass wants tuples, ints where it wants floats.
-
-
-def _coerce(name: str, value):
-    hint = _HINTS[name]
-    if typing.get_origin(hint) is tuple and isinstance(value, list):
-        return tuple(value)
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    return value
-
-
-def _matches(value, hint) -> bool:
-    origin = typing.get_origin(hint)
-    if origin is tuple:
-        args = typing.get_args(hint)
-        return (
-            isinstance(value, tuple)
-            and len(value) == len(args)
-            and all(_matches(v, a) for v, a in zip(value, args, strict=True))
-        )
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, a) for a in typing.get_args(hint))
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, hint)
+    values = {**PRESETS[preset], **overrides, "preset": preset}
+    return from_dict(GameConfig, values, what="game parameter(s)")
 
 
 def _check_types(cfg: GameConfig) -> None:
+    """Direct construction (`GameConfig(...)`) gets the type check of `make_config` too."""
     bad = [
         f"{f.name}={getattr(cfg, f.name)!r} (expected {_HINTS[f.name]})"
         for f in fields(cfg)
-        if not _matches(getattr(cfg, f.name), _HINTS[f.name])
+        if not fits(getattr(cfg, f.name), _HINTS[f.name])
     ]
     if bad:
         raise ValueError("ill-typed game parameter(s): " + ", ".join(bad))
 
 
-_HINTS = typing.get_type_hints(GameConfig, globalns={**globals(), "Range": Range})
+_HINTS = typing.get_type_hints(GameConfig)

@@ -80,17 +80,6 @@ def obb_distance(
     return np.linalg.norm(excess, axis=-1)
 
 
-def eligibility(
-    seen_prev: np.ndarray,
-    dist: np.ndarray,
-    grab_range: float,
-    agent_present: np.ndarray,
-    object_present: np.ndarray,
-) -> np.ndarray:
-    """(W, A, O) bool: objects an agent may grab or lock this step."""
-    return seen_prev & (dist <= grab_range) & agent_present[:, :, None] & object_present[:, None, :]
-
-
 def update_locks(
     locked: np.ndarray,
     lock_team: np.ndarray,

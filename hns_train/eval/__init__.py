@@ -1,7 +1,8 @@
 """Watching and judging runs: `python -m hns_train.eval` (cli.py dispatches its commands).
 
 - Replays: `replay.py` (format, recorder, loader), `video.py` (mp4/gif/png), `html.py`.
-- Matches and ratings: `matches.py`, `ratings.py` (openskill), `play.py`, `runview.py`.
+- Matches and ratings: `matches.py`, `policies.py` (policies from a file or a name),
+  `ratings.py` (openskill), `play.py` (the `play` command), `runview.py`.
 - Progress against the paper: `phases.py` (emergent phases), `baselines.py` + `baselines.yaml`
   (Rapid and SRL), `compare.py`.
 """

@@ -7,7 +7,7 @@ hider and seeker return (a team member's summed reward), hidden fraction (the ra
 share of post-preparation steps in which no seeker saw a hider), and every episode statistic of
 `envs/stats.py`.
 
-Controllers (the `Controller` protocol): `initial_state(n)` -> recurrent state for n agents
+Team policies (the `TeamPolicy` protocol): `initial_state(n)` -> recurrent state for n agents
 (or None) and `act(obs, state, episode_start)` -> (actions (n, 5) int64, new state), where
 `obs` is a (n, ...) batch dict of the team's agents, ordered world-major (world 0's team slots,
 then world 1's, ...). `policy_id` names the controller in results and ratings.
@@ -53,7 +53,7 @@ _S = contract.SelfColumns
 POS, YAW, IS_HIDER = _S.XY, _S.YAW, _S.IS_HIDER
 
 
-class Controller(Protocol):
+class TeamPolicy(Protocol):
     policy_id: str
 
     def initial_state(self, n: int) -> Any: ...
@@ -192,8 +192,8 @@ def team_observations(obs: Mapping[str, np.ndarray], slots: np.ndarray) -> dict[
 
 def play_matches(
     game: Any,
-    hiders: Controller,
-    seekers: Controller,
+    hiders: TeamPolicy,
+    seekers: TeamPolicy,
     n_matches: int | None = None,
     seed: int | None = 0,
     on_step: StepHook | None = None,

@@ -1,17 +1,6 @@
-"""Matches between named policies, recorded as replays: the shared core of evaluation rounds and
-`python -m hns_train.eval play`.
-
-Policies are given as a file or a name:
-- a trainer checkpoint (`runs/NAME/checkpoints/ckpt_*.pt`: weights under `state["ppo"]["model"]`,
-  the run's resolved config in its metadata) or a pool snapshot (`runs/NAME/pool/snapshot_*.pt`:
-  weights under `state["model"]`; the config comes from the run's `config.yaml`);
-- a fixed controller name: `random`, `noop` (`agents/opponents.py`) or `scripted_seeker`
-  (`matches.ScriptedSeeker`, seekers only).
-
-`MatchRecording` is the `play_matches` step hook that records some worlds of a round with
-`ReplayRecorder` and saves them with team names and versions in the replay metadata (which
-videos print over the picture). Evaluation workers (`hns_train.distributed.evaluator`) and the
-`play` command share it.
+"""`python -m hns_train.eval play`: matches between two policies now, recorded as replays and
+rendered to mp4. The policies (files or names) come from `policies.py`, the recording hook
+(`MatchRecording`) from `replay.py`; evaluation workers use the same two modules.
 
 `python -m hns_train.eval play A B|random|noop|scripted_seeker [--preset P] [--matches N]`:
 A and B are checkpoints in any form `rundirs.resolve_checkpoint` takes (a run directory,
@@ -28,154 +17,26 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hns_train.agents.pool import policy_key
-from hns_train.eval.matches import FixedController, MatchResult, ScriptedSeeker, play_matches
+from hns_train.eval.matches import MatchResult, play_matches
+from hns_train.eval.policies import (
+    NAMED,
+    SEEKER_ONLY,
+    PolicyFile,
+    label,
+    load_policy_file,
+    named_controller,
+    policy_controller,
+)
+from hns_train.eval.replay import MatchRecording, team_metadata
 
 PROG = "python -m hns_train.eval play"
-NAMED = ("random", "noop", "scripted_seeker")
-SEEKER_ONLY = ("scripted_seeker",)
 DEFAULT_PRESET = "quadrant"  # when neither side is a checkpoint
-
-
-# ----------------------------------------------------------------------------- policies
-
-
-@dataclass
-class PolicyFile:
-    """Weights read from a trainer checkpoint or pool snapshot, with the run config they need."""
-
-    path: Path
-    state_dict: dict[str, Any]
-    config: Any  # hns_train.config.RunConfig
-    version: int | None
-    kind: str  # "training" | "snapshot"
-
-
-def load_policy_file(path: str | os.PathLike) -> PolicyFile:
-    """Read a checkpoint or snapshot; ValueError names what is wrong (never unpickles)."""
-    from hns_train.agents.checkpoint import CheckpointError, load_checkpoint
-    from hns_train.config import ConfigError, config_from_dict, load_config
-
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(
-            f"policy {str(path)!r}: no such file; give a checkpoint (.pt) or one of {NAMED}"
-        )
-    try:
-        ckpt = load_checkpoint(path)
-    except CheckpointError as e:
-        raise ValueError(str(e)) from None
-    state, meta = ckpt.state, ckpt.meta
-    if isinstance(state.get("ppo"), dict) and "model" in state["ppo"]:
-        weights, kind = state["ppo"]["model"], "training"
-        version = meta.get("counters", {}).get("version", state["ppo"].get("version"))
-    elif isinstance(state.get("model"), dict):
-        weights, kind, version = state["model"], "snapshot", meta.get("version")
-    else:
-        raise ValueError(
-            f"{path}: neither a trainer checkpoint (state['ppo']['model']) nor a pool snapshot "
-            f"(state['model']); its state holds {sorted(state)}"
-        )
-    run_config = path.parent.parent / "config.yaml"  # checkpoints/ and pool/ sit in a run dir
-    try:
-        if meta.get("config"):
-            config = config_from_dict(meta["config"], source=str(path))
-        elif run_config.is_file():
-            config = load_config(run_config)
-        else:
-            raise ValueError(
-                f"{path}: holds no run config and there is no {run_config} next to its folder; "
-                "the network size is unknown"
-            )
-    except ConfigError as e:
-        raise ValueError(str(e)) from None
-    return PolicyFile(path, dict(weights), config, None if version is None else int(version), kind)
-
-
-def policy_controller(
-    source: PolicyFile, game_cfg, policy_id: str, deterministic: bool = True
-) -> Any:
-    """A `PolicyController` for `source` on the observations of `game_cfg`."""
-    from hns_train.envs.observations import observation_shapes
-    from hns_train.eval.matches import PolicyController
-
-    try:
-        return PolicyController.from_state_dict(
-            observation_shapes(game_cfg),
-            source.state_dict,
-            policy_id,
-            source.config.agent.network,
-            deterministic=deterministic,
-        )
-    except RuntimeError as e:  # load_state_dict: missing keys or size mismatches
-        raise ValueError(
-            f"{source.path} does not fit the {game_cfg.preset!r} game's observations or its "
-            f"run's network config: {str(e).splitlines()[0]}"
-        ) from None
-
-
-def named_controller(name: str, role: str, seed: int = 0) -> Any:
-    """The fixed controller `name` (one of NAMED) for a team playing `role`."""
-    if name not in NAMED:
-        raise ValueError(f"unknown controller {name!r}; allowed: {NAMED} or a checkpoint file")
-    if name in SEEKER_ONLY and role != "seeker":
-        raise ValueError(f"{name!r} can only play the seekers (it chases hiders)")
-    if name == "scripted_seeker":
-        return ScriptedSeeker()
-    return FixedController(name, seed)
-
-
-def team_metadata(name: str, version: int | None = None, **extra: Any) -> dict[str, Any]:
-    """What a replay says about a team (videos print name and version over the picture)."""
-    return {"name": name, "version": version, **extra}
-
-
-def label(policy_id: str) -> str:
-    """Short file-name label of a rating id: snapshot versions become `snapN`."""
-    key = policy_key(policy_id)
-    return f"snap{key}" if key.isdigit() else key
-
-
-# ----------------------------------------------------------------------------- recording
-
-
-class MatchRecording:
-    """`play_matches` hook recording worlds `worlds` of one round of W matches.
-
-    `seed` must be the seed given to `play_matches` (world w starts from `seed + w`); the hook
-    records one round only, so use it with `n_matches <= W`."""
-
-    def __init__(self, game, worlds: Sequence[int], seed: int | None, metadata: dict) -> None:
-        from hns_train.eval.replay import ReplayRecorder
-
-        self.seed = seed
-        self.recorders = [ReplayRecorder(game, int(w), metadata) for w in worlds]
-        self._rounds = 0
-
-    def __call__(self, game, actions, rewards, infos) -> None:
-        if actions is None:
-            self._rounds += 1
-            if self._rounds > 1:
-                raise RuntimeError("MatchRecording records one round: play n_matches <= worlds")
-            for rec in self.recorders:
-                rec.record_reset(None if self.seed is None else self.seed + rec.world)
-            return
-        for rec in self.recorders:
-            rec.record_step(rewards, actions, infos[rec.world])
-
-    def save(self, paths: Sequence[Path], extra: Sequence[dict] | None = None) -> list[Path]:
-        """Write the recorded worlds, in the order of `worlds`, to `paths` (.npz)."""
-        if len(paths) != len(self.recorders):
-            raise ValueError(f"{len(self.recorders)} recordings but {len(paths)} paths")
-        extra = extra or [{}] * len(paths)
-        return [rec.save(p, e) for rec, p, e in zip(self.recorders, paths, extra, strict=True)]
 
 
 def render_replay(replay_path, out=None, width: int = 480, height: int = 480, progress=False):

@@ -4,7 +4,7 @@ One rating (mu, sigma) per (policy, role): policy is a snapshot version, "latest
 "noop" or the name of another fixed controller (`hns_train.agents.pool.policy_key`); role is
 "hider" or "seeker" (the game is asymmetric, so a policy's strength is measured per role).
 Ratings use openskill's Plackett-Luce model with its default prior (mu 25, sigma 25/3; the
-same numbers as `pool.PRIOR_MU` / `PRIOR_SIGMA`, which the pool's rating-prioritised sampler
+same numbers as `pool_index.PRIOR_MU` / `PRIOR_SIGMA`, which the pool's rating-prioritised sampler
 assumes for unrated snapshots).
 
 A match is one episode between a hider team and a seeker team. Its `hider_score` in [0, 1]
@@ -14,7 +14,7 @@ hider) becomes an outcome: hiders win above 0.5 + `draw_margin`, seekers win bel
 teammate runs the same controller) or a list of policies (mixed teams); each member's rating
 in that team's role is updated.
 
-Storage: tables `ratings` and `matches` of `pool.sqlite` (schema in `hns_train.agents.pool`).
+Storage: tables `ratings` and `matches` of `pool.sqlite` (schema in `hns_train.agents.pool_index`).
 Every update reads the current ratings and writes the new ones and the match row in one short
 IMMEDIATE transaction, so several eval workers can rate concurrently without losing updates.
 
@@ -38,17 +38,8 @@ from typing import Any
 
 from openskill.models import PlackettLuce
 
-from hns_train.agents.pool import (
-    DB_NAME,
-    PRIOR_MU,
-    PRIOR_SIGMA,
-    PolicyId,
-    PolicyPool,
-    check_role,
-    open_index,
-    policy_key,
-    transaction,
-)
+from hns_train.agents.pool import PolicyId, PolicyPool, check_role, policy_key
+from hns_train.agents.pool_index import DB_NAME, PRIOR_MU, PRIOR_SIGMA, open_index, transaction
 
 CONSERVATIVE_SIGMAS = 3.0
 

@@ -28,6 +28,11 @@ Invariants: the locks and grabs recorded at frame t+1 are those in force during 
 frame t+1's constraints reproduce frame t+1 bit for bit (`Replay.set_state` + `mj_step`).
 Positions are body centres (layout.py's convention). A 2v2 quadrant episode (81 frames) is
 about 40 kB on disk.
+
+`MatchRecording` is the `play_matches` step hook that records some worlds of a round with
+`ReplayRecorder` and saves them with team names and versions (`team_metadata`) in the replay
+metadata, which videos print over the picture. Evaluation workers, `python -m hns_train.eval
+play` and bench/reproduce.py share it.
 """
 
 from __future__ import annotations
@@ -38,9 +43,10 @@ import os
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -385,6 +391,41 @@ class ReplayRecorder:
 
     def save(self, path, metadata: dict | None = None) -> Path:
         return save(self.to_replay(metadata), path)
+
+
+def team_metadata(name: str, version: int | None = None, **extra: Any) -> dict[str, Any]:
+    """What a replay says about a team (videos print name and version over the picture)."""
+    return {"name": name, "version": version, **extra}
+
+
+class MatchRecording:
+    """`play_matches` hook recording worlds `worlds` of one round of W matches.
+
+    `seed` must be the seed given to `play_matches` (world w starts from `seed + w`); the hook
+    records one round only, so use it with `n_matches <= W`."""
+
+    def __init__(self, game, worlds: Sequence[int], seed: int | None, metadata: dict) -> None:
+        self.seed = seed
+        self.recorders = [ReplayRecorder(game, int(w), metadata) for w in worlds]
+        self._rounds = 0
+
+    def __call__(self, game, actions, rewards, infos) -> None:
+        if actions is None:
+            self._rounds += 1
+            if self._rounds > 1:
+                raise RuntimeError("MatchRecording records one round: play n_matches <= worlds")
+            for rec in self.recorders:
+                rec.record_reset(None if self.seed is None else self.seed + rec.world)
+            return
+        for rec in self.recorders:
+            rec.record_step(rewards, actions, infos[rec.world])
+
+    def save(self, paths: Sequence[Path], extra: Sequence[dict] | None = None) -> list[Path]:
+        """Write the recorded worlds, in the order of `worlds`, to `paths` (.npz)."""
+        if len(paths) != len(self.recorders):
+            raise ValueError(f"{len(self.recorders)} recordings but {len(paths)} paths")
+        extra = extra or [{}] * len(paths)
+        return [rec.save(p, e) for rec, p, e in zip(self.recorders, paths, extra, strict=True)]
 
 
 def _world_data(game, w: int, scratch: mujoco.MjData | None) -> mujoco.MjData:

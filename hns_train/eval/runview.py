@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hns_train.agents.pool import DB_NAME, LATEST, ROLES, policy_key
+from hns_train.agents.pool import LATEST, ROLES, policy_key
+from hns_train.agents.pool_index import DB_NAME
 from hns_train.eval.ratings import Ratings
 
 WINDOW = 200  # newest rated matches per opponent class behind a win rate

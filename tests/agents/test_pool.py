@@ -10,15 +10,13 @@ import torch
 from hns_train.agents import ActorCritic, NetworkConfig, obs_shapes
 from hns_train.agents.pool import (
     LATEST,
-    PRIOR_MU,
     PolicyPool,
     PoolConfig,
     SnapshotCache,
     TeamControllers,
-    open_index,
     policy_key,
-    transaction,
 )
+from hns_train.agents.pool_index import PRIOR_MU, open_index, transaction
 from hns_train.agents.synthetic import random_observations
 
 SHAPES = obs_shapes(n_other_agents=1, n_boxes=0, n_ramps=0, lidar_rays=0)
@@ -87,16 +85,8 @@ def test_snapshots_index_and_weights_round_trip(tmp_path):
         pool.load_snapshot(6)
 
 
-def test_team_controllers_learning_mask_and_wire_form():
-    is_hider = np.array([True, True, False, False])
-    tc = TeamControllers(hiders=120, seekers=LATEST)
-    np.testing.assert_array_equal(tc.learning_mask(is_hider), [False, False, True, True])
-    assert tc.learning_roles == ("seeker",) and tc.opponent == ("hider", 120)
-    assert tc.controller_of(is_hider) == [120, 120, LATEST, LATEST]
-    assert TeamControllers(**tc.to_dict()) == tc
-    assert TeamControllers("7", "latest").hiders == 7
-    both = TeamControllers()
-    assert both.learning_mask(is_hider).all() and both.opponent is None
+def test_team_controllers_parse_and_reject_controller_ids():
+    assert TeamControllers("7", "latest") == TeamControllers(hiders=7, seekers=LATEST)
     with pytest.raises(ValueError, match="hiders controller"):
         TeamControllers(hiders="scripted_seeker")
     with pytest.raises(ValueError, match="snapshot version must be >= 0"):

@@ -25,8 +25,8 @@ from hns_train.envs.game import HideAndSeekGame
 from hns_train.envs.observations import observation_shapes
 from hns_train.eval import replay as replay_mod
 from hns_train.eval.matches import PolicyController, play_matches
-from hns_train.eval.play import MatchRecording
 from hns_train.eval.ratings import Ratings
+from hns_train.eval.replay import MatchRecording
 
 SMOKE = CONFIG_DIR / "smoke.yaml"
 

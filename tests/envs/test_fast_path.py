@@ -5,7 +5,7 @@ The step runs as compiled loops (envs/kernels.py) around the physics and one bat
 `HideAndSeekGame` writes observations into preallocated buffers, keeps per-episode tables and
 skips work that cannot change anything (no object within reach: no lock or grab decision, every
 grab ends; no lifted seeker). These tests rebuild the lock and grab decisions with
-`rules.eligibility` / `rules.update_locks` / `rules.choose_grabs` from the state before each
+`eligibility` (below) / `rules.update_locks` / `rules.choose_grabs` from the state before each
 step, observations with `observations.assemble`, rewards with `rules.rewards` and the other
 agents' order with a plain loop, from the game's own state after every step of episodes that
 grab and lock often, with team sizes that leave slots empty. Rays are re-cast through
@@ -52,12 +52,18 @@ def _reference_obs(game):
 NAMES = ("locked", "lock_team", "lock_agent", "grabbed")
 
 
+def eligibility(seen_prev, dist, grab_range, agent_present, object_present):
+    """(W, A, O) bool: objects an agent may grab or lock this step (spec §3: seen on the previous
+    step and within `grab_range` of the agent's centre, both present)."""
+    return seen_prev & (dist <= grab_range) & agent_present[:, :, None] & object_present[:, None, :]
+
+
 def _reference_decisions(game, actions):
     """(locked, lock_team, lock_agent, grabbed) after `actions`, from the full rules on the state
     before the step (the game's actions after the prep-phase and absent-agent no-ops)."""
     cfg = game.cfg
     dist = rules.obb_distance(game.agent_pos, game.object_pos, game.object_yaw, game.half)
-    eligible = rules.eligibility(
+    eligible = eligibility(
         game.sees_object, dist, cfg.grab_range, game.agent_present, game.object_present
     )
     idle = ((game.t < cfg.prep_steps)[:, None] & ~game.is_hider) | ~game.agent_present

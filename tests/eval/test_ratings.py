@@ -5,7 +5,8 @@ import multiprocessing as mp
 import pytest
 import torch
 
-from hns_train.agents.pool import PRIOR_MU, PRIOR_SIGMA, PolicyPool, PoolConfig
+from hns_train.agents.pool import PolicyPool, PoolConfig
+from hns_train.agents.pool_index import PRIOR_MU, PRIOR_SIGMA
 from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.eval.matches import FixedController, ScriptedSeeker, play_matches

@@ -42,7 +42,7 @@ def pool_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "pool"
 
 
-class ControllerDraw:
+class OpponentDraw:
     """Per-episode draw of (hider code, seeker code); opens the pool only when it is needed."""
 
     def __init__(self, config: PoolConfig, run_dir: str | Path, seed) -> None:

@@ -1,0 +1,103 @@
+"""The SQLite index of a policy pool (`run_dir/pool/pool.sqlite`): its schema, and how every
+process opens it and writes to it.
+
+One file per run, shared by every process (WAL mode, autocommit, a 30 s busy timeout, short
+IMMEDIATE write transactions), schema `SCHEMA` below:
+- `snapshots(version PK, path, created, frames, episodes)`: written by `pool.PolicyPool`.
+- `ratings(policy, role, mu, sigma, games, updated)`, PK (policy, role); `policy` is a
+  snapshot version as text ("120"), "latest" / "random" / "noop", or another fixed
+  controller's lower-case name (e.g. "scripted_seeker"); role "hider" | "seeker".
+  Written by `hns_train.eval.ratings`; a missing row means the prior (`PRIOR_MU`, `PRIOR_SIGMA`).
+- `matches(id, time, hider, seeker, hider_score, hider_return, seeker_return,
+  hidden_fraction, stats_json)`: one row per rated match, written by `hns_train.eval.ratings`.
+- view `pool_index`: each snapshot with games played and its hider/seeker mu and sigma, read by
+  `pool.PolicyPool` for rating-prioritised sampling.
+
+Public API: `open_index(db_path) -> sqlite3.Connection` (creates the tables if needed),
+`transaction(conn)` (context manager for writes), `DB_NAME`, `SCHEMA`, `PRIOR_MU`, `PRIOR_SIGMA`.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+# openskill's default prior (mu 25, sigma 25/3): what a policy without a `ratings` row is worth.
+# eval/ratings.py builds its model from these; pool.py's rating sampler assumes them.
+PRIOR_MU = 25.0
+PRIOR_SIGMA = 25.0 / 3.0
+DB_NAME = "pool.sqlite"
+BUSY_TIMEOUT_S = 30.0
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS snapshots (
+    version INTEGER PRIMARY KEY,
+    path TEXT NOT NULL,
+    created REAL NOT NULL,
+    frames INTEGER NOT NULL DEFAULT 0,
+    episodes INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS ratings (
+    policy TEXT NOT NULL,
+    role TEXT NOT NULL CHECK (role IN ('hider', 'seeker')),
+    mu REAL NOT NULL,
+    sigma REAL NOT NULL,
+    games INTEGER NOT NULL DEFAULT 0,
+    updated REAL NOT NULL,
+    PRIMARY KEY (policy, role)
+);
+CREATE TABLE IF NOT EXISTS matches (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time REAL NOT NULL,
+    hider TEXT NOT NULL,
+    seeker TEXT NOT NULL,
+    hider_score REAL NOT NULL,
+    hider_return REAL,
+    seeker_return REAL,
+    hidden_fraction REAL,
+    stats_json TEXT
+);
+CREATE INDEX IF NOT EXISTS matches_hider ON matches (hider);
+CREATE INDEX IF NOT EXISTS matches_seeker ON matches (seeker);
+CREATE VIEW IF NOT EXISTS pool_index AS
+SELECT s.version, s.path, s.created, s.frames, s.episodes,
+       COALESCE(h.games, 0) + COALESCE(k.games, 0) AS games,
+       h.mu AS hider_mu, h.sigma AS hider_sigma,
+       k.mu AS seeker_mu, k.sigma AS seeker_sigma
+FROM snapshots s
+LEFT JOIN ratings h ON h.policy = CAST(s.version AS TEXT) AND h.role = 'hider'
+LEFT JOIN ratings k ON k.policy = CAST(s.version AS TEXT) AND k.role = 'seeker';
+"""
+
+
+def open_index(db_path: str | os.PathLike) -> sqlite3.Connection:
+    """Connect to (and create if needed) a pool index: WAL mode, autocommit, busy timeout.
+
+    Writers use `with transaction(conn):` (BEGIN IMMEDIATE ... COMMIT): short transactions."""
+    db_path = Path(db_path)
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    with transaction(conn):
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+    return conn
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One short IMMEDIATE (write-locking) transaction: commit, or roll back on error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

@@ -1,0 +1,134 @@
+"""The one loader from nested mappings (parsed YAML, keyword overrides) to typed config
+dataclasses: `RunConfig` and its sections (`hns_train.config`), `AgentConfig`
+(`hns_train.agents.config`), `PoolConfig` (`hns_train.agents.pool`) and `GameConfig`
+(`hns_train.envs.make_config`). It imports nothing of the package, so every folder may use it.
+
+`from_dict(cls, data, prefix="", what=None)` builds dataclass `cls` from the mapping `data`
+(None: every default). A field typed as another dataclass is loaded the same way, its keys
+named with the dotted path (`prefix`, e.g. "pipeline."). Every value is checked against its
+field's type hint; the only conversions are int -> float, a string that YAML 1.1 leaves
+unparsed for a float without a dot ("1e-3") -> float, and a list -> tuple for tuple fields
+(element by element). bool is never taken for an int or a float.
+
+Errors are `FieldError` (a ValueError) that name the key and what is allowed:
+- unknown keys: "unknown NetworkConfig fields ['network.lstm_size']; allowed: [...]" (`what`
+  replaces "NetworkConfig fields", e.g. "game parameter(s)");
+- wrong types: "pipeline.n_actors='two' has type str; expected int";
+- a ValueError of the class's own checks (`__post_init__`), prefixed with the section's path
+  (nested sections only);
+- a ZeroDivisionError of those checks, as the fields that are 0 and must not be.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+
+class FieldError(ValueError):
+    """A mapping that does not fit a config dataclass; the message names key and allowed."""
+
+
+def from_dict(cls: type, data: Any, prefix: str = "", what: str | None = None) -> Any:
+    """An instance of dataclass `cls` from the mapping `data` (see the module docstring)."""
+    section = prefix.rstrip(".")
+    where = section or cls.__name__
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise FieldError(f"{where} must be a mapping of its fields, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        what = what or f"{cls.__name__} fields"
+        raise FieldError(f"unknown {what} {[prefix + k for k in unknown]}; allowed: {names}")
+    values = {}
+    for name in names:
+        if name not in data:
+            continue
+        hint, key = hints[name], prefix + name
+        if dataclasses.is_dataclass(hint):
+            values[name] = from_dict(hint, data[name], key + ".")
+        else:
+            values[name] = check_value(data[name], hint, key)
+    try:
+        return cls(**values)
+    except ZeroDivisionError:  # a rule of the section divides by one of its fields
+        zeros = [prefix + k for k, v in values.items() if type(v) in (int, float) and v == 0]
+        raise FieldError(f"{where}: {zeros} must not be 0 (they divide other fields)") from None
+    except FieldError:
+        raise
+    except ValueError as err:
+        raise FieldError(f"{section}: {err}" if section else str(err)) from None
+
+
+def check_value(value: Any, hint: Any, key: str) -> Any:
+    """`value` converted as the module docstring says, or FieldError naming `key` and `hint`."""
+    try:
+        return _convert(value, hint)
+    except TypeError:
+        raise FieldError(
+            f"{key}={value!r} has type {type(value).__name__}; expected {type_name(hint)}"
+        ) from None
+
+
+def fits(value: Any, hint: Any) -> bool:
+    """Whether `value` already has the type `hint` asks for (an int counts as a float)."""
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return isinstance(value, tuple) and all(fits(v, args[0]) for v in value)
+        return (
+            isinstance(value, tuple)
+            and len(value) == len(args)
+            and all(fits(v, a) for v, a in zip(value, args, strict=True))
+        )
+    if origin in (typing.Union, types.UnionType):
+        return any(fits(value, a) for a in typing.get_args(hint))
+    if hint is Any:
+        return True
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is type(None):
+        return value is None
+    return isinstance(value, origin or hint)
+
+
+def type_name(hint: Any) -> str:
+    if typing.get_origin(hint) in (dict, Mapping):
+        return "a mapping"
+    return hint.__name__ if isinstance(hint, type) else str(hint)
+
+
+def _convert(value: Any, hint: Any) -> Any:
+    """`value` as `hint`; TypeError when it does not fit."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(hint):
+            if fits(value, arg):
+                return _convert(value, arg)
+        raise TypeError
+    if origin is tuple and isinstance(value, (list, tuple)):
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            args = (args[0],) * len(value)
+        if len(value) != len(args):
+            raise TypeError
+        return tuple(_convert(v, a) for v, a in zip(value, args, strict=True))
+    if origin in (dict, Mapping) and isinstance(value, Mapping):
+        return dict(value)
+    if hint is float and isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            raise TypeError from None
+    if not fits(value, hint):
+        raise TypeError
+    return float(value) if hint is float else value

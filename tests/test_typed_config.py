@@ -1,0 +1,62 @@
+"""The one dict-to-dataclass loader behind every config section: conversions and error messages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from hns_train.typed_config import FieldError, from_dict
+
+
+@dataclass
+class Inner:
+    rate: float = 0.5
+    shape: tuple[int, int] = (1, 1)
+    every: int = 1
+
+    def __post_init__(self) -> None:
+        if self.rate > 1:
+            raise ValueError(f"rate must be <= 1, got {self.rate}")
+        self.per_step = 1 / self.every  # a rule that divides by a field
+
+
+@dataclass
+class Outer:
+    name: str = "run"
+    flag: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+    inner: Inner = field(default_factory=Inner)
+
+
+def test_builds_nested_sections_with_the_only_conversions():
+    cfg = from_dict(Outer, {"inner": {"rate": "1e-3", "shape": [2, 3]}, "extra": {"a": 1}})
+    assert cfg.inner.rate == 1e-3 and isinstance(cfg.inner.rate, float)
+    assert cfg.inner.shape == (2, 3) and cfg.extra == {"a": 1} and cfg.name == "run"
+    assert isinstance(from_dict(Inner, {"rate": 1}).rate, float)  # int -> float
+    assert from_dict(Outer, None) == Outer()
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"inner": {"rat": 0.1}}, r"unknown Inner fields \['inner.rat'\]; allowed: \['rate',"),
+        ({"inner": {"every": True}}, r"inner.every=True has type bool; expected int"),
+        ({"flag": 1}, r"flag=1 has type int; expected bool"),
+        ({"inner": {"shape": [1, 2, 3]}}, r"inner.shape=\[1, 2, 3\] has type list; expected tuple"),
+        ({"inner": {"rate": "fast"}}, r"inner.rate='fast' has type str; expected float"),
+        ({"extra": 3}, r"extra=3 has type int; expected a mapping"),
+        ({"inner": 3}, r"inner must be a mapping of its fields"),
+        ({"inner": {"rate": 2}}, r"inner: rate must be <= 1, got 2"),
+        ({"inner": {"every": 0}}, r"inner: \['inner.every'\] must not be 0"),
+    ],
+)
+def test_errors_name_the_key_and_what_is_allowed(data, message):
+    with pytest.raises(FieldError, match=message):
+        from_dict(Outer, data)
+
+
+def test_the_noun_of_unknown_keys_can_be_named():
+    with pytest.raises(ValueError, match=r"unknown game parameter\(s\) \['speed'\]; allowed"):
+        from_dict(Inner, {"speed": 1}, what="game parameter(s)")
