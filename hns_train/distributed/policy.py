@@ -118,7 +118,7 @@ class PolicyWorker(Worker):
             codes,
         )
         self._rows += n
-        self._forwards += len(np.unique(codes[codes >= controllers.LATEST]))
+        self._forwards += len(np.unique(codes[codes >= opponent_codes.LATEST]))
         offset = 0
         for (client, message), size in zip(requests, sizes, strict=True):
             part = slice(offset, offset + size)
