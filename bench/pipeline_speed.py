@@ -90,7 +90,7 @@ def env_only(cfg, seconds: float) -> tuple[float, float]:
 
 def pipeline_run(cfg, warmup: float) -> dict[str, float]:
     """Run `cfg`; frames per second from `warmup` seconds after the first frames arrived to the
-    end, and the mean of each cost metric (`distributed/costs.py`) over the same records."""
+    end, and each cost metric (`distributed/costs.py`) over the same records, frame-weighted."""
     summary = Controller(cfg).run()
     lines = (Path(summary.run_dir) / "metrics.jsonl").read_text().splitlines()
     train = [json.loads(x) for x in lines if '"kind": "train"' in x]
@@ -106,10 +106,18 @@ def pipeline_run(cfg, warmup: float) -> dict[str, float]:
         / (window[-1]["time"] - window[0]["time"]),
         "versions": summary.version,
     }
+    # Each record's figures are over its own window; weighting them by the window's frames
+    # makes the per-frame ones exact ratios of sums (a plain mean over-weights the windows in
+    # which an update ended but few frames arrived).
     for key in COST_KEYS:
-        values = [r[key] for r in window[1:] if key in r]
-        if values:
-            out[key] = float(np.mean(values))
+        pairs = [
+            (r[key], r["frames"] - prev["frames"])
+            for prev, r in zip(window, window[1:], strict=False)
+            if key in r
+        ]
+        weight = sum(w for _, w in pairs)
+        if pairs and weight > 0:
+            out[key] = float(sum(v * w for v, w in pairs) / weight)
     return out
 
 
