@@ -18,10 +18,9 @@ Responsibilities:
   controller exit without it) and checks every heartbeat against the run's contract
   (`contract.check_heartbeat`); a bad message is dropped and counted (`control/rejected`);
 - the run's counters on the paper's axes (episodes, env frames, wall-clock hours, optimisation
-  steps), a metrics record every `logging.every_s` to metrics.jsonl and wandb, emergent-phase
-  onsets, a tqdm progress bar and the end summary. The bar counts env frames from the start
-  (workers ready, episodes, optimisation steps, returns and the time left as its postfix) and
-  is redrawn every `BAR_REFRESH_S`, so it moves in a terminal before the first PPO update;
+  steps) and the end summary; every `logging.every_s` it hands them, with the workers' last
+  heartbeats, to its `RunLog` (`reporting.py`: metrics.jsonl, wandb, phase onsets, the progress
+  bar), and redraws the bar every `BAR_REFRESH_S`;
 - stopping: at a stop limit, on SIGINT/SIGTERM, or on a fatal error, it asks every worker to
   stop, waits (at most `STOP_GRACE_S`) for the trainer's final checkpoint, and leaves no
   process behind; a worker that never said hello is not waited for. A trainer in a PPO update
@@ -41,25 +40,21 @@ import secrets
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 import threading
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import yaml
-from tqdm import tqdm
 
 from hns_train.agents.checkpoint import CheckpointDir
 from hns_train.agents.pool import PolicyPool
 from hns_train.config import RunConfig, save_config
 from hns_train.distributed.contract import ContractError, DropLog, check_heartbeat, check_hello
-from hns_train.distributed.costs import WorkCosts
 from hns_train.distributed.launchers import make_endpoints, make_launcher, run_keys
 from hns_train.distributed.opponent_codes import pool_dir
+from hns_train.distributed.reporting import RunLog, by_kind
 from hns_train.distributed.streams import ControlServer
 from hns_train.distributed.worker import WorkerSpec
 from hns_train.envs.stats import STAT_KEYS
@@ -164,21 +159,10 @@ class Controller:
             self._restore_counters()
         self.frames_at_start = self.frames
         self.start = time.monotonic()
-        self._window_stats = np.zeros(len(STAT_KEYS))
-        self._window_episodes = 0
-        self._window_frames = 0
-        self.costs = WorkCosts(cfg.game_config().max_agents)
         self._last_record_time = self.start
         self._last_counters_sent = 0.0
-        self.records: list[dict] = []
-        self.phases_reached: list[str] = []
-        self.metrics_path = self.run_dir / "metrics.jsonl"
-        self.bar = None
         self._last_bar_refresh = 0.0
-        self.logger = None
-        self.phases = None
-        self.eval_matches = 0  # rated matches reported by eval workers
-        self.eval_latest: dict = {}  # newest eval heartbeat carrying a rating
+        self.log = RunLog(cfg, self.run_dir, self.hardware)
 
     # ------------------------------------------------------------------ setup
     def _restore_counters(self) -> None:
@@ -272,7 +256,7 @@ class Controller:
         finally:
             self._stop_workers()
             self._record()
-            self._close_logs()
+            self.log.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return self.summary()
@@ -296,7 +280,7 @@ class Controller:
         if now - self._last_record_time >= self.cfg.logging.every_s:
             self._record()
         self._check_limits()
-        if self.bar is not None and now - self._last_bar_refresh >= BAR_REFRESH_S:
+        if now - self._last_bar_refresh >= BAR_REFRESH_S:
             self._last_bar_refresh = now
             self._refresh_bar()
 
@@ -361,18 +345,10 @@ class Controller:
         return True  # eval: rounds take long; watched for liveness only
 
     def _absorb(self, kind: str, meta: dict) -> None:
-        self.costs.add(kind, meta)
+        self.log.absorb(kind, meta)
         if kind == "actor":
             self.frames += int(meta.get("frames", 0))
-            n = int(meta.get("episodes", 0))
-            self.episodes += n
-            self._window_episodes += n
-            self._window_frames += int(meta.get("frames", 0))
-            sums = meta.get("stat_sums")
-            if sums is not None and len(sums) == len(STAT_KEYS):
-                self._window_stats += np.asarray(sums, float)
-        elif kind == "eval":
-            self._absorb_eval(meta)
+            self.episodes += int(meta.get("episodes", 0))
         elif kind == "trainer":
             # The trainer's word is the run's version; a restarted one goes back to its
             # checkpoint, and the counters with it.
@@ -380,12 +356,10 @@ class Controller:
 
     # ------------------------------------------------------------------ progress bar
     def _refresh_bar(self) -> None:
-        self.bar.n = self.frames
-        self.bar.set_postfix_str(self._postfix(), refresh=False)
-        self.bar.refresh()
+        self.log.show(self.frames, self._postfix())
 
     def _postfix(self) -> str:
-        stop, last = self.cfg.stop, self.records[-1] if self.records else {}
+        stop, last = self.cfg.stop, self.log.last
         ready = sum(s.connected for s in self.workers.values())
         parts = [] if ready == len(self.workers) else [f"workers {ready}/{len(self.workers)} up"]
         parts.append(f"episodes {self.episodes:,}")
@@ -493,9 +467,8 @@ class Controller:
 
     def _ask_to_stop(self) -> None:
         """Stop every worker that is connected and wait for it; the rest are killed."""
-        if self.bar is not None:  # a trainer in a PPO update finishes it first: say so
-            self.bar.set_postfix_str(f"stopping ({self.stop_reason}): final checkpoint")
-            self.bar.refresh()
+        # a trainer in a PPO update finishes it first: say so
+        self.log.show(self.frames, f"stopping ({self.stop_reason}): final checkpoint")
         for state in self.workers.values():
             if state.stopped:
                 continue
@@ -518,143 +491,24 @@ class Controller:
         return (self.prior_s + time.monotonic() - self.start) / 3600
 
     def _open_logs(self) -> None:
-        lg = self.cfg.logging
-        if lg.progress:
-            total = self.cfg.stop.frames or None
-            self.bar = tqdm(
-                total=total,
-                initial=self.frames,
-                desc="env frames",
-                unit=" frames",
-                dynamic_ncols=True,
-                file=sys.stderr,
-                # without a frame limit: the count, time and rate, no empty bar
-                bar_format=None if total else "{desc}: {n} [{elapsed}, {rate_fmt}{postfix}]",
-            )
-            self._refresh_bar()
-        if lg.wandb != "disabled":
-            from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
-
-            # First, and finished before the run's own: wandb holds one active run per process.
-            log_reference_run(lg.project, self.run_dir, lg.wandb)
-            self.logger = WandbLogger(
-                self.run_dir,
-                {**self.cfg.to_dict(), "hardware": self.hardware},
-                project=lg.project,
-                mode=lg.wandb,
-            )
-        from hns_train.eval.phases import PhaseDetector
-
-        # On resume the detector replays the run's records, so its windows and the phases
-        # already reached carry over.
-        if self.metrics_path.exists():
-            self.phases = PhaseDetector.from_metrics(self.metrics_path)
-        else:
-            self.phases = PhaseDetector()
-        self.phases_reached = list(self.phases.fired)
+        self.log.open(self.frames)
+        self._refresh_bar()
 
     def _record(self) -> None:
         now = time.monotonic()
         elapsed = max(now - self._last_record_time, 1e-9)
         self._last_record_time = now
-        record: dict = {
+        base = {
             "kind": "train",
             "time": time.time(),
             "hours": self.hours(),
             "episodes": self.episodes,
             "frames": self.frames,
             "version": self.version,
-            "throughput/env_fps": self._window_frames / elapsed,
             "restarts": self.restarts,
             "control/rejected": self.control_drops.total,
         }
-        if self._window_episodes:
-            means = self._window_stats / self._window_episodes
-            record.update({f"episode/{k}": float(v) for k, v in zip(STAT_KEYS, means, strict=True)})
-        record.update(self._worker_metrics())
-        record.update(self.costs.metrics(elapsed))
-        record.update(self._eval_metrics())
-        self._window_stats[:] = 0
-        self._window_episodes = self._window_frames = 0
-        self.records.append(record)
-        with self.metrics_path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-        if self.logger is not None:
-            self.logger.log(record)
-        if self.phases is not None and "episode/hider_return" in record:
-            for onset in self.phases.update(record):
-                self._log_phase(onset)
-
-    def _log_phase(self, onset) -> None:
-        entry = onset.to_record()
-        self.phases_reached.append(entry["phase"])
-        with self.metrics_path.open("a") as f:
-            f.write(json.dumps(entry) + "\n")
-        if self.logger is not None:
-            self.logger.log_phase(onset)
-        if self.bar is not None:
-            self.bar.write(f"phase reached: {entry['phase']} after {entry['episodes']:,} episodes")
-
-    def _worker_metrics(self) -> dict:
-        out: dict = {}
-        by_kind: dict[str, list[dict]] = defaultdict(list)
-        for state in self.workers.values():
-            by_kind[state.spec.kind].append(state.last)
-        trainer = (by_kind.get("trainer") or [{}])[0]
-        for key, value in (trainer.get("stats") or {}).items():
-            out[f"loss/{key}"] = value
-        for key in ("staleness", "reuse"):
-            if trainer.get(key) is not None:
-                out[f"{key}/mean"] = trainer[key]
-        if "buffer" in trainer:
-            out["queue/trainer_buffer"] = trainer["buffer"]
-        policies = by_kind.get("policy", [])
-        if policies:
-            out["throughput/policy_busy"] = float(
-                np.mean([p.get("busy_s", 0.0) for p in policies])
-            ) / max(self.cfg.pipeline.heartbeat_s, 1e-9)
-        actors = by_kind.get("actor", [])
-        if actors:
-            out["queue/actor_chunks"] = int(sum(a.get("queued_chunks", 0) for a in actors))
-            out["env/physics_warnings"] = int(sum(a.get("physics_warnings", 0) for a in actors))
-        return out
-
-    # ------------------------------------------------------------------ eval results
-    def _absorb_eval(self, meta: dict) -> None:
-        """An eval worker's heartbeat (`distributed/evaluator.py`): count its matches, keep its
-        rating of the latest policy, log its new videos and leaderboard to wandb."""
-        self.eval_matches += int(meta.get("matches", 0))
-        if meta.get("rating"):
-            self.eval_latest = meta
-        if self.logger is None:
-            return
-        for path in meta.get("new_videos") or []:
-            try:
-                self.logger.log_video(path, "eval/video", caption=Path(path).stem)
-            except ValueError as err:  # the file went away; the run goes on
-                log.warning("eval video not logged: %s", err)
-        board = meta.get("leaderboard")
-        if board:
-            self.logger.log_table("eval/leaderboard", board["columns"], board["rows"])
-
-    def _eval_metrics(self) -> dict:
-        """`rating/latest_<role>_{mu,sigma}`, `eval/win_rate/<opponent class>`, `eval/matches`."""
-        m = self.eval_latest
-        if not m:
-            return {}
-        out = {"eval/matches": self.eval_matches, "eval/version": int(m.get("version", -1))}
-        for role, (mu, sigma) in m["rating"].items():
-            out[f"rating/latest_{role}_mu"] = float(mu)
-            out[f"rating/latest_{role}_sigma"] = float(sigma)
-        for cls, rate in (m.get("win_rate") or {}).items():
-            out[f"eval/win_rate/{cls}"] = float(rate)
-        return out
-
-    def _close_logs(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-        if self.logger is not None:
-            self.logger.finish()
+        self.log.record(base, elapsed, by_kind(self.workers.values()))
 
     def fps(self) -> float:
         return (self.frames - self.frames_at_start) / max(time.monotonic() - self.start, 1e-9)
@@ -669,8 +523,8 @@ class Controller:
             fps=self.fps(),
             restarts=self.restarts,
             reason=self.stop_reason,
-            phases=list(self.phases_reached),
-            last_record=self.records[-1] if self.records else {},
+            phases=list(self.log.phases_reached),
+            last_record=self.log.last,
         )
 
 

@@ -442,14 +442,14 @@ def test_the_controller_drops_wrong_heartbeats_and_keeps_its_counters(tmp_path):
         for _ in range(20):
             controller.tick()
         assert controller.control_drops.total == len(wrong) + 2
-        assert controller.frames == 0 and controller.version == 0 and not controller.eval_latest
+        assert controller.frames == 0 and controller.version == 0 and not controller.log.eval_latest
         assert clients["actor0"].send("heartbeat", {"frames": 10, "episodes": 1})
         assert clients["eval0"].send("heartbeat", {"rating": {"hider": [25.0, 8.0]}})
         for _ in range(20):
             controller.tick()
         assert controller.frames == 10, list(controller.control_drops.recent)
-        assert controller.eval_latest["rating"]["hider"][0] == 25.0
-        assert controller._record() is None and controller.records[-1]["control/rejected"] > 0
+        assert controller.log.eval_latest["rating"]["hider"][0] == 25.0
+        assert controller._record() is None and controller.log.records[-1]["control/rejected"] > 0
     finally:
         for c in clients.values():
             c.close()

@@ -1,0 +1,208 @@
+"""What a run reports: metrics records, wandb, emergent-phase onsets and the progress bar.
+
+The controller supervises; a `RunLog` turns what the workers report into the run's record.
+Every `logging.every_s` it writes one `"kind": "train"` record to `metrics.jsonl` (and to wandb
+when it is on) on the paper's axes (episodes, env frames, wall-clock hours, optimisation steps)
+with the window's mean episode statistics, the trainer's loss statistics, queue depths, CPU cost
+per unit of work (`costs.py`) and the eval workers' ratings. Each record goes through the phase
+detector (`hns_train.eval.phases`); an onset is written as a `"kind": "phase"` record. On resume
+the detector replays the run's records, so the phases already reached carry over.
+
+The progress bar counts env frames from the start and is redrawn by the controller every few
+seconds, so it moves in a terminal before the first optimisation step.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from hns_train.config import RunConfig
+from hns_train.distributed.costs import WorkCosts
+from hns_train.envs.stats import STAT_KEYS
+
+log = logging.getLogger(__name__)
+
+
+class RunLog:
+    """Metrics records, wandb, phase onsets and the progress bar of one run."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, hardware: dict) -> None:
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.hardware = hardware
+        self.metrics_path = run_dir / "metrics.jsonl"
+        self.records: list[dict] = []
+        self.phases_reached: list[str] = []
+        self.bar = None
+        self.logger = None
+        self.phases = None
+        self.costs = WorkCosts(cfg.game_config().max_agents)
+        self.eval_matches = 0  # rated matches reported by eval workers
+        self.eval_latest: dict = {}  # newest eval heartbeat carrying a rating
+        self._stats = np.zeros(len(STAT_KEYS))  # episode statistics summed over the window
+        self._episodes = 0
+        self._frames = 0
+
+    def open(self, frames: int) -> None:
+        lg = self.cfg.logging
+        if lg.progress:
+            total = self.cfg.stop.frames or None
+            self.bar = tqdm(
+                total=total,
+                initial=frames,
+                desc="env frames",
+                unit=" frames",
+                dynamic_ncols=True,
+                file=sys.stderr,
+                # without a frame limit: the count, time and rate, no empty bar
+                bar_format=None if total else "{desc}: {n} [{elapsed}, {rate_fmt}{postfix}]",
+            )
+        if lg.wandb != "disabled":
+            from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
+
+            # First, and finished before the run's own: wandb holds one active run per process.
+            log_reference_run(lg.project, self.run_dir, lg.wandb)
+            self.logger = WandbLogger(
+                self.run_dir,
+                {**self.cfg.to_dict(), "hardware": self.hardware},
+                project=lg.project,
+                mode=lg.wandb,
+            )
+        from hns_train.eval.phases import PhaseDetector
+
+        if self.metrics_path.exists():
+            self.phases = PhaseDetector.from_metrics(self.metrics_path)
+        else:
+            self.phases = PhaseDetector()
+        self.phases_reached = list(self.phases.fired)
+
+    # ------------------------------------------------------------------ heartbeats
+    def absorb(self, kind: str, meta: dict) -> None:
+        """One worker heartbeat's counters (already checked against the run's contract)."""
+        self.costs.add(kind, meta)
+        if kind == "actor":
+            self._episodes += int(meta.get("episodes", 0))
+            self._frames += int(meta.get("frames", 0))
+            sums = meta.get("stat_sums")
+            if sums is not None and len(sums) == len(STAT_KEYS):
+                self._stats += np.asarray(sums, float)
+        elif kind == "eval":
+            self._absorb_eval(meta)
+
+    def _absorb_eval(self, meta: dict) -> None:
+        """An eval worker's heartbeat (`distributed/evaluator.py`): count its matches, keep its
+        rating of the latest policy, log its new videos and leaderboard to wandb."""
+        self.eval_matches += int(meta.get("matches", 0))
+        if meta.get("rating"):
+            self.eval_latest = meta
+        if self.logger is None:
+            return
+        for path in meta.get("new_videos") or []:
+            try:
+                self.logger.log_video(path, "eval/video", caption=Path(path).stem)
+            except ValueError as err:  # the file went away; the run goes on
+                log.warning("eval video not logged: %s", err)
+        board = meta.get("leaderboard")
+        if board:
+            self.logger.log_table("eval/leaderboard", board["columns"], board["rows"])
+
+    # ------------------------------------------------------------------ records
+    def record(self, base: dict, elapsed_s: float, last_by_kind: dict[str, list[dict]]) -> dict:
+        """Complete the controller's `base` record with the window's figures; write it, log it,
+        look for phase onsets, start a new window."""
+        record = {**base, "throughput/env_fps": self._frames / max(elapsed_s, 1e-9)}
+        if self._episodes:
+            means = self._stats / self._episodes
+            record.update({f"episode/{k}": float(v) for k, v in zip(STAT_KEYS, means, strict=True)})
+        record.update(self._worker_metrics(last_by_kind))
+        record.update(self.costs.metrics(elapsed_s))
+        record.update(self._eval_metrics())
+        self._stats[:] = 0
+        self._episodes = self._frames = 0
+        self.records.append(record)
+        with self.metrics_path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.logger is not None:
+            self.logger.log(record)
+        if self.phases is not None and "episode/hider_return" in record:
+            for onset in self.phases.update(record):
+                self._log_phase(onset)
+        return record
+
+    def _log_phase(self, onset) -> None:
+        entry = onset.to_record()
+        self.phases_reached.append(entry["phase"])
+        with self.metrics_path.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+        if self.logger is not None:
+            self.logger.log_phase(onset)
+        if self.bar is not None:
+            self.bar.write(f"phase reached: {entry['phase']} after {entry['episodes']:,} episodes")
+
+    def _worker_metrics(self, by_kind: dict[str, list[dict]]) -> dict:
+        out: dict = {}
+        trainer = (by_kind.get("trainer") or [{}])[0]
+        for key, value in (trainer.get("stats") or {}).items():
+            out[f"loss/{key}"] = value
+        for key in ("staleness", "reuse"):
+            if trainer.get(key) is not None:
+                out[f"{key}/mean"] = trainer[key]
+        if "buffer" in trainer:
+            out["queue/trainer_buffer"] = trainer["buffer"]
+        policies = by_kind.get("policy", [])
+        if policies:
+            out["throughput/policy_busy"] = float(
+                np.mean([p.get("busy_s", 0.0) for p in policies])
+            ) / max(self.cfg.pipeline.heartbeat_s, 1e-9)
+        actors = by_kind.get("actor", [])
+        if actors:
+            out["queue/actor_chunks"] = int(sum(a.get("queued_chunks", 0) for a in actors))
+            out["env/physics_warnings"] = int(sum(a.get("physics_warnings", 0) for a in actors))
+        return out
+
+    def _eval_metrics(self) -> dict:
+        """`rating/latest_<role>_{mu,sigma}`, `eval/win_rate/<opponent class>`, `eval/matches`."""
+        m = self.eval_latest
+        if not m:
+            return {}
+        out = {"eval/matches": self.eval_matches, "eval/version": int(m.get("version", -1))}
+        for role, (mu, sigma) in m["rating"].items():
+            out[f"rating/latest_{role}_mu"] = float(mu)
+            out[f"rating/latest_{role}_sigma"] = float(sigma)
+        for cls, rate in (m.get("win_rate") or {}).items():
+            out[f"eval/win_rate/{cls}"] = float(rate)
+        return out
+
+    # ------------------------------------------------------------------ progress bar
+    def show(self, frames: int, postfix: str) -> None:
+        """Redraw the progress bar (if any) at `frames` with `postfix`."""
+        if self.bar is None:
+            return
+        self.bar.n = frames
+        self.bar.set_postfix_str(postfix, refresh=False)
+        self.bar.refresh()
+
+    @property
+    def last(self) -> dict:
+        return self.records[-1] if self.records else {}
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.logger is not None:
+            self.logger.finish()
+
+
+def by_kind(states) -> dict[str, list[dict]]:
+    """The last heartbeat of every worker, grouped by worker kind."""
+    out: dict[str, list[dict]] = defaultdict(list)
+    for state in states:
+        out[state.spec.kind].append(state.last)
+    return out
