@@ -126,7 +126,7 @@ class ObsLayout:
             raise ValueError(f"unexpected observation keys {extra}; expected {sorted(self.shapes)}")
         batch: tuple[int, ...] | None = None
         for key, shape in self.shapes.items():
-            got = tuple(np.shape(obs[key]))
+            got = _shape(obs[key])
             if len(got) != batch_ndim + len(shape) or got[batch_ndim:] != shape:
                 raise ValueError(
                     f"observation '{key}' has shape {got}; expected {batch_ndim} batch dim(s) "
@@ -145,7 +145,13 @@ class ObsLayout:
 
 def _is_empty_known(key: str, value: Any) -> bool:
     """An entity-type key the layout dropped because it has zero rows."""
-    return key in KNOWN_KEYS and key != SELF_KEY and 0 in np.shape(value)
+    return key in KNOWN_KEYS and key != SELF_KEY and 0 in _shape(value)
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    """Shape of an array or a tensor on any device (np.shape would copy a GPU tensor to host)."""
+    shape = getattr(value, "shape", None)
+    return tuple(int(n) for n in shape) if shape is not None else tuple(np.shape(value))
 
 
 def obs_shapes(

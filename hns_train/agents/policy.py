@@ -83,10 +83,11 @@ class ActorCritic(nn.Module):
     def obs_to_tensors(
         self, obs: Mapping[str, np.ndarray], batch_ndim: int
     ) -> dict[str, torch.Tensor]:
-        """Validate against the layout and move to the device as float32."""
+        """Validate against the layout and move to the device as float32 (arrays, or tensors
+        already on a device: those are not copied when they are float32 on this one)."""
         self.layout.check(obs, batch_ndim)
         return {
-            k: torch.as_tensor(np.asarray(obs[k], dtype=np.float32), device=self.device)
+            k: torch.as_tensor(obs[k], dtype=torch.float32, device=self.device)
             for k in self.layout.shapes
         }
 

@@ -114,7 +114,7 @@ class WarpActorWorker(Worker):
         result = game.step(actions.reshape(W, A, -1))
         self._frames += W
         step = dict(
-            obs=self.obs,
+            obs=_host(self.obs),
             state=self.state,
             episode_start=self.episode_start,
             actions=actions,
@@ -200,8 +200,12 @@ class WarpActorWorker(Worker):
         self.opponents.close()
 
 
-def _rows(obs) -> dict[str, np.ndarray]:
-    """(W, A, ...) tensors -> (W*A, ...) host arrays: one row per agent slot, world-major."""
-    return {
-        k: v.reshape(v.shape[0] * v.shape[1], *v.shape[2:]).cpu().numpy() for k, v in obs.items()
-    }
+def _rows(obs) -> dict:
+    """(W, A, ...) tensors -> (W*A, ...) tensors on the same device: one row per agent slot,
+    world-major. The policy acts on them where they are; only chunks go to the host."""
+    return {k: v.reshape(v.shape[0] * v.shape[1], *v.shape[2:]) for k, v in obs.items()}
+
+
+def _host(obs) -> dict[str, np.ndarray]:
+    """Host arrays of device tensors, for the chunk recorder (no copy on Warp's CPU device)."""
+    return {k: v.cpu().numpy() for k, v in obs.items()}

@@ -141,3 +141,19 @@ def test_layout_from_gymnasium_like_space():
 
     layout = ObsLayout.from_shapes(Dict())
     assert [(s.count, s.dim) for s in layout.entities] == [(3, 10), (9, 15), (2, 15)]
+
+
+def test_act_takes_tensors_where_they_are_and_arrays_alike():
+    """The Warp actor hands the policy its observations as tensors on the simulation's device;
+    they give the same outputs as host arrays, and a wrongly shaped tensor is refused."""
+    shapes = obs_shapes()
+    model = ActorCritic(shapes)
+    obs = random_observations(shapes, (6,), np.random.default_rng(0))
+    tensors = {k: torch.from_numpy(v) for k, v in obs.items()}
+    a = model.act(obs, deterministic=True)
+    b = model.act(tensors, deterministic=True)
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x, y)
+    tensors["lidar"] = tensors["lidar"][:, :5]
+    with pytest.raises(ValueError, match="lidar"):
+        model.act(tensors)
