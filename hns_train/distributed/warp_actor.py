@@ -15,9 +15,9 @@ Everything downstream (trainers, pool, eval workers, controller, logging) is unc
 controller starts no policy workers for this backend.
 
 The Ray launcher reserves no GPU for actors (there is no `ray_actor_gpus`), so on a Ray cluster
-a Warp actor runs on the CPU device for now. On a GPU the policy still takes and returns host
-arrays (`ActorCritic.act` is numpy-based), so
-observations cross to the host once per step; keeping them on the device is the next step.
+a Warp actor runs on the CPU device for now. The policy acts on the game's observation
+tensors on their device; its outputs (actions, log-probs, values, LSTM states) and the chunk
+rows are host arrays, so on a GPU those cross to the host once per step (not measured: no GPU).
 """
 
 from __future__ import annotations
