@@ -42,7 +42,7 @@ from hns_train.config import CONFIG_DIR, load_config  # noqa: E402
 from hns_train.eval.crossplay import TRAINED, UNTRAINED, cross_play  # noqa: E402
 from hns_train.eval.phases import read_metrics  # noqa: E402
 from hns_train.eval.policies import load_policy_file, policy_controller  # noqa: E402
-from hns_train.eval.replay import MatchRecording, team_metadata  # noqa: E402
+from hns_train.eval.recorder import MatchRecording, team_metadata  # noqa: E402
 
 DEFAULT_CONFIG = CONFIG_DIR / "quadrant_cpu.yaml"
 CURVE_KEYS = (  # (metrics key, panel title)

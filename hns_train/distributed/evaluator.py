@@ -64,7 +64,7 @@ from hns_train.envs.game import HideAndSeekGame
 from hns_train.eval.matches import PolicyController, play_matches
 from hns_train.eval.policies import SEEKER_ONLY, label, named_controller
 from hns_train.eval.ratings import Ratings
-from hns_train.eval.replay import MatchRecording, team_metadata
+from hns_train.eval.recorder import MatchRecording, team_metadata
 from hns_train.eval.runview import win_rates
 
 log = logging.getLogger(__name__)

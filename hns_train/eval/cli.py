@@ -39,7 +39,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "play": ("hns_train.eval.play", "play_main", "play two policies now, record and render"),
     "record": (
-        "hns_train.eval.replay",
+        "hns_train.eval.record",
         "record_main",
         "record a replay from random or scripted play (the example replay)",
     ),

@@ -1,6 +1,6 @@
 """`python -m hns_train.eval play`: matches between two policies now, recorded as replays and
 rendered to mp4. The policies (files or names) come from `policies.py`, the recording hook
-(`MatchRecording`) from `replay.py`; evaluation workers use the same two modules.
+(`MatchRecording`) from `recorder.py`; evaluation workers use the same two modules.
 
 `python -m hns_train.eval play A B|random|noop|scripted_seeker [--preset P] [--matches N]`:
 A and B are checkpoints in any form `rundirs.resolve_checkpoint` takes (a run directory,
@@ -33,7 +33,7 @@ from hns_train.eval.policies import (
     named_controller,
     policy_controller,
 )
-from hns_train.eval.replay import MatchRecording, team_metadata
+from hns_train.eval.recorder import MatchRecording, team_metadata
 
 PROG = "python -m hns_train.eval play"
 DEFAULT_PRESET = "quadrant"  # when neither side is a checkpoint

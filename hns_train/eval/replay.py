@@ -1,4 +1,5 @@
-"""Replays: one self-contained, versioned file per episode; recorder, loader and state setter.
+"""Replays: one self-contained, versioned file per episode; its format, saving, loading (checked,
+never unpickled) and setting a MuJoCo model to any of its frames. Recording is `recorder.py`.
 
 A replay holds everything needed to rebuild one world of a `HideAndSeekGame` and show (or
 re-simulate) every step of its episode: the `GameConfig`, the `Layout`, and per-step MuJoCo state
@@ -29,10 +30,6 @@ frame t+1's constraints reproduce frame t+1 bit for bit (`Replay.set_state` + `m
 Positions are body centres (layout.py's convention). A 2v2 quadrant episode (81 frames) is
 about 40 kB on disk.
 
-`MatchRecording` is the `play_matches` step hook that records some worlds of a round with
-`ReplayRecorder` and saves them with team names and versions (`team_metadata`) in the replay
-metadata, which videos print over the picture. Evaluation workers, `python -m hns_train.eval
-play` and bench/reproduce.py share it.
 """
 
 from __future__ import annotations
@@ -41,12 +38,10 @@ import json
 import math
 import os
 import tempfile
-import time
 import zipfile
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
 import mujoco
 import numpy as np
@@ -68,8 +63,6 @@ SUFFIX = ".npz"
 # Most bytes the members of one replay may hold once unpacked (a long randomwalls episode holds
 # a few MB): checked from the archive's declarations before anything is unpacked.
 MAX_REPLAY_BYTES = 256 << 20
-# what a `mujoco.batch.Batch` state row holds (time, qpos, qvel, warm start, ctrl, eq_active, ...)
-BATCH_STATE = mujoco.mjtState.mjSTATE_INTEGRATION
 
 
 class ReplayError(ValueError):
@@ -266,276 +259,6 @@ class Replay:
                 model.eq_data[eq, 3:10] = a["grab_weld"][t, agent]
                 model.eq_data[eq, 10:12] = (1.0, 0.0)
                 data.eq_active[eq] = 1
-
-
-# ----------------------------------------------------------------------------- recording
-
-
-class ReplayRecorder:
-    """Records world `world` of a `HideAndSeekGame` as it is stepped.
-
-    Call `record_reset()` after `game.reset(...)` has (re)started that world, then
-    `record_step(rewards, actions, info)` after every `game.step(...)`. Each call copies a few
-    small arrays (no rendering, no allocation beyond the copies).
-    """
-
-    def __init__(self, game, world: int = 0, metadata: dict | None = None):
-        if not 0 <= world < game.n_worlds:
-            raise ValueError(f"world {world} is outside the game's 0..{game.n_worlds - 1}")
-        self.game = game
-        self.world = world
-        self.metadata = dict(metadata or {})
-        self._frames: dict[str, list] = {}
-        self._steps: dict[str, list] = {}
-        self._layout: Layout | None = None
-        self._seed: int | None = None
-        self.episode_stats: dict | None = None
-        self._scratch: mujoco.MjData | None = None
-
-    @property
-    def n_steps(self) -> int:
-        return len(self._steps.get("rewards", []))
-
-    def record_reset(self, seed: int | None = None) -> None:
-        """Start a new recording from the world's state right after reset."""
-        g, w = self.game, self.world
-        if g.models[w] is None:
-            raise RuntimeError("the game has not been reset: call game.reset() first")
-        self._layout = g.layouts[w]
-        self._seed = seed
-        self._scratch = mujoco.MjData(g.models[w]) if getattr(g, "batch", None) else None
-        self._frames = {k: [] for k in FRAME_ARRAYS}
-        self._steps = {k: [] for k in STEP_ARRAYS}
-        self.episode_stats = None
-        self._record_frame()
-
-    def record_step(self, rewards, actions=None, info: dict | None = None) -> None:
-        """Record the step the game just took: rewards (W, A) or (A,), actions likewise."""
-        if self._layout is None:
-            raise RuntimeError("call record_reset() before record_step()")
-        g, w = self.game, self.world
-        if g.layouts[w] is not self._layout:
-            raise RuntimeError("the recorded world was reset; start a new recording")
-        rewards = np.asarray(rewards)
-        rewards = rewards[w] if rewards.ndim == 2 else rewards
-        if actions is None:
-            actions = np.tile(g.noop, (g.n_agents, 1))
-        actions = np.asarray(actions)
-        actions = actions[w] if actions.ndim == 3 else actions
-        self._steps["rewards"].append(rewards.astype(np.float32))
-        self._steps["actions"].append(actions.astype(np.int8))
-        self._record_frame()
-        self._steps["ctrl"].append(self._last_ctrl)
-        if info:
-            self.episode_stats = {k: float(v) for k, v in info.items()}
-
-    def _record_frame(self) -> None:
-        g, w = self.game, self.world
-        m, d, idx = g.models[w], _world_data(g, w, self._scratch), g.index
-        f = self._frames
-        t = int(g.t[w])
-        f["t"].append(t)
-        f["prep"].append(t < g.cfg.prep_steps)
-        f["qpos"].append(d.qpos.copy())
-        f["qvel"].append(d.qvel.copy())
-        f["qacc_warmstart"].append(d.qacc_warmstart.copy())
-        f["time"].append(d.time)
-        self._last_ctrl = d.ctrl.copy()  # the controls of the step that led here
-        locked = g.locked[w].copy()
-        f["locked"].append(locked)
-        f["lock_team"].append(g.lock_team[w].astype(np.int8))
-        pins = m.jnt_range[idx.object_jnt, 0]
-        f["lock_qpos"].append(np.where(locked[:, None], pins, 0.0))
-        grabbed = g.grabbed[w].copy()
-        f["grabbed"].append(grabbed.astype(np.int8))
-        weld = np.zeros((g.n_agents, 7))
-        for a in np.flatnonzero(grabbed >= 0):
-            weld[a] = m.eq_data[idx.weld[a, grabbed[a]], 3:10]
-        f["grab_weld"].append(weld)
-        f["sees_agent"].append(g.sees_agent[w].copy())
-        f["sees_object"].append(g.sees_object[w].copy())
-
-    def to_replay(self, metadata: dict | None = None) -> Replay:
-        if self._layout is None:
-            raise RuntimeError("nothing recorded: call record_reset() first")
-        g = self.game
-        m = g.models[self.world]
-        n_steps = self.n_steps
-        sizes = dict(
-            n_frames=n_steps + 1,
-            n_steps=n_steps,
-            nq=m.nq,
-            nv=m.nv,
-            nu=m.nu,
-            n_agents=g.n_agents,
-            n_objects=g.n_objects,
-        )
-        arrays = {}
-        for table, length in ((FRAME_ARRAYS, n_steps + 1), (STEP_ARRAYS, n_steps)):
-            rows = self._frames if table is FRAME_ARRAYS else self._steps
-            for name, (dtype, shape) in table.items():
-                if rows[name]:
-                    arrays[name] = np.asarray(rows[name], dtype=dtype)
-                else:
-                    arrays[name] = np.zeros((length, *shape(sizes)), dtype=dtype)
-        header = _make_header(
-            g.cfg,
-            self._layout,
-            sizes,
-            seed=self._seed,
-            world=self.world,
-            metadata={**self.metadata, **(metadata or {})},
-            episode_stats=self.episode_stats,
-        )
-        return Replay(cfg=g.cfg, layout=self._layout, arrays=arrays, header=header)
-
-    def save(self, path, metadata: dict | None = None) -> Path:
-        return save(self.to_replay(metadata), path)
-
-
-def team_metadata(name: str, version: int | None = None, **extra: Any) -> dict[str, Any]:
-    """What a replay says about a team (videos print name and version over the picture)."""
-    return {"name": name, "version": version, **extra}
-
-
-class MatchRecording:
-    """`play_matches` hook recording worlds `worlds` of one round of W matches.
-
-    `seed` must be the seed given to `play_matches` (world w starts from `seed + w`); the hook
-    records one round only, so use it with `n_matches <= W`."""
-
-    def __init__(self, game, worlds: Sequence[int], seed: int | None, metadata: dict) -> None:
-        self.seed = seed
-        self.recorders = [ReplayRecorder(game, int(w), metadata) for w in worlds]
-        self._rounds = 0
-
-    def __call__(self, game, actions, rewards, infos) -> None:
-        if actions is None:
-            self._rounds += 1
-            if self._rounds > 1:
-                raise RuntimeError("MatchRecording records one round: play n_matches <= worlds")
-            for rec in self.recorders:
-                rec.record_reset(None if self.seed is None else self.seed + rec.world)
-            return
-        for rec in self.recorders:
-            rec.record_step(rewards, actions, infos[rec.world])
-
-    def save(self, paths: Sequence[Path], extra: Sequence[dict] | None = None) -> list[Path]:
-        """Write the recorded worlds, in the order of `worlds`, to `paths` (.npz)."""
-        if len(paths) != len(self.recorders):
-            raise ValueError(f"{len(self.recorders)} recordings but {len(paths)} paths")
-        extra = extra or [{}] * len(paths)
-        return [rec.save(p, e) for rec, p, e in zip(self.recorders, paths, extra, strict=True)]
-
-
-def _world_data(game, w: int, scratch: mujoco.MjData | None) -> mujoco.MjData:
-    """World w's full MuJoCo state as an MjData.
-
-    Where the game keeps its worlds in a `mujoco.batch.Batch`, the world's integration-state
-    row is unpacked into `scratch` (`mj_setState`, microseconds); allocating an MjData per step
-    (`game.world_data`) would cost about 1.3 ms. Otherwise the world's own MjData is read.
-    """
-    batch = getattr(game, "batch", None)
-    if batch is not None and scratch is not None and hasattr(batch, "state"):
-        mujoco.mj_setState(game.models[w], scratch, batch.state[w], BATCH_STATE)
-        return scratch
-    if hasattr(game, "world_data"):
-        return game.world_data(w)
-    return game.datas[w]
-
-
-def _make_header(cfg, layout, sizes, seed, world, metadata, episode_stats) -> dict:
-    return {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "game_config": asdict(cfg),
-        "sizes": {k: int(v) for k, v in sizes.items()},
-        "layout_counts": {"n_hiders": int(layout.n_hiders), "n_seekers": int(layout.n_seekers)},
-        "seed": None if seed is None else int(seed),
-        "world": int(world),
-        "metadata": metadata,
-        "episode_stats": episode_stats,
-        "mujoco_version": mujoco.__version__,
-        "created_unix": time.time(),
-    }
-
-
-def record_episode(
-    cfg: GameConfig,
-    act: Callable[[dict[str, np.ndarray]], np.ndarray],
-    seed: int | None = None,
-    metadata: dict | None = None,
-    n_steps: int | None = None,
-) -> Replay:
-    """Play one episode of one world with `act` (obs dict (1, A, ...) -> actions (1, A, 5)).
-
-    `act` can be any action source: a trained policy wrapped to numpy, a scripted rule, or
-    `random_actions(...)`. Returns the replay; `save(replay, path)` writes it.
-    """
-    from hns_train.envs.game import HideAndSeekGame  # the game pulls in all of envs/
-
-    game = HideAndSeekGame(cfg, n_worlds=1, seed=seed)
-    obs = game.reset(seeds=[seed])
-    rec = ReplayRecorder(game, 0, metadata)
-    rec.record_reset(seed)
-    for _ in range(cfg.horizon if n_steps is None else n_steps):
-        actions = np.asarray(act(obs))
-        obs, rewards, truncated, infos = game.step(actions)
-        rec.record_step(rewards, actions, infos[0])
-        if truncated[0]:
-            break
-    return rec.to_replay()
-
-
-def random_actions(
-    cfg: GameConfig, seed: int | None = None, p_grab: float = 0.5, p_lock: float = 0.5
-) -> Callable[[dict], np.ndarray]:
-    """Uniform movement bins with grab/lock pressed with the given probabilities."""
-    rng = np.random.default_rng(seed)
-    nvec = np.array(contract.action_nvec(cfg.action_bins))
-
-    def act(obs: dict) -> np.ndarray:
-        W, A = obs[contract.SELF_KEY].shape[:2]
-        a = rng.integers(0, nvec, size=(W, A, contract.N_ACTION_DIMS))
-        a[..., contract.GRAB] = rng.random((W, A)) < p_grab
-        a[..., contract.LOCK] = rng.random((W, A)) < p_lock
-        return a
-
-    return act
-
-
-def object_seeking_actions(
-    cfg: GameConfig, seed: int | None = None, p_lock: float = 0.5, noise: float = 0.3
-) -> Callable[[dict], np.ndarray]:
-    """A scripted action source that exercises grabs and locks: each agent walks to the nearest
-    existing box or ramp (with `noise` of its moves random), turns at random so its vision cone
-    sweeps the object, holds grab, and presses lock with probability `p_lock`."""
-    rng = np.random.default_rng(seed)
-    mid = cfg.action_bins // 2
-
-    def act(obs: dict) -> np.ndarray:
-        _, boxes, ramps = contract.ENTITY_KEYS
-        xy_cols = contract.ObjectColumns.XY
-        me = obs[contract.SELF_KEY]  # (W, A, SELF_DIM)
-        W, A = me.shape[:2]
-        xy = [obs[boxes.key][..., xy_cols], obs[ramps.key][..., xy_cols]]
-        exists = [obs[boxes.exists_mask], obs[ramps.exists_mask]]
-        obj_xy = np.concatenate(xy, axis=2)  # (W, A, O, 2)
-        obj_ok = np.concatenate(exists, axis=2) > 0
-        delta = obj_xy - me[..., None, contract.SelfColumns.XY]
-        dist = np.where(obj_ok, np.linalg.norm(delta, axis=-1), np.inf)
-        nearest = np.argmin(dist, axis=-1)
-        step = np.take_along_axis(delta, nearest[..., None, None], axis=2)[..., 0, :]
-        move = np.clip(np.round(step * 4), -mid, mid).astype(int) + mid
-        bins = cfg.action_bins
-        a = np.empty((W, A, contract.N_ACTION_DIMS), dtype=contract.ACTION_DTYPE)
-        a[..., :2] = np.where(rng.random((W, A, 1)) < noise, rng.integers(0, bins, (W, A, 2)), move)
-        a[..., 2] = rng.integers(0, bins, (W, A))
-        a[..., contract.GRAB] = 1
-        a[..., contract.LOCK] = rng.random((W, A)) < p_lock
-        return a
-
-    return act
 
 
 # ----------------------------------------------------------------------------- file I/O
@@ -760,36 +483,3 @@ def _read_arrays(members, sizes, cfg, where) -> dict[str, np.ndarray]:
         if not ok.all():
             raise ReplayError(f"{where}: array {name!r} holds values outside {allowed}")
     return arrays
-
-
-# ----------------------------------------------------------------------------- `record` command
-
-ACTION_SOURCES = {"objects": object_seeking_actions, "random": random_actions}
-
-
-def record_main(argv: list[str] | None = None) -> int:
-    """`python -m hns_train.eval record OUT`: one episode from a scripted action source."""
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="python -m hns_train.eval record",
-        description="Record one episode of scripted or random play to a replay file.",
-    )
-    parser.add_argument("out", help="replay path to write (.npz)")
-    parser.add_argument("--preset", default="quadrant")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--actions",
-        choices=sorted(ACTION_SOURCES),
-        default="objects",
-        help="objects: walk to boxes/ramps, grab and lock; random: uniform actions",
-    )
-    parser.add_argument("--steps", type=int, default=None, help="default: the preset's horizon")
-    args = parser.parse_args(argv)
-    cfg = make_config(args.preset)
-    act = ACTION_SOURCES[args.actions](cfg, args.seed)
-    meta = {team: {"name": f"{args.actions} actions"} for team in ("hiders", "seekers")}
-    replay = record_episode(cfg, act, seed=args.seed, metadata=meta, n_steps=args.steps)
-    path = save(replay, args.out)
-    print(f"{path} ({replay.n_steps} steps, {path.stat().st_size / 1e3:.0f} kB)")
-    return 0

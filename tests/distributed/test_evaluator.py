@@ -26,7 +26,7 @@ from hns_train.envs.observations import observation_shapes
 from hns_train.eval import replay as replay_mod
 from hns_train.eval.matches import PolicyController, play_matches
 from hns_train.eval.ratings import Ratings
-from hns_train.eval.replay import MatchRecording
+from hns_train.eval.recorder import MatchRecording
 
 SMOKE = CONFIG_DIR / "smoke.yaml"
 

@@ -12,7 +12,7 @@ import pytest
 
 from hns_train.envs.config import make_config
 from hns_train.envs.world import HIDER_RGBA, SEEKER_RGBA
-from hns_train.eval import cli
+from hns_train.eval import cli, recorder
 from hns_train.eval import replay as R
 from hns_train.eval.html import DECIMALS, to_html, write_html
 
@@ -53,9 +53,9 @@ class Checker(HTMLParser):
 @pytest.fixture(scope="module")
 def replay():
     cfg = make_config("quadrant")
-    rp = R.record_episode(
+    rp = recorder.record_episode(
         cfg,
-        R.object_seeking_actions(cfg, seed=1),
+        recorder.object_seeking_actions(cfg, seed=1),
         seed=5,
         metadata={"hiders": {"name": "pool", "version": 7}, "seekers": "latest </script>"},
     )

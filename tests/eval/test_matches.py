@@ -17,7 +17,7 @@ from hns_train.eval.matches import (
     play_matches,
     team_observations,
 )
-from hns_train.eval.replay import ReplayRecorder
+from hns_train.eval.recorder import ReplayRecorder
 
 CFG = make_config("chase")
 SMALL = NetworkConfig(embed_dim=16, attention_heads=2, dense_dim=32, lstm_dim=16)

@@ -11,6 +11,7 @@ import pytest
 
 from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
+from hns_train.eval import recorder
 from hns_train.eval import replay as R
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,9 +23,11 @@ def played():
     positions the game computed are kept aside for comparison."""
     cfg = make_config("quadrant")
     game = HideAndSeekGame(cfg, n_worlds=2, seed=5)
-    act = R.object_seeking_actions(cfg, seed=1)
+    act = recorder.object_seeking_actions(cfg, seed=1)
     obs = game.reset(seeds=[11, 5])
-    rec = R.ReplayRecorder(game, world=1, metadata={"hiders": {"name": "scripted", "version": 3}})
+    rec = recorder.ReplayRecorder(
+        game, world=1, metadata={"hiders": {"name": "scripted", "version": 3}}
+    )
     rec.record_reset(seed=5)
     live = [(game.agent_pos[1].copy(), game.object_pos[1].copy())]
     for _ in range(cfg.horizon):
@@ -93,9 +96,9 @@ def test_resimulation_from_the_file_is_bit_exact(played, tmp_path):
 
 def test_record_episode_with_any_action_source_and_the_example_file(tmp_path):
     cfg = make_config("quadrant")
-    replay = R.record_episode(cfg, R.random_actions(cfg, seed=2), seed=3, n_steps=12)
+    replay = recorder.record_episode(cfg, recorder.random_actions(cfg, seed=2), seed=3, n_steps=12)
     assert replay.n_steps == 12
-    again = R.record_episode(cfg, R.random_actions(cfg, seed=2), seed=3, n_steps=12)
+    again = recorder.record_episode(cfg, recorder.random_actions(cfg, seed=2), seed=3, n_steps=12)
     np.testing.assert_array_equal(replay["qpos"], again["qpos"])  # seeds make episodes equal
     example = ROOT / "replays" / "example_quadrant.npz"
     assert example.stat().st_size < 1_000_000
@@ -107,9 +110,9 @@ def test_recorder_misuse_is_reported():
     cfg = make_config("chase")
     game = HideAndSeekGame(cfg, n_worlds=1, seed=0)
     with pytest.raises(ValueError, match="world 3"):
-        R.ReplayRecorder(game, world=3)
+        recorder.ReplayRecorder(game, world=3)
     game.reset()
-    rec = R.ReplayRecorder(game)
+    rec = recorder.ReplayRecorder(game)
     with pytest.raises(RuntimeError, match="record_reset"):
         rec.record_step(np.zeros((1, 2)))
     rec.record_reset()

@@ -15,6 +15,7 @@ from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import PolicyPool
 from hns_train.envs.config import make_config
 from hns_train.envs.observations import observation_shapes
+from hns_train.eval import recorder
 from hns_train.eval import replay as replay_mod
 from hns_train.eval.cli import main
 from hns_train.eval.ratings import Ratings
@@ -57,10 +58,10 @@ def run_dir(tmp_path_factory):
         },
     ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    act = replay_mod.random_actions(CFG, seed=1)
+    act = recorder.random_actions(CFG, seed=1)
     older, newer = run / "replays" / "eval_older.npz", run / "replays" / "eval_newer.npz"
     for k, path in enumerate((older, newer)):
-        replay = replay_mod.record_episode(CFG, act, seed=k, metadata={"kind": "eval"})
+        replay = recorder.record_episode(CFG, act, seed=k, metadata={"kind": "eval"})
         replay_mod.save(replay, path)
         os.utime(path, (1_000_000 + k, 1_000_000 + k))
     write_video(replay_mod.load(newer), newer.with_suffix(".mp4"), VideoOptions(32, 32))

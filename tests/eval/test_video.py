@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from hns_train.envs.config import make_config
+from hns_train.eval import recorder
 from hns_train.eval import replay as R
 from hns_train.eval import video as V
 from hns_train.eval.cli import main
@@ -16,7 +17,7 @@ W, H = 96, 80  # small and not square: catches swapped axes
 @pytest.fixture(scope="module")
 def replay():
     cfg = make_config("quadrant")
-    rp = R.record_episode(cfg, R.object_seeking_actions(cfg, seed=1), seed=5)
+    rp = recorder.record_episode(cfg, recorder.object_seeking_actions(cfg, seed=1), seed=5)
     assert rp["locked"].any() and (rp["grabbed"] >= 0).any()
     return rp
 
