@@ -55,8 +55,8 @@ CURVE_KEYS = (  # (metrics key, panel title)
 )
 
 
-def train(args) -> Path:
-    """Run (or continue) the pipeline; returns the run directory."""
+def train(args) -> tuple[Path, int]:
+    """Run (or continue) the pipeline; returns the run directory and the frames it added."""
     from hns_train.distributed.controller import Controller
 
     settings = [
@@ -75,7 +75,7 @@ def train(args) -> Path:
         cfg = load_config(args.config, [*where, *settings])
     summary = Controller(cfg, resume=bool(args.resume)).run()
     print("\n".join(summary.lines()))
-    return Path(summary.run_dir)
+    return Path(summary.run_dir), summary.new_frames
 
 
 def policies(run_dir: Path, game_cfg):
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     load_start = os.getloadavg()[0]
     wall_start = time.perf_counter()
-    run_dir = Path(args.eval_only) if args.eval_only else train(args)
+    run_dir, new_frames = (Path(args.eval_only), 0) if args.eval_only else train(args)
     # CPU seconds of the training process tree (the workers are joined children by now): a
     # figure of a config's cost that holds on a busy machine, unlike frames per second.
     cpu = sum(
@@ -248,8 +248,8 @@ def main(argv: list[str] | None = None) -> dict:
             "train_wall_s": None if args.eval_only else round(wall, 1),
             "cpu_ms_per_frame": (
                 None
-                if args.eval_only or not result["frames"]
-                else round(1e3 * cpu / result["frames"], 3)
+                if args.eval_only or not new_frames
+                else round(1e3 * cpu / new_frames, 3)  # a resumed run: this part's frames only
             ),
             "load": [round(load_start, 2), round(os.getloadavg()[0], 2)],
         }

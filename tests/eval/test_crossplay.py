@@ -118,6 +118,7 @@ def test_reproduce_prints_the_json_line_of_a_tiny_run(tmp_path, capsys):
     ):
         assert key in printed, key
     assert printed["frames"] > 0 and printed["episodes"] > 0 and printed["version"] >= 4
+    assert printed["cpu_ms_per_frame"] > 0  # this invocation's CPU over its own frames
     assert printed["seeker_gain"] == pytest.approx(result["seeker_gain"])
     assert (tmp_path / "tiny" / "replays" / "reproduce_final.npz").is_file()
     assert (tmp_path / "tiny" / "curves.png").is_file()
