@@ -92,7 +92,12 @@ def pipeline_run(cfg, warmup: float) -> dict[str, float]:
     """Run `cfg`; frames per second from `warmup` seconds after the first frames arrived to the
     end, and each cost metric (`distributed/costs.py`) over the same records, frame-weighted."""
     summary = Controller(cfg).run()
-    lines = (Path(summary.run_dir) / "metrics.jsonl").read_text().splitlines()
+    return measured(Path(summary.run_dir), warmup, summary.version)
+
+
+def measured(run_dir: Path, warmup: float, versions: int) -> dict[str, float]:
+    """The figures of a finished run's metrics records (see `pipeline_run`)."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     train = [json.loads(x) for x in lines if '"kind": "train"' in x]
     started = [r for r in train if r["frames"] > 0]
     if not started:
@@ -104,16 +109,20 @@ def pipeline_run(cfg, warmup: float) -> dict[str, float]:
     out = {
         "fps": (window[-1]["frames"] - window[0]["frames"])
         / (window[-1]["time"] - window[0]["time"]),
-        "versions": summary.version,
+        "versions": versions,
     }
     # Each record's figures are over its own window; weighting them by the window's frames
     # makes the per-frame ones exact ratios of sums (a plain mean over-weights the windows in
     # which an update ended but few frames arrived).
+    # A trainer sends no heartbeat during an update (it is busy), so its CPU lands in the
+    # window where the update ends: a window with CPU figures but none for a kind counts as 0
+    # CPU per frame for that kind.
     for key in COST_KEYS:
+        per_frame = key.endswith("_ms_per_frame")
         pairs = [
-            (r[key], r["frames"] - prev["frames"])
+            (r.get(key, 0.0), r["frames"] - prev["frames"])
             for prev, r in zip(window, window[1:], strict=False)
-            if key in r
+            if key in r or (per_frame and "cpu/ms_per_frame" in r)
         ]
         weight = sum(w for _, w in pairs)
         if pairs and weight > 0:
