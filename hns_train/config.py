@@ -89,6 +89,9 @@ class PipelineConfig:
     # this long exits (0 = never): the parent watch for workers that are not its children
     max_message_mb: int = 256  # largest message a socket of the run accepts, frames together
     transport: str = "ipc"  # ipc | tcp (serial always uses inproc)
+    # Actors and policy workers on one host (serial, local launchers) pass inference requests
+    # through shared memory, the socket carrying only their address (distributed/shared_rows.py)
+    shared_memory: bool = True
     host: str = "127.0.0.1"
     device: str = "auto"  # policy workers and trainers: auto | cpu | cuda
     torch_threads: int = 1  # per worker process

@@ -16,6 +16,13 @@ final observations (continuing the finished episodes' LSTM states) and stores th
 `truncated_value`; a chunk that ends mid-episode waits for the next reply's values as its
 `bootstrap_value`. Only the learning policy's rows of present agents go into chunks.
 
+On one host a group's requests travel through its shared-memory block (`shared_rows.py`): the
+game writes each observation into a slot, the state, episode-start flags and codes are written
+next to it, and the socket carries the slot's address. The slot a group acts on is `slot`; a
+step writes the next observation into the slot after it and, when episodes end, the finished
+episodes' last observation into the one after that, so no slot is rewritten while a request or
+the chunk recorder still needs it.
+
 Lost requests: a request unanswered for `pipeline.request_timeout_s` (its policy worker died
 with it, or a reply was dropped as malformed) is sent again under a new sequence number; a late
 reply to the old one no longer matches and is ignored. Replies are checked against the run's
@@ -28,6 +35,7 @@ up, so memory stays bounded and a slow trainer slows the actors down.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -36,8 +44,10 @@ import numpy as np
 from hns_train.agents.chunks import ChunkRecorder
 from hns_train.distributed import opponent_codes
 from hns_train.distributed.contract import ContractError, DropLog, check_reply
+from hns_train.distributed.shared_rows import SLOTS, RequestLayout, SharedBlock
 from hns_train.distributed.streams import InferenceClient, SampleSender
 from hns_train.distributed.worker import Worker, WorkerSpec
+from hns_train.envs.contract import observation_shapes
 from hns_train.envs.stats import STAT_KEYS
 from hns_train.envs.vector import VectorGame
 
@@ -54,12 +64,15 @@ class Group:
     episode_start: np.ndarray  # (W*A,)
     codes: np.ndarray  # (W*A,) controller code of each row
     recorder: ChunkRecorder
+    block: SharedBlock | None = None  # the group's request slots (one host), else arrays
+    slot: int = 0  # the block slot `obs` lies in
     waiting: str = ""  # "" (idle), "act", "value"
     seq: int = 0
     sent_at: float = 0.0  # when the request awaited was (last) sent
-    request: dict = field(default_factory=dict)  # its arrays, for a re-send
+    request: tuple[dict, dict] = ({}, {})  # its arrays and block address, for a re-send
     pending: dict = field(default_factory=dict)  # the step awaiting its final values
     next_obs: dict = field(default_factory=dict)  # first observations of the next episodes
+    next_slot: int = 0  # the block slot `next_obs` lies in
     final_present: np.ndarray | None = None  # agents of the episodes that just ended
     unfinished: bool = False  # recorder full, waiting for the bootstrap values
     oldest_version: int = -1
@@ -84,13 +97,19 @@ class ActorWorker(Worker):
         self.draw = opponent_codes.OpponentDraw(cfg.pool, spec.run_dir, seed=self._seed(99))
         lstm = cfg.agent.network.lstm_dim
         per_group = p.envs_per_actor // p.ring_size
+        folder = spec.endpoints.get("shared_rows")
         self.groups = []
         for g in range(p.ring_size):
             game = VectorGame(
                 self.game_cfg, per_group, seed=self._seed(g), threads=p.physics_threads
             )
-            obs = game.reset()
             rows = per_group * game.n_agents
+            block = None
+            if folder:
+                layout = RequestLayout.of(observation_shapes(self.game_cfg), lstm, rows)
+                name = f"{self.name}-{spec.incarnation}-{os.getpid()}-g{g}"
+                block = SharedBlock(folder, name, layout)
+            obs = game.reset(out=_slot_obs(block, 0, per_group))
             group = Group(
                 game=game,
                 obs=_rows(obs),
@@ -98,6 +117,7 @@ class ActorWorker(Worker):
                 episode_start=np.ones(rows, bool),
                 codes=np.zeros(rows, np.int64),
                 recorder=ChunkRecorder(p.chunk_len, cfg.agent.ppo.bptt_len),
+                block=block,
             )
             self._draw_controllers(group)
             self.groups.append(group)
@@ -155,23 +175,31 @@ class ActorWorker(Worker):
                 group.seq += 1
                 group.sent_at = now
                 self._resent += 1
-                meta = {"group": gid, "seq": group.seq, "kind": group.waiting}
-                self.inference.send("act", group.request, meta)
+                arrays, address = group.request
+                meta = {"group": gid, "seq": group.seq, "kind": group.waiting, **address}
+                self.inference.send("act", arrays, meta)
 
-    def _request(self, gid: int, group: Group, kind: str, obs=None) -> None:
+    def _request(self, gid: int, group: Group, kind: str, obs=None, slot=None) -> None:
+        """Ask for actions (`act`) about `group.obs`, or for the values (`value`) of the
+        finished episodes' last observations: `obs`, or block slot `slot` on one host."""
         group.seq += 1
         group.waiting = kind
-        arrays = {f"obs/{k}": v for k, v in (group.obs if obs is None else obs).items()}
-        arrays.update(
-            state=group.state,
-            episode_start=group.episode_start
-            if kind == "act"
-            else np.zeros_like(group.episode_start),
-            code=group.codes,
-        )
-        group.request = arrays
+        starts = group.episode_start if kind == "act" else np.zeros_like(group.episode_start)
+        if group.block is None:
+            arrays = {f"obs/{k}": v for k, v in (group.obs if obs is None else obs).items()}
+            arrays.update(state=group.state, episode_start=starts, code=group.codes)
+            address = {}
+        else:
+            slot = group.slot if slot is None else slot
+            views = group.block.slots[slot]
+            np.copyto(views["state"], group.state)
+            np.copyto(views["episode_start"], starts)
+            np.copyto(views["code"], group.codes)
+            arrays, address = {}, group.block.address(slot)
+        group.request = (arrays, address)
         group.sent_at = time.monotonic()
-        self.inference.send("act", arrays, {"group": gid, "seq": group.seq, "kind": kind})
+        meta = {"group": gid, "seq": group.seq, "kind": kind, **address}
+        self.inference.send("act", arrays, meta)
 
     def _on_reply(self, group: Group, message) -> None:
         out = message.arrays
@@ -194,7 +222,13 @@ class ActorWorker(Worker):
             logp=out["logp"],
             values=out["values"],
         )
-        result = game.step(out["actions"].reshape(W, A, -1))
+        actions = out["actions"].reshape(W, A, -1)
+        if group.block is None:
+            result = game.step(actions)
+        else:  # the next observation goes to the slot after this one, final ones after that
+            after, final = (group.slot + 1) % SLOTS, (group.slot + 2) % SLOTS
+            out_obs = _slot_obs(group.block, after, W)
+            result = game.step(actions, out=out_obs, final_out=_slot_obs(group.block, final, W))
         self._frames += W
         step = dict(acted, rewards=result.rewards.reshape(-1))
         group.state = out["state"]
@@ -208,10 +242,16 @@ class ActorWorker(Worker):
             group.next_obs = _rows(result.obs)
             group.final_present = result.final_agent_present
             gid = self.groups.index(group)
-            self._request(gid, group, "value", obs=_rows(result.final_obs))
+            if group.block is None:
+                self._request(gid, group, "value", obs=_rows(result.final_obs))
+            else:
+                group.next_slot = after
+                self._request(gid, group, "value", slot=final)
             return
         group.recorder.add(**step, truncated=np.zeros(W * A, bool))
         group.obs = _rows(result.obs)
+        if group.block is not None:
+            group.slot = after
         group.waiting = ""
         group.unfinished = group.recorder.full
 
@@ -224,6 +264,7 @@ class ActorWorker(Worker):
         if group.recorder.full:
             self._ship(group, np.zeros(rows, np.float32), group.final_present)
         group.obs = group.next_obs
+        group.slot = group.next_slot
         group.state = np.zeros_like(group.state)
         group.episode_start = np.ones(rows, bool)
         self._draw_controllers(group)
@@ -277,6 +318,22 @@ class ActorWorker(Worker):
     def close_streams(self) -> None:
         self.inference.close()
         self.samples.close()
+        for group in self.groups:
+            if group.block is not None:
+                group.block.close()
+
+
+def _slot_obs(block: SharedBlock | None, slot: int, worlds: int) -> dict[str, np.ndarray] | None:
+    """The observation arrays of a block slot as (W, A, ...) views for the game to write into;
+    None without a block (the game then returns new arrays)."""
+    if block is None:
+        return None
+    views = block.slots[slot]
+    return {
+        k[4:]: v.reshape(worlds, v.shape[0] // worlds, *v.shape[1:])
+        for k, v in views.items()
+        if k.startswith("obs/")
+    }
 
 
 def _rows(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

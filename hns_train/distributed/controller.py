@@ -55,6 +55,7 @@ from hns_train.distributed.contract import ContractError, DropLog, check_heartbe
 from hns_train.distributed.launchers import make_endpoints, make_launcher, run_keys
 from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.reporting import RunLog, by_kind
+from hns_train.distributed.shared_rows import shared_folder
 from hns_train.distributed.streams import ControlServer
 from hns_train.distributed.worker import WorkerSpec
 from hns_train.envs.stats import STAT_KEYS
@@ -138,6 +139,11 @@ class Controller:
             self.endpoints = self.launcher.endpoints(cfg)
         else:
             self.endpoints = make_endpoints(cfg, scheme, Path(self._tmp))
+        # One host: inference requests travel through shared memory (shared_rows.py).
+        self._shared_rows = None
+        if cfg.pipeline.launcher != "ray" and cfg.pipeline.shared_memory:
+            self._shared_rows = shared_folder()
+            self.endpoints["shared_rows"] = self._shared_rows
         self.control = ControlServer(
             self.endpoints["control"],
             security=self.security,
@@ -465,6 +471,8 @@ class Controller:
             self.control.close()
             self._ddp_store = None
             shutil.rmtree(self._tmp, ignore_errors=True)
+            if self._shared_rows:
+                shutil.rmtree(self._shared_rows, ignore_errors=True)
 
     def _ask_to_stop(self) -> None:
         """Stop every worker that is connected and wait for it; the rest are killed."""

@@ -11,6 +11,9 @@ publishes an older version, which replaces the newer one it lost). Until the fir
 arrive the worker answers nothing: an actor never acts with weights the trainer does not know.
 Snapshots are loaded from the run's pool on demand and kept in a small LRU cache.
 
+On one host a request's arrays lie in the actor's shared-memory block and the message carries
+only their address (`shared_rows.py`); the worker reads them there, read-only.
+
 Requests and parameters are checked against the run's contract (`contract.py`) and dropped
 when they do not fit. Rows whose snapshot cannot be loaded (a code naming no snapshot of the
 pool, or a broken file) are served by the latest policy, counted in `unknown_snapshots`.
@@ -33,6 +36,7 @@ from hns_train.distributed.contract import (
     param_reference,
 )
 from hns_train.distributed.params import arrays_to_state_dict, resolve_device
+from hns_train.distributed.shared_rows import ADDRESS_KEYS, SharedReader
 from hns_train.distributed.streams import InferenceServer, ParamSubscriber
 from hns_train.distributed.worker import Worker, WorkerSpec
 from hns_train.envs.contract import observation_shapes
@@ -66,6 +70,9 @@ class PolicyWorker(Worker):
             seed=[self.cfg.seed, 2, spec.index],
             name=self.name,
         )
+        folder = spec.endpoints.get("shared_rows")
+        lstm = self.cfg.agent.network.lstm_dim
+        self.shared = SharedReader(folder, self.shapes, lstm) if folder else None
         self.version = -1
         self._reference = param_reference(self.model)
         self.bad_params = DropLog(f"{self.name} parameters")
@@ -98,7 +105,15 @@ class PolicyWorker(Worker):
         """A request that does not fit the observation contract is dropped, never served."""
         try:
             lstm = self.cfg.agent.network.lstm_dim
-            message.arrays = check_request(message.arrays, self.model.layout, lstm)
+            arrays = message.arrays
+            if ADDRESS_KEYS[0] in message.meta:
+                if self.shared is None or arrays:
+                    raise ContractError(
+                        "a shared-memory address reached a worker of a run without shared "
+                        "memory, or came with arrays"
+                    )
+                arrays = self.shared.read(message.meta)
+            message.arrays = check_request(arrays, self.model.layout, lstm)
         except ContractError as err:
             self.server._reject(f"inference request does not fit the run: {err}", client)
             return False
@@ -153,6 +168,8 @@ class PolicyWorker(Worker):
     def close_streams(self) -> None:
         self.server.close()
         self.params.close()
+        if self.shared is not None:
+            self.shared.close()
 
 
 def load_checked_params(message, model, reference, device, bad: DropLog, version: int) -> int:

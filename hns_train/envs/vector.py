@@ -17,6 +17,11 @@ every episode's layout from one generator seeded with `world_seeds[w]`, so world
 `VectorGame` replays exactly like `HideAndSeekGame(cfg, 1)` reset with
 `seeds=[world_seeds[w]]` and reset again whenever its episode ends.
 
+Buffers: `reset` and `step` copy observations out of the game's own buffers (which the next step
+overwrites) into new arrays, or into the arrays passed as `out` / `final_out` (W, A, ...) views
+of the same keys: an actor passes slots of its shared-memory block (`distributed/shared_rows.py`)
+so each observation is written once on its way to the policy.
+
 Speed: physics and rays run in `mujoco.batch` on `threads` threads (see game.py); the rules and
 observations are numpy over all worlds at once. Results do not depend on `threads`.
 """
@@ -78,11 +83,14 @@ class VectorGame:
     def agent_present(self) -> np.ndarray:
         return self.game.agent_present.copy()
 
-    def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
+    def reset(
+        self, seed: int | None = None, out: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         """Start a new episode in every world; returns the first observations (W, A, ...).
 
         seed: new per-world seeds spawned from it; None keeps the constructor's seed on the
         first call and continues every world's generator afterwards.
+        out: arrays to write the observations into (returned), instead of new ones.
         """
         if seed is not None or not self._started:
             root = np.random.SeedSequence(self._seed if seed is None else seed)
@@ -91,10 +99,19 @@ class VectorGame:
         else:
             obs = self.game.reset()
         self._started = True
-        return _copy(obs)
+        return _copy(obs, out)
 
-    def step(self, actions: np.ndarray) -> VectorStep:
-        """Advance every world by one env step. actions: (W, A, 5) integers."""
+    def step(
+        self,
+        actions: np.ndarray,
+        out: dict[str, np.ndarray] | None = None,
+        final_out: dict[str, np.ndarray] | None = None,
+    ) -> VectorStep:
+        """Advance every world by one env step. actions: (W, A, 5) integers.
+
+        out / final_out: arrays to write `obs` / `final_obs` into, instead of new ones;
+        `final_obs` is written only when an episode ended (its rows are valid where
+        `truncated`, as always)."""
         if not self._started:
             raise RuntimeError("call reset() before step()")
         obs, rewards, truncated, infos = self.game.step(actions)
@@ -102,15 +119,17 @@ class VectorGame:
         done = np.flatnonzero(truncated)
         stats = {k: np.full(self.n_worlds, np.nan) for k in STAT_KEYS}
         if done.size:
-            final_obs = _copy(obs)
+            final_obs = _copy(obs, final_out)
             for w in done:
                 for k in STAT_KEYS:
                     stats[k][w] = infos[w][k]
             obs = self.game.reset(done)
+        elif final_out is not None:
+            final_obs = final_out
         else:
             final_obs = {k: np.zeros_like(v) for k, v in obs.items()}
         return VectorStep(
-            obs=_copy(obs),
+            obs=_copy(obs, out),
             rewards=rewards,
             truncated=truncated.copy(),
             agent_present=self.game.agent_present.copy(),
@@ -120,6 +139,14 @@ class VectorGame:
         )
 
 
-def _copy(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _copy(obs: dict[str, np.ndarray], out: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
     # the game writes its observation buffers in place; callers keep what they are given
-    return {k: v.copy() for k, v in obs.items()}
+    if out is None:
+        return {k: v.copy() for k, v in obs.items()}
+    if set(out) != set(obs):
+        raise ValueError(f"out holds keys {sorted(out)}; the observations are {sorted(obs)}")
+    for k, v in obs.items():
+        if out[k].shape != v.shape:
+            raise ValueError(f"out[{k!r}] has shape {out[k].shape}; the observation is {v.shape}")
+        np.copyto(out[k], v)
+    return out

@@ -1,6 +1,7 @@
 """Actor worker: the chunks it ships, checked against the game on real sockets and workers."""
 
 import numpy as np
+import torch
 
 from hns_train.agents.chunks import Chunk
 from hns_train.config import CONFIG_DIR, load_config
@@ -12,7 +13,7 @@ from hns_train.distributed.streams import ControlServer, ParamPublisher, SampleR
 from hns_train.distributed.worker import WorkerSpec
 
 
-def small_chase(tmp_path):
+def small_chase(tmp_path, *overrides):
     return load_config(
         CONFIG_DIR / "chase.yaml",
         [
@@ -24,13 +25,17 @@ def small_chase(tmp_path):
             "agent.network.attention_heads=2",
             "agent.network.dense_dim=32",
             "agent.network.lstm_dim=16",
+            *overrides,
         ],
     )
 
 
-def start_workers(cfg, tmp_path):
-    """Policy and actor workers on inproc sockets, with the trainer's end played by the test."""
+def start_workers(cfg, tmp_path, shared_rows=None):
+    """Policy and actor workers on inproc sockets, with the trainer's end played by the test;
+    requests through shared memory in folder `shared_rows` when it is given."""
     endpoints = make_endpoints(cfg, "inproc")
+    if shared_rows is not None:
+        endpoints["shared_rows"] = str(shared_rows)
     control = ControlServer(endpoints["control"])
     samples = SampleReceiver(endpoints["samples_bind"][0])
     params = ParamPublisher(endpoints["params_bind"])
@@ -43,10 +48,9 @@ def start_workers(cfg, tmp_path):
     return policy, actor, samples, params, control
 
 
-def test_chunks_follow_episodes_rewards_and_the_learning_team(tmp_path):
-    cfg = small_chase(tmp_path)
-    horizon = cfg.game_config().horizon
-    policy, actor, samples, params, control = start_workers(cfg, tmp_path)
+def collect_chunks(cfg, tmp_path, n: int, shared_rows=None) -> list[Chunk]:
+    torch.manual_seed(0)  # the same initial weights and action samples in every call
+    policy, actor, samples, params, control = start_workers(cfg, tmp_path, shared_rows)
     chunks = []
     for _ in range(20_000):
         policy.step()
@@ -54,12 +58,18 @@ def test_chunks_follow_episodes_rewards_and_the_learning_team(tmp_path):
         message = samples.recv(timeout_ms=0)
         if message is not None:
             chunks.append(Chunk.from_arrays(message.arrays).validate())
-        if len(chunks) == 4:
+        if len(chunks) == n:
             break
     for closable in (actor, policy, samples, params, control):
         closable.close()
+    assert len(chunks) == n
+    return chunks
 
-    assert len(chunks) == 4
+
+def test_chunks_follow_episodes_rewards_and_the_learning_team(tmp_path):
+    cfg = small_chase(tmp_path)
+    horizon = cfg.game_config().horizon
+    chunks = collect_chunks(cfg, tmp_path, 4)
     for chunk in chunks:
         # Only the seekers (the learning team) are shipped: one column per world of a group.
         assert chunk.batch_size == 3 and chunk.num_steps == 40
@@ -75,6 +85,24 @@ def test_chunks_follow_episodes_rewards_and_the_learning_team(tmp_path):
         np.testing.assert_array_equal(chunk.rewards[:-1], np.where(seen_next, 1.0, -1.0))
         # The LSTM state is carried inside the episode (stored every bptt_len steps).
         assert np.abs(chunk.lstm_state[0]).sum() == 0 and np.abs(chunk.lstm_state[1]).sum() > 0
+
+
+def test_requests_through_shared_memory_give_the_same_chunks_as_arrays_on_the_wire(tmp_path):
+    """Same seeds, same weights, same action samples: the shared-memory path changes where
+    a request's arrays lie, not one number of what is learned from. Eight chunks are four
+    40-step episodes per group: resets, final values and reused slots are all covered."""
+    folder = tmp_path / "rows"
+    folder.mkdir()
+    # one name per run: zmq frees an inproc address after close() in the background
+    wire = collect_chunks(small_chase(tmp_path, "name=wire"), tmp_path / "wire", 8)
+    cfg = small_chase(tmp_path, "name=shared")
+    shared = collect_chunks(cfg, tmp_path / "shared", 8, shared_rows=folder)
+    for a, b in zip(wire, shared, strict=True):
+        left, right = a.to_arrays(), b.to_arrays()
+        assert left.keys() == right.keys()
+        for k in left:
+            np.testing.assert_array_equal(left[k], right[k], err_msg=k)
+    assert not any(folder.iterdir()), "an actor left its block behind"
 
 
 def test_an_actor_stops_simulating_when_the_trainer_takes_nothing(tmp_path):

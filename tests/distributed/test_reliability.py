@@ -26,6 +26,7 @@ from hns_train.distributed.controller import Controller, WorkerState
 from hns_train.distributed.launchers import make_endpoints
 from hns_train.distributed.params import state_dict_to_arrays
 from hns_train.distributed.policy import PolicyWorker
+from hns_train.distributed.shared_rows import RequestLayout, SharedBlock
 from hns_train.distributed.streams import (
     ControlClient,
     ControlServer,
@@ -277,8 +278,11 @@ def test_the_trainer_drops_wrong_chunks_and_undoes_non_finite_updates(inproc):
     trainer.close()
 
 
-def test_the_policy_worker_drops_wrong_requests_and_parameters(inproc):
+def test_the_policy_worker_drops_wrong_requests_and_parameters(inproc, tmp_path):
     cfg, endpoints, spec = inproc
+    folder = tmp_path / "rows"
+    folder.mkdir()
+    endpoints = {**endpoints, "shared_rows": str(folder)}
     params = ParamPublisher(endpoints["params_bind"])
     policy = PolicyWorker(WorkerSpec("policy", 0, endpoints=endpoints, **spec))
     policy.poll_ms = 10
@@ -321,23 +325,43 @@ def test_the_policy_worker_drops_wrong_requests_and_parameters(inproc):
             request(**{"obs/mystery": np.zeros((4, 2), np.float32)}),
             request(code=np.zeros(3, np.int64)),
         ]
+        # Requests through shared memory: an address must name a block of this run's folder
+        # whose size fits the contract for the rows it claims.
+        block = SharedBlock(folder, "actor0-0-g0", RequestLayout.of(policy.shapes, H, 4))
+        for k, v in request().items():
+            block.slots[1][k][...] = v
+        (tmp_path / "outside").write_bytes(b"\0" * block.layout.block_bytes)
+        os.symlink(tmp_path / "outside", folder / "link")
+        good_address = block.address(1)
+        wrong_addresses = [
+            {**good_address, "block": "../outside"},
+            {**good_address, "block": "missing"},
+            {**good_address, "block": "link"},
+            {**good_address, "rows": 5},
+            {**good_address, "slot": 3},
+        ]
         for i, a in enumerate(wrong):
             assert client.send("act", a, {"seq": i})
+        for i, address in enumerate(wrong_addresses):
+            assert client.send("act", None, {"seq": 50 + i, **address})
+        assert client.send("act", request(), {"seq": 60, **good_address})  # arrays and address
         assert client.send("act", request(), {"seq": 100})
         # A code naming no snapshot of the pool is played by the latest policy.
         assert client.send("act", request(code=np.full(4, 12345, np.int64)), {"seq": 101})
+        assert client.send("act", None, {"seq": 102, **good_address})
         replies = []
 
         def served() -> bool:
             policy.step()
             while (m := client.recv(timeout_ms=0)) is not None:
                 replies.append(m)
-            return len(replies) >= 2
+            return len(replies) >= 3
 
         wait_for(served, 20, "the good requests' replies")
-        assert sorted(m.meta["seq"] for m in replies) == [100, 101]
+        assert sorted(m.meta["seq"] for m in replies) == [100, 101, 102]
         assert all(m.arrays["actions"].shape == (4, 5) for m in replies)
-        assert policy.server.rejected == len(wrong)
+        assert policy.server.rejected == len(wrong) + len(wrong_addresses) + 1
+        block.close()
         assert policy.counters()["unknown_snapshots"] == 1
     finally:
         client.close()

@@ -110,6 +110,31 @@ def test_results_do_not_depend_on_threads():
         np.testing.assert_array_equal(a, b)
 
 
+def test_written_into_given_buffers_the_results_are_unchanged():
+    """`out` / `final_out` (the actor's shared-memory slots) receive exactly the arrays a plain
+    step returns, across auto-resets, and are what the step hands back."""
+    cfg = _cfg("quadrant")
+    plain, into = VectorGame(cfg, W, seed=4), VectorGame(cfg, W, seed=4)
+    buffers = [{k: np.full_like(v, np.nan) for k, v in plain.reset().items()} for _ in range(2)]
+    _assert_obs_equal(into.reset(out=buffers[0]), plain.reset(seed=4))
+    rng = np.random.default_rng(2)
+    resets = 0
+    for _ in range(2 * cfg.horizon):
+        actions = _actions(rng, plain.action_nvec, W, plain.n_agents)
+        a, b = plain.step(actions), into.step(actions, out=buffers[0], final_out=buffers[1])
+        assert b.obs is buffers[0] and b.final_obs is buffers[1]
+        _assert_obs_equal(b.obs, a.obs)
+        if a.truncated.any():
+            resets += 1
+            _assert_obs_equal(b.final_obs, a.final_obs)
+        np.testing.assert_array_equal(b.rewards, a.rewards)
+    assert resets == 2
+    with pytest.raises(ValueError, match="out holds keys"):
+        into.step(actions, out={"lidar": buffers[0]["lidar"]})
+    with pytest.raises(ValueError, match=r"out\['lidar'\] has shape"):
+        into.step(actions, out={**buffers[0], "lidar": buffers[0]["lidar"][:1]})
+
+
 def _model_arrays(m):
     names = [k for k in dir(m) if not k.startswith("_")]
     return {k: getattr(m, k) for k in names if isinstance(getattr(m, k, None), np.ndarray)}

@@ -1,0 +1,232 @@
+"""Inference requests through shared memory: the observation codec of the sample path on one host.
+
+An actor group owns one block: a file in the run's shared-memory folder (tmpfs `/dev/shm` where
+the OS has one) holding `SLOTS` slots. A slot holds every array of one inference request, laid
+out by `RequestLayout` from the run's contract (`envs.contract.observation_shapes`, the LSTM
+width): the observations (float32, one field per key), `state` (rows, 4, lstm_dim) float32,
+`episode_start` (rows,) bool and `code` (rows,) int64, each field 64-byte aligned. The game
+writes its observations straight into a slot (`VectorGame.step(out=...)`); the request on the
+ZeroMQ socket carries only the slot's address (`ADDRESS_KEYS` in its meta: block, slot, rows),
+and the policy worker reads the slot in place, so observations and LSTM states are not copied
+through sockets (the state is 4 x lstm_dim floats per row: 4 KiB at 256, about nine times the
+quadrant observation). Across hosts (Ray) requests carry their arrays on the wire (`wire.py`).
+
+Invariants:
+- **One writer.** Only the actor that created a block writes it, and never a slot whose request
+  is unanswered: three slots cover what a group keeps alive at once (the observation it acted
+  on, the next episode's first one, the finished episode's last one). A reply to a request
+  that was re-sent and then overwritten no longer matches its sequence number and is ignored.
+- **Readers map read-only**, only files named by a plain name (`NAME_PATTERN`) inside the run's
+  folder, and only when the file has exactly the size the contract gives for the rows claimed;
+  anything else is a `ContractError` and the request is dropped. Nothing is unpickled: a slot
+  is raw numbers, checked by `contract.check_request` like arrays from a socket.
+- The creator unlinks its block when it closes; the controller removes the folder at the end
+  of a run, so blocks of a worker that died do not outlive the run. A folder's name carries its
+  controller's pid: the folders of a controller that was killed (its workers die with it) are
+  removed by the next run on the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import re
+import shutil
+import tempfile
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hns_train.distributed.contract import ContractError
+
+SLOTS = 3
+ALIGN = 64  # bytes; every field starts on a cache line
+MAX_ROWS = 1 << 16  # rows a request may claim (a group is worlds x agent slots)
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+ADDRESS_KEYS = ("block", "slot", "rows")
+OPEN_BLOCKS = 256  # mappings a reader keeps open (least recently used closed first)
+
+
+FOLDER_PREFIX = "hns-rows-"
+
+
+def shared_folder(base: str | None = None) -> str:
+    """A new private folder for a run's blocks, named after this process: in /dev/shm where it
+    exists (RAM), else in the temp folder (file pages are shared through the page cache all the
+    same). Folders left by controllers that no longer run are removed first."""
+    if base is None:
+        shm = "/dev/shm"
+        base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+    remove_stale_folders(base)
+    return tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-", dir=base)
+
+
+def remove_stale_folders(base: str | os.PathLike) -> list[Path]:
+    """Remove this user's block folders in `base` whose controller process is gone."""
+    removed = []
+    for folder in Path(base).glob(f"{FOLDER_PREFIX}*-*"):
+        pid = folder.name[len(FOLDER_PREFIX) :].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or folder.is_symlink() or folder.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        except OSError:  # alive under another user, or the folder went meanwhile
+            continue
+    return removed
+
+
+@dataclass(frozen=True)
+class RequestLayout:
+    """Where each array of an inference request of `rows` rows lies in a slot.
+
+    obs_shapes: observation key -> per-row shape (the contract's, in its order)."""
+
+    obs_shapes: tuple[tuple[str, tuple[int, ...]], ...]
+    lstm_dim: int
+    rows: int
+
+    @classmethod
+    def of(cls, obs_shapes: Mapping[str, tuple[int, ...]], lstm_dim: int, rows: int):
+        if not 0 < rows <= MAX_ROWS:
+            raise ContractError(f"a shared request holds 1..{MAX_ROWS} rows, got {rows}")
+        shapes = tuple((k, tuple(int(d) for d in s)) for k, s in obs_shapes.items())
+        return cls(shapes, int(lstm_dim), int(rows))
+
+    @property
+    def fields(self) -> tuple[tuple[str, np.dtype, tuple[int, ...]], ...]:
+        """(wire name, dtype, full shape) of every array, in slot order."""
+        f32 = np.dtype(np.float32)
+        obs = tuple((f"obs/{k}", f32, (self.rows, *s)) for k, s in self.obs_shapes)
+        return obs + (
+            ("state", f32, (self.rows, 4, self.lstm_dim)),
+            ("episode_start", np.dtype(np.bool_), (self.rows,)),
+            ("code", np.dtype(np.int64), (self.rows,)),
+        )
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        out, at = [], 0
+        for _, dtype, shape in self.fields:
+            out.append(at)
+            at += _aligned(int(np.prod(shape)) * dtype.itemsize)
+        return tuple(out)
+
+    @property
+    def slot_bytes(self) -> int:
+        _, dtype, shape = self.fields[-1]
+        return _aligned(self.offsets[-1] + int(np.prod(shape)) * dtype.itemsize)
+
+    @property
+    def block_bytes(self) -> int:
+        return SLOTS * self.slot_bytes
+
+    def views(self, buffer, slot: int) -> dict[str, np.ndarray]:
+        """The arrays of `slot` as views of `buffer` (read-only when the buffer is)."""
+        base = slot * self.slot_bytes
+        return {
+            name: np.frombuffer(
+                buffer, dtype, count=int(np.prod(shape)), offset=base + offset
+            ).reshape(shape)
+            for (name, dtype, shape), offset in zip(self.fields, self.offsets, strict=True)
+        }
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+class SharedBlock:
+    """The writer's side: a block of `SLOTS` request slots that one actor group fills."""
+
+    def __init__(self, folder: str | os.PathLike, name: str, layout: RequestLayout) -> None:
+        if not NAME_PATTERN.match(name):
+            raise ValueError(f"block name {name!r} must match {NAME_PATTERN.pattern}")
+        self.name = name
+        self.layout = layout
+        self.path = Path(folder) / name
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, layout.block_bytes)
+            self._map = mmap.mmap(fd, layout.block_bytes)
+        finally:
+            os.close(fd)
+        self.slots = [layout.views(self._map, s) for s in range(SLOTS)]
+
+    def address(self, slot: int) -> dict:
+        """What a request's meta carries instead of its arrays."""
+        return {"block": self.name, "slot": slot, "rows": self.layout.rows}
+
+    def close(self) -> None:
+        self.slots = []
+        _close(self._map)
+        self.path.unlink(missing_ok=True)
+
+
+class SharedReader:
+    """The reader's side (policy worker): the slots that requests name, mapped read-only."""
+
+    def __init__(
+        self, folder: str | os.PathLike, obs_shapes: Mapping[str, tuple[int, ...]], lstm_dim: int
+    ) -> None:
+        self.folder = Path(folder)
+        self.obs_shapes = dict(obs_shapes)
+        self.lstm_dim = lstm_dim
+        self._open: OrderedDict[tuple[str, int], tuple[mmap.mmap, RequestLayout]] = OrderedDict()
+
+    def read(self, meta: Mapping) -> dict[str, np.ndarray]:
+        """The request arrays at the address in `meta` (read-only views); ContractError when the
+        address names no block of this run that fits the contract."""
+        name, slot, rows = (meta.get(k) for k in ADDRESS_KEYS)
+        if not isinstance(name, str) or not NAME_PATTERN.match(name):
+            raise ContractError(f"shared block name {name!r} is not a plain file name")
+        if type(slot) is not int or not 0 <= slot < SLOTS:
+            raise ContractError(f"shared slot {slot!r} is not in 0..{SLOTS - 1}")
+        if type(rows) is not int:
+            raise ContractError(f"shared rows {rows!r} is not an int")
+        key = (name, rows)
+        if key not in self._open:
+            layout = RequestLayout.of(self.obs_shapes, self.lstm_dim, rows)
+            self._open[key] = self._map(name, layout)
+            while len(self._open) > OPEN_BLOCKS:
+                _close(self._open.popitem(last=False)[1][0])
+        self._open.move_to_end(key)
+        buffer, layout = self._open[key]
+        return layout.views(buffer, slot)
+
+    def _map(self, name: str, layout: RequestLayout) -> tuple[mmap.mmap, RequestLayout]:
+        try:
+            fd = os.open(self.folder / name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError as err:
+            raise ContractError(f"shared block {name!r} cannot be opened: {err.strerror}") from None
+        try:
+            size = os.fstat(fd).st_size
+            if size != layout.block_bytes:
+                raise ContractError(
+                    f"shared block {name!r} has {size} bytes; {layout.rows} rows of this run's "
+                    f"contract take {layout.block_bytes}"
+                )
+            return mmap.mmap(fd, size, access=mmap.ACCESS_READ), layout
+        finally:
+            os.close(fd)
+
+    def forget(self, name: str) -> None:
+        """Close the mappings of a block (one that failed, or whose writer is gone)."""
+        for key in [k for k in self._open if k[0] == name]:
+            _close(self._open.pop(key)[0])
+
+    def close(self) -> None:
+        while self._open:
+            _close(self._open.popitem()[1][0])
+
+
+def _close(buffer: mmap.mmap) -> None:
+    # while a view of it is referenced the mapping stays; it is released with the last view
+    with contextlib.suppress(BufferError):
+        buffer.close()
