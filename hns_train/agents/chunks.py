@@ -163,6 +163,8 @@ class ChunkRecorder:
     Per step, call `add` with what the actor knows after `env.step`: the observation the agent
     acted on, the state it was given (before any episode-start reset), the act outputs, and the
     reward / truncation that followed. After `num_steps` steps, `finish` returns the chunk.
+    Each step is copied once, into the chunk's own (T, B, ...) arrays; a new chunk gets new
+    arrays, so a finished one may still be on its way (zero-copy sends) while the next fills.
     """
 
     def __init__(self, num_steps: int, bptt_len: int) -> None:
@@ -172,15 +174,15 @@ class ChunkRecorder:
             )
         self.num_steps = num_steps
         self.bptt_len = bptt_len
-        self._steps: list[dict] = []
-        self._states: list[np.ndarray] = []
+        self._t = 0
+        self._buf: dict = {}
 
     def __len__(self) -> int:
-        return len(self._steps)
+        return self._t
 
     @property
     def full(self) -> bool:
-        return len(self._steps) == self.num_steps
+        return self._t == self.num_steps
 
     def add(
         self,
@@ -197,43 +199,48 @@ class ChunkRecorder:
     ) -> None:
         if self.full:
             raise ValueError("chunk is full: call finish() first")
-        if len(self._steps) % self.bptt_len == 0:
-            self._states.append(np.array(state, dtype=np.float32))
         truncated = np.asarray(truncated, dtype=bool)
         if truncated_value is None:
             if truncated.any():
                 raise ValueError("truncated_value is required on steps where an episode ends")
             truncated_value = np.zeros(truncated.shape, np.float32)
-        self._steps.append(
-            {
-                "obs": {k: np.array(v, dtype=np.float32) for k, v in obs.items()},
-                "actions": np.array(actions, dtype=np.int64),
-                "logp": logp,
-                "values": values,
-                "rewards": rewards,
-                "episode_start": np.asarray(episode_start, dtype=bool),
-                "truncated": truncated,
-                "truncated_value": truncated_value,
-            }
-        )
+        t = self._t
+        if t == 0:
+            self._buf = self._new_arrays(obs, np.shape(state), np.shape(actions))
+        buf = self._buf
+        if set(obs) != set(buf["obs"]):
+            raise ValueError(
+                f"step {t} has observation keys {sorted(obs)}, not {sorted(buf['obs'])}"
+            )
+        if t % self.bptt_len == 0:
+            buf["lstm_state"][t // self.bptt_len] = state
+        for key, value in obs.items():
+            buf["obs"][key][t] = value
+        buf["actions"][t] = actions
+        step = (logp, values, rewards, episode_start, truncated, truncated_value)
+        for name, value in zip(STEP_FIELDS, step, strict=True):
+            buf[name][t] = value
+        self._t += 1
+
+    def _new_arrays(self, obs: Mapping[str, np.ndarray], state_shape, action_shape) -> dict:
+        T, B = self.num_steps, action_shape[0]
+        return {
+            "obs": {k: np.empty((T, *np.shape(v)), np.float32) for k, v in obs.items()},
+            "actions": np.empty((T, *action_shape), np.int64),
+            "lstm_state": np.empty((T // self.bptt_len, *state_shape), np.float32),
+            **{
+                n: np.empty((T, B), np.float32 if n in _FLOAT_FIELDS else bool) for n in STEP_FIELDS
+            },
+        }
 
     def finish(self, bootstrap_value: np.ndarray, policy_version: int | np.ndarray) -> Chunk:
         if not self.full:
-            raise ValueError(f"chunk has {len(self._steps)} of {self.num_steps} steps")
-        steps = self._steps
-        batch = steps[0]["actions"].shape[0]
+            raise ValueError(f"chunk has {self._t} of {self.num_steps} steps")
+        buf, self._buf, self._t = self._buf, {}, 0
+        batch = buf["actions"].shape[1]
         chunk = Chunk(
-            obs={k: np.stack([s["obs"][k] for s in steps]) for k in steps[0]["obs"]},
-            actions=np.stack([s["actions"] for s in steps]),
-            **{
-                n: np.stack(
-                    [np.asarray(s[n], np.float32 if n in _FLOAT_FIELDS else bool) for s in steps]
-                )
-                for n in STEP_FIELDS
-            },
+            **buf,
             bootstrap_value=np.asarray(bootstrap_value, np.float32).reshape(batch),
-            lstm_state=np.stack(self._states),
             policy_version=np.broadcast_to(np.asarray(policy_version, np.int64), (batch,)).copy(),
         )
-        self._steps, self._states = [], []
         return chunk.validate()

@@ -284,9 +284,9 @@ class ActorWorker(Worker):
         group.unfinished = False
         group.oldest_version = -1
         keep = (group.codes == opponent_codes.LATEST) & present.reshape(-1)
-        if keep.any():
-            arrays = chunk.select(np.flatnonzero(keep)).to_arrays()
-            self.pending_chunks.append((arrays, {"actor": self.name}))
+        if keep.any():  # all kept (both teams learning, all present): no gathering copy
+            kept = chunk if keep.all() else chunk.select(np.flatnonzero(keep))
+            self.pending_chunks.append((kept.to_arrays(), {"actor": self.name}))
 
     def _flush_chunks(self) -> None:
         while self.pending_chunks:

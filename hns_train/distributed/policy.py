@@ -200,14 +200,17 @@ def act_by_controller(model, opponents, obs, state, episode_start, codes):
     new_state = np.array(state, dtype=np.float32)
     for code in np.unique(codes):
         rows = np.flatnonzero(codes == code)
-        sub = {k: v[rows] for k, v in obs.items()}
         if code == opponent_codes.LATEST or code >= 0:
             net = (
                 model
                 if code == opponent_codes.LATEST
                 else opponents.snapshot_or_latest(code, model)
             )
-            out = net.act(sub, state[rows], episode_start[rows])
+            if len(rows) == n:  # one controller (most batches): no gathering copy
+                out = net.act(obs, state, episode_start)
+            else:
+                sub = {k: v[rows] for k, v in obs.items()}
+                out = net.act(sub, state[rows], episode_start[rows])
             actions[rows], logp[rows], values[rows], new_state[rows] = out
         else:
             actions[rows] = opponents.fixed_actions(int(code), len(rows))

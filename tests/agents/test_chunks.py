@@ -67,3 +67,45 @@ def test_select_keeps_the_chosen_streams():
     np.testing.assert_array_equal(part.obs["lidar"], chunk.obs["lidar"][:, [1, 3]])
     np.testing.assert_array_equal(part.lstm_state, chunk.lstm_state[:, [1, 3]])
     np.testing.assert_array_equal(part.bootstrap_value, chunk.bootstrap_value[[1, 3]])
+
+
+def test_recorder_copies_each_step_once_and_never_reuses_a_finished_chunks_arrays():
+    T, B, L, H = 4, 3, 2, 5
+    rec = ChunkRecorder(T, L)
+    rng = np.random.default_rng(3)
+
+    def record():
+        steps = []
+        for t in range(T):
+            step = dict(
+                obs={"lidar": rng.standard_normal((B, 30)), "observation_self": np.ones((B, 10))},
+                state=rng.standard_normal((B, 4, H)).astype(np.float32),
+                episode_start=np.full(B, t == 0),
+                actions=rng.integers(0, 11, (B, 5)),
+                logp=rng.standard_normal(B).astype(np.float32),
+                values=rng.standard_normal(B).astype(np.float32),
+                rewards=np.full(B, float(t), np.float32),
+                truncated=np.zeros(B, bool),
+            )
+            rec.add(**step)
+            for v in (step["obs"]["lidar"], step["state"], step["actions"]):
+                v += 1000  # the caller reuses its buffers: the recorder must have copied
+            steps.append(step)
+        return rec.finish(np.zeros(B), policy_version=7), steps
+
+    first, steps = record()
+    kept = first.to_arrays()
+    kept = {k: v.copy() for k, v in kept.items()}
+    second, _ = record()
+    for k, v in first.to_arrays().items():
+        np.testing.assert_array_equal(v, kept[k], err_msg=f"{k} changed by the next chunk")
+    assert first.obs["lidar"].dtype == np.float32 and first.episode_start.dtype == bool
+    for t, step in enumerate(steps):
+        np.testing.assert_allclose(first.obs["lidar"][t], step["obs"]["lidar"] - 1000, rtol=1e-6)
+        np.testing.assert_array_equal(first.actions[t], step["actions"] - 1000)
+        np.testing.assert_array_equal(first.rewards[t], float(t))
+    np.testing.assert_allclose(first.lstm_state[1], steps[L]["state"] - 1000, atol=1e-3)
+    assert not np.shares_memory(first.obs["lidar"], second.obs["lidar"])
+    rec.add(**{**steps[0], "obs": {"lidar": steps[0]["obs"]["lidar"]}})  # a new chunk starts
+    with pytest.raises(ValueError, match="observation keys"):
+        rec.add(**steps[1])
