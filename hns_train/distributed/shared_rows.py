@@ -155,6 +155,9 @@ class SharedBlock:
         try:
             os.ftruncate(fd, layout.block_bytes)
             self._map = mmap.mmap(fd, layout.block_bytes)
+        except OSError:  # no room in /dev/shm, say: leave no half-made block behind
+            self.path.unlink(missing_ok=True)
+            raise
         finally:
             os.close(fd)
         self.slots = [layout.views(self._map, s) for s in range(SLOTS)]
