@@ -35,6 +35,7 @@ up, so memory stays bounded and a slow trainer slows the actors down.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ from hns_train.distributed.worker import Worker, WorkerSpec
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.stats import STAT_KEYS
 from hns_train.envs.vector import VectorGame
+
+log = logging.getLogger(__name__)
 
 MAX_PENDING_CHUNKS = 4  # finished chunks an actor holds while the sample stream is full
 
@@ -108,7 +111,17 @@ class ActorWorker(Worker):
             if folder:
                 layout = RequestLayout.of(observation_shapes(self.game_cfg), lstm, rows)
                 name = f"{self.name}-{spec.incarnation}-{os.getpid()}-g{g}"
-                block = SharedBlock(folder, name, layout)
+                try:
+                    block = SharedBlock(folder, name, layout)
+                except OSError as err:  # e.g. a small /dev/shm: this group uses the wire
+                    log.warning(
+                        "%s: no shared block of %d bytes (%s); requests of group %d carry "
+                        "their arrays",
+                        self.name,
+                        layout.block_bytes,
+                        err,
+                        g,
+                    )
             obs = game.reset(out=_slot_obs(block, 0, per_group))
             group = Group(
                 game=game,

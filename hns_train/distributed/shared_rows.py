@@ -153,9 +153,14 @@ class SharedBlock:
         self.path = Path(folder) / name
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.ftruncate(fd, layout.block_bytes)
+            # Reserve the pages now: on a full tmpfs (Docker gives /dev/shm 64 MB) a write to
+            # a sparse file would kill the writer with SIGBUS; here it is an OSError instead.
+            if hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(fd, 0, layout.block_bytes)
+            else:
+                os.ftruncate(fd, layout.block_bytes)
             self._map = mmap.mmap(fd, layout.block_bytes)
-        except OSError:  # no room in /dev/shm, say: leave no half-made block behind
+        except OSError:  # no room: leave no half-made block behind
             self.path.unlink(missing_ok=True)
             raise
         finally:

@@ -105,6 +105,25 @@ def test_requests_through_shared_memory_give_the_same_chunks_as_arrays_on_the_wi
     assert not any(folder.iterdir()), "an actor left its block behind"
 
 
+def test_an_actor_without_room_for_its_blocks_sends_arrays(tmp_path, caplog):
+    """A block that cannot be made (here: no folder; in practice a full /dev/shm) is a warning,
+    and that group's requests carry their arrays: the actor still ships chunks."""
+    cfg = small_chase(tmp_path, "name=noroom")
+    policy, actor, samples, params, control = start_workers(cfg, tmp_path, tmp_path / "none")
+    assert all(group.block is None for group in actor.groups)
+    assert "requests of group 0 carry their arrays" in caplog.text
+    message = None
+    for _ in range(20_000):
+        policy.step()
+        actor.step()
+        message = samples.recv(timeout_ms=0)
+        if message is not None:
+            break
+    for closable in (actor, policy, samples, params, control):
+        closable.close()
+    assert message is not None and Chunk.from_arrays(message.arrays).validate().num_steps == 40
+
+
 def test_an_actor_stops_simulating_when_the_trainer_takes_nothing(tmp_path):
     cfg = small_chase(tmp_path)
     policy, actor, samples, params, control = start_workers(cfg, tmp_path)
