@@ -68,6 +68,7 @@ class Group:
     codes: np.ndarray  # (W*A,) controller code of each row
     recorder: ChunkRecorder
     block: SharedBlock | None = None  # the group's request slots (one host), else arrays
+    slot_obs: list[dict] = field(default_factory=list)  # per slot: (W, A, ...) obs views
     slot: int = 0  # the block slot `obs` lies in
     waiting: str = ""  # "" (idle), "act", "value"
     seq: int = 0
@@ -122,7 +123,8 @@ class ActorWorker(Worker):
                         err,
                         g,
                     )
-            obs = game.reset(out=_slot_obs(block, 0, per_group))
+            slot_obs = [_slot_obs(block, s, per_group) for s in range(SLOTS)] if block else []
+            obs = game.reset(out=slot_obs[0] if slot_obs else None)
             group = Group(
                 game=game,
                 obs=_rows(obs),
@@ -131,6 +133,7 @@ class ActorWorker(Worker):
                 codes=np.zeros(rows, np.int64),
                 recorder=ChunkRecorder(p.chunk_len, cfg.agent.ppo.bptt_len),
                 block=block,
+                slot_obs=slot_obs,
             )
             self._draw_controllers(group)
             self.groups.append(group)
@@ -240,8 +243,8 @@ class ActorWorker(Worker):
             result = game.step(actions)
         else:  # the next observation goes to the slot after this one, final ones after that
             after, final = (group.slot + 1) % SLOTS, (group.slot + 2) % SLOTS
-            out_obs = _slot_obs(group.block, after, W)
-            result = game.step(actions, out=out_obs, final_out=_slot_obs(group.block, final, W))
+            views = group.slot_obs
+            result = game.step(actions, out=views[after], final_out=views[final])
         self._frames += W
         step = dict(acted, rewards=result.rewards.reshape(-1))
         group.state = out["state"]
@@ -336,11 +339,8 @@ class ActorWorker(Worker):
                 group.block.close()
 
 
-def _slot_obs(block: SharedBlock | None, slot: int, worlds: int) -> dict[str, np.ndarray] | None:
-    """The observation arrays of a block slot as (W, A, ...) views for the game to write into;
-    None without a block (the game then returns new arrays)."""
-    if block is None:
-        return None
+def _slot_obs(block: SharedBlock, slot: int, worlds: int) -> dict[str, np.ndarray]:
+    """The observation arrays of a block slot as (W, A, ...) views for the game to write into."""
     views = block.slots[slot]
     return {
         k[4:]: v.reshape(worlds, v.shape[0] // worlds, *v.shape[1:])

@@ -37,6 +37,7 @@ import tempfile
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -49,8 +50,6 @@ MAX_ROWS = 1 << 16  # rows a request may claim (a group is worlds x agent slots)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 ADDRESS_KEYS = ("block", "slot", "rows")
 OPEN_BLOCKS = 256  # mappings a reader keeps open (least recently used closed first)
-
-
 FOLDER_PREFIX = "hns-rows-"
 
 
@@ -99,7 +98,7 @@ class RequestLayout:
         shapes = tuple((k, tuple(int(d) for d in s)) for k, s in obs_shapes.items())
         return cls(shapes, int(lstm_dim), int(rows))
 
-    @property
+    @cached_property
     def fields(self) -> tuple[tuple[str, np.dtype, tuple[int, ...]], ...]:
         """(wire name, dtype, full shape) of every array, in slot order."""
         f32 = np.dtype(np.float32)
@@ -110,7 +109,7 @@ class RequestLayout:
             ("code", np.dtype(np.int64), (self.rows,)),
         )
 
-    @property
+    @cached_property
     def offsets(self) -> tuple[int, ...]:
         out, at = [], 0
         for _, dtype, shape in self.fields:
@@ -118,7 +117,7 @@ class RequestLayout:
             at += _aligned(int(np.prod(shape)) * dtype.itemsize)
         return tuple(out)
 
-    @property
+    @cached_property
     def slot_bytes(self) -> int:
         _, dtype, shape = self.fields[-1]
         return _aligned(self.offsets[-1] + int(np.prod(shape)) * dtype.itemsize)
@@ -186,7 +185,8 @@ class SharedReader:
         self.folder = Path(folder)
         self.obs_shapes = dict(obs_shapes)
         self.lstm_dim = lstm_dim
-        self._open: OrderedDict[tuple[str, int], tuple[mmap.mmap, RequestLayout]] = OrderedDict()
+        # (block, rows) -> the read-only mapping and the views of its slots
+        self._open: OrderedDict[tuple[str, int], tuple[mmap.mmap, list[dict]]] = OrderedDict()
 
     def read(self, meta: Mapping) -> dict[str, np.ndarray]:
         """The request arrays at the address in `meta` (read-only views); ContractError when the
@@ -201,14 +201,14 @@ class SharedReader:
         key = (name, rows)
         if key not in self._open:
             layout = RequestLayout.of(self.obs_shapes, self.lstm_dim, rows)
-            self._open[key] = self._map(name, layout)
+            buffer = self._map(name, layout)
+            self._open[key] = (buffer, [layout.views(buffer, s) for s in range(SLOTS)])
             while len(self._open) > OPEN_BLOCKS:
                 _close(self._open.popitem(last=False)[1][0])
         self._open.move_to_end(key)
-        buffer, layout = self._open[key]
-        return layout.views(buffer, slot)
+        return dict(self._open[key][1][slot])
 
-    def _map(self, name: str, layout: RequestLayout) -> tuple[mmap.mmap, RequestLayout]:
+    def _map(self, name: str, layout: RequestLayout) -> mmap.mmap:
         try:
             fd = os.open(self.folder / name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except OSError as err:
@@ -220,7 +220,7 @@ class SharedReader:
                     f"shared block {name!r} has {size} bytes; {layout.rows} rows of this run's "
                     f"contract take {layout.block_bytes}"
                 )
-            return mmap.mmap(fd, size, access=mmap.ACCESS_READ), layout
+            return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
         finally:
             os.close(fd)
 
