@@ -1,0 +1,73 @@
+"""Counting the places where device code waits for the host (`HostSyncCounter`).
+
+On a GPU, a tensor read on the host (`.item()`, `.cpu()`, `.numpy()`, `.tolist()`, `bool(t)`,
+`float(t)`, `int(t)`) and an operation whose output size depends on data (`nonzero`, `unique`,
+`masked_select`, indexing by a boolean mask) make the host wait until the device has caught up:
+the launch queue drains and the device idles while Python catches up. The pod's step and the
+Warp game's step must have none; a PPO update a small fixed number (its statistics, once).
+
+The counter is a torch function mode: every such call made inside `with HostSyncCounter() as c`
+is counted by name, on any device (a CPU tensor counts too, since the same code on a GPU would
+wait), so tests on a CPU-only machine see the syncs a GPU run would pay for.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+# host reads of a tensor's values, and ops whose output shape depends on the values
+SYNC_CALLS = frozenset(
+    {
+        "item",
+        "cpu",
+        "numpy",
+        "tolist",
+        "__bool__",
+        "__float__",
+        "__int__",
+        "__index__",
+        "nonzero",
+        "argwhere",
+        "unique",
+        "masked_select",
+    }
+)
+_INDEXING = frozenset({"__getitem__", "__setitem__"})
+
+
+class HostSyncCounter(TorchFunctionMode):
+    """`with HostSyncCounter() as syncs: ...` then `syncs.total`, `syncs.calls` (name -> count)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: Counter[str] = Counter()
+
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in SYNC_CALLS:
+            self.calls[name] += 1
+        elif name in _INDEXING and len(args) > 1 and _has_bool_mask(args[1]):
+            self.calls[f"{name}[bool mask]"] += 1
+        elif name == "to" and _to_host(args, kwargs or {}):
+            self.calls["to(cpu)"] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _has_bool_mask(index) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in items)
+
+
+def _to_host(args, kwargs) -> bool:
+    """`t.to("cpu")` / `t.to(torch.device("cpu"))` (a dtype-only `to` stays on the device)."""
+    target = kwargs.get("device", args[1] if len(args) > 1 else None)
+    if isinstance(target, str):
+        return target.startswith("cpu")
+    return isinstance(target, torch.device) and target.type == "cpu"
