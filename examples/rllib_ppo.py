@@ -7,6 +7,8 @@ is: `parallel_env(preset, flatten=True)` under RLlib's `ParallelPettingZooEnv`; 
 `MultiDiscrete([11, 11, 11, 2, 2])` actions get RLlib's multi-categorical distribution.
 Sampling runs in this process (`num_env_runners=0`) on `--envs` copies of the env, the learner
 too (`num_learners=0`): the sizes of a 2-core machine.
+The PPO settings are those of examples/torchrl_mappo.py (tuned on `chase`); observations go in
+raw (RLlib's default module has no normaliser).
 
     python examples/rllib_ppo.py --preset chase --frames 40000 --seed 0
 

@@ -11,6 +11,10 @@ same algorithm; they differ from `quadrant` (2 v 2) on.
 
 Actions are our `MultiDiscrete([11, 11, 11, 2, 2])`: five categorical heads, one distribution
 (`MultiCategorical` below: the heads' log-probabilities and entropies add up).
+The learning team's observations are normalised (TorchRL's `ObservationNorm`, set from a random
+rollout). The defaults are tuned on `chase`, whose reward is immediate (gamma 0.9, lr 1e-3,
+8 epochs): measured on 2 busy cores, 20,000 frames take the seeker's in-sight share from 0.38
+(random) to 0.65 (docs/third_party.md).
 
     python examples/torchrl_mappo.py --preset chase --frames 40000 --algo ippo --seed 0
 

@@ -42,9 +42,9 @@ def check_ran(result: dict, frames: int) -> None:
 @pytest.mark.slow
 def test_torchrl_ippo_chase_seeker_beats_a_random_seeker():
     result = example("torchrl_mappo").main(
-        ["--preset=chase", "--algo=ippo", "--frames=20000", "--seed=0", "--eval-episodes=256"]
+        ["--preset=chase", "--algo=ippo", "--frames=14400", "--seed=0", "--eval-episodes=256"]
     )
-    check_ran(result, 20_000)
+    check_ran(result, 14_400)
     e = result["eval"]
     assert e["metric"] == "in_sight" and e["episodes"] == 256
     assert 0.25 < e["random"] < 0.5  # a seeker turning at random: about 135/360
