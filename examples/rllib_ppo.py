@@ -130,6 +130,11 @@ def train(args: Args) -> dict:
 
     if args.team not in TEAMS:
         raise ValueError(f"team must be one of {TEAMS}, got {args.team!r}")
+    if not 0 < args.minibatch_size <= args.frames_per_batch <= args.frames:
+        raise ValueError(
+            f"need 0 < minibatch_size ({args.minibatch_size}) <= frames_per_batch "
+            f"({args.frames_per_batch}) <= frames ({args.frames})"
+        )
     torch.set_num_threads(args.threads)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     algo = build(args)

@@ -175,6 +175,11 @@ def train(args: Args) -> dict:
         raise ValueError(f"algo must be 'mappo' or 'ippo', got {args.algo!r}")
     if args.team not in TEAMS:
         raise ValueError(f"team must be one of {TEAMS}, got {args.team!r}")
+    if not 0 < args.minibatch_size <= args.frames_per_batch <= args.frames:
+        raise ValueError(
+            f"need 0 < minibatch_size ({args.minibatch_size}) <= frames_per_batch "
+            f"({args.frames_per_batch}) <= frames ({args.frames})"
+        )
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     env, norm = make_env(args, args.seed)

@@ -83,3 +83,12 @@ def test_rllib_ppo_runs():
     )
     check_ran(result, 400)
     assert len(result["history"]) == 2
+
+
+@pytest.mark.parametrize("name", ["torchrl_mappo", "rllib_ppo"])
+def test_bad_sizes_and_teams_are_named(name):
+    main = example(name).main
+    with pytest.raises(ValueError, match=r"minibatch_size \(400\) <= frames_per_batch \(1200\)"):
+        main(["--frames=100"])
+    with pytest.raises(SystemExit):  # argparse names the allowed teams
+        main(["--team=hiders"])
