@@ -18,6 +18,7 @@ minutes on 2 idle cores; the default is longer runs (80,000 frames) and the quad
 the examples too (seekers against random hiders; our pipeline trains chase only here).
 
     python bench/third_party.py --quick [--frames N] [--seed 0] [--only torchrl_ippo,ours]
+                                [--presets chase,quadrant]
 
 Prints one line per run and a last line `THIRD_PARTY {json}`: per trainer (and preset), the
 seeker's in-sight share trained and random, the difference and its standard error, frames,
@@ -41,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 TRAINERS = ("torchrl_mappo", "torchrl_ippo", "rllib_ppo", "ours")
+PRESETS = ("chase", "quadrant")  # ours trains chase only here
 
 
 def cpu_seconds() -> float:
@@ -121,9 +123,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-episodes", type=int, default=256)
     parser.add_argument("--only", default="", help=f"comma-separated subset of {TRAINERS}")
+    parser.add_argument("--presets", default="", help="comma-separated (default: by mode)")
     args = parser.parse_args(argv)
     frames = args.frames or (20_000 if args.quick else 80_000)
-    presets = ("chase",) if args.quick else ("chase", "quadrant")
+    presets = [p for p in args.presets.split(",") if p] or (
+        ["chase"] if args.quick else ["chase", "quadrant"]
+    )
+    if not set(presets) <= set(PRESETS):
+        parser.error(f"unknown presets {sorted(set(presets) - set(PRESETS))}; allowed: {PRESETS}")
     chosen = [t for t in args.only.split(",") if t] or list(TRAINERS)
     unknown = sorted(set(chosen) - set(TRAINERS))
     if unknown:
