@@ -52,7 +52,7 @@ from hns_train.agents.checkpoint import CheckpointDir
 from hns_train.agents.pool import PolicyPool
 from hns_train.config import RunConfig, save_config
 from hns_train.distributed.contract import ContractError, DropLog, check_heartbeat, check_hello
-from hns_train.distributed.launchers import make_endpoints, make_launcher, run_keys
+from hns_train.distributed.launchers import actor_plan, make_endpoints, make_launcher, run_keys
 from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.reporting import RunLog, by_kind
 from hns_train.distributed.shared_rows import shared_folder
@@ -219,9 +219,7 @@ class Controller:
 
     def specs(self) -> list[WorkerSpec]:
         p = self.cfg.pipeline
-        # backend=warp: actors run the policy themselves (distributed/warp_actor.py)
-        n_policy = 0 if p.backend == "warp" else p.n_policy_workers
-        plan = [("trainer", p.n_trainers), ("policy", n_policy), ("actor", p.n_actors)]
+        plan = [("trainer", p.n_trainers), *actor_plan(p)]
         plan.append(("eval", self.cfg.eval.n_workers))
         data = self.cfg.to_dict()
         keys = None if self.security is None else self.security.to_dict()
@@ -345,7 +343,7 @@ class Controller:
         if kind == "policy":  # has parameters, or no trainer could have sent them yet
             trainer = self.workers.get("trainer0")
             return meta.get("version", -1) >= 0 or trainer is None or not trainer.connected
-        if kind == "trainer":  # takes chunks, or none wait for it
+        if kind == "trainer":  # takes chunks (a pod: steps its worlds), or none wait for it
             if meta.get("steps", 0) > 0 or meta.get("received", 0) > 0:
                 return True
             return not any(a.get("queued_chunks", 0) > 0 for a in last("actor"))
@@ -353,10 +351,10 @@ class Controller:
 
     def _absorb(self, kind: str, meta: dict) -> None:
         self.log.absorb(kind, meta)
-        if kind == "actor":
-            self.frames += int(meta.get("frames", 0))
-            self.episodes += int(meta.get("episodes", 0))
-        elif kind == "trainer":
+        # actors and pods (trainers that simulate) report frames and episodes
+        self.frames += int(meta.get("frames", 0))
+        self.episodes += int(meta.get("episodes", 0))
+        if kind == "trainer":
             # The trainer's word is the run's version; a restarted one goes back to its
             # checkpoint, and the counters with it.
             self.version = int(meta.get("version", self.version))
