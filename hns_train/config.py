@@ -186,7 +186,10 @@ class PodConfig:
     epochs: int = 2
     minibatches: int = 2
     opponent_slots: int = 4  # pool snapshots held on the device as ready models
-    threads: int = 0  # torch and MuJoCo threads of a CPU pod (0: this host's cores / pods)
+    # torch and MuJoCo threads of a CPU pod (0: this host's cores / pods). More cores: more pods
+    # (pipeline.n_trainers) rather than threads; torch's OpenMP threads spin while they wait, and
+    # on a busy machine two of them in one pod made an update 7x slower than one (measured).
+    threads: int = 1
 
 
 @dataclass
