@@ -109,6 +109,9 @@ def in_process(cfg, device: torch.device, rollouts: int, run_dir: Path) -> dict:
         "pod_inprocess_fps": frames / wall,
         "pod_inprocess_trained_fps": learned / agents / wall,
         "syncs_per_step": syncs.total / steps,
+        # torch calls per env step (the Warp physics and its kernels not included): on a GPU,
+        # each is at least one kernel launch of a few microseconds when nothing is captured
+        "torch_ops_per_step": syncs.ops / steps,
         "sync_calls": dict(syncs.calls),
         "threads": threads,
         "rows": pod.game.rows,
@@ -249,7 +252,10 @@ def main() -> None:
         f"{result['physics_ms_per_frame']} + forward {result['forward_ms_per_frame']} + "
         f"update {result['update_ms_per_frame']}; pod / floor {result['pod_over_floor']}"
     )
-    print(f"host syncs per env step: {result['syncs_per_step']} {result['sync_calls']}")
+    print(
+        f"host syncs per env step: {result['syncs_per_step']} {result['sync_calls']}; "
+        f"torch calls per env step: {result['torch_ops_per_step']}"
+    )
     print("POD_SPEED " + json.dumps(result))
 
 

@@ -48,6 +48,8 @@ class HostSyncCounter(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.calls: Counter[str] = Counter()
+        # every torch call seen: on a GPU each is at least one kernel launch unless captured
+        self.ops = 0
 
     @property
     def total(self) -> int:
@@ -55,6 +57,7 @@ class HostSyncCounter(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
+        self.ops += 1
         if name in SYNC_CALLS:
             counted = name
         elif name in _INDEXING and len(args) > 1 and _has_bool_mask(args[1]):
