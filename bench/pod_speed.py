@@ -5,9 +5,10 @@
 
 1. Training runs through the real controller, one after the other, `--minutes` each:
    - the local pipeline (`pipeline.backend=c`: actors, policy worker, trainer processes);
-   - the pod (`pipeline.backend=pod`: one process, `pod.worlds` worlds).
+   - pods (`pipeline.backend=pod`: `--pods` processes, one per core on a CPU, each with
+     `pod.worlds` worlds and one thread, training one policy as DDP ranks).
    Env frames/s and trained frames/s (frames whose samples reached an update for the first
-   time) from the metrics records after a warm-up (bench/pipeline_speed.py's `measured`).
+   time) from the metrics records, from `--warmup` seconds after the first update.
 2. The pod in this process, steady state (a rollout and an update of warm-up first): wall and
    process CPU time per env frame, split into simulation, acting (inference, opponents
    included) and learning (the PPO update), and the host synchronisations per env step
@@ -44,12 +45,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.env_speed import raw_physics  # noqa: E402
-from bench.pipeline_speed import pipeline_run  # noqa: E402
 from hns_train.agents.pod import Pod  # noqa: E402
 from hns_train.agents.policy import ActorCritic  # noqa: E402
 from hns_train.agents.pool import PolicyPool  # noqa: E402
 from hns_train.agents.ppo import PPO  # noqa: E402
 from hns_train.config import load_config  # noqa: E402
+from hns_train.distributed.controller import Controller  # noqa: E402
 from hns_train.distributed.pod_worker import make_game  # noqa: E402
 from hns_train.envs.contract import observation_shapes  # noqa: E402
 from hns_train.host_syncs import HostSyncCounter  # noqa: E402
@@ -66,6 +67,32 @@ class Clock:
             torch.cuda.synchronize(self.device)
             return time.perf_counter()
         return time.process_time()
+
+
+def run_figures(cfg, warmup: float) -> dict[str, float]:
+    """Train `cfg` through the controller; env frames/s and trained frames/s over the records
+    from `warmup` seconds after the first optimisation step to the end. Trained frames/s is
+    time-weighted: a pod's frames and its trained samples land in different records."""
+    summary = Controller(cfg).run()
+    lines = (Path(summary.run_dir) / "metrics.jsonl").read_text().splitlines()
+    train = [r for r in map(json.loads, lines) if r["kind"] == "train"]
+    learning = [r for r in train if r["version"] >= 1]
+    if not learning:
+        raise RuntimeError(f"{cfg.name}: no optimisation step in {cfg.stop.minutes} minutes")
+    window = [r for r in train if r["time"] >= learning[0]["time"] + warmup]
+    if len(window) < 2:
+        raise RuntimeError(f"{cfg.name}: run too short to measure after the warm-up")
+    span = window[-1]["time"] - window[0]["time"]
+    trained = sum(
+        r.get("throughput/trained_fps", 0.0) * (r["time"] - prev["time"])
+        for prev, r in zip(window, window[1:], strict=False)
+    )
+    return {
+        "fps": (window[-1]["frames"] - window[0]["frames"]) / span,
+        "trained_fps": trained / span,
+        "versions": summary.version,
+        "seconds": span,
+    }
 
 
 def in_process(cfg, device: torch.device, rollouts: int, run_dir: Path) -> dict:
@@ -190,9 +217,12 @@ def main() -> None:
     parser.add_argument("--config", default=str(ROOT / "configs" / "quadrant_cpu.yaml"))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--minutes", type=float, default=3.0, help="each training run")
-    parser.add_argument("--warmup", type=float, default=40.0, help="seconds left out of a run")
+    parser.add_argument("--warmup", type=float, default=20.0, help="seconds left out of a run")
     parser.add_argument("--rollouts", type=int, default=3, help="in-process measurement")
     parser.add_argument("--skip-local", action="store_true", help="no local pipeline run")
+    parser.add_argument(
+        "--pods", type=int, default=0, help="pods in the run (0: one per core on a CPU, else 1)"
+    )
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -209,23 +239,34 @@ def main() -> None:
     local = {}
     if not args.skip_local:
         cfg = load_config(args.config, [*common, "name=local", *args.overrides])
-        local = pipeline_run(cfg, args.warmup)
+        local = run_figures(cfg, args.warmup)
     load.append(round(os.getloadavg()[0], 2))
-    cfg = load_config(args.config, [*common, "name=pod", "pipeline.backend=pod", *args.overrides])
-    pod_run = pipeline_run(cfg, args.warmup)
+    pods = args.pods or ((os.cpu_count() or 1) if device.type == "cpu" else 1)
+    cfg = load_config(
+        args.config,
+        [
+            *common,
+            "name=pod",
+            "pipeline.backend=pod",
+            f"pipeline.n_trainers={pods}",
+            *args.overrides,
+        ],
+    )
+    pod_run = run_figures(cfg, args.warmup)
     load.append(round(os.getloadavg()[0], 2))
     here = in_process(cfg, device, args.rollouts, runs / "inprocess")
     low = floor(cfg, device, here["threads"])
     load.append(round(os.getloadavg()[0], 2))
 
-    local_trained = local.get("throughput/trained_fps", float("nan"))
-    pod_trained = pod_run.get("throughput/trained_fps", float("nan"))
+    local_trained = local.get("trained_fps", float("nan"))
+    pod_trained = pod_run["trained_fps"]
     result = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "host": f"{os.cpu_count()} cores ({platform.machine()})",
         "config": Path(args.config).name,
         "overrides": args.overrides,
         "worlds": cfg.pod.worlds,
+        "pods": pods,
         "local_fps": round(local.get("fps", float("nan")), 1),
         "local_trained_fps": round(local_trained, 1),
         "pod_fps": round(pod_run["fps"], 1),
