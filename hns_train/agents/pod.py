@@ -45,6 +45,7 @@ from hns_train.agents.ppo import PPO
 from hns_train.agents.rollout import RolloutBuffer
 from hns_train.envs import contract
 from hns_train.envs.stats import STAT_KEYS
+from hns_train.envs.vector import VectorGame
 
 # controller codes of one team in one world (the same as the pipeline's wire codes)
 LATEST, RANDOM, NOOP = -1, -2, -3
@@ -64,6 +65,7 @@ class DeviceGame:
         self.horizon = game.cfg.horizon
         self.is_hider = np.arange(self.n_agents) < game.cfg.max_hiders
         self.nvec = torch.as_tensor(np.asarray(game.action_nvec), device=device)
+        self.host_actions = isinstance(game, VectorGame)
 
     def _rows(self, x) -> torch.Tensor:
         x = torch.as_tensor(x, device=self.device)
@@ -83,7 +85,7 @@ class DeviceGame:
     def step(self, actions: torch.Tensor):
         """Advance every world with (R, 5) actions; `VectorStep` fields as row tensors."""
         a = actions.reshape(self.n_worlds, self.n_agents, -1)
-        if not _is_warp(self.game):  # the C game takes host arrays
+        if self.host_actions:  # the C game takes host arrays
             a = a.numpy() if a.device.type == "cpu" else a.cpu().numpy()
         step = self.game.step(a)
         return (
@@ -96,9 +98,7 @@ class DeviceGame:
         )
 
     def final_rows(self, final_obs, rows: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {
-            k: self._rows(v).index_select(0, rows).to(torch.float32) for k, v in final_obs.items()
-        }
+        return {k: self._rows(final_obs[k]).index_select(0, rows).float() for k in self.keys}
 
     def physics_warnings(self) -> int:
         """Contacts or constraints the physics dropped over the game's life (read at heartbeat
@@ -122,10 +122,6 @@ def _gather(index: torch.Tensor | None, obs, state, starts):
     )
 
 
-def _is_warp(game) -> bool:
-    return type(game).__name__ == "WarpGame"
-
-
 def _host(x) -> np.ndarray:
     return x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
@@ -136,7 +132,6 @@ class PodCounters:
 
     frames: int = 0
     episodes: int = 0
-    learned_steps: int = 0  # agent-steps trained on (the learning policy's present rows)
     sim_s: float = 0.0
     act_s: float = 0.0
     learn_s: float = 0.0
