@@ -53,6 +53,7 @@ from hns_train.agents.pool import PolicyPool
 from hns_train.config import RunConfig, save_config
 from hns_train.distributed.contract import ContractError, DropLog, check_heartbeat, check_hello
 from hns_train.distributed.launchers import actor_plan, make_endpoints, make_launcher, run_keys
+from hns_train.distributed.message_sizes import check_message_sizes
 from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.reporting import RunLog, by_kind
 from hns_train.distributed.shared_rows import shared_folder
@@ -116,6 +117,8 @@ class Summary:
 
 class Controller:
     def __init__(self, cfg: RunConfig, resume: bool = False) -> None:
+        # A message every socket would refuse is a config error, found before anything starts.
+        self.message_sizes = check_message_sizes(cfg)
         self.cfg = cfg
         self.run_dir = cfg.run_dir
         if self.run_dir.exists() and not resume and any(self.run_dir.iterdir()):
