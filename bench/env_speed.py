@@ -27,6 +27,11 @@ For each preset it prints:
 It ends with one line per preset, `ENV_SPEED {json}`, for scripts.
 
     python bench/env_speed.py [--quick] [--presets quadrant randomwalls] [--seconds 2]
+    python bench/env_speed.py --presets quadrant --pettingzoo 2000
+
+`--pettingzoo STEPS` measures only the PettingZoo step: the median of single steps of
+`parallel_env(preset)` and of the game's own step against raw physics on the same states, all
+three stepped in lockstep (`pettingzoo_medians`), with a `PETTINGZOO_SPEED {json}` line.
 
 The machine may be shared: the header prints the load average; compare figures only between
 runs on an idle machine.
@@ -187,6 +192,52 @@ def pettingzoo_cpu(preset, seed, n_steps, rng) -> float:
     return cpu / n_steps
 
 
+def pettingzoo_medians(preset, seed, n_steps, rng) -> dict:
+    """Median time of one step of `parallel_env(preset)`, of the game's own step, and of raw
+    physics (`mj_step` x substeps) on the same states, stepped in lockstep (all three see the
+    same load): the env and a `HideAndSeekGame` of the same seed take the same random actions,
+    so they visit the same states, and before each step the env's state is stepped raw on a
+    `MjData` of its model. Wall (perf_counter) and process CPU time of each single step."""
+    cfg = make_config(preset)
+    env = parallel_env(preset, seed=seed)
+    env.reset(seed=seed)
+    game = HideAndSeekGame(cfg, 1, seed=seed)
+    game.reset(seeds=[seed])
+    nvec = game.action_nvec
+    pool = rng.integers(0, nvec, size=(64, game.n_agents, len(nvec)))
+    datas: dict[int, mujoco.MjData] = {}
+    times = {k: ([], []) for k in ("pettingzoo", "game", "raw")}
+
+    def timed(key, call):
+        t0, c0 = time.perf_counter(), time.process_time()
+        call()
+        times[key][0].append(time.perf_counter() - t0)
+        times[key][1].append(time.process_time() - c0)
+
+    for i in range(n_steps):
+        actions = pool[i % len(pool)]
+        model = env.game.models[0]
+        data = datas.setdefault(id(model), mujoco.MjData(model))
+        mujoco.mj_setState(model, data, env.game.batch.state[0], STATE)
+        live = {a: actions[env._slot[a]] for a in env.agents}
+        timed("raw", lambda: mujoco.mj_step(model, data, cfg.substeps))  # noqa: B023
+        timed("pettingzoo", lambda: env.step(live))  # noqa: B023
+        timed("game", lambda: game.step(actions[None]))  # noqa: B023
+        if not env.agents:
+            env.reset()
+            game.reset()
+    out = {}
+    for key, (wall, cpu) in times.items():
+        out[f"{key}_us"] = float(np.median(wall)) * 1e6
+        out[f"{key}_cpu_us"] = float(np.median(cpu)) * 1e6
+    for key in ("pettingzoo", "game"):
+        out[f"{key}_ratio"] = out[f"{key}_us"] / out["raw_us"]
+        out[f"{key}_cpu_ratio"] = out[f"{key}_cpu_us"] / out["raw_cpu_us"]
+    same = np.array_equal(env.game.batch.state, game.batch.state)
+    out["same_states"] = bool(same)  # the lockstep held: both visited the same states
+    return out
+
+
 def first_steps(cfg, seed, n=3) -> float:
     """CPU seconds of a process's first game: its reset and `n` steps. They load the compiled
     step kernels (envs/kernels.py) from numba's cache, or compile them on a machine's first run:
@@ -248,6 +299,14 @@ def main() -> None:
     parser.add_argument("--resets", type=int, default=60)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="short runs, N in (1, 16)")
+    parser.add_argument(
+        "--pettingzoo",
+        type=int,
+        metavar="STEPS",
+        default=0,
+        help="only the PettingZoo step against the game's step and raw physics, medians of "
+        "STEPS single steps in lockstep (pettingzoo_medians)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.worlds, args.seconds, args.raw_steps, args.resets = [1, 16], 0.5, 120, 20
@@ -262,6 +321,26 @@ def main() -> None:
         "times are per env step (= substeps mj_steps); ratio = env cost / raw physics cost;\n"
         "cpu = this process's CPU time (sums threads), robust to a busy machine\n"
     )
+
+    if args.pettingzoo:
+        for preset in args.presets:
+            first_steps(make_config(preset), args.seed)  # kernels loaded before timing
+            m = pettingzoo_medians(preset, args.seed, args.pettingzoo, np.random.default_rng(0))
+            print(
+                f"== {preset}: median of {args.pettingzoo} single steps, in lockstep\n"
+                f"raw physics  mj_step x{make_config(preset).substeps}: {m['raw_us']:6.0f} us"
+                f"   cpu {m['raw_cpu_us']:.0f} us\n"
+                f"game step    HideAndSeekGame(1): {m['game_us']:6.0f} us   ratio "
+                f"{m['game_ratio']:.2f}   cpu {m['game_cpu_us']:.0f} us, cpu ratio "
+                f"{m['game_cpu_ratio']:.2f}\n"
+                f"pettingzoo   parallel_env step: {m['pettingzoo_us']:6.0f} us   ratio "
+                f"{m['pettingzoo_ratio']:.2f}   cpu {m['pettingzoo_cpu_us']:.0f} us, cpu ratio "
+                f"{m['pettingzoo_cpu_ratio']:.2f}   (same states: {m['same_states']})"
+            )
+            print("PETTINGZOO_SPEED " + json.dumps({"preset": preset, **m}, sort_keys=True))
+        end = os.getloadavg()
+        print(f"load average at end: {end[0]:.2f} {end[1]:.2f} {end[2]:.2f}")
+        return
 
     summaries = []
     for preset in args.presets:
