@@ -239,7 +239,6 @@ class HideAndSeekParallelEnv(ParallelEnv):
         any_space = self._dict_spaces[self.possible_agents[0]].spaces
         self._flat_keys = [(k, int(np.prod(sp.shape))) for k, sp in any_space.items()]
         self._noop_batch = np.broadcast_to(self.game.noop, (1, self.game.n_agents, 5)).copy()
-        self._nvec_unsigned = self.game.action_nvec.astype(np.uint64)
         self._live_set: frozenset[str] = frozenset()
         self._live_slots = np.zeros(0, dtype=np.intp)
 
@@ -321,7 +320,7 @@ class HideAndSeekParallelEnv(ParallelEnv):
         live = self.agents
         given = [actions[a] for a in live]  # in slot order
         # int64 arrays of the right shape (what action_space.sample() gives) go in as they are
-        # and are range-checked together below; anything else is checked one by one
+        # and are range-checked by the game; anything else is checked one by one here
         for action in given:
             if not (
                 type(action) is np.ndarray and action.dtype == np.int64 and action.shape == (5,)
@@ -329,21 +328,25 @@ class HideAndSeekParallelEnv(ParallelEnv):
                 given = [self._check_action(a, v) for a, v in zip(live, given, strict=True)]
                 break
         rows = np.array(given)
-        # one test for both bounds: a negative int64 read as uint64 is above every bin count
-        if (rows.view(np.uint64) >= self._nvec_unsigned).any():
-            for agent in live:
-                self._check_action(agent, actions[agent])  # raises, naming the agent
         if len(live) == self.game.n_agents:  # (the game copies the actions it is given)
             batch = rows[None]
         else:  # absent agents send the no-op
             batch = self._noop_batch.copy()
             batch[0, self._live_slots] = rows
-
-        obs, reward, truncated, infos = self.game.step(batch)
+        try:
+            # The game range-checks the actions before it changes anything and raises naming
+            # world and slot; the env then names the agent.
+            obs, reward, truncated, infos = self.game.step(batch)
+        except ValueError:
+            for agent in live:
+                self._check_action(agent, actions[agent])  # raises, naming the agent
+            raise
         self._obs = obs
         ended = bool(truncated[0])
         observations = self._agent_obs(obs, live)
-        rewards = dict(zip(live, reward[0, self._live_slots].tolist(), strict=True))
+        values = reward[0].tolist()
+        slot = self._slot
+        rewards = {a: values[slot[a]] for a in live}
         terminations = dict.fromkeys(live, False)
         truncations = dict.fromkeys(live, ended)
         stats = infos[0]
