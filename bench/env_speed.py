@@ -197,7 +197,8 @@ def pettingzoo_medians(preset, seed, n_steps, rng, flatten=False) -> dict:
     physics (`mj_step` x substeps) on the same states, stepped in lockstep (all three see the
     same load): the env and a `HideAndSeekGame` of the same seed take the same random actions,
     so they visit the same states, and before each step the env's state is stepped raw on a
-    `MjData` of its model. Wall (perf_counter) and process CPU time of each single step.
+    `MjData` of its model; the env and the game take turns stepping first. Wall
+    (perf_counter) and process CPU time of each single step.
     `flatten`: the env returns flat vectors (`parallel_env(..., flatten=True)`)."""
     cfg = make_config(preset)
     env = parallel_env(preset, seed=seed, flatten=flatten)
@@ -232,8 +233,12 @@ def pettingzoo_medians(preset, seed, n_steps, rng, flatten=False) -> dict:
         mujoco.mj_setState(model, data, env.game.batch.state[0], STATE)
         live = {a: actions[env._slot[a]] for a in env.agents}
         timed("raw", lambda: mujoco.mj_step(model, data, cfg.substeps))  # noqa: B023
-        timed("pettingzoo", lambda: env.step(live))  # noqa: B023
-        timed("game", lambda: game.step(actions[None]))  # noqa: B023
+        # the env and the game take turns going first: neither always follows the raw step
+        for key in ("pettingzoo", "game")[:: 1 if i % 2 else -1]:
+            if key == "pettingzoo":
+                timed(key, lambda: env.step(live))  # noqa: B023
+            else:
+                timed(key, lambda: game.step(actions[None]))  # noqa: B023
         if not env.agents:
             env.reset()
             game.reset()

@@ -233,9 +233,9 @@ class HideAndSeekParallelEnv(ParallelEnv):
         self._renderer = None  # render.TopViewRenderer, made on the first rgb_array frame
         self._viewer = None  # render.HumanViewer
         self._obs: dict[str, np.ndarray] | None = None
-        # Per step, what can be worked out once: the observation keys in the game's order and,
-        # flattened, in the Dict space's order (what gymnasium's flatten concatenates); the
-        # no-op actions every step starts from; the live agents' slots (set at reset).
+        # What every step would otherwise work out again: the observation keys in the Dict
+        # space's order with their flat widths (what gymnasium's flatten concatenates), the
+        # no-op actions of absent agents, the live agents and their slots (set at reset).
         any_space = self._dict_spaces[self.possible_agents[0]].spaces
         self._flat_keys = [(k, int(np.prod(sp.shape))) for k, sp in any_space.items()]
         self._noop_batch = np.broadcast_to(self.game.noop, (1, self.game.n_agents, 5)).copy()
