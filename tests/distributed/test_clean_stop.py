@@ -19,9 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_normal_stop_of_a_real_run_logs_no_dropped_message(tmp_path):
-    # Two actors keep requests in flight when the run stops (right after the first frames):
-    # before policy workers stopped first, one answered an actor that had left, logging
-    # "no connected peer ...; act_result message dropped".
+    # One world per actor group: the policy worker is the bottleneck, so two actors' requests
+    # are in flight whenever the run stops (here right after the first frames). Before policy
+    # workers stopped first, it answered an actor that had left, logging "no connected peer
+    # ...; act_result message dropped" (2 runs of 2 on the code before the fix).
     cmd = [
         sys.executable,
         "-m",
@@ -31,6 +32,7 @@ def test_a_normal_stop_of_a_real_run_logs_no_dropped_message(tmp_path):
         f"runs_dir={tmp_path}",
         "name=stop",
         "pipeline.n_actors=2",
+        "pipeline.envs_per_actor=2",
         "stop.frames=1",
         "logging.progress=false",
         "logging.wandb=disabled",
