@@ -20,8 +20,8 @@ descriptors, plus the raw arrays), with `META_ALLOWANCE` bytes for a meta dict l
 representative one used here.
 
 Per backend (`BACKEND_MESSAGES`): `c` sends all of the above; `warp` splits its chunks itself,
-so only one column (one agent stream of `chunk_len` steps) must fit. A backend that trains in
-its own process sends no chunks but still publishes parameters: it lists only those. Control
+so only one column (one agent stream of `chunk_len` steps) must fit; `pod` trains in its own
+process and sends no chunks, but still publishes parameters: it lists only those. Control
 messages (heartbeats, a few KB) and pool snapshots (files, not messages) are not counted.
 """
 
@@ -159,10 +159,17 @@ def _warp_messages(cfg: RunConfig) -> list[MessageSize]:
     ]
 
 
+def _pod_messages(cfg: RunConfig) -> list[MessageSize]:
+    # A pod simulates and learns in one process: no chunks, no inference; it still publishes
+    # parameters (for eval workers).
+    return [_parameters(cfg)]
+
+
 # backend -> the messages its runs send; a new backend adds its entry here.
 BACKEND_MESSAGES: dict[str, Callable[[RunConfig], list[MessageSize]]] = {
     "c": _c_messages,
     "warp": _warp_messages,
+    "pod": _pod_messages,
 }
 
 

@@ -184,3 +184,12 @@ def test_inference_sizes_agree_with_real_request_and_reply_messages():
     }
     real = nbytes(encode("act_result", reply, {**meta, "version": 3}))
     assert within(sizes["reply"], real), (sizes, real)
+
+
+def test_a_pod_publishes_parameters_and_sends_no_chunks():
+    cfg = load_config("smoke", ["pipeline.backend=pod", "pipeline.max_message_mb=1"])
+    assert set(sizes_by_kind(cfg)) == {"parameters"}
+    check_message_sizes(cfg)
+    paper = load_config("chase", ["pipeline.backend=pod", "pipeline.max_message_mb=1"])
+    with pytest.raises(ConfigError, match="parameters"):
+        check_message_sizes(paper)
