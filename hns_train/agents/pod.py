@@ -22,7 +22,8 @@ or the no-op team for one side). Snapshots play from `opponent_slots` fixed mode
 (least recently used first out): drawing an opponent copies weights into a free slot at most,
 never builds a model, and when every slot is in use by a running episode the draw takes one of
 the loaded snapshots instead (counted in `slot_substitutions`). Only the learning policy's rows
-of present agents are trained on (`learn`).
+of present agents are trained on (`learn`); rows it did not play at all in a rollout are left
+out of the update (the host knows them from the draws), so opponents cost no learning compute.
 
 Counters (frames, episodes, episode statistics) accumulate on the device or the host mirror and
 are read when a worker heartbeats, not per step.
@@ -251,6 +252,7 @@ class Pod:
         self.state = torch.zeros(g.rows, 4, self.model.config.lstm_dim, device=self.device)
         self.episode_start = torch.ones(g.rows, dtype=torch.bool, device=self.device)
         self.codes = np.full((g.n_worlds, 2), LATEST, np.int64)  # (hider, seeker) per world
+        self._learned = np.zeros(g.rows, bool)
         self._draw(np.arange(g.n_worlds))
 
     def _draw(self, worlds: np.ndarray) -> None:
@@ -267,7 +269,10 @@ class Pod:
             self.groups.append(
                 (int(code), None if full else torch.as_tensor(index, device=self.device))
             )
-        self.learn_rows = torch.as_tensor(rows == LATEST, device=self.device)
+        self._learning = rows == LATEST
+        self.learn_rows = torch.as_tensor(self._learning, device=self.device)
+        # rows the learning policy played at some step of this rollout (host: no device read)
+        self._learned |= self._learning
 
     def _slots_in_use(self) -> np.ndarray:
         used = self.codes[self.codes >= 0]
@@ -364,8 +369,14 @@ class Pod:
         start = time.perf_counter()
         self.t = 0  # whatever happens to the update, the next rollout starts afresh
         bootstrap = self.model.value_tensors(self.obs, self.state)
-        stats = self.ppo.update_async(self.buffer.rollout(bootstrap))
-        stats["learned_steps"] = self.buffer.learn.sum().to(torch.float64)
+        rollout = self.buffer.rollout(bootstrap)
+        if not self._learned.all():  # opponents' rows cost nothing in the update
+            rollout = rollout.columns(
+                torch.as_tensor(np.flatnonzero(self._learned), device=self.device)
+            )
+        self._learned = self._learning.copy()  # the next rollout starts with today's learners
+        stats = self.ppo.update_async(rollout)
+        stats["learned_steps"] = rollout.learn.sum().to(torch.float64)
         self._sync()
         self.counters.learn_s += time.perf_counter() - start
         return stats

@@ -130,6 +130,27 @@ class Rollout:
     def segment_len(self) -> int:
         return self.actions.shape[0] // self.lstm_state.shape[0]
 
+    def columns(self, index: torch.Tensor) -> Rollout:
+        """The rollout restricted to the agent streams `index` (along B)."""
+        return Rollout(
+            obs={k: v.index_select(1, index) for k, v in self.obs.items()},
+            bootstrap_value=self.bootstrap_value.index_select(0, index),
+            learn=None if self.learn is None else self.learn.index_select(1, index),
+            **{
+                name: getattr(self, name).index_select(1, index)
+                for name in (
+                    "actions",
+                    "logp",
+                    "values",
+                    "rewards",
+                    "episode_start",
+                    "truncated",
+                    "truncated_value",
+                    "lstm_state",
+                )
+            },
+        )
+
     @classmethod
     def from_chunk(cls, chunk: Chunk, model: ActorCritic) -> Rollout:
         """A (validated) chunk's arrays on the model's device, observations checked against its
