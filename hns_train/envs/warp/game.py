@@ -35,16 +35,16 @@ import logging
 import numpy as np
 import torch
 
-from hns_train.envs import observations as O
 from hns_train.envs import rules as R
 from hns_train.envs.config import GameConfig, make_config
-from hns_train.envs.layout import ABSENT, sample_layout
+from hns_train.envs.layout import sample_layout
 from hns_train.envs.stats import STAT_KEYS
 from hns_train.envs.vector import VectorStep
 from hns_train.envs.warp import rules as TR
+from hns_train.envs.warp.bank import BankConfig, LayoutBank
 from hns_train.envs.warp.physics import WarpWorlds
 from hns_train.envs.warp.stats import TensorStats, box_surfing
-from hns_train.envs.world import FREE_RANGE, object_half_extents
+from hns_train.envs.world import FREE_RANGE
 
 # mujoco_warp.OverflowType bits that mean lost contacts or constraints (buffers too small):
 # NEFC, NJMAX_NNZ, BROADPHASE, NARROWPHASE, CCD
@@ -66,6 +66,8 @@ class WarpGame:
         n_worlds: int,
         seed: int | None = None,
         device: str | None = None,
+        stagger: bool = False,
+        bank: BankConfig | None = None,
     ):
         if isinstance(cfg, str):
             cfg = make_config(cfg)
@@ -83,8 +85,12 @@ class WarpGame:
         self._nvec = torch.as_tensor(self.action_nvec, device=dev)
         self._noop = torch.as_tensor([cfg.action_bins // 2] * 3 + [0, 0], device=dev)
         self._seed = seed
+        self.stagger = stagger
+        self.bank_config = bank or BankConfig()
+        self.bank: LayoutBank | None = None
         self.world_seeds: tuple[np.random.SeedSequence, ...] = ()
-        self.rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(W)]
+        self._root = np.random.SeedSequence(seed)
+        self.rngs: list[np.random.Generator] = []
         self._started = False
 
         # entities: agents then objects; entity e is body 1 + e with qpos / qvel 4e..4e+3
@@ -130,8 +136,8 @@ class WarpGame:
 
         # per-world state (device) and per-episode tables
         z = torch.zeros
-        self.t_host = np.zeros(W, dtype=np.int64)
         self.t = z(W, dtype=long, device=dev)
+        self.slot = torch.arange(W, device=dev)  # bank slot of each world's current layout
         self.agent_present = z(W, A, dtype=torch.bool, device=dev)
         self.object_present = z(W, Ob, dtype=torch.bool, device=dev)
         self.half = z(W, Ob, 3, device=dev)
@@ -144,29 +150,55 @@ class WarpGame:
         self._others = torch.full((W, A, A - 1), -1, dtype=long, device=dev)
         self.stats = TensorStats(W, cfg.max_boxes, Ob, dev)
         self.obs: dict[str, torch.Tensor] = {}
-        self.physics_warnings = np.zeros(W, dtype=np.int64)  # this episode (module docstring)
-        self.physics_warnings_total = 0
         self._capacity_mask = sum(CAPACITY_OVERFLOWS)
+        # flags accumulated on the device, read by `read_warnings` (module docstring)
+        self.physics_warnings = z(W, dtype=long, device=dev)  # this episode
+        self._overflow_total = z((), dtype=long, device=dev)
+        self._overflow_bits = z(W, dtype=torch.int32, device=dev)  # since the last read
+        self._overflow_reported = 0
+        self._bad_count = z((), dtype=long, device=dev)
+        self._bad_first = z(4, dtype=long, device=dev)  # world, agent slot, dimension, value
 
     # ------------------------------------------------------------------ public API
     def reset(self, seed: int | None = None) -> dict[str, torch.Tensor]:
-        """New episodes in every world (seeding as `VectorGame.reset`); first observations."""
+        """New episodes in every world; first observations (W, A, ...).
+
+        Seeding as `VectorGame.reset`: world w's first layout comes from its own generator
+        (`world_seeds[w]`); a new seed (or the first call) spawns new ones, otherwise the
+        generators continue. The layout bank is rebuilt (W host compiles). With `stagger`,
+        world w then starts at a random step of its first episode (bank.py, module
+        docstring)."""
         if seed is not None or not self._started:
-            root = np.random.SeedSequence(self._seed if seed is None else seed)
-            self.world_seeds = tuple(root.spawn(self.n_worlds))
+            self._root = np.random.SeedSequence(self._seed if seed is None else seed)
+            self.world_seeds = tuple(self._root.spawn(self.n_worlds))
             self.rngs = [np.random.default_rng(s) for s in self.world_seeds]
         self._started = True
-        self._reset_worlds(np.arange(self.n_worlds))
-        return {k: v.clone() for k, v in self.obs.items()}
+        W = self.n_worlds
+        first = [sample_layout(self.cfg, self.rngs[w]) for w in range(W)]
+        bank_seed, stagger_seed = self._root.spawn(2)
+        if self.bank is not None:
+            self.bank.close()
+        self.bank = LayoutBank(self.cfg, self.worlds, first, bank_seed, self.bank_config)
+        start = 0
+        if self.stagger:
+            offsets = np.random.default_rng(stagger_seed).integers(0, self.cfg.horizon, W)
+            start = torch.as_tensor(offsets, device=self.dev)
+        everyone = torch.ones(W, dtype=torch.bool, device=self.dev)
+        self._reset_where(everyone, torch.arange(W, device=self.dev), start)
+        return self.obs
 
-    def step(self, actions) -> VectorStep:
-        """Advance every world one env step. actions: (W, A, 5) integers (array or tensor)."""
+    def step(self, actions, check: bool = True) -> VectorStep:
+        """Advance every world one env step; worlds whose episode ends are reset in place.
+
+        actions: (W, A, 5) integers (array or tensor). check: validate them on the host and
+        raise on a bad one (a host sync); False: no host sync in the whole step, an action out
+        of range is clamped and counted, and `read_warnings` raises for it later. Returns a
+        `VectorStep` of tensors on the game's device (fresh tensors each step)."""
         if not self._started:
             raise RuntimeError("call reset() before step()")
         cfg = self.cfg
-        a = self.check_actions(actions)
-        in_prep_host = self.t_host < cfg.prep_steps
-        in_prep = torch.as_tensor(in_prep_host, device=self.dev)
+        a = self.check_actions(actions, check)
+        in_prep = self.t < cfg.prep_steps
         idle = (in_prep[:, None] & ~self.is_hider[None, :]) | ~self.agent_present
         a = torch.where(idle[..., None], self._noop, a)
 
@@ -189,41 +221,34 @@ class WarpGame:
         ww = self.worlds
         ww.ctrl[:, self._ctrl_adr] = self.ctrl_levels[a[..., :3]].reshape(self.n_worlds, -1)
         ww.step(cfg.substeps)
-        self._check_overflow()
+        self._note_overflow()
         self._read_state()
         self._cast_rays()
         reward, hiders_seen = self._rewards(in_prep)
-        self.t += 1
-        self.t_host += 1
+        self.t = self.t + 1
         self._stats_step(in_prep, reward, hiders_seen)
         self._observe()
-        truncated_host = self.t_host >= cfg.horizon
-        truncated = torch.as_tensor(truncated_host, device=self.dev)
-        final_present = self.agent_present.clone()
-        stats = {k: np.full(self.n_worlds, np.nan) for k in STAT_KEYS}
-        done = np.flatnonzero(truncated_host)
-        if done.size:
-            final_obs = {k: v.clone() for k, v in self.obs.items()}
-            finished = self.stats.finish(
-                done, self.object_pos[..., :2], self.object_present, self.locked
-            )
-            for w, s in zip(done, finished, strict=True):
-                for k in STAT_KEYS:
-                    stats[k][w] = s[k]
-            self._reset_worlds(done)
-        else:
-            final_obs = {k: torch.zeros_like(v) for k, v in self.obs.items()}
+        truncated = self.t >= cfg.horizon
+        final_obs, final_present = self.obs, self.agent_present
+        stats = self.stats.finish(
+            truncated, self.object_pos[..., :2], self.object_present, self.locked
+        )
+        self._reset_where(truncated, self.bank.draw())
+        self.bank.tick()
         return VectorStep(
-            obs={k: v.clone() for k, v in self.obs.items()},
+            obs=self.obs,
             rewards=reward,
             truncated=truncated,
-            agent_present=self.agent_present.clone(),
+            agent_present=self.agent_present,
             final_obs=final_obs,
             final_agent_present=final_present,
-            episode_stats=stats,
+            episode_stats={k: stats[:, i] for i, k in enumerate(STAT_KEYS)},
         )
 
-    def check_actions(self, actions) -> torch.Tensor:
+    def check_actions(self, actions, check: bool = True) -> torch.Tensor:
+        """(W, A, 5) int64 actions on the device. Shape and dtype kind are checked always (no
+        host read); the values with check=True (a ValueError naming the first bad entry), else
+        clamped into range and counted on the device for `read_warnings`."""
         if not isinstance(actions, torch.Tensor):
             actions = np.array(actions)  # a writable copy (broadcast views are read-only)
         a = torch.as_tensor(actions, device=self.dev)
@@ -232,72 +257,114 @@ class WarpGame:
             raise ValueError(
                 f"actions have shape {tuple(a.shape)}; expected {want} (worlds, agents, 5)"
             )
-        if a.dtype.is_floating_point:
-            if not bool((a == a.round()).all()):
-                raise ValueError(f"actions must be integers, got dtype {a.dtype}")
-        elif a.dtype == torch.bool or a.dtype.is_complex:
+        if a.dtype == torch.bool or a.dtype.is_complex:
+            raise ValueError(f"actions must be integers, got dtype {a.dtype}")
+        fractional = a != a.round() if a.dtype.is_floating_point else None
+        if check and fractional is not None and bool(fractional.any()):
             raise ValueError(f"actions must be integers, got dtype {a.dtype}")
         a = a.to(torch.int64)
         bad = (a < 0) | (a >= self._nvec)
-        if bool(bad.any()):
-            w, ag, k = (int(i) for i in bad.nonzero()[0])
+        if check:
+            if bool(bad.any()):
+                w, ag, k = (int(i) for i in bad.nonzero()[0])
+                raise ValueError(self._bad_action_message(w, ag, k, int(a[w, ag, k])))
+            return a
+        if fractional is not None:
+            bad = bad | fractional
+        first = bad.reshape(-1).to(torch.uint8).argmax()
+        A, K = want[1:]
+        where = torch.stack([first // (A * K), first // K % A, first % K, a.reshape(-1)[first]])
+        new = (self._bad_count == 0) & bad.any()
+        self._bad_first = torch.where(new, where, self._bad_first)
+        self._bad_count = self._bad_count + bad.sum()
+        return torch.minimum(a.clamp_min(0), self._nvec - 1)
+
+    def read_warnings(self) -> dict[str, int]:
+        """What the device accumulated since the last call, read once (a host sync: call it at
+        heartbeat time, not per step). Logs the worlds whose physics overflowed; raises a
+        ValueError for actions out of range that `step(check=False)` clamped. Returns
+        {"physics_warnings_total": overflows since the game was made, "bad_actions": 0}."""
+        flags = torch.cat([self._bad_count[None], self._bad_first, self._overflow_total[None]])
+        bad, w, ag, k, value, total = flags.cpu().tolist()
+        if total > self._overflow_reported:
+            bits = self._overflow_bits.cpu().numpy()
+            worlds = np.flatnonzero(bits)
+            for w_ in worlds[:10]:
+                kinds = [name for bit, name in CAPACITY_OVERFLOWS.items() if bits[w_] & bit]
+                log.warning(
+                    "MuJoCo Warp overflowed %s in world %d: contacts or constraints were "
+                    "dropped (raise nconmax / njmax of WarpWorlds)",
+                    "/".join(kinds),
+                    w_,
+                )
+            if len(worlds) > 10:
+                log.warning("... and %d more worlds overflowed", len(worlds) - 10)
+            self._overflow_bits.zero_()
+            self._overflow_reported = total
+        if bad:
+            self._bad_count.zero_()
             raise ValueError(
-                f"action {int(a[w, ag, k])} for world {w}, agent slot {ag}, dimension {k} is "
-                f"outside [0, {self.action_nvec[k] - 1}] "
-                f"(MultiDiscrete {self.action_nvec.tolist()})"
+                f"{bad} action entries were out of range since the last check; the first: "
+                + self._bad_action_message(w, ag, k, value)
             )
-        return a
+        return {"physics_warnings_total": total, "bad_actions": 0}
+
+    @property
+    def physics_warnings_total(self) -> int:
+        """Contact / constraint overflows since the game was made (a host read)."""
+        return int(self._overflow_total)
+
+    def layout_of(self, world: int):
+        """The host `Layout` of `world`'s current episode (a host read; valid until its bank
+        slot is refreshed: for inspection and tests)."""
+        return self.bank.layouts[int(self.slot[world])]
+
+    def close(self) -> None:
+        """Stop the layout bank's thread."""
+        if self.bank is not None:
+            self.bank.close()
 
     # ------------------------------------------------------------------ internals
-    def _reset_worlds(self, worlds: np.ndarray) -> None:
-        """New layouts (host sampler, each world's own generator) and fresh state for
-        `worlds`; then poses, rays and observations of every world."""
-        cfg, dev = self.cfg, self.dev
-        layouts = [sample_layout(cfg, self.rngs[w]) for w in worlds]
-        self.worlds.set_layouts(worlds, layouts)
-        rows = torch.as_tensor(worlds, device=dev)
-        ap = np.stack([lay.agent_present for lay in layouts])
-        op = np.stack(
-            [
-                np.concatenate([lay.box_kind != ABSENT, np.ones(cfg.n_ramps, dtype=bool)])
-                for lay in layouts
-            ]
+    def _bad_action_message(self, w: int, ag: int, k: int, value: int) -> str:
+        return (
+            f"action {value} for world {w}, agent slot {ag}, dimension {k} is "
+            f"outside [0, {self.action_nvec[k] - 1}] (MultiDiscrete {self.action_nvec.tolist()})"
         )
-        half = np.stack([object_half_extents(cfg, lay) for lay in layouts])
-        self.agent_present[rows] = torch.as_tensor(ap, device=dev)
-        self.object_present[rows] = torch.as_tensor(op, device=dev)
-        self.half[rows] = torch.as_tensor(half, dtype=torch.float32, device=dev)
-        self._others[rows] = torch.as_tensor(O.others_table(ap), device=dev)
-        self.t[rows] = 0
-        self.t_host[worlds] = 0
-        self.locked[rows] = False
-        self.lock_team[rows] = R.NO_TEAM
-        self.lock_agent[rows] = -1
-        self.grabbed[rows] = -1
-        self.physics_warnings[worlds] = 0
+
+    def _reset_where(self, mask: torch.Tensor, slots: torch.Tensor, start=0) -> None:
+        """New episodes in the worlds where `mask` (W,) bool, with the bank layouts of `slots`
+        (W,), at step `start` (0 or a (W,) tensor); then poses, rays and observations of every
+        world. Masked tensor writes only: no host read."""
+        src = self.bank.gather(slots)
+        self.worlds.reset_where(mask, src)
+        m1, m2 = mask[:, None], mask[:, None, None]
+        self.slot = torch.where(mask, slots, self.slot)
+        self.agent_present = torch.where(m1, src["agent_present"], self.agent_present)
+        self.object_present = torch.where(m1, src["object_present"], self.object_present)
+        self.half = torch.where(m2, src["half"], self.half)
+        self._others = torch.where(m2, src["others"], self._others)
+        self.t = torch.where(mask, start, self.t)
+        self.locked = torch.where(m1, False, self.locked)
+        self.lock_team = torch.where(m1, R.NO_TEAM, self.lock_team)
+        self.lock_agent = torch.where(m1, -1, self.lock_agent)
+        self.grabbed = torch.where(m1, -1, self.grabbed)
+        self.physics_warnings = torch.where(mask, 0, self.physics_warnings)
         self._tables()
         self._read_state()
         self._cast_rays()
-        self.stats.reset(rows, self.object_pos[..., :2])
+        self.stats.reset(mask, self.object_pos[..., :2])
         self._observe()
 
-    def _check_overflow(self) -> None:
-        """Count and log the worlds whose contacts or constraints overflowed their buffers."""
-        bits = self.worlds.overflow & self._capacity_mask
-        if not bool(bits.any()):
-            return
-        for w in torch.nonzero(bits).flatten().tolist():
-            kinds = [name for bit, name in CAPACITY_OVERFLOWS.items() if int(bits[w]) & bit]
-            log.warning(
-                "MuJoCo Warp overflowed %s in world %d at env step %d: contacts or constraints "
-                "were dropped (raise nconmax / njmax of WarpWorlds)",
-                "/".join(kinds),
-                w,
-                int(self.t_host[w]),
-            )
-            self.physics_warnings[w] += 1
-            self.physics_warnings_total += 1
-        self.worlds.overflow.zero_()
+    def _note_overflow(self) -> None:
+        """Count the worlds whose contacts or constraints overflowed their buffers this step
+        (on the device; `read_warnings` logs them)."""
+        ov = self.worlds.overflow
+        bits = ov & self._capacity_mask
+        hit = bits != 0
+        self.physics_warnings = self.physics_warnings + hit
+        self._overflow_total = self._overflow_total + hit.sum()
+        self._overflow_bits = self._overflow_bits | bits
+        ov.zero_()
 
     def _tables(self) -> None:
         """Per-episode masks and gather indices, from who is present (every world: cheap)."""

@@ -3,9 +3,11 @@
 One compiled model serves every world: wall, agent, box and ramp slots are fixed by the config
 (world.py), and everything a layout changes lives in model fields with a per-world leading
 dimension (`PER_WORLD_FIELDS`: geom sizes and positions, body offsets, inertias, gravity
-compensation, joint ranges for locks, weld data for grabs). A reset copies those fields from the
-MjModel that `world.ModelCache` compiles for the world's layout (the model `VectorGame` would
-step), so a new layout costs a host compile and a copy, never a Warp recompile.
+compensation, joint ranges for locks, weld data for grabs). Those fields come from the MjModel
+that `world.ModelCache` compiles for a layout (the model `VectorGame` would step;
+`layout_arrays`), so a new layout costs a host compile, never a Warp recompile; the game keeps
+them in a device bank (`bank.py`) and `reset_where` writes them into the worlds that reset, by
+masked tensor writes with no host read.
 
 What differs from the C worlds, and why:
 - MuJoCo Warp fixes the collision pairs (`geom_contype` / `geom_conaffinity`) and ray groups
@@ -74,7 +76,9 @@ def require_warp():
     try:
         import warp
 
-        warp.config.quiet = True  # before mujoco_warp initialises Warp: no per-kernel lines
+        # before mujoco_warp initialises Warp: no "Module ... load" line per kernel module on
+        # the user's terminal (warp-lang 1.19 logs them at INFO; `quiet` was the older switch)
+        warp.config.log_level = max(warp.config.log_level, warp.LOG_WARNING)
         import mujoco_warp
     except ImportError as err:  # pragma: no cover - depends on the install
         raise ImportError(
@@ -82,6 +86,27 @@ def require_warp():
             f"(mujoco-warp==4.0.0 with warp-lang); import failed: {err}"
         ) from err
     return warp, mujoco_warp
+
+
+def capture_plan(is_cuda: bool, mempool: bool) -> tuple[bool, str]:
+    """Whether the physics steps can be captured as a CUDA graph, and if not why: a capture
+    needs a CUDA device, and an array allocated while capturing needs Warp's stream-ordered
+    memory pool (on by default where the device supports it)."""
+    if not is_cuda:
+        return False, "not a CUDA device (kernels run in call order, nothing to capture)"
+    if not mempool:
+        return False, "the device's CUDA memory pool is off (wp.set_mempool_enabled)"
+    return True, "capture on a stream of our own, replay on torch's current stream"
+
+
+_warned: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """`log.warning(message)` the first time this process sees `message`."""
+    if message not in _warned:
+        _warned.add(message)
+        log.warning(message)
 
 
 def full_layout(cfg: GameConfig) -> Layout:
@@ -142,7 +167,6 @@ class WarpWorlds:
         self.template = template
         self.index = index_world(cfg, template)
         self.nq, self.nv = template.nq, template.nv
-        self.layouts: list[Layout | None] = [None] * W
         with wp.ScopedDevice(self.device):
             self.m = mjw.put_model(template, batch_sizes={f: W for f in PER_WORLD_FIELDS})
             # constraint rows: contacts (4 pyramid rows each), 6 per active weld, 2 per frozen
@@ -174,70 +198,94 @@ class WarpWorlds:
 
         self.geomgroup = vec6(*[int(g) for g in RAY_GROUPS])
         self._rays: dict[int, tuple] = {}
-        self._graphs: dict[int, object] | None = {}  # CUDA graphs of `step` by nstep
+        # CUDA graphs of `step` by nstep (None: capture given up), steps run once uncaptured
+        self._graphs: dict[int, object] | None = {} if self.device.is_cuda else None
+        self._warm: set[int] = set()
+        self._capture_stream = None
 
     def tensor(self, x, dtype=torch.float32) -> torch.Tensor:
         return torch.as_tensor(x, dtype=dtype, device=self.torch_device)
 
     # ------------------------------------------------------------------ layouts
-    def set_layouts(self, worlds, layouts: list[Layout]) -> list:
-        """Give `worlds` new layouts and the fresh state of an episode's start (qvel, warm
-        start, controls and welds cleared, entities at the layout's poses). Returns the C
-        models compiled for them (world.ModelCache), whose layout fields were copied."""
-        worlds = [int(w) for w in worlds]
-        models = [self.cache.model_for(layout) for layout in layouts]
-        qpos = np.stack([warp_qpos(self.cfg, lay, self.index, self.nq) for lay in layouts]).astype(
-            np.float32
-        )
-        rows = torch.as_tensor(worlds, device=self.torch_device)
+    def layout_arrays(
+        self, layouts: list[Layout], cache: ModelCache | None = None
+    ) -> dict[str, np.ndarray]:
+        """Host arrays (n, ...) float32 of what `layouts` write into a world: every
+        `PER_WORLD_FIELDS` entry, copied from the C model `world.ModelCache` compiles for the
+        layout (the model `VectorGame` would step), and "qpos", the episode's first pose.
+        cache: the `ModelCache` to compile with (one per thread; default this object's)."""
+        cache = cache or self.cache
+        models = [cache.model_for(layout) for layout in layouts]
+        qpos = [warp_qpos(self.cfg, lay, self.index, self.nq) for lay in layouts]
+        out = {"qpos": np.stack(qpos).astype(np.float32)}
         for name in PER_WORLD_FIELDS:
             values = np.stack([np.asarray(getattr(m, name), dtype=np.float32) for m in models])
             if name == "geom_pos":  # unused wall slots wait above the arena too
                 values[..., 2] = np.where(values[..., 2] == PARK_Z, PARK_Z_WARP, values[..., 2])
+            out[name] = values.reshape(len(layouts), *self.field[name].shape[1:])
+        return out
+
+    def reset_where(self, mask: torch.Tensor, src: dict[str, torch.Tensor]) -> None:
+        """The fresh state of an episode's start in the worlds where `mask` (W,) bool: their
+        layout fields and first qpos from `src` (name -> (W, ...) tensors, rows where `mask`
+        are read; `layout_arrays`'s keys), qvel, warm start, controls and welds cleared
+        (`mujoco_warp.reset_data`). Masked writes over every world: no host read, so it can
+        run on every step whether or not a world finished."""
+        for name in PER_WORLD_FIELDS:
             dst = self.field[name]
-            dst[rows] = torch.as_tensor(values.reshape(len(worlds), *dst.shape[1:])).to(dst)
-        pos = self.field["geom_pos"][rows]
-        self.geom_xpos[rows[:, None], self._static_geoms] = pos[:, self._static_geoms]
-        self._reset_mask_t.zero_()
-        self._reset_mask_t[rows] = True
+            m = mask.reshape(-1, *([1] * (dst.dim() - 1)))
+            dst.copy_(torch.where(m, src[name], dst))
+        st = self._static_geoms
+        xpos = self.geom_xpos[:, st]
+        self.geom_xpos[:, st] = torch.where(mask[:, None, None], src["geom_pos"][:, st], xpos)
+        self._reset_mask_t.copy_(mask)
         with self._stream():
             self.mjw.reset_data(self.m, self.d, reset=self._reset_mask)
-        self.qpos[rows] = torch.as_tensor(qpos).to(self.qpos)
-        for w, layout in zip(worlds, layouts, strict=True):
-            self.layouts[w] = layout
-        return models
+        self.qpos.copy_(torch.where(mask[:, None], src["qpos"], self.qpos))
 
     # ------------------------------------------------------------------ physics
     def step(self, nstep: int) -> None:
         """`nstep` physics steps of every world (controls from `ctrl`).
 
-        On CUDA the `nstep` steps are captured once into a CUDA graph and replayed (one launch
-        instead of hundreds of kernel launches per env step; the graph reads the same model and
-        data buffers, so lock, grab, layout and control writes reach it). If the capture fails
-        the steps run uncaptured, with a warning. Not yet run on a GPU (docs/benchmarks.md)."""
+        On CUDA the `nstep` steps are captured into a CUDA graph and replayed on torch's
+        current stream (one launch instead of hundreds of kernel launches per env step; the
+        graph reads the same model and data buffers, so lock, grab, layout and control writes
+        reach it). The first call runs uncaptured (it loads Warp's modules), the second
+        captures on a stream of our own (CUDA refuses to capture on the legacy default stream
+        torch uses unless told otherwise) and every later call replays. Where `capture_plan`
+        says no, or the capture fails, the steps run uncaptured, logged once per process."""
         with self._stream():
-            if self.device.is_cuda and self._graphs is not None:
-                graph = self._graphs.get(nstep)
-                if graph is None:
-                    graph = self._capture(nstep)
-                if graph is not None:
-                    self.wp.capture_launch(graph)
-                    return
+            graph = self._graphs.get(nstep) if self._graphs is not None else None
+            if graph is None and self._graphs is not None and nstep in self._warm:
+                graph = self._capture(nstep)
+            if graph is not None:
+                self.wp.capture_launch(graph, stream=self.wp.get_stream(self.device))
+                return
             for _ in range(nstep):
                 self.mjw.step(self.m, self.d)
+            self._warm.add(nstep)
 
     def _capture(self, nstep: int):
         wp = self.wp
+        ok, why = capture_plan(self.device.is_cuda, wp.is_mempool_enabled(self.device))
+        if not ok:
+            warn_once(f"the physics steps run uncaptured: {why}")
+            self._graphs = None
+            return None
+        if self._capture_stream is None:
+            self._capture_stream = wp.Stream(self.device)
+        stream = self._capture_stream
+        stream.wait_stream(wp.get_stream(self.device))  # the state the graph starts from
         try:
-            with wp.ScopedCapture(device=self.device) as capture:
+            with wp.ScopedStream(stream), wp.ScopedCapture(device=self.device, stream=stream) as c:
                 for _ in range(nstep):
                     self.mjw.step(self.m, self.d)
         except Exception as err:  # any capture failure: run uncaptured
-            log.warning("CUDA graph capture of the physics failed (%s); stepping uncaptured", err)
+            warn_once(f"CUDA graph capture of the physics failed ({err}); stepping uncaptured")
             self._graphs = None
             return None
-        self._graphs[nstep] = capture.graph
-        return capture.graph
+        self._graphs[nstep] = c.graph
+        return c.graph
 
     def kinematics(self) -> None:
         """Geom poses from qpos (rays read them), as mj_kinematics."""
