@@ -2,30 +2,45 @@
 
 Same observation dictionary (keys, shapes, float32), action layout (MultiDiscrete
 [11, 11, 11, 2, 2] per agent slot: x, y, yaw force bins, grab, lock), rewards, statistics and
-auto-reset as `VectorGame` (vector.py), and the same seeding: world w draws its layouts from a
-generator seeded with `world_seeds[w]`, spawned from the seed exactly as `VectorGame` does, so
-the same seed gives the same layouts in both. `step` returns a `VectorStep` whose arrays are
-torch tensors on the Warp device (zero-copy views of Warp arrays where the physics owns them).
+auto-reset as `VectorGame` (vector.py). `step` returns a `VectorStep` whose arrays are all torch
+tensors on the Warp device (zero-copy views of Warp arrays where the physics owns them), the
+episode statistics included ((W,) float64, NaN where a world did not finish this step).
+
+Seeding: world w's FIRST layout comes from a generator seeded with `world_seeds[w]`, spawned
+from the seed exactly as `VectorGame` does, so the first episode of every world has the same
+layout in both. Later episodes take layouts from the device layout bank (bank.py): the same
+seed and device type replay exactly, but they are not `VectorGame`'s later layouts.
+
+Worlds end their episodes independently: the step counter `t` is a (W,) device tensor, and a
+world reaching the horizon is reset inside the same step by masked tensor writes from the bank
+(`_reset_where`), with no host work. With `stagger=True` world w starts at a random step of its
+first episode (seeded), so with thousands of worlds the ends spread over the horizon instead of
+landing on one step; those first episodes are partial (their statistics cover the steps played,
+and a world started after the preparation phase has no `_prep` snapshot).
 
 Per env step everything runs as tensor code over all worlds at once, no per-world Python:
 seekers idle in preparation, locks then grabs from the previous step's visibility (rules.py's
 rules, in `warp/rules.py`: grabs decided afresh every step, locked objects grabbable, a lock
 leaving grabs as they are), the lock / grab edits written into the per-world joint ranges, weld
-data and `eq_active`, controls, `substeps` Warp physics steps, entity poses from qpos, one
-batched `mujoco_warp.rays` call (lidar fan and a ray towards every entity centre per agent),
-rewards, statistics (`warp/stats.py`) and observations. What stays on the host, per episode
-rather than per step: layout sampling and the layout's C model compile
-(`WarpWorlds.set_layouts`), the per-episode tables (who is present, the other-agent order) and
-the finished episodes' statistics. Per step the host reads back only two flags (an action out of
-range, a physics buffer overflow); the step counter is mirrored on the host, since every world
-of a game starts and ends its episodes on the same steps' clock (`t_host`).
+data and `eq_active`, controls, `substeps` Warp physics steps (a CUDA graph on a GPU,
+physics.py), entity poses from qpos, one batched `mujoco_warp.rays` call (lidar fan and a ray
+towards every entity centre per agent), rewards, statistics (`warp/stats.py`), observations,
+then the masked reset of the worlds that ended (their rays and observations computed again: a
+second ray call per step, whether or not a world ended, since knowing would need a host read).
 
-Physics failures are counted, never silent: MuJoCo Warp drops contacts or constraint rows
-when a world has more than its buffers hold (`nconmax` / `njmax` of `WarpWorlds`) and raises a
-per-world overflow bit; after every env step the game reads those bits (`CAPACITY_OVERFLOWS`),
-logs each world that overflowed, counts it in `physics_warnings` (W,) for the current episode
-and `physics_warnings_total`, and clears them. Bad-state resets of the C game (NaN in qacc) have
-no Warp counterpart; rendering stays with the C game.
+No host synchronisation inside a step with `step(..., check=False)`: nothing is read back
+(tests/envs/test_warp_syncs.py counts it). What the host would otherwise check per step is
+accumulated on the device and read by `read_warnings()`, which a worker calls at heartbeat time:
+- actions out of range (or fractional) are clamped and counted; `read_warnings` raises a
+  ValueError naming the first one. `step(actions)` (check=True, for users calling it directly)
+  validates on the host and raises at once instead;
+- physics failures are counted, never silent: MuJoCo Warp drops contacts or constraint rows
+  when a world has more than its buffers hold (`nconmax` / `njmax`, `PhysicsConfig`) and raises
+  a per-world overflow bit; after every env step the game adds those bits (`CAPACITY_OVERFLOWS`)
+  to `physics_warnings` (W,) for the current episode and to a running total, and clears them;
+  `read_warnings` logs the worlds that overflowed since its last call.
+Bad-state resets of the C game (NaN in qacc) have no Warp counterpart; rendering stays with the
+C game.
 """
 
 from __future__ import annotations
@@ -42,7 +57,7 @@ from hns_train.envs.stats import STAT_KEYS
 from hns_train.envs.vector import VectorStep
 from hns_train.envs.warp import rules as TR
 from hns_train.envs.warp.bank import BankConfig, LayoutBank
-from hns_train.envs.warp.physics import WarpWorlds
+from hns_train.envs.warp.physics import PhysicsConfig, WarpWorlds
 from hns_train.envs.warp.stats import TensorStats, box_surfing
 from hns_train.envs.world import FREE_RANGE
 
@@ -57,7 +72,9 @@ class WarpGame:
     """`n_worlds` worlds of one config on a Warp device, stepped together, reset automatically.
 
     cfg: a `GameConfig` or a preset name; device: a Warp device ("cpu", "cuda:0"; None: Warp's
-    default). Observations are (W, A, ...) float32 tensors on that device.
+    default). Observations are (W, A, ...) float32 tensors on that device. stagger: worlds
+    start at random steps of their first episode (resets spread over steps); bank: the layout
+    bank's sizes (bank.py); physics: buffer sizes and solver settings (physics.py).
     """
 
     def __init__(
@@ -68,6 +85,7 @@ class WarpGame:
         device: str | None = None,
         stagger: bool = False,
         bank: BankConfig | None = None,
+        physics: PhysicsConfig | None = None,
     ):
         if isinstance(cfg, str):
             cfg = make_config(cfg)
@@ -75,7 +93,7 @@ class WarpGame:
             raise ValueError(f"cfg must be a GameConfig or a preset name, got {type(cfg)}")
         self.cfg = cfg
         self.n_worlds = W = n_worlds
-        self.worlds = WarpWorlds(cfg, n_worlds, device=device)
+        self.worlds = WarpWorlds(cfg, n_worlds, device=device, physics=physics)
         self.dev = dev = self.worlds.torch_device
         idx = self.index = self.worlds.index
         self.n_agents = A = cfg.max_agents

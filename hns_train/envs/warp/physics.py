@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -67,6 +68,8 @@ PER_WORLD_FIELDS = (
     "jnt_range",
     "eq_data",
 )
+MIN_NCONMAX, CONTACTS_PER_BODY = 64, 8
+MIN_NJMAX, ROWS_PER_DOF = 256, 16
 PARK_Z_WARP = -PARK_Z  # absent entities wait above the arena (module docstring)
 log = logging.getLogger(__name__)
 
@@ -139,6 +142,33 @@ def warp_qpos(cfg: GameConfig, layout: Layout, index: WorldIndex, nq: int) -> np
     return qpos
 
 
+@dataclass(frozen=True)
+class PhysicsConfig:
+    """MuJoCo Warp buffer sizes and solver settings (docs/benchmarks.md, MuJoCo Warp: the
+    measurements they were chosen from). None: the default below / the model's own."""
+
+    # contacts per world, pooled over worlds (MuJoCo Warp's `nconmax`); default
+    # CONTACTS_PER_BODY per movable body, at least MIN_NCONMAX
+    nconmax: int | None = None
+    # constraint rows per world, a hard per-world cap (`njmax`); default ROWS_PER_DOF per DOF,
+    # at least MIN_NJMAX. Rows: 4 per pyramidal contact, 6 per active weld, 2 per frozen joint
+    njmax: int | None = None
+    iterations: int | None = None  # Newton solver iterations (MuJoCo's default 100)
+    ls_iterations: int | None = None  # line-search iterations (MuJoCo's default 50)
+
+    def __post_init__(self):
+        for name in ("nconmax", "njmax", "iterations", "ls_iterations"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"PhysicsConfig.{name} must be >= 1 or None, got {value}")
+
+    def sizes(self, template) -> tuple[int, int]:
+        """(nconmax, njmax) for the all-slots template model."""
+        nconmax = self.nconmax or max(MIN_NCONMAX, CONTACTS_PER_BODY * (template.nbody - 1))
+        njmax = self.njmax or max(MIN_NJMAX, ROWS_PER_DOF * template.nv)
+        return nconmax, njmax
+
+
 class WarpWorlds:
     """`n_worlds` worlds of `cfg` on a Warp device, each with its own layout.
 
@@ -151,8 +181,7 @@ class WarpWorlds:
         cfg: GameConfig,
         n_worlds: int,
         device: str | None = None,
-        nconmax: int | None = None,
-        njmax: int | None = None,
+        physics: PhysicsConfig | None = None,
     ):
         if n_worlds < 1:
             raise ValueError(f"n_worlds must be >= 1, got {n_worlds}")
@@ -163,20 +192,19 @@ class WarpWorlds:
         self.cfg = cfg
         self.n_worlds = W = n_worlds
         self.cache = ModelCache(cfg)
+        self.physics = ph = physics or PhysicsConfig()
         template = build_spec(cfg, full_layout(cfg)).compile()
+        if ph.iterations is not None:
+            template.opt.iterations = ph.iterations
+        if ph.ls_iterations is not None:
+            template.opt.ls_iterations = ph.ls_iterations
         self.template = template
         self.index = index_world(cfg, template)
         self.nq, self.nv = template.nq, template.nv
         with wp.ScopedDevice(self.device):
             self.m = mjw.put_model(template, batch_sizes={f: W for f in PER_WORLD_FIELDS})
-            # constraint rows: contacts (4 pyramid rows each), 6 per active weld, 2 per frozen
-            # joint; sized so a crowded randomwalls world fits
-            self.d = mjw.make_data(
-                template,
-                nworld=W,
-                nconmax=nconmax or max(64, 8 * (template.nbody - 1)),
-                njmax=njmax or max(256, 16 * template.nv),
-            )
+            self.nconmax, self.njmax = ph.sizes(template)
+            self.d = mjw.make_data(template, nworld=W, nconmax=self.nconmax, njmax=self.njmax)
         view = wp.to_torch
         self.torch_device = view(self.d.qpos).device
         self.qpos = view(self.d.qpos)
