@@ -2,6 +2,7 @@
 
 - CUDA graph capture: the decision (`capture_plan`) and its log-once warning; on the CPU device
   nothing is captured.
+- Resets: `WarpWorlds.reset_where` clears what `mujoco_warp.reset_data` would.
 - Staggered starts: worlds begin their first episode at different steps, and the observation's
   preparation clock follows each world's own step.
 - The layout bank: refreshed batches are the layouts the bank's generator draws, written into
@@ -17,6 +18,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 pytest.importorskip("mujoco_warp")
 
@@ -49,6 +51,32 @@ def test_the_cpu_device_steps_uncaptured():
     game.step(np.full((2, game.n_agents, 5), 0))
     assert game.worlds._graphs is None and not game.worlds.device.is_cuda
     game.close()
+
+
+def test_reset_where_leaves_nothing_for_mujoco_warps_reset_data_to_change():
+    game = WarpGame("quadrant", 4, seed=2, device="cpu")
+    game.reset()
+    rng = np.random.default_rng(0)
+    for _ in range(3):  # moving, grabbing and locking: velocities, welds, warm start
+        act = rng.integers(0, game.action_nvec, size=(4, game.n_agents, 5))
+        act[..., 3:] = 1
+        game.step(act)
+    ww = game.worlds
+    mask = torch.tensor([True, False, True, False])
+    game._reset_where(mask, game.bank.draw())
+    names = physics.RESET_ZERO + ("eq_active", "qpos")
+    ours = {n: wp_view(ww, n).clone() for n in names}
+    assert ours["qvel"][~mask].abs().sum() > 0  # the other worlds kept their motion
+    reset_mask = ww.wp.array(mask.numpy(), dtype=bool, device=ww.device)
+    ww.mjw.reset_data(ww.m, ww.d, reset=reset_mask)
+    ww.qpos.copy_(ours["qpos"])  # reset_data writes qpos0; ours is the layout's
+    for n in names:
+        np.testing.assert_array_equal(wp_view(ww, n).numpy(), ours[n].numpy(), err_msg=n)
+    game.close()
+
+
+def wp_view(worlds, name):
+    return worlds.wp.to_torch(getattr(worlds.d, name))
 
 
 def test_staggered_worlds_start_at_different_steps_with_their_own_clock():

@@ -68,6 +68,9 @@ PER_WORLD_FIELDS = (
     "jnt_range",
     "eq_data",
 )
+# Data arrays a step reads that an episode starts with at zero (as mujoco_warp.reset_data)
+RESET_ZERO = ("qvel", "qacc_warmstart", "qacc", "ctrl", "qfrc_applied", "xfrc_applied", "act")
+RESET_ZERO += ("act_dot", "time")
 MIN_NCONMAX, CONTACTS_PER_BODY = 64, 8
 MIN_NJMAX, ROWS_PER_DOF = 256, 16
 PARK_Z_WARP = -PARK_Z  # absent entities wait above the arena (module docstring)
@@ -220,8 +223,9 @@ class WarpWorlds:
         if not np.allclose(template.geom_quat[static], [1, 0, 0, 0]):
             raise RuntimeError("world.py's static geoms are no longer axis-aligned")
         self._static_geoms = torch.as_tensor(np.flatnonzero(static), device=self.torch_device)
-        self._reset_mask = wp.zeros(W, dtype=bool, device=self.device)
-        self._reset_mask_t = view(self._reset_mask)
+        # the Data a step reads besides qpos, cleared by `reset_where` (RESET_ZERO)
+        self._cleared = [view(getattr(self.d, name)) for name in RESET_ZERO]
+        self._eq_active0 = torch.as_tensor(template.eq_active0.astype(bool)).to(self.eq_active)
         from mujoco_warp._src.types import vec6
 
         self.geomgroup = vec6(*[int(g) for g in RAY_GROUPS])
@@ -256,9 +260,12 @@ class WarpWorlds:
     def reset_where(self, mask: torch.Tensor, src: dict[str, torch.Tensor]) -> None:
         """The fresh state of an episode's start in the worlds where `mask` (W,) bool: their
         layout fields and first qpos from `src` (name -> (W, ...) tensors, rows where `mask`
-        are read; `layout_arrays`'s keys), qvel, warm start, controls and welds cleared
-        (`mujoco_warp.reset_data`). Masked writes over every world: no host read, so it can
-        run on every step whether or not a world finished."""
+        are read; `layout_arrays`'s keys), the rest of the state a step reads cleared as
+        `mujoco_warp.reset_data` clears it (`RESET_ZERO`, welds back to `eq_active0`). Masked
+        writes over every world: no host read, so it can run on every step whether or not a
+        world finished. (Not `reset_data` itself: it defines its kernels anew on every call,
+        80-100 ms of host time per call on the CPU device, measured; tests/envs/
+        test_warp_scale.py checks that `reset_data` after this changes none of that state.)"""
         for name in PER_WORLD_FIELDS:
             dst = self.field[name]
             m = mask.reshape(-1, *([1] * (dst.dim() - 1)))
@@ -266,9 +273,10 @@ class WarpWorlds:
         st = self._static_geoms
         xpos = self.geom_xpos[:, st]
         self.geom_xpos[:, st] = torch.where(mask[:, None, None], src["geom_pos"][:, st], xpos)
-        self._reset_mask_t.copy_(mask)
-        with self._stream():
-            self.mjw.reset_data(self.m, self.d, reset=self._reset_mask)
+        for x in self._cleared:
+            m = mask.reshape(-1, *([1] * (x.dim() - 1)))
+            x.copy_(torch.where(m, torch.zeros((), dtype=x.dtype, device=x.device), x))
+        self.eq_active.copy_(torch.where(mask[:, None], self._eq_active0, self.eq_active))
         self.qpos.copy_(torch.where(mask[:, None], src["qpos"], self.qpos))
 
     # ------------------------------------------------------------------ physics
