@@ -71,8 +71,13 @@ PER_WORLD_FIELDS = (
 # Data arrays a step reads that an episode starts with at zero (as mujoco_warp.reset_data)
 RESET_ZERO = ("qvel", "qacc_warmstart", "qacc", "ctrl", "qfrc_applied", "xfrc_applied", "act")
 RESET_ZERO += ("act_dot", "time")
-MIN_NCONMAX, CONTACTS_PER_BODY = 64, 8
-MIN_NJMAX, ROWS_PER_DOF = 256, 16
+# Buffer sizes and the solver cap, from bench/warp_capacity.py (docs/benchmarks.md, MuJoCo
+# Warp): random play grabbing and locking often needed at most 20 (quadrant) / 53
+# (randomwalls) contacts and 86 / 236 constraint rows in a world, and 14 / 15 Newton
+# iterations (mean 3.5); the defaults leave 2x or more on each
+MIN_NCONMAX, CONTACTS_PER_BODY = 64, 8  # quadrant 64, randomwalls 120 per world (pooled)
+MIN_NJMAX, ROWS_PER_DOF = 128, 8  # quadrant 224, randomwalls 480 rows per world
+SOLVER_ITERATIONS = 30  # MuJoCo's default is 100; converged states stop far earlier
 PARK_Z_WARP = -PARK_Z  # absent entities wait above the arena (module docstring)
 log = logging.getLogger(__name__)
 
@@ -151,12 +156,12 @@ class PhysicsConfig:
     measurements they were chosen from). None: the default below / the model's own."""
 
     # contacts per world, pooled over worlds (MuJoCo Warp's `nconmax`); default
-    # CONTACTS_PER_BODY per movable body, at least MIN_NCONMAX
+    # CONTACTS_PER_BODY per body, at least MIN_NCONMAX
     nconmax: int | None = None
     # constraint rows per world, a hard per-world cap (`njmax`); default ROWS_PER_DOF per DOF,
     # at least MIN_NJMAX. Rows: 4 per pyramidal contact, 6 per active weld, 2 per frozen joint
     njmax: int | None = None
-    iterations: int | None = None  # Newton solver iterations (MuJoCo's default 100)
+    iterations: int | None = SOLVER_ITERATIONS  # Newton iterations cap (None: the model's)
     ls_iterations: int | None = None  # line-search iterations (MuJoCo's default 50)
 
     def __post_init__(self):
