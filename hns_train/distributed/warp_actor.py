@@ -11,6 +11,17 @@ only the latest policy's rows of present agents, `truncated_value` from the fina
 with the values of the next step's observation. `pipeline.ring_size` does not apply: there is
 no inference round trip to hide.
 
+Worlds end their episodes independently (the game's per-world step counter; with
+`pipeline.warp_stagger` they start at random steps of their first episode): on a step where
+some worlds ended, their rows get `truncated` and `truncated_value` (every row's final
+observation is evaluated, the others' values dropped), their LSTM state is zeroed and their
+controllers redrawn; a row whose controller changed inside a chunk is left out of that chunk
+(its steps were not all the learning policy's). A full chunk ships on the next step, with those
+values as the bootstrap of its unfinished rows. Its rows go out in as many messages as keep
+each under `pipeline.max_message_mb` (`split_columns`): all rows of 4096 worlds would be over a
+gigabyte, which the trainer's socket refuses. The game's device flags (bad actions, physics
+overflows) are read once per heartbeat (`WarpGame.read_warnings`), not per step.
+
 Everything downstream (trainers, pool, eval workers, controller, logging) is unchanged; the
 controller starts no policy workers for this backend.
 
