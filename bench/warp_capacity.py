@@ -77,10 +77,11 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--nconmax", type=int, default=None)
     p.add_argument("--njmax", type=int, default=None)
-    p.add_argument("--iterations", type=int, default=None)
+    p.add_argument("--iterations", type=int, default=None, help="default: PhysicsConfig's")
     p.add_argument("--device", default=None)
     args = p.parse_args()
-    physics = PhysicsConfig(nconmax=args.nconmax, njmax=args.njmax, iterations=args.iterations)
+    given = {k: getattr(args, k) for k in ("nconmax", "njmax", "iterations")}
+    physics = PhysicsConfig(**{k: v for k, v in given.items() if v is not None})
     print(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
     print(f"# load average at start: {os.getloadavg()}")
     results = []
