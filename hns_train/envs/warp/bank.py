@@ -10,11 +10,12 @@ Sizes and refresh (`BankConfig`):
 - K = max(W, min(`per_world` x W, `max_slots`)) slots. Slots 0..W-1 hold the worlds' first
   layouts; the rest start as copies of them (a device copy, so building a game costs W host
   compiles, as before) and are replaced by fresh layouts as the bank refreshes.
-- Every `refresh_every` env steps, `refresh_slots` slots (round robin over the bank) get new
-  layouts. A daemon thread samples and compiles them (its own `ModelCache`: a MuJoCo spec is not
-  shared across threads) into host arrays ahead of time, up to `prefetch` batches; the step only
-  copies a ready batch to the device. If the thread is behind, the step waits for it, so which
-  layouts a run sees does not depend on thread timing.
+- Every `refresh_every` env steps, `refresh_slots` slots (round robin over the bank, a batch
+  ending early at the bank's end) get new layouts. A daemon thread samples and compiles them
+  (its own `ModelCache`: a MuJoCo spec is not shared across threads) into host tensors ahead
+  of time (pinned on CUDA), up to `prefetch` batches; the step only queues a ready batch's
+  copy into a slice of the bank, without blocking. If the thread is behind, the step waits for
+  it, so which layouts a run sees does not depend on thread timing.
 - A resetting world draws its slot uniformly from the K slots with a torch generator on the
   device (seeded from the game's seed).
 
@@ -121,24 +122,29 @@ class LayoutBank:
         if self._thread is None:
             self._thread = threading.Thread(target=self._produce, name="layout-bank", daemon=True)
             self._thread.start()
-        slots, layouts, host = self._ready.get()
-        rows = torch.as_tensor(slots, device=self.worlds.torch_device)
+        start, layouts, host = self._ready.get()
+        # a slice, and pinned host memory copied without blocking: no stream sync on CUDA
+        # (a pageable or indexed host-to-device copy waits for the device to catch up)
         for k, v in host.items():
-            self.entries[k][rows] = torch.as_tensor(v).to(self.entries[k])
-        for s, lay in zip(slots, layouts, strict=True):
-            self.layouts[s] = lay
+            self.entries[k][start : start + len(layouts)].copy_(v, non_blocking=True)
+        self.layouts[start : start + len(layouts)] = layouts
         self.refreshes += 1
 
     def _produce(self) -> None:
         """Thread: sample and compile refresh batches in order, slots round robin."""
         cache = ModelCache(self.cfg)
         c, K = self.config, self.size
+        pin = self.worlds.torch_device.type == "cuda"
         while not self._stop.is_set():
-            n = min(c.refresh_slots, K)
-            slots = (self._next_slot + np.arange(n)) % K
-            self._next_slot = int((self._next_slot + n) % K)
+            start = self._next_slot
+            n = min(c.refresh_slots, K - start)  # a batch never wraps: one slice of the bank
+            self._next_slot = (start + n) % K
             layouts = [sample_layout(self.cfg, self._rng) for _ in range(n)]
-            item = (slots, layouts, layout_entries(self.cfg, self.worlds, layouts, cache))
+            host = layout_entries(self.cfg, self.worlds, layouts, cache)
+            host = {k: torch.from_numpy(v) for k, v in host.items()}
+            if pin:
+                host = {k: v.pin_memory() for k, v in host.items()}
+            item = (start, layouts, host)
             while not self._stop.is_set():
                 try:
                     self._ready.put(item, timeout=0.2)
