@@ -151,6 +151,10 @@ class WarpGame:
         self._not_self = torch.ones(A, E, dtype=torch.bool, device=dev)
         self._not_self[torch.arange(A), torch.arange(A)] = False
         self._cos_half = float(np.cos(cfg.vision_half_angle))
+        # constants of the step, on the device once (a host list made into a CUDA tensor is a
+        # blocking copy: a stream sync)
+        self._up = t([0.0, 0.0, 1.0])
+        self._free_range = t([-FREE_RANGE, FREE_RANGE])
 
         # per-world state (device) and per-episode tables
         z = torch.zeros
@@ -437,7 +441,7 @@ class WarpGame:
         norm = torch.linalg.vector_norm(to, dim=-1, keepdim=True)
         to = to / norm.clamp_min(1e-9)
         ar = torch.arange(A, device=self.dev)
-        to[:, ar, ar] = torch.tensor([0.0, 0.0, 1.0], device=self.dev)  # own ray: upwards
+        to[:, ar, ar] = self._up  # own ray: upwards
         vec = torch.cat([self._lidar_dirs.expand(W, A, L, 3), to], dim=2).reshape(W, -1, 3)
         pnt = origin[:, :, None, :].expand(W, A, self._nray, 3).reshape(W, -1, 3)
         self.worlds.kinematics()
@@ -460,7 +464,7 @@ class WarpGame:
         rng = ww.field["jnt_range"]
         q = ww.qpos[:, self._object_q].reshape(W, Ob, 4)
         cur = rng[:, self._object_jnt].reshape(W, Ob, 4, 2)
-        free = torch.tensor([-FREE_RANGE, FREE_RANGE], dtype=cur.dtype, device=self.dev)
+        free = self._free_range
         new = torch.where(
             newly[..., None],
             q[..., None].expand(W, Ob, 4, 2),
