@@ -61,7 +61,7 @@ def measure(preset, n_worlds, episodes, grab, seed, physics, device) -> dict:
         "max_solver_iterations": int(iters.max()),
         "p99_solver_iterations": float(np.percentile(iters, 99)),
         "mean_solver_iterations": float(iters.mean()),
-        "physics_warnings": game.read_warnings()["physics_warnings_total"],
+        "physics_warnings": game.read_warnings(),
         "ms_per_step": 1e3 * seconds / (episodes * cfg.horizon),
     }
     game.close()

@@ -131,7 +131,8 @@ class WarpActorWorker(Worker):
             self._ship(values, self.ship_present)
         if self.oldest_version < 0:
             self.oldest_version = self.version
-        result = game.step(actions.reshape(W, A, -1), check=False)  # checked at heartbeats
+        # checked lazily, read at heartbeats (the actions are host arrays here)
+        result = game.step(actions.reshape(W, A, -1), check=False)
         self._frames += W
         step = dict(
             obs=_host(self.obs),
@@ -210,7 +211,7 @@ class WarpActorWorker(Worker):
             "queued_chunks": len(self.pending_chunks),
             # contact / constraint buffer overflows of the Warp physics since the actor started
             # (the game's device flags, read once per heartbeat; raises for bad actions)
-            "physics_warnings": self.game.read_warnings()["physics_warnings_total"],
+            "physics_warnings": self.game.read_warnings(),
             "rejected": self.bad_params.total,
             "time": time.time(),
         }

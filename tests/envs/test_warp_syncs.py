@@ -1,9 +1,10 @@
 """The Warp game's step makes no host synchronisation (envs/warp/game.py, bank.py).
 
 `HostSyncCounter` (hns_train/host_syncs.py) counts every call that would make the host wait
-for a GPU (tensor reads, data-dependent shapes), on the CPU device too. With `check=False`, one
-`WarpGame.step` must count zero, including steps where some worlds end their episodes and are
-reset from the layout bank, and steps that refresh the bank. What the step does not read
+for a GPU (tensor reads, data-dependent shapes), on the CPU device too. Given a tensor of
+actions (checked lazily) or `check=False`, one `WarpGame.step` must count zero, including steps
+where some worlds end their episodes and are reset from the layout bank, and steps that refresh
+the bank. What the step does not read
 (bad actions, physics buffer overflows) is accumulated on the device and read by
 `read_warnings`. Needs Warp's kernels (cached after the first run of a machine), hence `slow`.
 """
@@ -58,7 +59,7 @@ def test_a_step_makes_no_host_sync_when_some_worlds_reset(game):
         assert (game.t.numpy()[done] == 0).all()
     assert partial, "no step ended some worlds' episodes but not all (stagger)"
     assert refreshes >= HORIZON - 1, "the bank was not refreshed"
-    assert game.read_warnings() == {"physics_warnings_total": 0, "bad_actions": 0}
+    assert game.read_warnings() == 0
 
 
 def test_step_results_are_device_tensors(game):
@@ -79,21 +80,28 @@ def test_bad_actions_unchecked_are_clamped_and_raised_at_the_next_read(game):
     assert syncs.total == 0
     with pytest.raises(ValueError, match=r"2 action entries .* world 4, agent slot 1, dimension 2"):
         game.read_warnings()
-    assert game.read_warnings()["bad_actions"] == 0  # reported once
+    game.read_warnings()  # reported once
     with pytest.raises(ValueError, match="world 4, agent slot 1, dimension 2"):
-        game.step(actions)  # check=True: raised at once
+        game.step(actions, check=True)  # raised at once
+    with pytest.raises(ValueError, match="world 4, agent slot 1, dimension 2"):
+        game.step(actions.numpy())  # host arrays are checked at once by default
+    with HostSyncCounter() as syncs:
+        game.step(actions)  # a tensor: checked lazily by default, as a pod passes them
+    assert syncs.total == 0
+    with pytest.raises(ValueError, match="2 action entries"):
+        game.read_warnings()
 
 
 def test_physics_overflows_are_counted_on_the_device_and_logged_at_the_read(game, caplog):
-    before = game.read_warnings()["physics_warnings_total"]
+    before = game.read_warnings()
     game.worlds.overflow[2] = 1 << 1  # what MuJoCo Warp writes when njmax_nnz overflows
     with HostSyncCounter() as syncs:
         game.step(_actions(game, np.random.default_rng(3)), check=False)
     assert syncs.total == 0
     assert int(game.physics_warnings[2]) == 1 or bool(game.t[2] == 0)  # unless it just reset
     with caplog.at_level(logging.WARNING, logger="hns_train.envs.warp.game"):
-        warnings = game.read_warnings()
-    assert warnings["physics_warnings_total"] == before + 1
+        total = game.read_warnings()
+    assert total == before + 1 == game.physics_warnings_total
     assert "overflowed njmax_nnz in world 2" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="hns_train.envs.warp.game"):

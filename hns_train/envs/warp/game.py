@@ -28,12 +28,15 @@ towards every entity centre per agent), rewards, statistics (`warp/stats.py`), o
 then the masked reset of the worlds that ended (their rays and observations computed again: a
 second ray call per step, whether or not a world ended, since knowing would need a host read).
 
-No host synchronisation inside a step with `step(..., check=False)`: nothing is read back
+No host synchronisation inside a step given a tensor of actions: nothing is read back
 (tests/envs/test_warp_syncs.py counts it). What the host would otherwise check per step is
 accumulated on the device and read by `read_warnings()`, which a worker calls at heartbeat time:
-- actions out of range (or fractional) are clamped and counted; `read_warnings` raises a
-  ValueError naming the first one. `step(actions)` (check=True, for users calling it directly)
-  validates on the host and raises at once instead;
+- where the actions are decides when they are checked (`step(actions, check=None)`): host
+  arrays (numpy, lists: a user calling `step` directly) are validated at once, a ValueError
+  naming the first bad entry, which costs no device read; a torch tensor (a pod's or an
+  actor's policy output) is checked lazily: entries out of range (or fractional) are clamped
+  and counted on the device, and `read_warnings` raises the ValueError. check=True / False
+  forces either;
 - physics failures are counted, never silent: MuJoCo Warp drops contacts or constraint rows
   when a world has more than its buffers hold (`nconmax` / `njmax`, `PhysicsConfig`) and raises
   a per-world overflow bit; after every env step the game adds those bits (`CAPACITY_OVERFLOWS`)
@@ -209,13 +212,14 @@ class WarpGame:
         self._reset_where(everyone, torch.arange(W, device=self.dev), start)
         return self.obs
 
-    def step(self, actions, check: bool = True) -> VectorStep:
+    def step(self, actions, check: bool | None = None) -> VectorStep:
         """Advance every world one env step; worlds whose episode ends are reset in place.
 
-        actions: (W, A, 5) integers (array or tensor). check: validate them on the host and
-        raise on a bad one (a host sync); False: no host sync in the whole step, an action out
-        of range is clamped and counted, and `read_warnings` raises for it later. Returns a
-        `VectorStep` of tensors on the game's device (fresh tensors each step)."""
+        actions: (W, A, 5) integers (array or tensor). check: True validates them on the host
+        and raises on a bad one (a host sync for a device tensor); False makes no host sync in
+        the whole step: an action out of range is clamped and counted, and `read_warnings`
+        raises for it later; None (default): True for host arrays, False for tensors. Returns
+        a `VectorStep` of tensors on the game's device (fresh tensors each step)."""
         if not self._started:
             raise RuntimeError("call reset() before step()")
         cfg = self.cfg
@@ -267,10 +271,13 @@ class WarpGame:
             episode_stats={k: stats[:, i] for i, k in enumerate(STAT_KEYS)},
         )
 
-    def check_actions(self, actions, check: bool = True) -> torch.Tensor:
+    def check_actions(self, actions, check: bool | None = None) -> torch.Tensor:
         """(W, A, 5) int64 actions on the device. Shape and dtype kind are checked always (no
         host read); the values with check=True (a ValueError naming the first bad entry), else
-        clamped into range and counted on the device for `read_warnings`."""
+        clamped into range and counted on the device for `read_warnings`. check=None: True for
+        host arrays, False for tensors."""
+        if check is None:
+            check = not isinstance(actions, torch.Tensor)
         if not isinstance(actions, torch.Tensor):
             actions = np.array(actions)  # a writable copy (broadcast views are read-only)
         a = torch.as_tensor(actions, device=self.dev)
@@ -301,11 +308,11 @@ class WarpGame:
         self._bad_count = self._bad_count + bad.sum()
         return torch.minimum(a.clamp_min(0), self._nvec - 1)
 
-    def read_warnings(self) -> dict[str, int]:
+    def read_warnings(self) -> int:
         """What the device accumulated since the last call, read once (a host sync: call it at
         heartbeat time, not per step). Logs the worlds whose physics overflowed; raises a
-        ValueError for actions out of range that `step(check=False)` clamped. Returns
-        {"physics_warnings_total": overflows since the game was made, "bad_actions": 0}."""
+        ValueError for actions out of range that an unchecked step clamped. Returns the
+        contact / constraint overflows since the game was made (`physics_warnings_total`)."""
         flags = torch.cat([self._bad_count[None], self._bad_first, self._overflow_total[None]])
         bad, w, ag, k, value, total = flags.cpu().tolist()
         if total > self._overflow_reported:
@@ -329,7 +336,7 @@ class WarpGame:
                 f"{bad} action entries were out of range since the last check; the first: "
                 + self._bad_action_message(w, ag, k, value)
             )
-        return {"physics_warnings_total": total, "bad_actions": 0}
+        return total
 
     @property
     def physics_warnings_total(self) -> int:
