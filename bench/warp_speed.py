@@ -100,6 +100,7 @@ def warp_timing(cfg, n_worlds, device, seed, steps, rng) -> dict:
     reset = time.perf_counter() - t0
     game.read_warnings()
     out = {
+        "bank_refresh_ms_per_layout": layout_ms(cfg, game.worlds, seed),
         "device": str(game.worlds.device),
         "build_s": build,
         "first_step_s": first,
@@ -114,15 +115,13 @@ def warp_timing(cfg, n_worlds, device, seed, steps, rng) -> dict:
     return out
 
 
-def layout_ms(cfg, seed, n=8) -> float:
+def layout_ms(cfg, worlds, seed, n=8) -> float:
     """Host ms to sample and compile one layout into bank entries (the refresh thread's work)."""
-    game_rng = np.random.default_rng(seed)
-    probe = WarpGame(cfg, 1, seed=seed, device="cpu")
-    cache = ModelCache(cfg)
-    layouts = [sample_layout(cfg, game_rng) for _ in range(n)]
+    rng, cache = np.random.default_rng(seed), ModelCache(cfg)
+    layouts = [sample_layout(cfg, rng) for _ in range(n)]
     t0 = time.perf_counter()
     for lay in layouts:
-        layout_entries(cfg, probe.worlds, [lay], cache)
+        layout_entries(cfg, worlds, [lay], cache)
     return 1e3 * (time.perf_counter() - t0) / n
 
 
@@ -217,7 +216,7 @@ def main() -> None:
             f"first steps {w['first_step_s']:.1f} s",
             flush=True,
         )
-    refresh_ms = layout_ms(cfg, args.seed)
+    refresh_ms = rows[0]["bank_refresh_ms_per_layout"]
     print(f"bank refresh: {refresh_ms:.1f} host ms per layout (on the bank's thread)")
     diff, reward_diff, flipped = obs_diff(
         cfg, args.diff_worlds, args.device, args.seed, args.diff_steps
