@@ -73,8 +73,8 @@ RESET_ZERO = ("qvel", "qacc_warmstart", "qacc", "ctrl", "qfrc_applied", "xfrc_ap
 RESET_ZERO += ("act_dot", "time")
 # Buffer sizes and the solver cap, from bench/warp_capacity.py (docs/benchmarks.md, MuJoCo
 # Warp): random play grabbing and locking often needed at most 20 (quadrant) / 53
-# (randomwalls) contacts and 86 / 236 constraint rows in a world, and 14 / 15 Newton
-# iterations (mean 3.5); the defaults leave 2x or more on each
+# (randomwalls) contacts and 86 / 236 constraint rows in a world, and 16 Newton iterations
+# (mean 3.5); the defaults leave about 2x or more on each
 MIN_NCONMAX, CONTACTS_PER_BODY = 64, 8  # quadrant 64, randomwalls 120 per world (pooled)
 MIN_NJMAX, ROWS_PER_DOF = 128, 8  # quadrant 224, randomwalls 480 rows per world
 SOLVER_ITERATIONS = 30  # MuJoCo's default is 100; converged states stop far earlier
