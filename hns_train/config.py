@@ -66,6 +66,9 @@ class PipelineConfig:
     # (the `pod` section; hns_train/agents/pod.py)
     backend: str = "c"
     warp_device: str = "auto"  # backend=warp: Warp/torch device of actors: auto | cpu | cuda:N
+    # backend=warp: worlds start at random steps of their first episode, so with thousands of
+    # worlds the episode ends (and resets) spread over steps instead of landing on one
+    warp_stagger: bool = False
     n_actors: int = 2
     envs_per_actor: int = 16  # worlds stepped by one actor
     ring_size: int = 2  # groups per actor: one steps while another waits for actions
