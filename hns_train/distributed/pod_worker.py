@@ -126,6 +126,9 @@ class PodWorker(LearnerWorker):
     def close_streams(self) -> None:
         if self.opponent_pool is not None:
             self.opponent_pool.close()
+        close_game = getattr(self.game, "close", None)  # the Warp game's layout-bank thread
+        if callable(close_game):
+            close_game()
         super().close_streams()
 
 
@@ -139,7 +142,10 @@ def make_game(cfg, device: torch.device, seed, threads: int = 1):
         from hns_train.envs.warp.game import WarpGame  # the optional extra, only here
 
         warp_device = "cpu" if device.type == "cpu" else f"cuda:{device.index or 0}"
-        return WarpGame(cfg.game_config(), cfg.pod.worlds, seed=seed, device=warp_device)
+        # worlds start at staggered steps, so resets spread over a rollout's steps
+        return WarpGame(
+            cfg.game_config(), cfg.pod.worlds, seed=seed, device=warp_device, stagger=True
+        )
     from hns_train.envs.vector import VectorGame
 
     return VectorGame(cfg.game_config(), cfg.pod.worlds, seed=seed, threads=threads)
