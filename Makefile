@@ -12,7 +12,7 @@ NVIDIA_DRIVER := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 TORCH_INDEX ?= $(if $(NVIDIA_DRIVER),,https://download.pytorch.org/whl/cpu)
 export MUJOCO_GL ?= egl
 
-.PHONY: setup train test lint format bench browser clean
+.PHONY: setup train test lint format bench gpu-day browser clean
 
 setup: $(STAMP)
 
@@ -51,6 +51,11 @@ browser:
 
 bench: $(STAMP)
 	$(BIN)/python bench/env_speed.py
+
+# Every GPU figure in about 35 minutes (bench/gpu_day.sh): needs the `warp` extra and a GPU.
+gpu-day: $(STAMP)
+	$(BIN)/pip install -q -e ".[warp]"
+	PY=$(BIN)/python bash bench/gpu_day.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache

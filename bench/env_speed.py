@@ -27,6 +27,11 @@ For each preset it prints:
 It ends with one line per preset, `ENV_SPEED {json}`, for scripts.
 
     python bench/env_speed.py [--quick] [--presets quadrant randomwalls] [--seconds 2]
+    python bench/env_speed.py --presets quadrant --pettingzoo 2000 [--flatten]
+
+`--pettingzoo STEPS` measures only the PettingZoo step: the median of single steps of
+`parallel_env(preset)` and of the game's own step against raw physics on the same states, all
+three stepped in lockstep (`pettingzoo_medians`), with a `PETTINGZOO_SPEED {json}` line.
 
 The machine may be shared: the header prints the load average; compare figures only between
 runs on an idle machine.
@@ -187,6 +192,73 @@ def pettingzoo_cpu(preset, seed, n_steps, rng) -> float:
     return cpu / n_steps
 
 
+def pettingzoo_medians(preset, seed, n_steps, rng, flatten=False) -> dict:
+    """Median time of one step of `parallel_env(preset)`, of the game's own step, and of raw
+    physics (`mj_step` x substeps) on the same states, stepped in lockstep (all three see the
+    same load): the env and a `HideAndSeekGame` of the same seed take the same random actions,
+    so they visit the same states, and before each step the env's state is stepped raw on a
+    `MjData` of its model; the env and the game take turns stepping first. Wall
+    (perf_counter) and process CPU time of each single step.
+    `flatten`: the env returns flat vectors (`parallel_env(..., flatten=True)`)."""
+    cfg = make_config(preset)
+    env = parallel_env(preset, seed=seed, flatten=flatten)
+    env.reset(seed=seed)
+    game = HideAndSeekGame(cfg, 1, seed=seed)
+    game.reset(seeds=[seed])
+    nvec = game.action_nvec
+    pool = rng.integers(0, nvec, size=(64, game.n_agents, len(nvec)))
+    datas: dict[int, mujoco.MjData] = {}
+    times = {k: ([], []) for k in ("pettingzoo", "game", "raw", "inner")}
+    inner_step = env.game.step
+
+    def timed_inner(batch):  # the env's own game step: the rest of its step is the wrapper's
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = inner_step(batch)
+        times["inner"][0].append(time.perf_counter() - t0)
+        times["inner"][1].append(time.process_time() - c0)
+        return out
+
+    env.game.step = timed_inner
+
+    def timed(key, call):
+        t0, c0 = time.perf_counter(), time.process_time()
+        call()
+        times[key][0].append(time.perf_counter() - t0)
+        times[key][1].append(time.process_time() - c0)
+
+    for i in range(n_steps):
+        actions = pool[i % len(pool)]
+        model = env.game.models[0]
+        data = datas.setdefault(id(model), mujoco.MjData(model))
+        mujoco.mj_setState(model, data, env.game.batch.state[0], STATE)
+        live = {a: actions[env._slot[a]] for a in env.agents}
+        timed("raw", lambda: mujoco.mj_step(model, data, cfg.substeps))  # noqa: B023
+        # the env and the game take turns going first: neither always follows the raw step
+        for key in ("pettingzoo", "game")[:: 1 if i % 2 else -1]:
+            if key == "pettingzoo":
+                timed(key, lambda: env.step(live))  # noqa: B023
+            else:
+                timed(key, lambda: game.step(actions[None]))  # noqa: B023
+        if not env.agents:
+            env.reset()
+            game.reset()
+    out = {}
+    for key, (wall, cpu) in times.items():
+        out[f"{key}_us"] = float(np.median(wall)) * 1e6
+        out[f"{key}_cpu_us"] = float(np.median(cpu)) * 1e6
+    # per step: the env's step less its own game step (what the dicts and checks cost)
+    for unit, i in (("us", 0), ("cpu_us", 1)):
+        extra = np.subtract(times["pettingzoo"][i], times["inner"][i])
+        out[f"wrapper_{unit}"] = float(np.median(extra)) * 1e6
+    del out["inner_us"], out["inner_cpu_us"]
+    for key in ("pettingzoo", "game"):
+        out[f"{key}_ratio"] = out[f"{key}_us"] / out["raw_us"]
+        out[f"{key}_cpu_ratio"] = out[f"{key}_cpu_us"] / out["raw_cpu_us"]
+    same = np.array_equal(env.game.batch.state, game.batch.state)
+    out["same_states"] = bool(same)  # the lockstep held: both visited the same states
+    return out
+
+
 def first_steps(cfg, seed, n=3) -> float:
     """CPU seconds of a process's first game: its reset and `n` steps. They load the compiled
     step kernels (envs/kernels.py) from numba's cache, or compile them on a machine's first run:
@@ -248,6 +320,15 @@ def main() -> None:
     parser.add_argument("--resets", type=int, default=60)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="short runs, N in (1, 16)")
+    parser.add_argument(
+        "--pettingzoo",
+        type=int,
+        metavar="STEPS",
+        default=0,
+        help="only the PettingZoo step against the game's step and raw physics, medians of "
+        "STEPS single steps in lockstep (pettingzoo_medians)",
+    )
+    parser.add_argument("--flatten", action="store_true", help="--pettingzoo with flatten=True")
     args = parser.parse_args()
     if args.quick:
         args.worlds, args.seconds, args.raw_steps, args.resets = [1, 16], 0.5, 120, 20
@@ -262,6 +343,32 @@ def main() -> None:
         "times are per env step (= substeps mj_steps); ratio = env cost / raw physics cost;\n"
         "cpu = this process's CPU time (sums threads), robust to a busy machine\n"
     )
+
+    if args.pettingzoo:
+        for preset in args.presets:
+            first_steps(make_config(preset), args.seed)  # kernels loaded before timing
+            rng = np.random.default_rng(0)
+            m = pettingzoo_medians(preset, args.seed, args.pettingzoo, rng, args.flatten)
+            print(
+                f"== {preset}{' (flatten=True)' if args.flatten else ''}: median of "
+                f"{args.pettingzoo} single steps, in lockstep\n"
+                f"raw physics  mj_step x{make_config(preset).substeps}: {m['raw_us']:6.0f} us"
+                f"   cpu {m['raw_cpu_us']:.0f} us\n"
+                f"game step    HideAndSeekGame(1): {m['game_us']:6.0f} us   ratio "
+                f"{m['game_ratio']:.2f}   cpu {m['game_cpu_us']:.0f} us, cpu ratio "
+                f"{m['game_cpu_ratio']:.2f}\n"
+                f"pettingzoo   parallel_env step: {m['pettingzoo_us']:6.0f} us   ratio "
+                f"{m['pettingzoo_ratio']:.2f}   cpu {m['pettingzoo_cpu_us']:.0f} us, cpu ratio "
+                f"{m['pettingzoo_cpu_ratio']:.2f}   (same states: {m['same_states']})\n"
+                f"wrapper      the env's step less its own game step: {m['wrapper_us']:.0f} us, "
+                f"cpu {m['wrapper_cpu_us']:.0f} us = {m['wrapper_cpu_us'] / m['raw_cpu_us']:.2f} "
+                "of raw physics"
+            )
+            m.update(preset=preset, flatten=args.flatten, load_avg_1min=load[0])
+            print("PETTINGZOO_SPEED " + json.dumps(m, sort_keys=True))
+        end = os.getloadavg()
+        print(f"load average at end: {end[0]:.2f} {end[1]:.2f} {end[2]:.2f}")
+        return
 
     summaries = []
     for preset in args.presets:

@@ -7,6 +7,7 @@ A run is described by `RunConfig`:
     agent:    network / ppo sections                 -> hns_train.agents.AgentConfig
     pipeline: workers, batching, staleness, reuse    -> PipelineConfig
     pool:     self-play snapshots and opponents      -> hns_train.agents.pool.PoolConfig
+    pod:      worlds and PPO passes of a pod         -> PodConfig (pipeline.backend=pod)
     eval:     evaluation matches and replays         -> EvalSettings
     logging:  metrics cadence and wandb              -> LoggingConfig
     stop:     when the run ends                      -> StopConfig
@@ -44,7 +45,8 @@ CONFIG_DIR = (
     else Path(__file__).resolve().parent / "configs"
 )
 LAUNCHERS = ("serial", "local", "ray")
-BACKENDS = ("c", "warp")
+BACKENDS = ("c", "warp", "pod")
+POD_PHYSICS = ("auto", "c", "warp")
 WANDB_MODES = ("offline", "online", "disabled")
 
 
@@ -59,9 +61,14 @@ class PipelineConfig:
     launcher: str = "local"  # serial | local | ray
     # c: actors step C MuJoCo and ask policy workers over sockets; warp: each actor simulates
     # its worlds on MuJoCo Warp and runs the policy itself on the same device (no policy
-    # workers, no inference sockets; needs the optional extra `warp`)
+    # workers, no inference sockets; needs the optional extra `warp`); pod: no actors or policy
+    # workers, each of the n_trainers learners simulates, acts and learns on its own device
+    # (the `pod` section; hns_train/agents/pod.py)
     backend: str = "c"
     warp_device: str = "auto"  # backend=warp: Warp/torch device of actors: auto | cpu | cuda:N
+    # backend=warp: worlds start at random steps of their first episode, so with thousands of
+    # worlds the episode ends (and resets) spread over steps instead of landing on one
+    warp_stagger: bool = False
     n_actors: int = 2
     envs_per_actor: int = 16  # worlds stepped by one actor
     ring_size: int = 2  # groups per actor: one steps while another waits for actions
@@ -170,6 +177,25 @@ class StopConfig:
 
 
 @dataclass
+class PodConfig:
+    """`pipeline.backend=pod`: each learner (rank of `pipeline.n_trainers`) is a pod that
+    simulates its own worlds, acts, stores rollouts of `pipeline.chunk_len` steps on
+    `pipeline.device` and runs PPO on them there (hns_train/agents/pod.py)."""
+
+    worlds: int = 64  # worlds each pod simulates (thousands on a GPU)
+    physics: str = "auto"  # auto (MuJoCo Warp on CUDA, the C game on a CPU) | c | warp
+    # PPO passes over each rollout and minibatches per pass (replace agent.ppo's for a pod: a
+    # rollout is trained on as it comes, the pipeline's reuse does not apply)
+    epochs: int = 2
+    minibatches: int = 2
+    opponent_slots: int = 4  # pool snapshots held on the device as ready models
+    # torch and MuJoCo threads of a CPU pod (0: this host's cores / pods). More cores: more pods
+    # (pipeline.n_trainers) rather than threads; torch's OpenMP threads spin while they wait, and
+    # on a busy machine two of them in one pod made an update 7x slower than one (measured).
+    threads: int = 1
+
+
+@dataclass
 class RunConfig:
     name: str = "default"
     seed: int = 0
@@ -178,6 +204,7 @@ class RunConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     pool: PoolConfig = field(default_factory=PoolConfig)
+    pod: PodConfig = field(default_factory=PodConfig)
     eval: EvalSettings = field(default_factory=EvalSettings)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     stop: StopConfig = field(default_factory=StopConfig)
@@ -216,6 +243,14 @@ class RunConfig:
             problems.append(
                 "pipeline.backend='warp' needs the optional extra: pip install -e '.[warp]'"
             )
+        if self.pod.physics not in POD_PHYSICS:
+            problems.append(f"pod.physics={self.pod.physics!r} is not one of {POD_PHYSICS}")
+        elif (
+            p.backend == "pod"
+            and self.pod.physics == "warp"
+            and importlib.util.find_spec("mujoco_warp") is None
+        ):
+            problems.append("pod.physics='warp' needs the optional extra: pip install -e '.[warp]'")
         if p.transport not in ("ipc", "tcp"):
             problems.append(f"pipeline.transport={p.transport!r} is not one of ('ipc', 'tcp')")
         problems += _cluster_problems(p)
@@ -305,6 +340,9 @@ _RANGES: dict[str, tuple] = {
     **{f"pipeline.ray_{kind}_gpus": (-1, None, True) for kind in ("policy", "trainer")},
     "pipeline.heartbeat_s": _POSITIVE,
     "pipeline.heartbeat_timeout_s": _POSITIVE,
+    **{f"pod.{name}": _AT_LEAST_1 for name in ("worlds", "epochs", "minibatches")},
+    "pod.opponent_slots": _AT_LEAST_1,
+    "pod.threads": _NON_NEGATIVE,
     "eval.n_workers": _NON_NEGATIVE,
     "eval.worlds": _AT_LEAST_1,
     "eval.every_s": _NON_NEGATIVE,

@@ -8,11 +8,15 @@ Warp game's step must have none; a PPO update a small fixed number (its statisti
 
 The counter is a torch function mode: every such call made inside `with HostSyncCounter() as c`
 is counted by name, on any device (a CPU tensor counts too, since the same code on a GPU would
-wait), so tests on a CPU-only machine see the syncs a GPU run would pay for.
+wait), so tests on a CPU-only machine see the syncs a GPU run would pay for. Two exceptions,
+which are host work on a GPU too: calls made from inside `torch.optim` (Adam keeps its step
+counts as host tensors unless it is `capturable`) and `t.to(device)` unless the target is
+written as the string "cpu" (torch's own code moves tensors to the device they are on).
 """
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 
 import torch
@@ -44,6 +48,8 @@ class HostSyncCounter(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.calls: Counter[str] = Counter()
+        # every torch call seen: on a GPU each is at least one kernel launch unless captured
+        self.ops = 0
 
     @property
     def total(self) -> int:
@@ -51,13 +57,23 @@ class HostSyncCounter(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
+        self.ops += 1
         if name in SYNC_CALLS:
-            self.calls[name] += 1
+            counted = name
         elif name in _INDEXING and len(args) > 1 and _has_bool_mask(args[1]):
-            self.calls[f"{name}[bool mask]"] += 1
+            counted = f"{name}[bool mask]"
         elif name == "to" and _to_host(args, kwargs or {}):
-            self.calls["to(cpu)"] += 1
+            counted = "to(cpu)"
+        else:
+            counted = None
+        if counted and not _from_optimizer():
+            self.calls[counted] += 1
         return func(*args, **(kwargs or {}))
+
+
+def _from_optimizer() -> bool:
+    frame = sys._getframe(2)  # the caller of the tensor method
+    return frame.f_globals.get("__name__", "").startswith("torch.optim")
 
 
 def _has_bool_mask(index) -> bool:
@@ -68,6 +84,4 @@ def _has_bool_mask(index) -> bool:
 def _to_host(args, kwargs) -> bool:
     """`t.to("cpu")` / `t.to(torch.device("cpu"))` (a dtype-only `to` stays on the device)."""
     target = kwargs.get("device", args[1] if len(args) > 1 else None)
-    if isinstance(target, str):
-        return target.startswith("cpu")
-    return isinstance(target, torch.device) and target.type == "cpu"
+    return isinstance(target, str) and target.startswith("cpu")

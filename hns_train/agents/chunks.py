@@ -37,6 +37,31 @@ import numpy as np
 
 STEP_FIELDS = ("logp", "values", "rewards", "episode_start", "truncated", "truncated_value")
 _FLOAT_FIELDS = ("logp", "values", "rewards", "truncated_value")
+PER_STREAM_FIELDS = ("bootstrap_value", "policy_version")  # (B,): made by `finish`
+
+
+def chunk_layout(
+    obs_shapes: Mapping[str, Sequence[int]],
+    num_steps: int,
+    batch: int,
+    bptt_len: int,
+    state_shape: Sequence[int],
+    num_actions: int,
+) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """(dtype, shape) of every array of a chunk of T = `num_steps` steps and B = `batch`
+    streams, named as in `Chunk.to_arrays`: what `ChunkRecorder` allocates and what a chunk
+    weighs on the wire (`distributed/message_sizes.py`). `obs_shapes` and `state_shape` are per
+    stream (without T and B)."""
+    T, B = num_steps, batch
+    f32 = np.dtype(np.float32)
+    out = {f"obs/{k}": (f32, (T, B, *map(int, s))) for k, s in obs_shapes.items()}
+    out["actions"] = (np.dtype(np.int64), (T, B, num_actions))
+    for name in STEP_FIELDS:
+        out[name] = (f32 if name in _FLOAT_FIELDS else np.dtype(bool), (T, B))
+    out["bootstrap_value"] = (f32, (B,))
+    out["lstm_state"] = (f32, (T // bptt_len, B, *map(int, state_shape)))
+    out["policy_version"] = (np.dtype(np.int64), (B,))
+    return out
 
 
 @dataclass
@@ -100,7 +125,7 @@ class Chunk:
 
     def select(self, columns: np.ndarray) -> Chunk:
         """The chunk restricted to agent streams `columns` (indices along B)."""
-        per_stream = ("bootstrap_value", "policy_version")
+        per_stream = PER_STREAM_FIELDS
         return Chunk(
             obs={k: v[:, columns] for k, v in self.obs.items()},
             **{
@@ -223,15 +248,21 @@ class ChunkRecorder:
         self._t += 1
 
     def _new_arrays(self, obs: Mapping[str, np.ndarray], state_shape, action_shape) -> dict:
-        T, B = self.num_steps, action_shape[0]
-        return {
-            "obs": {k: np.empty((T, *np.shape(v)), np.float32) for k, v in obs.items()},
-            "actions": np.empty((T, *action_shape), np.int64),
-            "lstm_state": np.empty((T // self.bptt_len, *state_shape), np.float32),
-            **{
-                n: np.empty((T, B), np.float32 if n in _FLOAT_FIELDS else bool) for n in STEP_FIELDS
-            },
+        obs_shapes = {k: np.shape(v)[1:] for k, v in obs.items()}
+        layout = chunk_layout(
+            obs_shapes,
+            self.num_steps,
+            action_shape[0],
+            self.bptt_len,
+            state_shape[1:],
+            action_shape[1],
+        )
+        arrays = {
+            name: np.empty(shape, dtype)
+            for name, (dtype, shape) in layout.items()
+            if name not in PER_STREAM_FIELDS
         }
+        return {"obs": {k: arrays.pop(f"obs/{k}") for k in obs}, **arrays}
 
     def finish(self, bootstrap_value: np.ndarray, policy_version: int | np.ndarray) -> Chunk:
         if not self.full:

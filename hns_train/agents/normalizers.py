@@ -44,16 +44,26 @@ class EmaMeanStd(nn.Module):
         """Fold in one batch. `weight` (x's leading dims, 0/1) drops rows, e.g. absent entities."""
         x = x.to(torch.float64).reshape((-1,) + self.shape)
         if weight is None:
-            mean, sq = x.mean(0), x.square().mean(0)
-        else:
-            w = weight.to(torch.float64).reshape(-1, *([1] * len(self.shape)))
-            total = w.sum()
-            if total <= 0:
-                return
-            mean, sq = (w * x).sum(0) / total, (w * x.square()).sum(0) / total
-        self.biased_mean.mul_(self.beta).add_(mean, alpha=1 - self.beta)
-        self.biased_sq.mul_(self.beta).add_(sq, alpha=1 - self.beta)
-        self.debias.mul_(self.beta).add_(1 - self.beta)
+            self._fold(x.mean(0), x.square().mean(0), None)
+            return
+        w = weight.to(torch.float64).reshape(-1, *([1] * len(self.shape)))
+        total = w.sum()
+        # no rows: nothing changes (a `where`, not an `if`: no host read of the device's count)
+        self._fold(
+            (w * x).sum(0) / total.clamp(min=1e-300),
+            (w * x.square()).sum(0) / total.clamp(min=1e-300),
+            total > 0,
+        )
+
+    def _fold(self, mean: torch.Tensor, sq: torch.Tensor, any_rows: torch.Tensor | None) -> None:
+        b = self.beta
+        new = [
+            self.biased_mean * b + (1 - b) * mean,
+            self.biased_sq * b + (1 - b) * sq,
+            self.debias * b + (1 - b),
+        ]
+        for buffer, value in zip((self.biased_mean, self.biased_sq, self.debias), new, strict=True):
+            buffer.copy_(value if any_rows is None else torch.where(any_rows, value, buffer))
 
     def mean_std(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Current (mean, std) as float32; (0, 1) before the first update."""
@@ -90,19 +100,35 @@ class ObsNormalizer(nn.Module):
             out[key] = ((obs[key] - mean) / std).clamp(-self.clip, self.clip)
         return out
 
+    def row_weights(
+        self, key: str, obs: Mapping[str, torch.Tensor], steps: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """Which rows of `obs[key]` count: entity rows where the entity exists, and only on the
+        `steps` (the batch's leading dims, bool) that are trained on; None = all."""
+        weight_key = self.row_weight.get(key)
+        weight = None if weight_key is None else obs[weight_key].to(torch.float32)
+        if steps is None:
+            return weight
+        s = steps.to(torch.float32)
+        if weight is None:
+            return s
+        return weight * s.reshape(*s.shape, *([1] * (weight.dim() - s.dim())))
+
     @torch.no_grad()
-    def update(self, obs: Mapping[str, torch.Tensor]) -> None:
+    def update(self, obs: Mapping[str, torch.Tensor], steps: torch.Tensor | None = None) -> None:
+        """Fold in a batch; `steps` (the leading dims, bool): only those rows count."""
         for key, stat in self.stats.items():
-            weight_key = self.row_weight.get(key)
-            stat.update(obs[key], None if weight_key is None else obs[weight_key])
+            stat.update(obs[key], self.row_weights(key, obs, steps))
 
 
 @torch.no_grad()
-def popart_update(stats: EmaMeanStd, head: nn.Linear, targets: torch.Tensor) -> None:
-    """Update the value statistics with `targets` and rescale `head` to preserve its
-    de-normalised outputs: σ' (W' x + b') + μ' = σ (W x + b) + μ."""
+def popart_update(
+    stats: EmaMeanStd, head: nn.Linear, targets: torch.Tensor, weight: torch.Tensor | None = None
+) -> None:
+    """Update the value statistics with `targets` (those where `weight` is set) and rescale
+    `head` to preserve its de-normalised outputs: σ' (W' x + b') + μ' = σ (W x + b) + μ."""
     old_mean, old_std = stats.mean_std()
-    stats.update(targets)
+    stats.update(targets, weight)
     new_mean, new_std = stats.mean_std()
     head.weight.mul_(old_std / new_std)
     head.bias.mul_(old_std).add_(old_mean - new_mean).div_(new_std)

@@ -31,6 +31,8 @@ from hns_train.agents.observations import ObsLayout
 
 
 class ActOutput(NamedTuple):
+    """Host arrays from `act`, device tensors from `act_tensors`."""
+
     actions: np.ndarray  # (B, 5) int64
     logp: np.ndarray  # (B,) float32
     values: np.ndarray  # (B,) float32, de-normalised
@@ -136,13 +138,55 @@ class ActorCritic(nn.Module):
         return (value - mean) / std
 
     @torch.no_grad()
-    def update_value_normalizer(self, returns: torch.Tensor) -> None:
-        """PopArt: fold `returns` into the statistics, keep de-normalised outputs unchanged."""
-        popart_update(self.value_norm, self.value_net.head, returns)
+    def update_value_normalizer(
+        self, returns: torch.Tensor, weight: torch.Tensor | None = None
+    ) -> None:
+        """PopArt: fold `returns` (where `weight` is set) into the statistics, keep
+        de-normalised outputs unchanged."""
+        popart_update(self.value_norm, self.value_net.head, returns, weight)
 
     @torch.no_grad()
-    def update_obs_normalizer(self, obs: Mapping[str, torch.Tensor]) -> None:
-        self.obs_norm.update(obs)
+    def update_obs_normalizer(
+        self, obs: Mapping[str, torch.Tensor], steps: torch.Tensor | None = None
+    ) -> None:
+        self.obs_norm.update(obs, steps)
+
+    # ----- tensors in, tensors out, on the device (used by pods and the Warp actor) -----
+
+    @torch.no_grad()
+    def act_tensors(
+        self,
+        obs: Mapping[str, torch.Tensor],
+        state: torch.Tensor,
+        episode_start: torch.Tensor,
+        deterministic: bool = False,
+    ) -> ActOutput:
+        """One step for a batch of B agents, every input and output a tensor on the model's
+        device (no host read): obs (B, ...), state (B, 4, H), episode_start (B,) bool."""
+        tensors = {k: v.unsqueeze(0) for k, v in self.obs_to_tensors(obs, 1).items()}
+        logits, value, new_state = self.forward_sequence(
+            tensors, state.to(torch.float32), episode_start.unsqueeze(0)
+        )
+        heads = self.split_logits(logits[0])
+        if deterministic:
+            actions = torch.stack([h.argmax(-1) for h in heads], dim=-1)
+        else:
+            actions = torch.stack(
+                [torch.multinomial(h.softmax(-1), 1).squeeze(-1) for h in heads], dim=-1
+            )
+        logp, _ = self.log_prob_entropy(logits[0], actions)
+        return ActOutput(
+            actions, logp.float(), self.denormalize_value(value[0]).float(), new_state.float()
+        )
+
+    @torch.no_grad()
+    def value_tensors(self, obs: Mapping[str, torch.Tensor], state: torch.Tensor) -> torch.Tensor:
+        """De-normalised values (B,) of one step from the value network alone, continuing
+        `state` (B, 4, H) (no episode start): V(final observation) for truncated episodes."""
+        tensors = self.obs_norm({k: v.unsqueeze(0) for k, v in self.obs_to_tensors(obs, 1).items()})
+        starts = torch.zeros((1, state.shape[0]), dtype=torch.bool, device=self.device)
+        value, _ = self.value_net(tensors, _pair(state.to(torch.float32), 2), starts)
+        return self.denormalize_value(value[0].squeeze(-1)).float()
 
     # ----- numpy in, numpy out (used by actors and policy workers) -----
 
@@ -155,9 +199,9 @@ class ActorCritic(nn.Module):
         deterministic: bool = False,
     ) -> ActOutput:
         """One step for a batch of B agents: obs (B, ...), state (B, 4, H) or None (zeros),
-        episode_start (B,) or None (no resets) -> actions, log-probs, values, new state."""
-        tensors = {k: v.unsqueeze(0) for k, v in self.obs_to_tensors(obs, 1).items()}
-        batch = tensors["observation_self"].shape[1]
+        episode_start (B,) or None (no resets) -> actions, log-probs, values, new state, as
+        host arrays (observations may be tensors on the device already)."""
+        batch = self.layout.check(obs, 1)[0]
         if state is None:
             state = self.initial_state(batch)
         if np.shape(state) != (batch, 4, self.config.lstm_dim):
@@ -171,24 +215,17 @@ class ActorCritic(nn.Module):
         )
         if starts.shape != (batch,):
             raise ValueError(f"episode_start has shape {starts.shape}; expected ({batch},)")
-        logits, value, new_state = self.forward_sequence(
-            tensors,
+        out = self.act_tensors(
+            obs,
             torch.as_tensor(np.asarray(state, np.float32), device=self.device),
-            torch.as_tensor(starts, device=self.device).unsqueeze(0),
+            torch.as_tensor(starts, device=self.device),
+            deterministic,
         )
-        heads = self.split_logits(logits[0])
-        if deterministic:
-            actions = torch.stack([h.argmax(-1) for h in heads], dim=-1)
-        else:
-            actions = torch.stack(
-                [torch.multinomial(h.softmax(-1), 1).squeeze(-1) for h in heads], dim=-1
-            )
-        logp, _ = self.log_prob_entropy(logits[0], actions)
         return ActOutput(
-            actions.cpu().numpy().astype(np.int64),
-            logp.float().cpu().numpy(),
-            self.denormalize_value(value[0]).float().cpu().numpy(),
-            new_state.float().cpu().numpy(),
+            out.actions.cpu().numpy().astype(np.int64),
+            out.logp.cpu().numpy(),
+            out.values.cpu().numpy(),
+            out.state.cpu().numpy(),
         )
 
 

@@ -155,6 +155,17 @@ class PoolConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def learning_agents(self, max_hiders: int, max_seekers: int) -> int:
+        """Most agents of one episode that the learning policy can play, by the rules of
+        `PolicyPool.draw`: both teams when `p_latest` > 0 or a snapshot can be drawn (an empty
+        pool falls back to "latest" for both), else the team facing the opponent role."""
+        if self.p_latest > 0.0 or self.p_random + self.p_noop < 1.0:
+            return max_hiders + max_seekers
+        return {
+            "hider": max_seekers,
+            "seeker": max_hiders,
+        }.get(self.opponent_role, max(max_hiders, max_seekers))
+
 
 @dataclass(frozen=True)
 class TeamControllers:

@@ -17,6 +17,13 @@ them) and runs, in this order:
 Loss = clipped surrogate (0.2) + 0.5 · ½(V̂ - R̂)² on normalised values (optionally clipped)
        - 0.01 · entropy summed over the 5 action heads.
 
+Two kinds of batch, one rule: the pipeline's trainer passes chunks (host arrays, only the
+learning policy's rows), a pod passes a `Rollout` of device tensors with every row of its worlds
+and a `learn` mask; losses, advantage moments and all statistics are means over the learned
+steps, so both take the same step from the same samples. Everything runs as tensor code on the
+model's device, GAE included; `update_async` reads nothing back to the host (the statistics stay
+on the device, with a `finite` flag for the whole state), and `update` reads them once.
+
 Data parallelism (`sync`, a `RankSync`; None = one process, unchanged): each rank holds a part of
 the batch, and every number that depends on the whole batch is made from sums over ranks, so
 R ranks with 1/R of the batch each take the same step as one rank with all of it:
@@ -43,32 +50,129 @@ from hns_train.agents.policy import ActorCritic
 
 
 def compute_gae(
-    rewards: np.ndarray,
-    values: np.ndarray,
-    truncated: np.ndarray,
-    truncated_value: np.ndarray,
-    bootstrap_value: np.ndarray,
+    rewards,
+    values,
+    truncated,
+    truncated_value,
+    bootstrap_value,
     gamma: float,
     lam: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Advantages and returns (T, B) for time-major arrays, with truncation semantics:
-    after a truncated step the next value is `truncated_value[t]` and the GAE sum restarts."""
-    steps = rewards.shape[0]
-    advantages = np.zeros(rewards.shape, dtype=np.float32)
-    running = np.zeros(rewards.shape[1:], dtype=np.float64)
-    for t in reversed(range(steps)):
-        next_value = values[t + 1] if t + 1 < steps else bootstrap_value
-        next_value = np.where(truncated[t], truncated_value[t], next_value)
-        delta = rewards[t] + gamma * next_value - values[t]
-        running = delta + gamma * lam * np.where(truncated[t], 0.0, running)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages and returns (T, B) for time-major arrays or tensors, with truncation
+    semantics: after a truncated step the next value is `truncated_value[t]` and the GAE sum
+    restarts. Runs where the inputs are (tensors on their device; arrays on the CPU), with the
+    running sum in float64, and never reads a value back to the host."""
+    rewards = torch.as_tensor(rewards)
+    device = rewards.device
+
+    def f64(x):
+        return torch.as_tensor(x, device=device).to(torch.float64)
+
+    r, v = f64(rewards), f64(values)
+    cut = torch.as_tensor(truncated, device=device).to(torch.bool)
+    final = f64(truncated_value)
+    advantages = torch.empty(r.shape, dtype=torch.float32, device=device)
+    running = torch.zeros(r.shape[1:], dtype=torch.float64, device=device)
+    next_value = f64(bootstrap_value)
+    for t in reversed(range(r.shape[0])):
+        nv = torch.where(cut[t], final[t], next_value)
+        delta = r[t] + gamma * nv - v[t]
+        running = delta + gamma * lam * torch.where(cut[t], 0.0, running)
         advantages[t] = running
-    return advantages, advantages + values.astype(np.float32)
+        next_value = v[t]
+    return advantages, advantages + v.to(torch.float32)
 
 
-def explained_variance(predicted: np.ndarray, target: np.ndarray) -> float:
-    """1 - Var(target - predicted) / Var(target); NaN when the target is constant."""
-    var = np.var(target)
-    return float("nan") if var == 0 else float(1.0 - np.var(target - predicted) / var)
+def masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean of x, over the elements where `mask` (same shape, bool or 0/1) is set; 0 when none."""
+    if mask is None:
+        return x.mean()
+    m = mask.to(x.dtype)
+    return (x * m).sum() / m.sum().clamp(min=1.0)
+
+
+def explained_variance(
+    predicted: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """1 - Var(target - predicted) / Var(target) over the masked elements; NaN when the target
+    is constant."""
+    predicted, target = predicted.to(torch.float64), target.to(torch.float64)
+
+    def var(x):
+        return masked_mean((x - masked_mean(x, mask)).square(), mask)
+
+    v = var(target)
+    return torch.where(v > 0, 1.0 - var(target - predicted) / v, torch.nan)
+
+
+@dataclass
+class Rollout:
+    """A training batch as time-major tensors on the learner's device: the `Chunk` layout
+    (chunks.py) plus `learn`, the steps the loss and the statistics count.
+
+    The pipeline's chunks hold only the learning policy's steps (`learn` None = every step);
+    a pod's rollout holds every agent row of every world, and `learn` marks the rows the
+    learning policy played while the agent was present."""
+
+    obs: dict[str, torch.Tensor]  # (T, B, ...)
+    actions: torch.Tensor  # (T, B, 5) int64
+    logp: torch.Tensor  # (T, B)
+    values: torch.Tensor  # (T, B), de-normalised
+    rewards: torch.Tensor  # (T, B)
+    episode_start: torch.Tensor  # (T, B) bool
+    truncated: torch.Tensor  # (T, B) bool
+    truncated_value: torch.Tensor  # (T, B)
+    bootstrap_value: torch.Tensor  # (B,)
+    lstm_state: torch.Tensor  # (T/L, B, 4, H)
+    learn: torch.Tensor | None = None  # (T, B) bool
+
+    @property
+    def segment_len(self) -> int:
+        return self.actions.shape[0] // self.lstm_state.shape[0]
+
+    def columns(self, index: torch.Tensor) -> Rollout:
+        """The rollout restricted to the agent streams `index` (along B)."""
+        return Rollout(
+            obs={k: v.index_select(1, index) for k, v in self.obs.items()},
+            bootstrap_value=self.bootstrap_value.index_select(0, index),
+            learn=None if self.learn is None else self.learn.index_select(1, index),
+            **{
+                name: getattr(self, name).index_select(1, index)
+                for name in (
+                    "actions",
+                    "logp",
+                    "values",
+                    "rewards",
+                    "episode_start",
+                    "truncated",
+                    "truncated_value",
+                    "lstm_state",
+                )
+            },
+        )
+
+    @classmethod
+    def from_chunk(cls, chunk: Chunk, model: ActorCritic) -> Rollout:
+        """A (validated) chunk's arrays on the model's device, observations checked against its
+        layout."""
+        device = model.device
+
+        def t(x, dtype):
+            return torch.as_tensor(np.asarray(x), device=device).to(dtype)
+
+        f32 = torch.float32
+        return cls(
+            obs=model.obs_to_tensors(chunk.obs, 2),
+            actions=t(chunk.actions, torch.int64),
+            logp=t(chunk.logp, f32),
+            values=t(chunk.values, f32),
+            rewards=t(chunk.rewards, f32),
+            episode_start=t(chunk.episode_start, torch.bool),
+            truncated=t(chunk.truncated, torch.bool),
+            truncated_value=t(chunk.truncated_value, f32),
+            bootstrap_value=t(chunk.bootstrap_value, f32),
+            lstm_state=t(chunk.lstm_state, f32),
+        )
 
 
 @dataclass
@@ -83,6 +187,7 @@ class Segments:
     values: torch.Tensor  # (L, M), rollout-time, de-normalised
     advantages: torch.Tensor  # (L, M)
     returns: torch.Tensor  # (L, M), de-normalised
+    learn: torch.Tensor | None = None  # (L, M) bool; None = every step
 
     def __len__(self) -> int:
         return self.state.shape[0]
@@ -91,6 +196,7 @@ class Segments:
         return Segments(
             obs={k: v[:, index] for k, v in self.obs.items()},
             state=self.state[index],
+            learn=None if self.learn is None else self.learn[:, index],
             **{
                 name: getattr(self, name)[:, index]
                 for name in ("episode_start", "actions", "logp", "values", "advantages", "returns")
@@ -135,73 +241,88 @@ class PPO:
         )
         self.version = 0
 
-    def update(self, chunks: Chunk | Sequence[Chunk]) -> dict[str, float]:
-        """One optimisation step on a batch of chunks; returns mean statistics."""
-        batch = self._as_batch(chunks)
+    def update(self, batch: Chunk | Sequence[Chunk] | Rollout) -> dict[str, float]:
+        """One optimisation step on chunks (host arrays) or a `Rollout` (device tensors);
+        returns mean statistics. The statistics are read back to the host once, at the end."""
+        stats = self.update_async(batch)
+        return dict(zip(stats, torch.stack(list(stats.values())).tolist(), strict=True))
+
+    def update_async(self, batch: Chunk | Sequence[Chunk] | Rollout) -> dict[str, torch.Tensor]:
+        """`update` with the statistics left on the device (0-d float64 tensors, one of them
+        `finite`: 1 when every weight, normaliser and optimiser moment is finite). Nothing in
+        it waits for the device, so a pod can launch its next rollout before reading them."""
+        batch = self._as_rollout(batch)
         advantages, returns = self._gae(batch)
-        returns_t = torch.as_tensor(returns, device=self.model.device)
+        learn = batch.learn
         if self.sync is None:
-            self.model.update_value_normalizer(returns_t)
+            self.model.update_value_normalizer(returns, learn)
         else:
-            self.model.update_value_normalizer(self._whole_batch_moments([(returns_t, None)])[0])
+            rows = self._whole_batch_moments([(returns, learn)])[0]
+            self.model.update_value_normalizer(rows, None)
         segments = self._segments(batch, advantages, returns)
 
         cfg = self.config
-        history: list[dict[str, float]] = []
+        history: list[torch.Tensor] = []
+        names: list[str] = []
         for _ in range(cfg.epochs):
             order = torch.randperm(len(segments), device=self.model.device)
-            if self.sync is None:
-                parts = order.chunk(cfg.minibatches)
-            else:  # the same number of parts on every rank, some maybe empty
-                parts = torch.tensor_split(order, cfg.minibatches)
+            # the same number of parts on every rank (some maybe empty) under `sync`
+            parts = torch.tensor_split(order, cfg.minibatches)
             for index in parts:
+                if self.sync is None and index.numel() == 0:
+                    continue
                 stats = self._minibatch_step(segments.select(index))
                 if stats is not None:
-                    history.append(stats)
+                    names = list(stats)
+                    history.append(torch.stack(list(stats.values())))
 
-        obs = self.model.obs_to_tensors(batch.obs, 2)
         if self.sync is None:
-            self.model.update_obs_normalizer(obs)
+            self.model.update_obs_normalizer(batch.obs, learn)
         else:
-            self._update_obs_normalizer_synced(obs)
+            self._update_obs_normalizer_synced(batch.obs, learn)
         self.version += 1
-        summary = (
-            {k: float(np.mean([h[k] for h in history])) for k in history[0]} if history else {}
-        )
+        out = dict(zip(names, torch.stack(history).mean(0), strict=True)) if history else {}
         value_mean, value_std = self.model.value_norm.mean_std()
-        summary.update(
-            explained_variance=explained_variance(batch.values, returns),
-            value_norm_mean=float(value_mean),
-            value_norm_std=float(value_std),
-            version=float(self.version),
+        f64 = torch.float64
+        out.update(
+            explained_variance=explained_variance(batch.values, returns, learn),
+            value_norm_mean=value_mean.to(f64),
+            value_norm_std=value_std.to(f64),
+            version=torch.tensor(float(self.version), dtype=f64, device=self.model.device),
+            finite=self.finite(),
         )
-        return summary
+        return out
 
-    def _minibatch_step(self, seg: Segments) -> dict[str, float] | None:
-        """One Adam step on a minibatch (this rank's part of it under `sync`)."""
+    @torch.no_grad()
+    def finite(self) -> torch.Tensor:
+        """1.0 when every weight, buffer and optimiser moment is finite, else 0.0 (on the
+        device: one fused check, no host read)."""
+        tensors = [t for t in self.model.state_dict().values() if t.is_floating_point()]
+        for state in self.optimizer.state.values():
+            tensors += [t for t in state.values() if torch.is_tensor(t) and t.is_floating_point()]
+        flags = torch.stack([torch.isfinite(t).all() for t in tensors])
+        return flags.all().to(torch.float64)
+
+    def _minibatch_step(self, seg: Segments) -> dict[str, torch.Tensor] | None:
+        """One Adam step on a minibatch (this rank's part of it under `sync`, maybe empty: then
+        it only takes part in the collectives and returns None)."""
         cfg = self.config
         self.optimizer.zero_grad(set_to_none=True)
-        if self.sync is None:
+        # Element count and advantage moments of the whole minibatch (all ranks: one collective)
+        moments = _advantage_moments(seg)
+        if self.sync is not None:
+            moments = self.sync.all_sum(moments)
+        stats = None
+        if len(seg):
             with self._autocast():
-                loss, stats = self._loss(seg)
+                loss, stats = self._loss(seg, moments)
             loss.backward()
-        else:
-            # Whole-minibatch element count and advantage moments, in one collective.
-            adv = seg.advantages.to(torch.float64)
-            head = torch.stack([adv.new_tensor(adv.numel()), adv.sum(), adv.square().sum()])
-            n, s1, s2 = self.sync.all_sum(head).tolist()
-            stats = None
-            if adv.numel():
-                mean = s1 / max(n, 1.0)
-                std = float(np.sqrt(max(s2 - n * mean * mean, 0.0) / max(n - 1, 1.0)))
-                with self._autocast():
-                    loss, stats = self._loss(seg, adv_moments=(mean, std, n))
-                loss.backward()
-            self._average_gradients(weight=adv.numel(), total=n)
-        grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
+        if self.sync is not None:
+            self._average_gradients(weight=_advantage_moments(seg)[0], total=moments[0])
+        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
         self.optimizer.step()
         if stats is not None:
-            stats["grad_norm"] = grad_norm
+            stats["grad_norm"] = grad_norm.detach().to(torch.float64)
         return stats
 
     def _autocast(self):
@@ -211,16 +332,16 @@ class PPO:
             enabled=self.autocast_dtype is not None,
         )
 
-    def _average_gradients(self, weight: int, total: float) -> None:
+    def _average_gradients(self, weight: torch.Tensor, total: torch.Tensor) -> None:
         """grad = Σ_r n_r·g_r / Σ_r n_r: each rank's mean-loss gradient weighted by its count,
         which is the gradient of the mean loss over the whole minibatch."""
         params = list(self.model.parameters())
         flat = torch.cat(
             [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
         )
-        flat.mul_(float(weight))
+        flat.mul_(weight.to(flat.dtype))
         self.sync.all_sum(flat)
-        flat.div_(max(total, 1.0))
+        flat.div_(total.clamp(min=1.0).to(flat.dtype))
         offset = 0
         for p in params:
             size = p.numel()
@@ -261,31 +382,35 @@ class PPO:
         return out
 
     @torch.no_grad()
-    def _update_obs_normalizer_synced(self, obs: dict[str, torch.Tensor]) -> None:
+    def _update_obs_normalizer_synced(
+        self, obs: dict[str, torch.Tensor], learn: torch.Tensor | None
+    ) -> None:
         """`update_obs_normalizer` with the whole batch's statistics (the same weighting: entity
-        rows count where their entity exists)."""
+        rows count where their entity exists, steps where `learn` is set)."""
         norm = self.model.obs_norm
         keys = list(norm.stats.keys())
         items, widths = [], []
         for key in keys:
-            weight_key = norm.row_weight.get(key)
-            items.append((obs[key], None if weight_key is None else obs[weight_key]))
+            items.append((obs[key], norm.row_weights(key, obs, learn)))
             widths.append(obs[key].shape[-1])
         for key, rows in zip(keys, self._whole_batch_moments(items, widths), strict=True):
             if rows is not None:
                 norm.stats[key].update(rows)
 
     @torch.no_grad()
-    def evaluate_loss(self, chunks: Chunk | Sequence[Chunk]) -> dict[str, float]:
+    def evaluate_loss(self, batch: Chunk | Sequence[Chunk] | Rollout) -> dict[str, float]:
         """The update's loss terms on the whole batch, without changing anything."""
-        batch = self._as_batch(chunks)
+        batch = self._as_rollout(batch)
         advantages, returns = self._gae(batch)
-        _, stats = self._loss(self._segments(batch, advantages, returns))
-        return stats
+        seg = self._segments(batch, advantages, returns)
+        _, stats = self._loss(seg, _advantage_moments(seg))
+        return dict(zip(stats, torch.stack(list(stats.values())).tolist(), strict=True))
 
-    def _as_batch(self, chunks: Chunk | Sequence[Chunk]) -> Chunk:
-        batch = chunks if isinstance(chunks, Chunk) else stack_chunks(chunks)
-        batch.validate(len(self.model.action_sizes))
+    def _as_rollout(self, batch: Chunk | Sequence[Chunk] | Rollout) -> Rollout:
+        if not isinstance(batch, Rollout):
+            batch = batch if isinstance(batch, Chunk) else stack_chunks(batch)
+            batch.validate(len(self.model.action_sizes))
+            batch = Rollout.from_chunk(batch, self.model)
         if batch.segment_len != self.config.bptt_len:
             raise ValueError(
                 f"chunk stores the LSTM state every {batch.segment_len} steps; "
@@ -298,7 +423,7 @@ class PPO:
             )
         return batch
 
-    def _gae(self, batch: Chunk) -> tuple[np.ndarray, np.ndarray]:
+    def _gae(self, batch: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
         return compute_gae(
             batch.rewards,
             batch.values,
@@ -309,13 +434,13 @@ class PPO:
             self.config.gae_lambda,
         )
 
-    def _segments(self, batch: Chunk, advantages: np.ndarray, returns: np.ndarray) -> Segments:
+    def _segments(
+        self, batch: Rollout, advantages: torch.Tensor, returns: torch.Tensor
+    ) -> Segments:
         n_seg, length = batch.lstm_state.shape[0], batch.segment_len
-        device = self.model.device
 
-        def cut(x: np.ndarray | torch.Tensor) -> torch.Tensor:
+        def cut(x: torch.Tensor) -> torch.Tensor:
             # (T, B, ...) -> (n_seg, L, B, ...) -> (L, n_seg * B, ...): segment index = s * B + b
-            x = torch.as_tensor(x, device=device)
             rest = x.shape[2:]
             return (
                 x.reshape(n_seg, length, x.shape[1], *rest)
@@ -323,40 +448,42 @@ class PPO:
                 .reshape(length, -1, *rest)
             )
 
-        obs = self.model.obs_to_tensors(batch.obs, 2)
-        state = torch.as_tensor(batch.lstm_state, dtype=torch.float32, device=device)
+        state = batch.lstm_state
         return Segments(
-            obs={k: cut(v) for k, v in obs.items()},
+            obs={k: cut(v) for k, v in batch.obs.items()},
             state=state.reshape(-1, *state.shape[2:]),
-            episode_start=cut(batch.episode_start.astype(bool)),
-            actions=cut(batch.actions.astype(np.int64)),
-            logp=cut(batch.logp.astype(np.float32)),
-            values=cut(batch.values.astype(np.float32)),
+            episode_start=cut(batch.episode_start),
+            actions=cut(batch.actions),
+            logp=cut(batch.logp),
+            values=cut(batch.values),
             advantages=cut(advantages),
             returns=cut(returns),
+            learn=None if batch.learn is None else cut(batch.learn),
         )
 
     def _loss(
-        self, seg: Segments, adv_moments: tuple[float, float, float] | None = None
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        """`adv_moments`: (mean, std, count) of the advantages over all ranks' minibatch parts;
-        None = this minibatch's own."""
+        self, seg: Segments, adv_moments: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """`adv_moments`: (count, sum, sum of squares) of the learned advantages of the whole
+        minibatch (over all ranks under `sync`), float64 on the device."""
         cfg = self.config
         model = self.model
         new = model.evaluate(seg.obs, seg.state, seg.episode_start, seg.actions)
+        learn = seg.learn
 
         log_ratio = new.logp.float() - seg.logp
         ratio = log_ratio.exp()
         adv = seg.advantages
-        if adv_moments is not None:
-            mean, std, count = adv_moments
-            if cfg.normalize_advantages and count > 1:
-                adv = (adv - mean) / (std + 1e-8)
-        elif cfg.normalize_advantages and adv.numel() > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        policy_loss = torch.max(
-            -adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
-        ).mean()
+        if cfg.normalize_advantages:
+            n, s1, s2 = adv_moments
+            mean = s1 / n.clamp(min=1.0)
+            std = ((s2 - n * mean.square()).clamp(min=0.0) / (n - 1).clamp(min=1.0)).sqrt()
+            normalised = ((adv - mean) / (std + 1e-8)).to(adv.dtype)
+            adv = torch.where(n > 1, normalised, adv)
+        policy_loss = masked_mean(
+            torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)),
+            learn,
+        )
 
         target = model.normalize_value(seg.returns)
         value_error = (new.value - target).square()
@@ -364,19 +491,20 @@ class PPO:
             old = model.normalize_value(seg.values)
             clipped = old + (new.value - old).clamp(-cfg.value_clip, cfg.value_clip)
             value_error = torch.max(value_error, (clipped - target).square())
-        value_loss = 0.5 * value_error.mean()
+        value_loss = 0.5 * masked_mean(value_error, learn)
 
-        entropy = new.entropy.mean()
+        entropy = masked_mean(new.entropy, learn)
         loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
         with torch.no_grad():
             stats = {
-                "loss": float(loss),
-                "policy_loss": float(policy_loss),
-                "value_loss": float(value_loss),
-                "entropy": float(entropy),
-                "approx_kl": float(((ratio - 1) - log_ratio).mean()),
-                "clip_fraction": float(((ratio - 1).abs() > cfg.clip_coef).float().mean()),
+                "loss": loss,
+                "policy_loss": policy_loss,
+                "value_loss": value_loss,
+                "entropy": entropy,
+                "approx_kl": masked_mean((ratio - 1) - log_ratio, learn),
+                "clip_fraction": masked_mean(((ratio - 1).abs() > cfg.clip_coef).float(), learn),
             }
+            stats = {k: v.detach().to(torch.float64) for k, v in stats.items()}
         return loss, stats
 
     # ----- resumable state: plain tensors and numbers only (torch.load(weights_only=True)) -----
@@ -392,3 +520,10 @@ class PPO:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
+
+
+def _advantage_moments(seg: Segments) -> torch.Tensor:
+    """(count, sum, sum of squares) of the learned advantages of `seg`, float64."""
+    adv = seg.advantages.to(torch.float64)
+    m = torch.ones_like(adv) if seg.learn is None else seg.learn.to(torch.float64)
+    return torch.stack([m.sum(), (m * adv).sum(), (m * adv.square()).sum()])

@@ -1,7 +1,8 @@
 """The pipeline after SRL: workers that exchange arrays over ZeroMQ, and what starts them.
 
 - `wire.py` (msgpack header + raw array frames, no pickle), `streams.py` (inference, samples,
-  parameters, control), `security.py` (CURVE keys for cluster runs), `params.py`.
+  parameters, control), `security.py` (CURVE keys for cluster runs), `params.py`,
+  `message_sizes.py` (each message's size from the config, checked against the cap at start).
 - Workers: `actor.py`, `policy.py`, `trainer.py` (+ `ddp.py` for several ranks), `evaluator.py`;
   the shared base and process entry point in `worker.py`; opponent codes in `opponent_codes.py`.
 - `controller.py` (one per run: workers, heartbeats, counters, logs, stop) and the launchers:

@@ -22,8 +22,9 @@ Responsibilities:
   heartbeats, to its `RunLog` (`reporting.py`: metrics.jsonl, wandb, phase onsets, the progress
   bar), and redraws the bar every `BAR_REFRESH_S`;
 - stopping: at a stop limit, on SIGINT/SIGTERM, or on a fatal error, it asks every worker to
-  stop, waits (at most `STOP_GRACE_S`) for the trainer's final checkpoint, and leaves no
-  process behind; a worker that never said hello is not waited for. A trainer in a PPO update
+  stop (policy workers first, so that none answers an actor that has already left), waits (at
+  most `STOP_GRACE_S`) for the trainer's final checkpoint, and leaves no process behind; a
+  worker that never said hello is not waited for. A trainer in a PPO update
   finishes it first, so trainers get the time left under `stop.minutes` with the counters and
   start no update they expect to end after it: the run stops on time.
 
@@ -52,7 +53,8 @@ from hns_train.agents.checkpoint import CheckpointDir
 from hns_train.agents.pool import PolicyPool
 from hns_train.config import RunConfig, save_config
 from hns_train.distributed.contract import ContractError, DropLog, check_heartbeat, check_hello
-from hns_train.distributed.launchers import make_endpoints, make_launcher, run_keys
+from hns_train.distributed.launchers import actor_plan, make_endpoints, make_launcher, run_keys
+from hns_train.distributed.message_sizes import check_message_sizes
 from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.reporting import RunLog, by_kind
 from hns_train.distributed.shared_rows import shared_folder
@@ -62,6 +64,7 @@ from hns_train.envs.stats import STAT_KEYS
 
 log = logging.getLogger(__name__)
 STOP_GRACE_S = 60.0
+SERVERS_STOP_S = 10.0  # longest wait for policy workers to stop before the others are asked
 STARTUP_GRACE_S = 120.0  # from start to hello: spawning and importing torch on a busy machine
 BAR_REFRESH_S = 1.0  # progress bar redraws: tqdm only redraws itself on update()
 
@@ -74,6 +77,7 @@ class WorkerState:
     stopped: bool = False
     connected: bool = False  # has said hello since its last start
     busy: bool = False  # announced a computation longer than heartbeats allow (PPO update)
+    stop_sent: bool = False  # asked to stop (the run is ending)
     pid: int | None = None
     last: dict = field(default_factory=dict)
     # when its last heartbeat showed progress (see _progressed)
@@ -116,6 +120,8 @@ class Summary:
 
 class Controller:
     def __init__(self, cfg: RunConfig, resume: bool = False) -> None:
+        # A message every socket would refuse is a config error, found before anything starts.
+        self.message_sizes = check_message_sizes(cfg)
         self.cfg = cfg
         self.run_dir = cfg.run_dir
         if self.run_dir.exists() and not resume and any(self.run_dir.iterdir()):
@@ -219,9 +225,7 @@ class Controller:
 
     def specs(self) -> list[WorkerSpec]:
         p = self.cfg.pipeline
-        # backend=warp: actors run the policy themselves (distributed/warp_actor.py)
-        n_policy = 0 if p.backend == "warp" else p.n_policy_workers
-        plan = [("trainer", p.n_trainers), ("policy", n_policy), ("actor", p.n_actors)]
+        plan = [("trainer", p.n_trainers), *actor_plan(p)]
         plan.append(("eval", self.cfg.eval.n_workers))
         data = self.cfg.to_dict()
         keys = None if self.security is None else self.security.to_dict()
@@ -240,7 +244,7 @@ class Controller:
             self.workers[spec.name] = WorkerState(spec, now, progress_at=now)
         else:
             state.spec, state.last_seen, state.progress_at = spec, now, now
-            state.stopped = state.connected = state.busy = False
+            state.stopped = state.connected = state.busy = state.stop_sent = False
         self.launcher.start(spec)
 
     # ------------------------------------------------------------------ run
@@ -345,7 +349,7 @@ class Controller:
         if kind == "policy":  # has parameters, or no trainer could have sent them yet
             trainer = self.workers.get("trainer0")
             return meta.get("version", -1) >= 0 or trainer is None or not trainer.connected
-        if kind == "trainer":  # takes chunks, or none wait for it
+        if kind == "trainer":  # takes chunks (a pod: steps its worlds), or none wait for it
             if meta.get("steps", 0) > 0 or meta.get("received", 0) > 0:
                 return True
             return not any(a.get("queued_chunks", 0) > 0 for a in last("actor"))
@@ -353,10 +357,10 @@ class Controller:
 
     def _absorb(self, kind: str, meta: dict) -> None:
         self.log.absorb(kind, meta)
-        if kind == "actor":
-            self.frames += int(meta.get("frames", 0))
-            self.episodes += int(meta.get("episodes", 0))
-        elif kind == "trainer":
+        # actors and pods (trainers that simulate) report frames and episodes
+        self.frames += int(meta.get("frames", 0))
+        self.episodes += int(meta.get("episodes", 0))
+        if kind == "trainer":
             # The trainer's word is the run's version; a restarted one goes back to its
             # checkpoint, and the counters with it.
             self.version = int(meta.get("version", self.version))
@@ -475,18 +479,33 @@ class Controller:
                 shutil.rmtree(self._shared_rows, ignore_errors=True)
 
     def _ask_to_stop(self) -> None:
-        """Stop every worker that is connected and wait for it; the rest are killed."""
+        """Stop every worker that is connected and wait for it; the rest are killed.
+
+        Policy workers go first, and the others once those have stopped (or after
+        `SERVERS_STOP_S`): a policy worker still serving when an actor has left would answer a
+        request of that actor, and its socket would report the reply as dropped. In this order
+        a normal stop drops nothing, and a drop warning always means a real loss."""
         # a trainer in a PPO update finishes it first: say so
         self.log.show(self.frames, f"stopping ({self.stop_reason}): final checkpoint")
-        for state in self.workers.values():
-            if state.stopped:
+        deadline = time.monotonic() + STOP_GRACE_S
+        servers = [s for s in self.workers.values() if s.spec.kind == "policy"]
+        self._send_stop(servers)
+        self._wait_stopped(servers, min(deadline, time.monotonic() + SERVERS_STOP_S))
+        self._send_stop(list(self.workers.values()))
+        self._wait_stopped(list(self.workers.values()), deadline)
+
+    def _send_stop(self, states: list[WorkerState]) -> None:
+        for state in states:
+            if state.stopped or state.stop_sent:
                 continue
             # A worker that never said hello cannot be asked: it is killed by join().
+            state.stop_sent = True
             if not state.connected or not self.control.send(_rid(state), "stop", timeout_ms=100):
                 state.stopped = True
-        deadline = time.monotonic() + STOP_GRACE_S
+
+    def _wait_stopped(self, states: list[WorkerState], deadline: float) -> None:
         while time.monotonic() < deadline:
-            if all(s.stopped for s in self.workers.values()):
+            if all(s.stopped for s in states):
                 break
             self.launcher.step()
             now = time.monotonic()

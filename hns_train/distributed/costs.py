@@ -16,6 +16,8 @@ the first time (`new_samples`). Over one logging window the controller turns the
                                          per controller: the latest policy, each snapshot)
     throughput/trained_fps      env frames per second whose samples reached an update for
                                 the first time (agent-steps / agents per world)
+    pod/{sim,act,learn}_ms_per_frame   a pod's wall time per env frame in simulation, acting
+                                and learning (pod_worker.py; it also reports its frames)
 
 A metric is left out when its window has no work or no CPU report (serial launcher).
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 CPU_KINDS = ("actor", "policy", "trainer")
+POD_PHASES = ("sim", "act", "learn")
 
 
 class WorkCosts:
@@ -39,15 +42,17 @@ class WorkCosts:
         self.reported: set[str] = set()
         self.frames = self.rows = self.batches = self.forwards = 0
         self.samples = self.new_samples = 0
+        self.pod_s: dict[str, float] = defaultdict(float)
 
     def add(self, kind: str, meta: dict) -> None:
         """One heartbeat's counters (already checked against the contract)."""
         if "cpu_s" in meta:
             self.cpu_s[kind] += float(meta["cpu_s"])
             self.reported.add(kind)
-        if kind == "actor":
-            self.frames += int(meta.get("frames", 0))
-        elif kind == "policy":
+        self.frames += int(meta.get("frames", 0))  # actors, and pods
+        for phase in POD_PHASES:
+            self.pod_s[phase] += float(meta.get(f"{phase}_s", 0.0))
+        if kind == "policy":
             self.rows += int(meta.get("rows", 0))
             self.batches += int(meta.get("batches", 0))
             self.forwards += int(meta.get("forwards", 0))
@@ -62,6 +67,9 @@ class WorkCosts:
             out["throughput/trained_fps"] = self.new_samples / self.agents_per_frame / elapsed_s
         per_frame = {k: self.cpu_s[k] for k in CPU_KINDS if k in self.reported}
         if self.frames:
+            for phase in POD_PHASES:
+                if self.pod_s[phase]:
+                    out[f"pod/{phase}_ms_per_frame"] = 1e3 * self.pod_s[phase] / self.frames
             for kind, cpu in per_frame.items():
                 out[f"cpu/{kind}_ms_per_frame"] = 1e3 * cpu / self.frames
             if per_frame:

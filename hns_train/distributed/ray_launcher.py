@@ -38,7 +38,7 @@ from collections import defaultdict
 from typing import Any
 
 from hns_train.config import RunConfig
-from hns_train.distributed.launchers import endpoints_from
+from hns_train.distributed.launchers import actor_plan, endpoints_from
 from hns_train.distributed.worker import WorkerSpec, run_worker
 
 log = logging.getLogger(__name__)
@@ -134,12 +134,9 @@ class RayLauncher:
 
     def _names(self, kind: str) -> list[str]:
         p = self.cfg.pipeline
-        count = {
-            "trainer": p.n_trainers,
-            "policy": 0 if p.backend == "warp" else p.n_policy_workers,  # warp: none started
-            "actor": p.n_actors,
-            "eval": self.cfg.eval.n_workers,
-        }[kind]
+        count = {"trainer": p.n_trainers, **dict(actor_plan(p)), "eval": self.cfg.eval.n_workers}[
+            kind
+        ]
         return [f"{kind}{i}" for i in range(count)]
 
     def _reserve(self) -> None:

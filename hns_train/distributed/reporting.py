@@ -87,7 +87,7 @@ class RunLog:
     def absorb(self, kind: str, meta: dict) -> None:
         """One worker heartbeat's counters (already checked against the run's contract)."""
         self.costs.add(kind, meta)
-        if kind == "actor":
+        if kind in ("actor", "trainer"):  # actors, and pods: trainers that simulate
             self._episodes += int(meta.get("episodes", 0))
             self._frames += int(meta.get("frames", 0))
             sums = meta.get("stat_sums")
@@ -161,6 +161,10 @@ class RunLog:
             out["throughput/policy_busy"] = float(
                 np.mean([p.get("busy_s", 0.0) for p in policies])
             ) / max(self.cfg.pipeline.heartbeat_s, 1e-9)
+        if "physics_warnings" in trainer:  # a pod
+            out["env/physics_warnings"] = int(
+                sum(t.get("physics_warnings", 0) for t in by_kind["trainer"])
+            )
         actors = by_kind.get("actor", [])
         if actors:
             out["queue/actor_chunks"] = int(sum(a.get("queued_chunks", 0) for a in actors))

@@ -11,6 +11,17 @@ only the latest policy's rows of present agents, `truncated_value` from the fina
 with the values of the next step's observation. `pipeline.ring_size` does not apply: there is
 no inference round trip to hide.
 
+Worlds end their episodes independently (the game's per-world step counter; with
+`pipeline.warp_stagger` they start at random steps of their first episode): on a step where
+some worlds ended, their rows get `truncated` and `truncated_value` (every row's final
+observation is evaluated, the others' values dropped), their LSTM state is zeroed and their
+controllers redrawn; a row whose controller changed inside a chunk is left out of that chunk
+(its steps were not all the learning policy's). A full chunk ships on the next step, with those
+values as the bootstrap of its unfinished rows. Its rows go out in as many messages as keep
+each under `pipeline.max_message_mb` (`split_columns`): all rows of 4096 worlds would be over a
+gigabyte, which the trainer's socket refuses. The game's device flags (bad actions, physics
+overflows) are read once per heartbeat (`WarpGame.read_warnings`), not per step.
+
 Everything downstream (trainers, pool, eval workers, controller, logging) is unchanged; the
 controller starts no policy workers for this backend.
 
@@ -25,8 +36,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import torch
 
-from hns_train.agents.chunks import ChunkRecorder
+from hns_train.agents.chunks import Chunk, ChunkRecorder
 from hns_train.agents.policy import ActorCritic
 from hns_train.distributed import opponent_codes
 from hns_train.distributed.actor import MAX_PENDING_CHUNKS
@@ -34,6 +46,7 @@ from hns_train.distributed.contract import DropLog, param_reference
 from hns_train.distributed.params import resolve_device
 from hns_train.distributed.policy import act_by_controller, load_checked_params
 from hns_train.distributed.streams import ParamSubscriber, SampleSender
+from hns_train.distributed.wire import encode
 from hns_train.distributed.worker import Worker, WorkerSpec
 from hns_train.envs.observations import observation_shapes
 from hns_train.envs.stats import STAT_KEYS
@@ -50,7 +63,11 @@ class WarpActorWorker(Worker):
         self.device = resolve_device(p.warp_device)
         warp_device = "cpu" if self.device.type == "cpu" else f"cuda:{self.device.index or 0}"
         self.game = WarpGame(
-            cfg.game_config(), p.envs_per_actor, seed=self._seed(0), device=warp_device
+            cfg.game_config(),
+            p.envs_per_actor,
+            seed=self._seed(0),
+            device=warp_device,
+            stagger=p.warp_stagger,
         )
         self.shapes = observation_shapes(cfg.game_config())
         self.model = self._new_model()
@@ -75,7 +92,10 @@ class WarpActorWorker(Worker):
         self.recorder = ChunkRecorder(p.chunk_len, cfg.agent.ppo.bptt_len)
         self.unfinished = False  # recorder full, waiting for the next step's values
         self.oldest_version = -1
+        self.codes = np.zeros(self.rows, np.int64)
+        self.chunk_latest = np.ones(self.rows, bool)
         self._draw_controllers()
+        self.ship_present = np.zeros(self.rows, bool)
         self.pending_chunks: list[tuple[dict, dict]] = []
         self._frames = self._episodes = self._chunks_sent = 0
         self._stat_sums = np.zeros(len(STAT_KEYS))
@@ -107,11 +127,12 @@ class WarpActorWorker(Worker):
         game = self.game
         W, A = game.n_worlds, game.n_agents
         actions, logp, values, state = self._act(self.obs, self.state, self.episode_start)
-        if self.unfinished:  # the chunk that ended mid-episode: these values bootstrap it
-            self._ship(values, game.agent_present.cpu().numpy())
+        if self.unfinished:  # the full chunk: these values bootstrap its unfinished rows
+            self._ship(values, self.ship_present)
         if self.oldest_version < 0:
             self.oldest_version = self.version
-        result = game.step(actions.reshape(W, A, -1))
+        # checked lazily, read at heartbeats (the actions are host arrays here)
+        result = game.step(actions.reshape(W, A, -1), check=False)
         self._frames += W
         step = dict(
             obs=_host(self.obs),
@@ -123,49 +144,53 @@ class WarpActorWorker(Worker):
             rewards=result.rewards.cpu().numpy().reshape(-1),
         )
         truncated = result.truncated.cpu().numpy()
+        ended = np.repeat(truncated, A)  # rows of the worlds whose episode ended
         if truncated.any():
-            if not truncated.all():
-                raise RuntimeError("worlds of one Warp game must end their episodes together")
-            self._stat_sums += [result.episode_stats[k].sum() for k in STAT_KEYS]
-            self._episodes += W
+            stats = torch.stack([result.episode_stats[k] for k in STAT_KEYS])
+            self._stat_sums += torch.nansum(stats, dim=1).cpu().numpy()
+            self._episodes += int(truncated.sum())
             # values of the final observations, continuing the finished episodes' states
+            # (every row is evaluated; only the rows that ended are kept)
             final = _rows(result.final_obs)
             _, _, final_values, _ = self._act(final, state, np.zeros(self.rows, bool))
-            self.recorder.add(
-                **step, truncated=np.ones(self.rows, bool), truncated_value=final_values
-            )
-            if self.recorder.full:
-                present = result.final_agent_present.cpu().numpy()
-                self._ship(np.zeros(self.rows, np.float32), present)
-            self.obs = _rows(result.obs)
-            self.state = np.zeros_like(state)
-            self.episode_start = np.ones(self.rows, bool)
-            self._draw_controllers()
-            return
-        self.recorder.add(**step, truncated=np.zeros(self.rows, bool))
+            final_values = np.where(ended, final_values, 0.0).astype(np.float32)
+            self.recorder.add(**step, truncated=ended, truncated_value=final_values)
+        else:
+            self.recorder.add(**step, truncated=ended)
+        present = result.agent_present.cpu().numpy().reshape(-1)
+        if self.recorder.full:  # shipped next step; each row with its last episode's agents
+            final_present = result.final_agent_present.cpu().numpy().reshape(-1)
+            self.ship_present = np.where(ended, final_present, present)
+            self.unfinished = True
         self.obs = _rows(result.obs)
-        self.state = state
-        self.episode_start = np.zeros(self.rows, bool)
-        self.unfinished = self.recorder.full
+        self.state = np.where(ended[:, None, None], 0.0, state).astype(np.float32)
+        self.episode_start = ended
+        if truncated.any():
+            self._draw_controllers(np.flatnonzero(truncated))
 
-    def _draw_controllers(self) -> None:
+    def _draw_controllers(self, worlds=None) -> None:
+        """New controllers for `worlds` (default: all). A row whose controller changes inside
+        a chunk is not the learning policy's throughout, so it is left out of that chunk."""
         game = self.game
+        worlds = range(game.n_worlds) if worlds is None else worlds
         hider = game.is_hider.cpu().numpy()
-        codes = np.zeros((game.n_worlds, game.n_agents), np.int64)
-        for w in range(game.n_worlds):
+        codes = self.codes.reshape(game.n_worlds, game.n_agents)
+        for w in worlds:
             hiders, seekers = self.draw.draw()
             codes[w] = np.where(hider, hiders, seekers)
-        self.codes = codes.reshape(-1)
+        if not self.recorder.full:
+            self.chunk_latest &= self.codes == opponent_codes.LATEST
 
     def _ship(self, bootstrap: np.ndarray, present) -> None:
-        """Finish the chunk; queue the learning policy's rows of `present` agents."""
+        """Finish the chunk; queue the rows of `present` agents that the learning policy drove
+        for the whole chunk, split into messages under `pipeline.max_message_mb`."""
         chunk = self.recorder.finish(bootstrap, max(self.oldest_version, 0))
         self.unfinished = False
         self.oldest_version = -1
-        keep = (self.codes == opponent_codes.LATEST) & np.asarray(present).reshape(-1)
-        if keep.any():
-            arrays = chunk.select(np.flatnonzero(keep)).to_arrays()
-            self.pending_chunks.append((arrays, {"actor": self.name}))
+        keep = self.chunk_latest & np.asarray(present).reshape(-1)
+        self.chunk_latest = self.codes == opponent_codes.LATEST
+        for part in split_columns(chunk, np.flatnonzero(keep), self.max_message_bytes):
+            self.pending_chunks.append((part, {"actor": self.name}))
 
     def _flush_chunks(self) -> None:
         while self.pending_chunks:
@@ -185,7 +210,8 @@ class WarpActorWorker(Worker):
             "version_seen": self.version,
             "queued_chunks": len(self.pending_chunks),
             # contact / constraint buffer overflows of the Warp physics since the actor started
-            "physics_warnings": self.game.physics_warnings_total,
+            # (the game's device flags, read once per heartbeat; raises for bad actions)
+            "physics_warnings": self.game.read_warnings(),
             "rejected": self.bad_params.total,
             "time": time.time(),
         }
@@ -194,10 +220,32 @@ class WarpActorWorker(Worker):
         return out
 
     def close_streams(self) -> None:
+        self.game.close()
         self.params.close()
         self.samples.close()
         self.draw.close()
         self.opponents.close()
+
+
+def split_columns(chunk: Chunk, columns: np.ndarray, max_bytes: int) -> list[dict]:
+    """Wire arrays of `chunk` restricted to agent streams `columns`, in as few messages as keep
+    each under `max_bytes` (frames together, the receiver's cap): bytes per stream from the
+    arrays, the header's size from a one-stream message, a 4 KiB margin for the meta."""
+    if not len(columns):
+        return []
+    one = chunk.select(columns[:1]).to_arrays()
+    per_column = sum(a.nbytes for a in one.values())
+    header = len(encode("chunk", one, {"actor": "x" * 64})[0]) + 4096
+    fit = (max_bytes - header) // per_column
+    if fit < 1:
+        raise ValueError(
+            f"one agent stream of a chunk takes {per_column} bytes, more than the "
+            f"{max_bytes} bytes a message may hold: raise pipeline.max_message_mb or lower "
+            "pipeline.chunk_len"
+        )
+    if fit >= len(columns) and len(columns) == chunk.batch_size:
+        return [chunk.to_arrays()]  # every stream in one message: no gathering copy
+    return [chunk.select(columns[i : i + fit]).to_arrays() for i in range(0, len(columns), fit)]
 
 
 def _rows(obs) -> dict:

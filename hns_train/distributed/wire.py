@@ -191,6 +191,17 @@ def encode(
         arr = arr.astype(dt, order="C", copy=False)  # ascontiguousarray would make 0-d 1-d
         descriptors.append({"name": name, "dtype": dt.str, "shape": list(arr.shape)})
         frames.append(arr)
+    frames[0] = _pack_header(kind, descriptors, meta)
+    # Unpack once with the receiver's rules (a few microseconds for a small header) so that a
+    # message that encodes always decodes, e.g. meta with int keys fails here, not remotely.
+    try:
+        _unpack_header(frames[0])
+    except WireError as exc:
+        raise WireError(f"meta of a {kind!r} message would not decode: {exc}") from exc
+    return frames
+
+
+def _pack_header(kind: str, descriptors: list[dict], meta: Mapping[str, Any] | None) -> bytes:
     header = {
         "magic": MAGIC,
         "version": FORMAT_VERSION,
@@ -199,18 +210,32 @@ def encode(
         "meta": dict(meta or {}),
     }
     try:
-        frames[0] = msgpack.packb(header, use_bin_type=True, default=_meta_default)
+        packed = msgpack.packb(header, use_bin_type=True, default=_meta_default)
     except (TypeError, ValueError, OverflowError) as exc:
         raise WireError(f"meta of a {kind!r} message cannot be packed: {exc}") from exc
-    if len(frames[0]) > MAX_HEADER_BYTES:
-        raise WireError(f"header is {len(frames[0])} bytes; at most {MAX_HEADER_BYTES} allowed")
-    # Unpack once with the receiver's rules (a few microseconds for a small header) so that a
-    # message that encodes always decodes, e.g. meta with int keys fails here, not remotely.
-    try:
-        _unpack_header(frames[0])
-    except WireError as exc:
-        raise WireError(f"meta of a {kind!r} message would not decode: {exc}") from exc
-    return frames
+    if len(packed) > MAX_HEADER_BYTES:
+        raise WireError(f"header is {len(packed)} bytes; at most {MAX_HEADER_BYTES} allowed")
+    return packed
+
+
+def encoded_size(
+    kind: str,
+    layout: Mapping[str, tuple[Any, Sequence[int]]],
+    meta: Mapping[str, Any] | None = None,
+) -> int:
+    """Bytes of the message `encode` makes from arrays of these (dtype, shape), all frames
+    together, without making any array: how a run checks its messages against a size cap
+    before it starts (`message_sizes.py`)."""
+    descriptors, data = [], 0
+    for name, (dtype, shape) in layout.items():
+        dt = np.dtype(dtype)
+        wire = ALLOWED_DTYPES.get(dt.newbyteorder("<").str if dt.byteorder != "|" else dt.str)
+        if wire is None:
+            raise WireError(f"array {name!r} has dtype {dt} which cannot travel")
+        shape = [int(n) for n in shape]
+        descriptors.append({"name": name, "dtype": wire.str, "shape": shape})
+        data += math.prod(shape) * wire.itemsize
+    return len(_pack_header(kind, descriptors, meta)) + data
 
 
 def _buffer(frame: Any, index: int) -> memoryview:

@@ -185,6 +185,8 @@ def build_worker(spec: WorkerSpec) -> Worker:
         from hns_train.distributed.actor import ActorWorker as cls
     elif spec.kind == "policy":
         from hns_train.distributed.policy import PolicyWorker as cls
+    elif spec.kind == "trainer" and spec.config.get("pipeline", {}).get("backend") == "pod":
+        from hns_train.distributed.pod_worker import PodWorker as cls
     elif spec.kind == "trainer":
         from hns_train.distributed.trainer import TrainerWorker as cls
     elif spec.kind == "eval":

@@ -233,6 +233,14 @@ class HideAndSeekParallelEnv(ParallelEnv):
         self._renderer = None  # render.TopViewRenderer, made on the first rgb_array frame
         self._viewer = None  # render.HumanViewer
         self._obs: dict[str, np.ndarray] | None = None
+        # What every step would otherwise work out again: the observation keys in the Dict
+        # space's order with their flat widths (what gymnasium's flatten concatenates), the
+        # no-op actions of absent agents, the live agents and their slots (set at reset).
+        any_space = self._dict_spaces[self.possible_agents[0]].spaces
+        self._flat_keys = [(k, int(np.prod(sp.shape))) for k, sp in any_space.items()]
+        self._noop_batch = np.broadcast_to(self.game.noop, (1, self.game.n_agents, 5)).copy()
+        self._live_set: frozenset[str] = frozenset()
+        self._live_slots = np.zeros(0, dtype=np.intp)
 
     # ------------------------------------------------------------------ spaces and MuJoCo
     def observation_space(self, agent: str) -> spaces.Dict | spaces.Box:
@@ -271,6 +279,8 @@ class HideAndSeekParallelEnv(ParallelEnv):
         obs = self.game.reset(seeds=None if seed is None else [seed])
         present = self.game.agent_present[0]
         self.agents = [a for a in self.possible_agents if present[self._slot[a]]]
+        self._live_set = frozenset(self.agents)
+        self._live_slots = np.array([self._slot[a] for a in self.agents], dtype=np.intp)
         self._obs = obs
         if self.render_mode == "human":
             self.render()
@@ -304,8 +314,52 @@ class HideAndSeekParallelEnv(ParallelEnv):
                 f"actions must be a dict from agent name to action, got {type(actions).__name__}"
             )
         if self.pad_absent:  # TorchRL sends actions for agents absent this episode too
-            actions = {a: v for a, v in actions.items() if a in self.agents}
-        not_live = sorted(set(actions) - set(self.agents), key=str)
+            actions = {a: v for a, v in actions.items() if a in self._live_set}
+        if actions.keys() != self._live_set:
+            self._check_agents(actions)  # raises, naming the agents
+        live = self.agents
+        given = [actions[a] for a in live]  # in slot order
+        # int64 arrays of the right shape (what action_space.sample() gives) go in as they are
+        # and are range-checked by the game; anything else is checked one by one here
+        for action in given:
+            if not (
+                type(action) is np.ndarray and action.dtype == np.int64 and action.shape == (5,)
+            ):
+                given = [self._check_action(a, v) for a, v in zip(live, given, strict=True)]
+                break
+        rows = np.array(given)
+        if len(live) == self.game.n_agents:  # (the game copies the actions it is given)
+            batch = rows[None]
+        else:  # absent agents send the no-op
+            batch = self._noop_batch.copy()
+            batch[0, self._live_slots] = rows
+        try:
+            # The game range-checks the actions before it changes anything and raises naming
+            # world and slot; the env then names the agent.
+            obs, reward, truncated, infos = self.game.step(batch)
+        except ValueError:
+            for agent in live:
+                self._check_action(agent, actions[agent])  # raises, naming the agent
+            raise
+        self._obs = obs
+        ended = bool(truncated[0])
+        observations = self._agent_obs(obs, live)
+        values = reward[0].tolist()
+        slot = self._slot
+        rewards = {a: values[slot[a]] for a in live}
+        terminations = dict.fromkeys(live, False)
+        truncations = dict.fromkeys(live, ended)
+        stats = infos[0]
+        out_infos = {a: dict(stats) for a in live}
+        if ended:
+            self.agents = []
+            self._live_set = frozenset()
+        if self.render_mode == "human":
+            self.render()
+        return observations, rewards, terminations, truncations, out_infos
+
+    def _check_agents(self, actions: dict) -> None:
+        not_live = sorted(set(actions) - self._live_set, key=str)
         if not_live:
             raise ValueError(
                 f"actions given for agents that are not live: {not_live}; "
@@ -317,35 +371,6 @@ class HideAndSeekParallelEnv(ParallelEnv):
                 f"no action for live agents {missing}; every live agent in "
                 f"{self.agents} needs an action"
             )
-        batch = np.broadcast_to(self.game.noop, (1, self.game.n_agents, 5)).copy()
-        nvec = self.game.action_nvec
-        for agent, action in actions.items():
-            # int64 arrays of the right shape (what action_space.sample() gives) go in as they
-            # are and are range-checked together below; anything else is checked one by one
-            if not (
-                type(action) is np.ndarray and action.dtype == np.int64 and action.shape == (5,)
-            ):
-                action = self._check_action(agent, action)
-            batch[0, self._slot[agent]] = action
-        if ((batch < 0) | (batch >= nvec)).any():
-            for agent, action in actions.items():
-                self._check_action(agent, action)  # raises, naming the agent
-
-        live = self.agents
-        obs, reward, truncated, infos = self.game.step(batch)
-        self._obs = obs
-        ended = bool(truncated[0])
-        observations = self._agent_obs(obs, live)
-        rewards = {a: float(reward[0, self._slot[a]]) for a in live}
-        terminations = dict.fromkeys(live, False)
-        truncations = dict.fromkeys(live, ended)
-        stats = infos[0]
-        out_infos = {a: dict(stats) for a in live}
-        if ended:
-            self.agents = []
-        if self.render_mode == "human":
-            self.render()
-        return observations, rewards, terminations, truncations, out_infos
 
     def _check_action(self, agent: str, action) -> np.ndarray:
         nvec = self.game.action_nvec
@@ -378,13 +403,23 @@ class HideAndSeekParallelEnv(ParallelEnv):
         return a.astype(np.int64)
 
     def _agent_obs(self, obs, agents=None) -> dict:
+        """Each agent's observation, in new memory (the game reuses its buffers, and users keep
+        what a step returned): one copy per key for all agents, each agent's entries views of
+        it; flattened, one concatenation for all agents, each agent's vector a row of it."""
         agents = self.agents if agents is None else agents
-        # one copy per key (the game reuses its buffers); each agent gets its rows of it
-        own = {k: v[0].copy() for k, v in obs.items()}
-        return {
-            a: self._agent_obs_from(a, {k: v[self._slot[a]] for k, v in own.items()})
-            for a in agents
-        }
+        if self.flatten:
+            n = self.game.n_agents
+            flat = np.concatenate(
+                [obs[k][0].reshape(n, width) for k, width in self._flat_keys],
+                axis=1,
+                dtype=FLAT_DTYPE,
+            )
+            rows = list(flat)
+            return {a: rows[self._slot[a]] for a in agents}
+        keys = list(obs)
+        copies = [v.copy() for v in obs.values()]
+        slot = self._slot
+        return {a: dict(zip(keys, [c[0, slot[a]] for c in copies], strict=True)) for a in agents}
 
     def _agent_obs_from(self, agent: str, obs: dict[str, np.ndarray]):
         if self.flatten:

@@ -38,7 +38,9 @@ from hns_train.envs.stats import STAT_KEYS
 
 
 class VectorStep(NamedTuple):
-    """One step of every world. Shapes: W worlds, A agent slots."""
+    """One step of every world. Shapes: W worlds, A agent slots. `VectorGame` fills it with
+    numpy arrays; `WarpGame` (envs/warp) with torch tensors on its device, `episode_stats`
+    included (so a pod sums them on the device with `nansum`)."""
 
     obs: dict[str, np.ndarray]  # (W, A, ...) next observation (new episode's first where reset)
     rewards: np.ndarray  # (W, A) float32, of the step just taken

@@ -1,6 +1,7 @@
 """The learning proof, short: the pipeline's seeker keeps a random hider in sight far more often
 than a random seeker does (bench/learn_chase.py, serial launcher, a fixed frame budget), with
-the C backend's actors and with the Warp actor mode (simulation and policy in one process)."""
+the C backend's actors, with the Warp actor mode (simulation and policy in one process), and
+with pods (simulation, policy and PPO in one process) on the C and the Warp game."""
 
 import importlib.util
 import sys
@@ -59,3 +60,45 @@ def test_warp_actor_seeker_learns_like_the_c_backend(tmp_path):
     assert 0.25 < result["eval_random"] < 0.5
     assert result["eval_trained"] > result["eval_random"] + 0.2
     assert result["versions"] >= 15
+
+
+@pytest.mark.slow
+def test_pod_seeker_learns_like_the_pipeline(tmp_path):
+    """The same proof with `pipeline.backend=pod`: one process simulates the 32 worlds (C
+    game), acts and trains on its rollouts (1,280 frames, 4 x 4 passes: the pipeline's step)."""
+    result = learn_chase().main(
+        [
+            "--launcher=serial",
+            "--minutes=0",
+            "--frames=40960",
+            "--eval-episodes=128",
+            f"--runs-dir={tmp_path}",
+            "--quiet",
+            "pipeline.backend=pod",
+        ]
+    )
+    assert 0.25 < result["eval_random"] < 0.5
+    assert result["eval_trained"] > result["eval_random"] + 0.2
+    assert result["versions"] >= 25
+
+
+@pytest.mark.slow
+def test_warp_pod_seeker_learns(tmp_path):
+    """A pod on the MuJoCo Warp game (Warp's CPU device): 16 worlds, 640 frames a rollout."""
+    pytest.importorskip("mujoco_warp")
+    result = learn_chase().main(
+        [
+            "--launcher=serial",
+            "--minutes=0",
+            "--frames=25600",
+            "--eval-episodes=128",
+            f"--runs-dir={tmp_path}",
+            "--quiet",
+            "pipeline.backend=pod",
+            "pod.physics=warp",
+            "pod.worlds=16",
+        ]
+    )
+    assert 0.25 < result["eval_random"] < 0.5
+    assert result["eval_trained"] > result["eval_random"] + 0.2
+    assert result["versions"] >= 30

@@ -219,3 +219,54 @@ def test_returned_observations_are_not_overwritten_by_later_steps(live_env):
     assert (
         live_env.game.obs["observation_self"][0, :, 9] != kept["hider_0"]["observation_self"][9]
     ).all()
+
+
+def test_flat_steps_are_the_dict_flattened_across_episodes_and_team_sizes():
+    """flatten=True builds every agent's vector in one concatenation: the same numbers, in the
+    Dict space's order, as gymnasium's flatten of the dict observation, at every step, and
+    kept unchanged by later steps."""
+    from gymnasium import spaces
+
+    kw = dict(n_hiders=(1, 3), n_seekers=(1, 2), horizon=4)
+    flat = E.parallel_env("randomwalls", seed=5, flatten=True, **kw)
+    nested = E.parallel_env("randomwalls", seed=5, **kw)
+    flat.reset(seed=5)
+    nested.reset(seed=5)
+    rng = np.random.default_rng(0)
+    kept, sizes = [], set()
+    for _ in range(12):  # three episodes
+        if not flat.agents:
+            flat.reset()
+            nested.reset()
+        sizes.add(len(flat.agents))
+        nvec = flat.game.action_nvec
+        actions = {a: rng.integers(0, nvec) for a in flat.agents}
+        obs_f, rew_f, _, trunc_f, _ = flat.step(actions)
+        obs_d, rew_d, _, trunc_d, _ = nested.step(actions)
+        assert rew_f == rew_d and trunc_f == trunc_d
+        assert all(type(r) is float for r in rew_f.values())
+        for agent, vector in obs_f.items():
+            want = spaces.flatten(flat.dict_observation_space(agent), obs_d[agent])
+            assert vector.dtype == np.float32 and vector.shape == want.shape
+            np.testing.assert_array_equal(vector, want)
+            kept.append((vector, vector.copy()))
+    assert len(sizes) > 1  # team sizes changed between episodes
+    for vector, copy in kept:
+        np.testing.assert_array_equal(vector, copy)
+
+
+def test_absent_agents_send_the_no_op():
+    env = E.parallel_env("randomwalls", seed=1, n_hiders=(1, 3), horizon=50)
+    for seed in range(10):
+        env.reset(seed=seed)
+        if len(env.agents) < len(env.possible_agents):
+            break
+    absent = [env._slot[a] for a in env.possible_agents if a not in env.agents]
+    assert absent, "no episode with an absent agent"
+    sent = []
+    step = env.game.step
+    env.game.step = lambda batch: sent.append(batch.copy()) or step(batch)
+    env.step({a: np.array([0, 10, 0, 1, 1]) for a in env.agents})
+    assert (sent[0][0, absent] == env.game.noop).all()
+    live = [env._slot[a] for a in env.agents]
+    assert (sent[0][0, live] == [0, 10, 0, 1, 1]).all()

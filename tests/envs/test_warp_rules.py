@@ -121,7 +121,7 @@ def test_statistics_match_episode_stats(rng):
     host, dev = EpisodeStats(W, nb, OB), TensorStats(W, nb, OB, "cpu")
     xy = rng.uniform(0, 6, (W, OB, 2))
     host.reset(np.arange(W), xy)
-    dev.reset(torch.arange(W), _t(xy))
+    dev.reset(torch.ones(W, dtype=torch.bool), _t(xy))
     present = rng.random((W, A)) < 0.8
     present[:, [0, 2]] = True
     masks = [(m, np.maximum(m.sum(1), 1)) for m in (present & is_hider, present & ~is_hider)]
@@ -183,8 +183,11 @@ def test_statistics_match_episode_stats(rng):
     assert surfed
     done = np.arange(0, W, 2)
     want = host.finish(done, xy, object_present, locked)
-    got = dev.finish(done, _t(xy), _t(object_present), _t(locked))
-    for g, w in zip(got, want, strict=True):
-        assert set(g) == set(STAT_KEYS)
-        for key in STAT_KEYS:
-            assert g[key] == pytest.approx(w[key], abs=1e-9), key
+    mask = torch.zeros(W, dtype=torch.bool)
+    mask[done] = True
+    got = dev.finish(mask, _t(xy), _t(object_present), _t(locked)).numpy()
+    assert got.shape == (W, len(STAT_KEYS))
+    assert np.isnan(got[1::2]).all()  # worlds that did not finish
+    for g, w in zip(got[done], want, strict=True):
+        for i, key in enumerate(STAT_KEYS):
+            assert g[i] == pytest.approx(w[key], abs=1e-9), key

@@ -1,10 +1,14 @@
 """The hide-and-seek game on MuJoCo Warp: many worlds per device, state kept in device arrays.
 
 - `physics.WarpWorlds`: one Warp model and data for N worlds of a config, per-world layouts
-  written into per-world model fields at reset (no recompile), stepping, rays.
+  written into per-world model fields at reset (no recompile), stepping (a CUDA graph on a
+  GPU), rays; `PhysicsConfig` its buffer sizes and solver settings.
+- `bank.LayoutBank`: pre-built layouts on the device that worlds reset from by masked gathers,
+  refreshed from a host thread.
 - `game.WarpGame`: the game's rules, observations, rewards, statistics and auto-reset as tensor
   code on those arrays, with `VectorGame`'s observation dictionary, action layout and step
-  contract; `rules.py` and `stats.py` hold the tensor forms of envs/rules.py and envs/stats.py.
+  contract, worlds ending their episodes independently and no host sync inside a step;
+  `rules.py` and `stats.py` hold the tensor forms of envs/rules.py and envs/stats.py.
 - `distributed/warp_actor.py` trains with it (`pipeline.backend=warp`).
 
 Needs the optional extra `warp` (`mujoco-warp==4.0.0`, which brings `warp-lang`); importing

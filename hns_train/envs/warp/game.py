@@ -2,30 +2,48 @@
 
 Same observation dictionary (keys, shapes, float32), action layout (MultiDiscrete
 [11, 11, 11, 2, 2] per agent slot: x, y, yaw force bins, grab, lock), rewards, statistics and
-auto-reset as `VectorGame` (vector.py), and the same seeding: world w draws its layouts from a
-generator seeded with `world_seeds[w]`, spawned from the seed exactly as `VectorGame` does, so
-the same seed gives the same layouts in both. `step` returns a `VectorStep` whose arrays are
-torch tensors on the Warp device (zero-copy views of Warp arrays where the physics owns them).
+auto-reset as `VectorGame` (vector.py). `step` returns a `VectorStep` whose arrays are all torch
+tensors on the Warp device (zero-copy views of Warp arrays where the physics owns them), the
+episode statistics included ((W,) float64, NaN where a world did not finish this step).
+
+Seeding: world w's FIRST layout comes from a generator seeded with `world_seeds[w]`, spawned
+from the seed exactly as `VectorGame` does, so the first episode of every world has the same
+layout in both. Later episodes take layouts from the device layout bank (bank.py): the same
+seed and device type replay exactly, but they are not `VectorGame`'s later layouts.
+
+Worlds end their episodes independently: the step counter `t` is a (W,) device tensor, and a
+world reaching the horizon is reset inside the same step by masked tensor writes from the bank
+(`_reset_where`), with no host work. With `stagger=True` world w starts at a random step of its
+first episode (seeded), so with thousands of worlds the ends spread over the horizon instead of
+landing on one step; those first episodes are partial (their statistics cover the steps played,
+and a world started after the preparation phase has no `_prep` snapshot).
 
 Per env step everything runs as tensor code over all worlds at once, no per-world Python:
 seekers idle in preparation, locks then grabs from the previous step's visibility (rules.py's
 rules, in `warp/rules.py`: grabs decided afresh every step, locked objects grabbable, a lock
 leaving grabs as they are), the lock / grab edits written into the per-world joint ranges, weld
-data and `eq_active`, controls, `substeps` Warp physics steps, entity poses from qpos, one
-batched `mujoco_warp.rays` call (lidar fan and a ray towards every entity centre per agent),
-rewards, statistics (`warp/stats.py`) and observations. What stays on the host, per episode
-rather than per step: layout sampling and the layout's C model compile
-(`WarpWorlds.set_layouts`), the per-episode tables (who is present, the other-agent order) and
-the finished episodes' statistics. Per step the host reads back only two flags (an action out of
-range, a physics buffer overflow); the step counter is mirrored on the host, since every world
-of a game starts and ends its episodes on the same steps' clock (`t_host`).
+data and `eq_active`, controls, `substeps` Warp physics steps (a CUDA graph on a GPU,
+physics.py), entity poses from qpos, one batched `mujoco_warp.rays` call (lidar fan and a ray
+towards every entity centre per agent), rewards, statistics (`warp/stats.py`), observations,
+then the masked reset of the worlds that ended (their rays and observations computed again: a
+second ray call per step, whether or not a world ended, since knowing would need a host read).
 
-Physics failures are counted, never silent: MuJoCo Warp drops contacts or constraint rows
-when a world has more than its buffers hold (`nconmax` / `njmax` of `WarpWorlds`) and raises a
-per-world overflow bit; after every env step the game reads those bits (`CAPACITY_OVERFLOWS`),
-logs each world that overflowed, counts it in `physics_warnings` (W,) for the current episode
-and `physics_warnings_total`, and clears them. Bad-state resets of the C game (NaN in qacc) have
-no Warp counterpart; rendering stays with the C game.
+No host synchronisation inside a step given a tensor of actions: nothing is read back
+(tests/envs/test_warp_syncs.py counts it). What the host would otherwise check per step is
+accumulated on the device and read by `read_warnings()`, which a worker calls at heartbeat time:
+- where the actions are decides when they are checked (`step(actions, check=None)`): host
+  arrays (numpy, lists: a user calling `step` directly) are validated at once, a ValueError
+  naming the first bad entry, which costs no device read; a torch tensor (a pod's or an
+  actor's policy output) is checked lazily: entries out of range (or fractional) are clamped
+  and counted on the device, and `read_warnings` raises the ValueError. check=True / False
+  forces either;
+- physics failures are counted, never silent: MuJoCo Warp drops contacts or constraint rows
+  when a world has more than its buffers hold (`nconmax` / `njmax`, `PhysicsConfig`) and raises
+  a per-world overflow bit; after every env step the game adds those bits (`CAPACITY_OVERFLOWS`)
+  to `physics_warnings` (W,) for the current episode and to a running total, and clears them;
+  `read_warnings` logs the worlds that overflowed since its last call.
+Bad-state resets of the C game (NaN in qacc) have no Warp counterpart; rendering stays with the
+C game.
 """
 
 from __future__ import annotations
@@ -35,16 +53,16 @@ import logging
 import numpy as np
 import torch
 
-from hns_train.envs import observations as O
 from hns_train.envs import rules as R
 from hns_train.envs.config import GameConfig, make_config
-from hns_train.envs.layout import ABSENT, sample_layout
+from hns_train.envs.layout import sample_layout
 from hns_train.envs.stats import STAT_KEYS
 from hns_train.envs.vector import VectorStep
 from hns_train.envs.warp import rules as TR
-from hns_train.envs.warp.physics import WarpWorlds
+from hns_train.envs.warp.bank import BankConfig, LayoutBank
+from hns_train.envs.warp.physics import PhysicsConfig, WarpWorlds
 from hns_train.envs.warp.stats import TensorStats, box_surfing
-from hns_train.envs.world import FREE_RANGE, object_half_extents
+from hns_train.envs.world import FREE_RANGE
 
 # mujoco_warp.OverflowType bits that mean lost contacts or constraints (buffers too small):
 # NEFC, NJMAX_NNZ, BROADPHASE, NARROWPHASE, CCD
@@ -57,7 +75,9 @@ class WarpGame:
     """`n_worlds` worlds of one config on a Warp device, stepped together, reset automatically.
 
     cfg: a `GameConfig` or a preset name; device: a Warp device ("cpu", "cuda:0"; None: Warp's
-    default). Observations are (W, A, ...) float32 tensors on that device.
+    default). Observations are (W, A, ...) float32 tensors on that device. stagger: worlds
+    start at random steps of their first episode (resets spread over steps); bank: the layout
+    bank's sizes (bank.py); physics: buffer sizes and solver settings (physics.py).
     """
 
     def __init__(
@@ -66,6 +86,9 @@ class WarpGame:
         n_worlds: int,
         seed: int | None = None,
         device: str | None = None,
+        stagger: bool = False,
+        bank: BankConfig | None = None,
+        physics: PhysicsConfig | None = None,
     ):
         if isinstance(cfg, str):
             cfg = make_config(cfg)
@@ -73,7 +96,7 @@ class WarpGame:
             raise ValueError(f"cfg must be a GameConfig or a preset name, got {type(cfg)}")
         self.cfg = cfg
         self.n_worlds = W = n_worlds
-        self.worlds = WarpWorlds(cfg, n_worlds, device=device)
+        self.worlds = WarpWorlds(cfg, n_worlds, device=device, physics=physics)
         self.dev = dev = self.worlds.torch_device
         idx = self.index = self.worlds.index
         self.n_agents = A = cfg.max_agents
@@ -83,8 +106,12 @@ class WarpGame:
         self._nvec = torch.as_tensor(self.action_nvec, device=dev)
         self._noop = torch.as_tensor([cfg.action_bins // 2] * 3 + [0, 0], device=dev)
         self._seed = seed
+        self.stagger = stagger
+        self.bank_config = bank or BankConfig()
+        self.bank: LayoutBank | None = None
         self.world_seeds: tuple[np.random.SeedSequence, ...] = ()
-        self.rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(W)]
+        self._root = np.random.SeedSequence(seed)
+        self.rngs: list[np.random.Generator] = []
         self._started = False
 
         # entities: agents then objects; entity e is body 1 + e with qpos / qvel 4e..4e+3
@@ -127,11 +154,15 @@ class WarpGame:
         self._not_self = torch.ones(A, E, dtype=torch.bool, device=dev)
         self._not_self[torch.arange(A), torch.arange(A)] = False
         self._cos_half = float(np.cos(cfg.vision_half_angle))
+        # constants of the step, on the device once (a host list made into a CUDA tensor is a
+        # blocking copy: a stream sync)
+        self._up = t([0.0, 0.0, 1.0])
+        self._free_range = t([-FREE_RANGE, FREE_RANGE])
 
         # per-world state (device) and per-episode tables
         z = torch.zeros
-        self.t_host = np.zeros(W, dtype=np.int64)
         self.t = z(W, dtype=long, device=dev)
+        self.slot = torch.arange(W, device=dev)  # bank slot of each world's current layout
         self.agent_present = z(W, A, dtype=torch.bool, device=dev)
         self.object_present = z(W, Ob, dtype=torch.bool, device=dev)
         self.half = z(W, Ob, 3, device=dev)
@@ -144,29 +175,56 @@ class WarpGame:
         self._others = torch.full((W, A, A - 1), -1, dtype=long, device=dev)
         self.stats = TensorStats(W, cfg.max_boxes, Ob, dev)
         self.obs: dict[str, torch.Tensor] = {}
-        self.physics_warnings = np.zeros(W, dtype=np.int64)  # this episode (module docstring)
-        self.physics_warnings_total = 0
         self._capacity_mask = sum(CAPACITY_OVERFLOWS)
+        # flags accumulated on the device, read by `read_warnings` (module docstring)
+        self.physics_warnings = z(W, dtype=long, device=dev)  # this episode
+        self._overflow_total = z((), dtype=long, device=dev)
+        self._overflow_bits = z(W, dtype=torch.int32, device=dev)  # since the last read
+        self._overflow_reported = 0
+        self._bad_count = z((), dtype=long, device=dev)
+        self._bad_first = z(4, dtype=long, device=dev)  # world, agent slot, dimension, value
 
     # ------------------------------------------------------------------ public API
     def reset(self, seed: int | None = None) -> dict[str, torch.Tensor]:
-        """New episodes in every world (seeding as `VectorGame.reset`); first observations."""
+        """New episodes in every world; first observations (W, A, ...).
+
+        Seeding as `VectorGame.reset`: world w's first layout comes from its own generator
+        (`world_seeds[w]`); a new seed (or the first call) spawns new ones, otherwise the
+        generators continue. The layout bank is rebuilt (W host compiles). With `stagger`,
+        world w then starts at a random step of its first episode (bank.py, module
+        docstring)."""
         if seed is not None or not self._started:
-            root = np.random.SeedSequence(self._seed if seed is None else seed)
-            self.world_seeds = tuple(root.spawn(self.n_worlds))
+            self._root = np.random.SeedSequence(self._seed if seed is None else seed)
+            self.world_seeds = tuple(self._root.spawn(self.n_worlds))
             self.rngs = [np.random.default_rng(s) for s in self.world_seeds]
         self._started = True
-        self._reset_worlds(np.arange(self.n_worlds))
-        return {k: v.clone() for k, v in self.obs.items()}
+        W = self.n_worlds
+        first = [sample_layout(self.cfg, self.rngs[w]) for w in range(W)]
+        bank_seed, stagger_seed = self._root.spawn(2)
+        if self.bank is not None:
+            self.bank.close()
+        self.bank = LayoutBank(self.cfg, self.worlds, first, bank_seed, self.bank_config)
+        start = 0
+        if self.stagger:
+            offsets = np.random.default_rng(stagger_seed).integers(0, self.cfg.horizon, W)
+            start = torch.as_tensor(offsets, device=self.dev)
+        everyone = torch.ones(W, dtype=torch.bool, device=self.dev)
+        self._reset_where(everyone, torch.arange(W, device=self.dev), start)
+        return self.obs
 
-    def step(self, actions) -> VectorStep:
-        """Advance every world one env step. actions: (W, A, 5) integers (array or tensor)."""
+    def step(self, actions, check: bool | None = None) -> VectorStep:
+        """Advance every world one env step; worlds whose episode ends are reset in place.
+
+        actions: (W, A, 5) integers (array or tensor). check: True validates them on the host
+        and raises on a bad one (a host sync for a device tensor); False makes no host sync in
+        the whole step: an action out of range is clamped and counted, and `read_warnings`
+        raises for it later; None (default): True for host arrays, False for tensors. Returns
+        a `VectorStep` of tensors on the game's device (fresh tensors each step)."""
         if not self._started:
             raise RuntimeError("call reset() before step()")
         cfg = self.cfg
-        a = self.check_actions(actions)
-        in_prep_host = self.t_host < cfg.prep_steps
-        in_prep = torch.as_tensor(in_prep_host, device=self.dev)
+        a = self.check_actions(actions, check)
+        in_prep = self.t < cfg.prep_steps
         idle = (in_prep[:, None] & ~self.is_hider[None, :]) | ~self.agent_present
         a = torch.where(idle[..., None], self._noop, a)
 
@@ -189,41 +247,37 @@ class WarpGame:
         ww = self.worlds
         ww.ctrl[:, self._ctrl_adr] = self.ctrl_levels[a[..., :3]].reshape(self.n_worlds, -1)
         ww.step(cfg.substeps)
-        self._check_overflow()
+        self._note_overflow()
         self._read_state()
         self._cast_rays()
         reward, hiders_seen = self._rewards(in_prep)
-        self.t += 1
-        self.t_host += 1
+        self.t = self.t + 1
         self._stats_step(in_prep, reward, hiders_seen)
         self._observe()
-        truncated_host = self.t_host >= cfg.horizon
-        truncated = torch.as_tensor(truncated_host, device=self.dev)
-        final_present = self.agent_present.clone()
-        stats = {k: np.full(self.n_worlds, np.nan) for k in STAT_KEYS}
-        done = np.flatnonzero(truncated_host)
-        if done.size:
-            final_obs = {k: v.clone() for k, v in self.obs.items()}
-            finished = self.stats.finish(
-                done, self.object_pos[..., :2], self.object_present, self.locked
-            )
-            for w, s in zip(done, finished, strict=True):
-                for k in STAT_KEYS:
-                    stats[k][w] = s[k]
-            self._reset_worlds(done)
-        else:
-            final_obs = {k: torch.zeros_like(v) for k, v in self.obs.items()}
+        truncated = self.t >= cfg.horizon
+        final_obs, final_present = self.obs, self.agent_present
+        stats = self.stats.finish(
+            truncated, self.object_pos[..., :2], self.object_present, self.locked
+        )
+        self._reset_where(truncated, self.bank.draw())
+        self.bank.tick()
         return VectorStep(
-            obs={k: v.clone() for k, v in self.obs.items()},
+            obs=self.obs,
             rewards=reward,
             truncated=truncated,
-            agent_present=self.agent_present.clone(),
+            agent_present=self.agent_present,
             final_obs=final_obs,
             final_agent_present=final_present,
-            episode_stats=stats,
+            episode_stats={k: stats[:, i] for i, k in enumerate(STAT_KEYS)},
         )
 
-    def check_actions(self, actions) -> torch.Tensor:
+    def check_actions(self, actions, check: bool | None = None) -> torch.Tensor:
+        """(W, A, 5) int64 actions on the device. Shape and dtype kind are checked always (no
+        host read); the values with check=True (a ValueError naming the first bad entry), else
+        clamped into range and counted on the device for `read_warnings`. check=None: True for
+        host arrays, False for tensors."""
+        if check is None:
+            check = not isinstance(actions, torch.Tensor)
         if not isinstance(actions, torch.Tensor):
             actions = np.array(actions)  # a writable copy (broadcast views are read-only)
         a = torch.as_tensor(actions, device=self.dev)
@@ -232,72 +286,114 @@ class WarpGame:
             raise ValueError(
                 f"actions have shape {tuple(a.shape)}; expected {want} (worlds, agents, 5)"
             )
-        if a.dtype.is_floating_point:
-            if not bool((a == a.round()).all()):
-                raise ValueError(f"actions must be integers, got dtype {a.dtype}")
-        elif a.dtype == torch.bool or a.dtype.is_complex:
+        if a.dtype == torch.bool or a.dtype.is_complex:
+            raise ValueError(f"actions must be integers, got dtype {a.dtype}")
+        fractional = a != a.round() if a.dtype.is_floating_point else None
+        if check and fractional is not None and bool(fractional.any()):
             raise ValueError(f"actions must be integers, got dtype {a.dtype}")
         a = a.to(torch.int64)
         bad = (a < 0) | (a >= self._nvec)
-        if bool(bad.any()):
-            w, ag, k = (int(i) for i in bad.nonzero()[0])
+        if check:
+            if bool(bad.any()):
+                w, ag, k = (int(i) for i in bad.nonzero()[0])
+                raise ValueError(self._bad_action_message(w, ag, k, int(a[w, ag, k])))
+            return a
+        if fractional is not None:
+            bad = bad | fractional
+        first = bad.reshape(-1).to(torch.uint8).argmax()
+        A, K = want[1:]
+        where = torch.stack([first // (A * K), first // K % A, first % K, a.reshape(-1)[first]])
+        new = (self._bad_count == 0) & bad.any()
+        self._bad_first = torch.where(new, where, self._bad_first)
+        self._bad_count = self._bad_count + bad.sum()
+        return torch.minimum(a.clamp_min(0), self._nvec - 1)
+
+    def read_warnings(self) -> int:
+        """What the device accumulated since the last call, read once (a host sync: call it at
+        heartbeat time, not per step). Logs the worlds whose physics overflowed; raises a
+        ValueError for actions out of range that an unchecked step clamped. Returns the
+        contact / constraint overflows since the game was made (`physics_warnings_total`)."""
+        flags = torch.cat([self._bad_count[None], self._bad_first, self._overflow_total[None]])
+        bad, w, ag, k, value, total = flags.cpu().tolist()
+        if total > self._overflow_reported:
+            bits = self._overflow_bits.cpu().numpy()
+            worlds = np.flatnonzero(bits)
+            for w_ in worlds[:10]:
+                kinds = [name for bit, name in CAPACITY_OVERFLOWS.items() if bits[w_] & bit]
+                log.warning(
+                    "MuJoCo Warp overflowed %s in world %d: contacts or constraints were "
+                    "dropped (raise nconmax / njmax of WarpWorlds)",
+                    "/".join(kinds),
+                    w_,
+                )
+            if len(worlds) > 10:
+                log.warning("... and %d more worlds overflowed", len(worlds) - 10)
+            self._overflow_bits.zero_()
+            self._overflow_reported = total
+        if bad:
+            self._bad_count.zero_()
             raise ValueError(
-                f"action {int(a[w, ag, k])} for world {w}, agent slot {ag}, dimension {k} is "
-                f"outside [0, {self.action_nvec[k] - 1}] "
-                f"(MultiDiscrete {self.action_nvec.tolist()})"
+                f"{bad} action entries were out of range since the last check; the first: "
+                + self._bad_action_message(w, ag, k, value)
             )
-        return a
+        return total
+
+    @property
+    def physics_warnings_total(self) -> int:
+        """Contact / constraint overflows since the game was made (a host read)."""
+        return int(self._overflow_total)
+
+    def layout_of(self, world: int):
+        """The host `Layout` of `world`'s current episode (a host read; valid until its bank
+        slot is refreshed: for inspection and tests)."""
+        return self.bank.layouts[int(self.slot[world])]
+
+    def close(self) -> None:
+        """Stop the layout bank's thread."""
+        if self.bank is not None:
+            self.bank.close()
 
     # ------------------------------------------------------------------ internals
-    def _reset_worlds(self, worlds: np.ndarray) -> None:
-        """New layouts (host sampler, each world's own generator) and fresh state for
-        `worlds`; then poses, rays and observations of every world."""
-        cfg, dev = self.cfg, self.dev
-        layouts = [sample_layout(cfg, self.rngs[w]) for w in worlds]
-        self.worlds.set_layouts(worlds, layouts)
-        rows = torch.as_tensor(worlds, device=dev)
-        ap = np.stack([lay.agent_present for lay in layouts])
-        op = np.stack(
-            [
-                np.concatenate([lay.box_kind != ABSENT, np.ones(cfg.n_ramps, dtype=bool)])
-                for lay in layouts
-            ]
+    def _bad_action_message(self, w: int, ag: int, k: int, value: int) -> str:
+        return (
+            f"action {value} for world {w}, agent slot {ag}, dimension {k} is "
+            f"outside [0, {self.action_nvec[k] - 1}] (MultiDiscrete {self.action_nvec.tolist()})"
         )
-        half = np.stack([object_half_extents(cfg, lay) for lay in layouts])
-        self.agent_present[rows] = torch.as_tensor(ap, device=dev)
-        self.object_present[rows] = torch.as_tensor(op, device=dev)
-        self.half[rows] = torch.as_tensor(half, dtype=torch.float32, device=dev)
-        self._others[rows] = torch.as_tensor(O.others_table(ap), device=dev)
-        self.t[rows] = 0
-        self.t_host[worlds] = 0
-        self.locked[rows] = False
-        self.lock_team[rows] = R.NO_TEAM
-        self.lock_agent[rows] = -1
-        self.grabbed[rows] = -1
-        self.physics_warnings[worlds] = 0
+
+    def _reset_where(self, mask: torch.Tensor, slots: torch.Tensor, start=0) -> None:
+        """New episodes in the worlds where `mask` (W,) bool, with the bank layouts of `slots`
+        (W,), at step `start` (0 or a (W,) tensor); then poses, rays and observations of every
+        world. Masked tensor writes only: no host read."""
+        src = self.bank.gather(slots)
+        self.worlds.reset_where(mask, src)
+        m1, m2 = mask[:, None], mask[:, None, None]
+        self.slot = torch.where(mask, slots, self.slot)
+        self.agent_present = torch.where(m1, src["agent_present"], self.agent_present)
+        self.object_present = torch.where(m1, src["object_present"], self.object_present)
+        self.half = torch.where(m2, src["half"], self.half)
+        self._others = torch.where(m2, src["others"], self._others)
+        self.t = torch.where(mask, start, self.t)
+        self.locked = torch.where(m1, False, self.locked)
+        self.lock_team = torch.where(m1, R.NO_TEAM, self.lock_team)
+        self.lock_agent = torch.where(m1, -1, self.lock_agent)
+        self.grabbed = torch.where(m1, -1, self.grabbed)
+        self.physics_warnings = torch.where(mask, 0, self.physics_warnings)
         self._tables()
         self._read_state()
         self._cast_rays()
-        self.stats.reset(rows, self.object_pos[..., :2])
+        self.stats.reset(mask, self.object_pos[..., :2])
         self._observe()
 
-    def _check_overflow(self) -> None:
-        """Count and log the worlds whose contacts or constraints overflowed their buffers."""
-        bits = self.worlds.overflow & self._capacity_mask
-        if not bool(bits.any()):
-            return
-        for w in torch.nonzero(bits).flatten().tolist():
-            kinds = [name for bit, name in CAPACITY_OVERFLOWS.items() if int(bits[w]) & bit]
-            log.warning(
-                "MuJoCo Warp overflowed %s in world %d at env step %d: contacts or constraints "
-                "were dropped (raise nconmax / njmax of WarpWorlds)",
-                "/".join(kinds),
-                w,
-                int(self.t_host[w]),
-            )
-            self.physics_warnings[w] += 1
-            self.physics_warnings_total += 1
-        self.worlds.overflow.zero_()
+    def _note_overflow(self) -> None:
+        """Count the worlds whose contacts or constraints overflowed their buffers this step
+        (on the device; `read_warnings` logs them)."""
+        ov = self.worlds.overflow
+        bits = ov & self._capacity_mask
+        hit = bits != 0
+        self.physics_warnings = self.physics_warnings + hit
+        self._overflow_total = self._overflow_total + hit.sum()
+        self._overflow_bits = self._overflow_bits | bits
+        ov.zero_()
 
     def _tables(self) -> None:
         """Per-episode masks and gather indices, from who is present (every world: cheap)."""
@@ -352,7 +448,7 @@ class WarpGame:
         norm = torch.linalg.vector_norm(to, dim=-1, keepdim=True)
         to = to / norm.clamp_min(1e-9)
         ar = torch.arange(A, device=self.dev)
-        to[:, ar, ar] = torch.tensor([0.0, 0.0, 1.0], device=self.dev)  # own ray: upwards
+        to[:, ar, ar] = self._up  # own ray: upwards
         vec = torch.cat([self._lidar_dirs.expand(W, A, L, 3), to], dim=2).reshape(W, -1, 3)
         pnt = origin[:, :, None, :].expand(W, A, self._nray, 3).reshape(W, -1, 3)
         self.worlds.kinematics()
@@ -375,7 +471,7 @@ class WarpGame:
         rng = ww.field["jnt_range"]
         q = ww.qpos[:, self._object_q].reshape(W, Ob, 4)
         cur = rng[:, self._object_jnt].reshape(W, Ob, 4, 2)
-        free = torch.tensor([-FREE_RANGE, FREE_RANGE], dtype=cur.dtype, device=self.dev)
+        free = self._free_range
         new = torch.where(
             newly[..., None],
             q[..., None].expand(W, Ob, 4, 2),

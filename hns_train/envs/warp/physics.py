@@ -3,9 +3,11 @@
 One compiled model serves every world: wall, agent, box and ramp slots are fixed by the config
 (world.py), and everything a layout changes lives in model fields with a per-world leading
 dimension (`PER_WORLD_FIELDS`: geom sizes and positions, body offsets, inertias, gravity
-compensation, joint ranges for locks, weld data for grabs). A reset copies those fields from the
-MjModel that `world.ModelCache` compiles for the world's layout (the model `VectorGame` would
-step), so a new layout costs a host compile and a copy, never a Warp recompile.
+compensation, joint ranges for locks, weld data for grabs). Those fields come from the MjModel
+that `world.ModelCache` compiles for a layout (the model `VectorGame` would step;
+`layout_arrays`), so a new layout costs a host compile, never a Warp recompile; the game keeps
+them in a device bank (`bank.py`) and `reset_where` writes them into the worlds that reset, by
+masked tensor writes with no host read.
 
 What differs from the C worlds, and why:
 - MuJoCo Warp fixes the collision pairs (`geom_contype` / `geom_conaffinity`) and ray groups
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -65,6 +68,16 @@ PER_WORLD_FIELDS = (
     "jnt_range",
     "eq_data",
 )
+# Data arrays a step reads that an episode starts with at zero (as mujoco_warp.reset_data)
+RESET_ZERO = ("qvel", "qacc_warmstart", "qacc", "ctrl", "qfrc_applied", "xfrc_applied", "act")
+RESET_ZERO += ("act_dot", "time")
+# Buffer sizes and the solver cap, from bench/warp_capacity.py (docs/benchmarks.md, MuJoCo
+# Warp): random play grabbing and locking often needed at most 20 (quadrant) / 53
+# (randomwalls) contacts and 86 / 236 constraint rows in a world, and 16 Newton iterations
+# (mean 3.5); the defaults leave about 2x or more on each
+MIN_NCONMAX, CONTACTS_PER_BODY = 64, 8  # quadrant 64, randomwalls 120 per world (pooled)
+MIN_NJMAX, ROWS_PER_DOF = 128, 8  # quadrant 224, randomwalls 480 rows per world
+SOLVER_ITERATIONS = 30  # MuJoCo's default is 100; converged states stop far earlier
 PARK_Z_WARP = -PARK_Z  # absent entities wait above the arena (module docstring)
 log = logging.getLogger(__name__)
 
@@ -74,7 +87,9 @@ def require_warp():
     try:
         import warp
 
-        warp.config.quiet = True  # before mujoco_warp initialises Warp: no per-kernel lines
+        # before mujoco_warp initialises Warp: no "Module ... load" line per kernel module on
+        # the user's terminal (warp-lang 1.19 logs them at INFO; `quiet` was the older switch)
+        warp.config.log_level = max(warp.config.log_level, warp.LOG_WARNING)
         import mujoco_warp
     except ImportError as err:  # pragma: no cover - depends on the install
         raise ImportError(
@@ -82,6 +97,27 @@ def require_warp():
             f"(mujoco-warp==4.0.0 with warp-lang); import failed: {err}"
         ) from err
     return warp, mujoco_warp
+
+
+def capture_plan(is_cuda: bool, mempool: bool) -> tuple[bool, str]:
+    """Whether the physics steps can be captured as a CUDA graph, and if not why: a capture
+    needs a CUDA device, and an array allocated while capturing needs Warp's stream-ordered
+    memory pool (on by default where the device supports it)."""
+    if not is_cuda:
+        return False, "not a CUDA device (kernels run in call order, nothing to capture)"
+    if not mempool:
+        return False, "the device's CUDA memory pool is off (wp.set_mempool_enabled)"
+    return True, "capture on a stream of our own, replay on torch's current stream"
+
+
+_warned: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """`log.warning(message)` the first time this process sees `message`."""
+    if message not in _warned:
+        _warned.add(message)
+        log.warning(message)
 
 
 def full_layout(cfg: GameConfig) -> Layout:
@@ -114,6 +150,33 @@ def warp_qpos(cfg: GameConfig, layout: Layout, index: WorldIndex, nq: int) -> np
     return qpos
 
 
+@dataclass(frozen=True)
+class PhysicsConfig:
+    """MuJoCo Warp buffer sizes and solver settings (docs/benchmarks.md, MuJoCo Warp: the
+    measurements they were chosen from). None: the default below / the model's own."""
+
+    # contacts per world, pooled over worlds (MuJoCo Warp's `nconmax`); default
+    # CONTACTS_PER_BODY per body, at least MIN_NCONMAX
+    nconmax: int | None = None
+    # constraint rows per world, a hard per-world cap (`njmax`); default ROWS_PER_DOF per DOF,
+    # at least MIN_NJMAX. Rows: 4 per pyramidal contact, 6 per active weld, 2 per frozen joint
+    njmax: int | None = None
+    iterations: int | None = SOLVER_ITERATIONS  # Newton iterations cap (None: the model's)
+    ls_iterations: int | None = None  # line-search iterations (MuJoCo's default 50)
+
+    def __post_init__(self):
+        for name in ("nconmax", "njmax", "iterations", "ls_iterations"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"PhysicsConfig.{name} must be >= 1 or None, got {value}")
+
+    def sizes(self, template) -> tuple[int, int]:
+        """(nconmax, njmax) for the all-slots template model."""
+        nconmax = self.nconmax or max(MIN_NCONMAX, CONTACTS_PER_BODY * (template.nbody - 1))
+        njmax = self.njmax or max(MIN_NJMAX, ROWS_PER_DOF * template.nv)
+        return nconmax, njmax
+
+
 class WarpWorlds:
     """`n_worlds` worlds of `cfg` on a Warp device, each with its own layout.
 
@@ -126,8 +189,7 @@ class WarpWorlds:
         cfg: GameConfig,
         n_worlds: int,
         device: str | None = None,
-        nconmax: int | None = None,
-        njmax: int | None = None,
+        physics: PhysicsConfig | None = None,
     ):
         if n_worlds < 1:
             raise ValueError(f"n_worlds must be >= 1, got {n_worlds}")
@@ -138,21 +200,19 @@ class WarpWorlds:
         self.cfg = cfg
         self.n_worlds = W = n_worlds
         self.cache = ModelCache(cfg)
+        self.physics = ph = physics or PhysicsConfig()
         template = build_spec(cfg, full_layout(cfg)).compile()
+        if ph.iterations is not None:
+            template.opt.iterations = ph.iterations
+        if ph.ls_iterations is not None:
+            template.opt.ls_iterations = ph.ls_iterations
         self.template = template
         self.index = index_world(cfg, template)
         self.nq, self.nv = template.nq, template.nv
-        self.layouts: list[Layout | None] = [None] * W
         with wp.ScopedDevice(self.device):
             self.m = mjw.put_model(template, batch_sizes={f: W for f in PER_WORLD_FIELDS})
-            # constraint rows: contacts (4 pyramid rows each), 6 per active weld, 2 per frozen
-            # joint; sized so a crowded randomwalls world fits
-            self.d = mjw.make_data(
-                template,
-                nworld=W,
-                nconmax=nconmax or max(64, 8 * (template.nbody - 1)),
-                njmax=njmax or max(256, 16 * template.nv),
-            )
+            self.nconmax, self.njmax = ph.sizes(template)
+            self.d = mjw.make_data(template, nworld=W, nconmax=self.nconmax, njmax=self.njmax)
         view = wp.to_torch
         self.torch_device = view(self.d.qpos).device
         self.qpos = view(self.d.qpos)
@@ -168,76 +228,105 @@ class WarpWorlds:
         if not np.allclose(template.geom_quat[static], [1, 0, 0, 0]):
             raise RuntimeError("world.py's static geoms are no longer axis-aligned")
         self._static_geoms = torch.as_tensor(np.flatnonzero(static), device=self.torch_device)
-        self._reset_mask = wp.zeros(W, dtype=bool, device=self.device)
-        self._reset_mask_t = view(self._reset_mask)
+        # the Data a step reads besides qpos, cleared by `reset_where` (RESET_ZERO)
+        self._cleared = [view(getattr(self.d, name)) for name in RESET_ZERO]
+        self._eq_active0 = torch.as_tensor(template.eq_active0.astype(bool)).to(self.eq_active)
         from mujoco_warp._src.types import vec6
 
         self.geomgroup = vec6(*[int(g) for g in RAY_GROUPS])
         self._rays: dict[int, tuple] = {}
-        self._graphs: dict[int, object] | None = {}  # CUDA graphs of `step` by nstep
+        # CUDA graphs of `step` by nstep (None: capture given up), steps run once uncaptured
+        self._graphs: dict[int, object] | None = {} if self.device.is_cuda else None
+        self._warm: set[int] = set()
+        self._capture_stream = None
 
     def tensor(self, x, dtype=torch.float32) -> torch.Tensor:
         return torch.as_tensor(x, dtype=dtype, device=self.torch_device)
 
     # ------------------------------------------------------------------ layouts
-    def set_layouts(self, worlds, layouts: list[Layout]) -> list:
-        """Give `worlds` new layouts and the fresh state of an episode's start (qvel, warm
-        start, controls and welds cleared, entities at the layout's poses). Returns the C
-        models compiled for them (world.ModelCache), whose layout fields were copied."""
-        worlds = [int(w) for w in worlds]
-        models = [self.cache.model_for(layout) for layout in layouts]
-        qpos = np.stack([warp_qpos(self.cfg, lay, self.index, self.nq) for lay in layouts]).astype(
-            np.float32
-        )
-        rows = torch.as_tensor(worlds, device=self.torch_device)
+    def layout_arrays(
+        self, layouts: list[Layout], cache: ModelCache | None = None
+    ) -> dict[str, np.ndarray]:
+        """Host arrays (n, ...) float32 of what `layouts` write into a world: every
+        `PER_WORLD_FIELDS` entry, copied from the C model `world.ModelCache` compiles for the
+        layout (the model `VectorGame` would step), and "qpos", the episode's first pose.
+        cache: the `ModelCache` to compile with (one per thread; default this object's)."""
+        cache = cache or self.cache
+        models = [cache.model_for(layout) for layout in layouts]
+        qpos = [warp_qpos(self.cfg, lay, self.index, self.nq) for lay in layouts]
+        out = {"qpos": np.stack(qpos).astype(np.float32)}
         for name in PER_WORLD_FIELDS:
             values = np.stack([np.asarray(getattr(m, name), dtype=np.float32) for m in models])
             if name == "geom_pos":  # unused wall slots wait above the arena too
                 values[..., 2] = np.where(values[..., 2] == PARK_Z, PARK_Z_WARP, values[..., 2])
+            out[name] = values.reshape(len(layouts), *self.field[name].shape[1:])
+        return out
+
+    def reset_where(self, mask: torch.Tensor, src: dict[str, torch.Tensor]) -> None:
+        """The fresh state of an episode's start in the worlds where `mask` (W,) bool: their
+        layout fields and first qpos from `src` (name -> (W, ...) tensors, rows where `mask`
+        are read; `layout_arrays`'s keys), the rest of the state a step reads cleared as
+        `mujoco_warp.reset_data` clears it (`RESET_ZERO`, welds back to `eq_active0`). Masked
+        writes over every world: no host read, so it can run on every step whether or not a
+        world finished. (Not `reset_data` itself: it defines its kernels anew on every call,
+        80-100 ms of host time per call on the CPU device, measured; tests/envs/
+        test_warp_scale.py checks that `reset_data` after this changes none of that state.)"""
+        for name in PER_WORLD_FIELDS:
             dst = self.field[name]
-            dst[rows] = torch.as_tensor(values.reshape(len(worlds), *dst.shape[1:])).to(dst)
-        pos = self.field["geom_pos"][rows]
-        self.geom_xpos[rows[:, None], self._static_geoms] = pos[:, self._static_geoms]
-        self._reset_mask_t.zero_()
-        self._reset_mask_t[rows] = True
-        with self._stream():
-            self.mjw.reset_data(self.m, self.d, reset=self._reset_mask)
-        self.qpos[rows] = torch.as_tensor(qpos).to(self.qpos)
-        for w, layout in zip(worlds, layouts, strict=True):
-            self.layouts[w] = layout
-        return models
+            m = mask.reshape(-1, *([1] * (dst.dim() - 1)))
+            dst.copy_(torch.where(m, src[name], dst))
+        st = self._static_geoms
+        xpos = self.geom_xpos[:, st]
+        self.geom_xpos[:, st] = torch.where(mask[:, None, None], src["geom_pos"][:, st], xpos)
+        for x in self._cleared:
+            m = mask.reshape(-1, *([1] * (x.dim() - 1)))
+            x.copy_(torch.where(m, torch.zeros((), dtype=x.dtype, device=x.device), x))
+        self.eq_active.copy_(torch.where(mask[:, None], self._eq_active0, self.eq_active))
+        self.qpos.copy_(torch.where(mask[:, None], src["qpos"], self.qpos))
 
     # ------------------------------------------------------------------ physics
     def step(self, nstep: int) -> None:
         """`nstep` physics steps of every world (controls from `ctrl`).
 
-        On CUDA the `nstep` steps are captured once into a CUDA graph and replayed (one launch
-        instead of hundreds of kernel launches per env step; the graph reads the same model and
-        data buffers, so lock, grab, layout and control writes reach it). If the capture fails
-        the steps run uncaptured, with a warning. Not yet run on a GPU (docs/benchmarks.md)."""
+        On CUDA the `nstep` steps are captured into a CUDA graph and replayed on torch's
+        current stream (one launch instead of hundreds of kernel launches per env step; the
+        graph reads the same model and data buffers, so lock, grab, layout and control writes
+        reach it). The first call runs uncaptured (it loads Warp's modules), the second
+        captures on a stream of our own (CUDA refuses to capture on the legacy default stream
+        torch uses unless told otherwise) and every later call replays. Where `capture_plan`
+        says no, or the capture fails, the steps run uncaptured, logged once per process."""
         with self._stream():
-            if self.device.is_cuda and self._graphs is not None:
-                graph = self._graphs.get(nstep)
-                if graph is None:
-                    graph = self._capture(nstep)
-                if graph is not None:
-                    self.wp.capture_launch(graph)
-                    return
+            graph = self._graphs.get(nstep) if self._graphs is not None else None
+            if graph is None and self._graphs is not None and nstep in self._warm:
+                graph = self._capture(nstep)
+            if graph is not None:
+                self.wp.capture_launch(graph, stream=self.wp.get_stream(self.device))
+                return
             for _ in range(nstep):
                 self.mjw.step(self.m, self.d)
+            self._warm.add(nstep)
 
     def _capture(self, nstep: int):
         wp = self.wp
+        ok, why = capture_plan(self.device.is_cuda, wp.is_mempool_enabled(self.device))
+        if not ok:
+            warn_once(f"the physics steps run uncaptured: {why}")
+            self._graphs = None
+            return None
+        if self._capture_stream is None:
+            self._capture_stream = wp.Stream(self.device)
+        stream = self._capture_stream
+        stream.wait_stream(wp.get_stream(self.device))  # the state the graph starts from
         try:
-            with wp.ScopedCapture(device=self.device) as capture:
+            with wp.ScopedStream(stream), wp.ScopedCapture(device=self.device, stream=stream) as c:
                 for _ in range(nstep):
                     self.mjw.step(self.m, self.d)
         except Exception as err:  # any capture failure: run uncaptured
-            log.warning("CUDA graph capture of the physics failed (%s); stepping uncaptured", err)
+            warn_once(f"CUDA graph capture of the physics failed ({err}); stepping uncaptured")
             self._graphs = None
             return None
-        self._graphs[nstep] = capture.graph
-        return capture.graph
+        self._graphs[nstep] = c.graph
+        return c.graph
 
     def kinematics(self) -> None:
         """Geom poses from qpos (rays read them), as mj_kinematics."""

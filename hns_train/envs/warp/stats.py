@@ -3,14 +3,15 @@
 The same statistics, keys and numbers as `envs/stats.py` (that module's docstring defines them),
 kept as (W, ...) tensors so a step adds no device-to-host copy: the counters update every world
 with masks instead of picking worlds on the host (the end-of-preparation snapshot, the box-surf
-test for every step instead of only when a seeker is lifted). Only `finish`, once per episode,
-brings the finished worlds' values to the host. tests/envs/test_warp_rules.py checks both
-against `stats.EpisodeStats` / `stats.box_surfing`.
+test for every step instead of only when a seeker is lifted). `reset` and `finish` take a (W,)
+bool mask of the worlds whose episodes start / end, so worlds end their episodes independently
+and nothing is read on the host: `finish` returns a (W, len(STAT_KEYS)) float64 tensor with NaN
+in the rows of worlds that did not finish. tests/envs/test_warp_rules.py checks both against
+`stats.EpisodeStats` / `stats.box_surfing`.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from hns_train.envs.stats import (
@@ -59,12 +60,16 @@ class TensorStats:
         self.hidden_steps = z(n_worlds, dtype=torch.float64, device=device)
         self.play_steps = z(n_worlds, dtype=torch.float64, device=device)
 
-    def reset(self, worlds: torch.Tensor, object_xy: torch.Tensor) -> None:
-        self.values[worlds] = 0.0
-        self.start_xy[worlds] = object_xy[worlds].to(torch.float64)
-        self.returns[worlds] = 0.0
-        self.hidden_steps[worlds] = 0.0
-        self.play_steps[worlds] = 0.0
+    def reset(self, mask: torch.Tensor, object_xy: torch.Tensor) -> None:
+        """Zero the counters of the worlds where `mask` (W,) bool; remember where their objects
+        start."""
+        m = mask[:, None]
+        self.values.copy_(torch.where(m, 0.0, self.values))
+        xy = object_xy.to(torch.float64)
+        self.start_xy.copy_(torch.where(m[..., None], xy, self.start_xy))
+        self.returns.copy_(torch.where(m, 0.0, self.returns))
+        self.hidden_steps.copy_(torch.where(mask, 0.0, self.hidden_steps))
+        self.play_steps.copy_(torch.where(mask, 0.0, self.play_steps))
 
     def _snapshot(self, which, object_xy, object_present, locked, suffix: str) -> None:
         """Object moves and locks into the `suffix` columns of the worlds where `which`."""
@@ -109,17 +114,15 @@ class TensorStats:
         self.hidden_steps += play * (~hiders_seen).to(torch.float64)
         self._snapshot(t_after == prep_steps, object_xy, object_present, locked, "_prep")
 
-    def finish(self, worlds: np.ndarray, object_xy, object_present, locked) -> list[dict]:
-        """Final values of the episodes of `worlds` (host), one dict per world."""
-        which = torch.zeros(self.values.shape[0], dtype=torch.bool, device=self.values.device)
-        which[torch.as_tensor(worlds, device=which.device)] = True
-        self._snapshot(which, object_xy, object_present, locked, "")
+    def finish(self, mask: torch.Tensor, object_xy, object_present, locked) -> torch.Tensor:
+        """Final values (W, len(STAT_KEYS)) float64 of the episodes ending where `mask` (W,)
+        bool, columns in `STAT_KEYS` order; NaN in the other rows."""
+        self._snapshot(mask, object_xy, object_present, locked, "")
         hidden = self.hidden_steps / self.play_steps.clamp_min(1)
         for key, value in (
             ("hider_return", self.returns[:, 0]),
             ("seeker_return", self.returns[:, 1]),
             ("hidden_fraction", hidden),
         ):
-            self.values[:, COL[key]] = torch.where(which, value, self.values[:, COL[key]])
-        rows = self.values[torch.as_tensor(worlds, device=which.device)].cpu().numpy()
-        return [{k: float(v) for k, v in zip(STAT_KEYS, row, strict=True)} for row in rows]
+            self.values[:, COL[key]] = torch.where(mask, value, self.values[:, COL[key]])
+        return torch.where(mask[:, None], self.values, torch.nan)

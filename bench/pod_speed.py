@@ -1,0 +1,304 @@
+"""Pod throughput against the local pipeline and against its floor, in one run on one device.
+
+    python bench/pod_speed.py [--config configs/quadrant_cpu.yaml] [--device cpu|cuda]
+                              [--minutes 3] [--worlds 64] [key=value ...]
+
+1. Training runs through the real controller, one after the other, `--minutes` each:
+   - the local pipeline (`pipeline.backend=c`: actors, policy worker, trainer processes);
+   - pods (`pipeline.backend=pod`: `--pods` processes, one per core on a CPU, each with
+     `pod.worlds` worlds and one thread, training one policy as DDP ranks).
+   Env frames/s and trained frames/s (frames whose samples reached an update for the first
+   time) from the metrics records, from `--warmup` seconds after the first update.
+2. The pod in this process, steady state (a rollout and an update of warm-up first): wall and
+   process CPU time per env frame, split into simulation, acting (inference, opponents
+   included) and learning (the PPO update), and the host synchronisations per env step
+   (`hns_train/host_syncs.py`; the C game takes its actions as a host array: 1 per step).
+3. The floor, in this process on the same states and sizes: the raw physics of the pod's worlds
+   (`mujoco.mj_step` x substeps per world, bench/env_speed.py's `raw_physics`, on the pod's
+   threads), one bare forward of the policy on all agent rows per env step
+   (`ActorCritic.act_tensors`), and one bare PPO update on a rollout of the pod's size
+   (`PPO.update`, the pod's epochs and minibatches), each per env frame.
+   `pod_ms_per_frame / floor_ms_per_frame` is what the pod's own bookkeeping costs.
+
+On a GPU the split is measured with the device synchronised after each phase (`Pod.profile`).
+Last line: `POD_SPEED {json}` with `device`, `pod_trained_fps`, `local_trained_fps`,
+`pod_over_local`, `pod_ms_per_frame`, `floor_ms_per_frame`, `syncs_per_step` among its keys
+(per-frame times are process CPU time on a CPU device, wall time on a GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.env_speed import raw_physics  # noqa: E402
+from hns_train.agents.pod import Pod  # noqa: E402
+from hns_train.agents.policy import ActorCritic  # noqa: E402
+from hns_train.agents.pool import PolicyPool  # noqa: E402
+from hns_train.agents.ppo import PPO  # noqa: E402
+from hns_train.config import load_config  # noqa: E402
+from hns_train.distributed.controller import Controller  # noqa: E402
+from hns_train.distributed.pod_worker import make_game  # noqa: E402
+from hns_train.envs.contract import observation_shapes  # noqa: E402
+from hns_train.host_syncs import HostSyncCounter  # noqa: E402
+
+
+class Clock:
+    """Wall time on a GPU (after synchronising), process CPU time on a CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def __call__(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            return time.perf_counter()
+        return time.process_time()
+
+
+def run_figures(cfg, warmup: float) -> dict[str, float]:
+    """Train `cfg` through the controller; env frames/s and trained frames/s over the records
+    from `warmup` seconds after the first optimisation step to the end. Trained frames/s is
+    time-weighted: a pod's frames and its trained samples land in different records."""
+    summary = Controller(cfg).run()
+    lines = (Path(summary.run_dir) / "metrics.jsonl").read_text().splitlines()
+    train = [r for r in map(json.loads, lines) if r["kind"] == "train"]
+    learning = [r for r in train if r["version"] >= 1]
+    if not learning:
+        raise RuntimeError(f"{cfg.name}: no optimisation step in {cfg.stop.minutes} minutes")
+    window = [r for r in train if r["time"] >= learning[0]["time"] + warmup]
+    if len(window) < 2:
+        raise RuntimeError(f"{cfg.name}: run too short to measure after the warm-up")
+    span = window[-1]["time"] - window[0]["time"]
+    trained = sum(
+        r.get("throughput/trained_fps", 0.0) * (r["time"] - prev["time"])
+        for prev, r in zip(window, window[1:], strict=False)
+    )
+    return {
+        "fps": (window[-1]["frames"] - window[0]["frames"]) / span,
+        "trained_fps": trained / span,
+        "versions": summary.version,
+        "seconds": span,
+    }
+
+
+def in_process(cfg, device: torch.device, rollouts: int, run_dir: Path) -> dict:
+    """The pod in this process: per-frame costs, their split, syncs per step."""
+    threads = cfg.pod.threads or os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    game = make_game(cfg, device, seed=[cfg.seed, 9], threads=threads)
+    model = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network, device=device)
+    ppo = PPO(
+        model,
+        dataclasses.replace(cfg.agent.ppo, epochs=cfg.pod.epochs, minibatches=cfg.pod.minibatches),
+    )
+    pool = PolicyPool(run_dir / "pool", cfg.pool)
+    pool.maybe_add(0, model.state_dict())  # the untrained policy, as a run has it
+    pod = Pod(game, ppo, cfg.pipeline.chunk_len, pool=pool, profile=device.type == "cuda")
+    clock = Clock(device)
+    while not pod.step():  # warm-up: a rollout and an update
+        pass
+    pod.learn()
+    pod.take_counters()
+    syncs = HostSyncCounter()
+    steps, learned = 0, 0.0
+    wall, start = time.perf_counter(), clock()
+    for _ in range(rollouts):
+        with syncs:
+            while not pod.step():
+                steps += 1
+        steps += 1
+        learned += float(pod.learn()["learned_steps"])
+    elapsed, wall = clock() - start, time.perf_counter() - wall
+    c = pod.take_counters()
+    frames = c.frames
+    agents = game.n_agents
+    pool.close()
+    return {
+        "pod_ms_per_frame": 1e3 * elapsed / frames,
+        "pod_wall_ms_per_frame": 1e3 * wall / frames,
+        "sim_ms_per_frame": 1e3 * c.sim_s / frames,
+        "act_ms_per_frame": 1e3 * c.act_s / frames,
+        "learn_ms_per_frame": 1e3 * c.learn_s / frames,
+        "pod_inprocess_fps": frames / wall,
+        "pod_inprocess_trained_fps": learned / agents / wall,
+        "syncs_per_step": syncs.total / steps,
+        # torch calls per env step (the Warp physics and its kernels not included): on a GPU,
+        # each is at least one kernel launch of a few microseconds when nothing is captured
+        "torch_ops_per_step": syncs.ops / steps,
+        "sync_calls": dict(syncs.calls),
+        "threads": threads,
+        "rows": pod.game.rows,
+    }
+
+
+def floor(cfg, device: torch.device, threads: int) -> dict:
+    """Raw physics + a bare forward + a bare PPO update, per env frame, at the pod's sizes."""
+    game_cfg = cfg.game_config()
+    worlds, T = cfg.pod.worlds, cfg.pipeline.chunk_len
+    agents = game_cfg.max_agents
+    rows = worlds * agents
+    clock = Clock(device)
+    torch.set_num_threads(threads)
+    rng = np.random.default_rng(0)
+    _, _, raw_cpu, _, _ = raw_physics(game_cfg, cfg.seed, 200, rng)
+    # MuJoCo's batch spreads the worlds over the pod's threads: the CPU time is the same, the
+    # wall time on a quiet machine 1/threads of it
+    physics = raw_cpu if device.type == "cpu" else float("nan")
+    model = ActorCritic(observation_shapes(game_cfg), cfg.agent.network, device=device)
+    shapes = model.layout.shapes
+    obs = {k: torch.rand(rows, *s, device=device).round() for k, s in shapes.items()}
+    state = torch.zeros(rows, 4, model.config.lstm_dim, device=device)
+    starts = torch.zeros(rows, dtype=torch.bool, device=device)
+    for _ in range(3):
+        model.act_tensors(obs, state, starts)
+    start = clock()
+    reps = 10
+    for _ in range(reps):
+        model.act_tensors(obs, state, starts)
+    forward = (clock() - start) / reps / worlds
+    ppo = PPO(
+        model,
+        dataclasses.replace(cfg.agent.ppo, epochs=cfg.pod.epochs, minibatches=cfg.pod.minibatches),
+    )
+    rollout = synthetic_rollout(model, T, rows, cfg.agent.ppo.bptt_len, device)
+    ppo.update(rollout)  # warm-up
+    start = clock()
+    ppo.update(rollout)
+    update = (clock() - start) / (T * worlds)
+    return {
+        "physics_ms_per_frame": 1e3 * physics,
+        "forward_ms_per_frame": 1e3 * forward,
+        "update_ms_per_frame": 1e3 * update,
+        "floor_ms_per_frame": 1e3 * (physics + forward + update),
+    }
+
+
+def synthetic_rollout(model, steps: int, rows: int, bptt_len: int, device):
+    """A rollout of random observations and actions of the given size, every step learned."""
+    from hns_train.agents.ppo import Rollout
+
+    g = torch.Generator(device="cpu").manual_seed(0)
+
+    def rand(*shape):
+        return torch.rand(*shape, generator=g).to(device)
+
+    nvec = torch.as_tensor(model.action_sizes)
+    return Rollout(
+        obs={k: rand(steps, rows, *s).round() for k, s in model.layout.shapes.items()},
+        actions=(rand(steps, rows, len(nvec)) * nvec.to(device)).long(),
+        logp=-rand(steps, rows) * 10,
+        values=rand(steps, rows),
+        rewards=rand(steps, rows) * 2 - 1,
+        episode_start=rand(steps, rows) < 0.01,
+        truncated=torch.zeros(steps, rows, dtype=torch.bool, device=device),
+        truncated_value=torch.zeros(steps, rows, device=device),
+        bootstrap_value=rand(rows),
+        lstm_state=torch.zeros(steps // bptt_len, rows, 4, model.config.lstm_dim, device=device),
+        learn=torch.ones(steps, rows, dtype=torch.bool, device=device),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=str(ROOT / "configs" / "quadrant_cpu.yaml"))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--minutes", type=float, default=3.0, help="each training run")
+    parser.add_argument("--warmup", type=float, default=20.0, help="seconds left out of a run")
+    parser.add_argument("--rollouts", type=int, default=3, help="in-process measurement")
+    parser.add_argument("--skip-local", action="store_true", help="no local pipeline run")
+    parser.add_argument(
+        "--pods", type=int, default=0, help="pods in the run (0: one per core on a CPU, else 1)"
+    )
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    runs = Path(tempfile.mkdtemp(prefix="hns-pod-speed-"))
+    common = [
+        f"runs_dir={runs}",
+        f"stop.minutes={args.minutes}",
+        "logging.wandb=disabled",
+        "logging.progress=false",
+        "eval.n_workers=0",
+        f"pipeline.device={args.device}",
+    ]
+    load = [round(os.getloadavg()[0], 2)]
+    local = {}
+    if not args.skip_local:
+        cfg = load_config(args.config, [*common, "name=local", *args.overrides])
+        local = run_figures(cfg, args.warmup)
+    load.append(round(os.getloadavg()[0], 2))
+    pods = args.pods or ((os.cpu_count() or 1) if device.type == "cpu" else 1)
+    cfg = load_config(
+        args.config,
+        [
+            *common,
+            "name=pod",
+            "pipeline.backend=pod",
+            f"pipeline.n_trainers={pods}",
+            *args.overrides,
+        ],
+    )
+    pod_run = run_figures(cfg, args.warmup)
+    load.append(round(os.getloadavg()[0], 2))
+    here = in_process(cfg, device, args.rollouts, runs / "inprocess")
+    low = floor(cfg, device, here["threads"])
+    load.append(round(os.getloadavg()[0], 2))
+
+    local_trained = local.get("trained_fps", float("nan"))
+    pod_trained = pod_run["trained_fps"]
+    result = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "host": f"{os.cpu_count()} cores ({platform.machine()})",
+        "config": Path(args.config).name,
+        "overrides": args.overrides,
+        "worlds": cfg.pod.worlds,
+        "pods": pods,
+        "local_fps": round(local.get("fps", float("nan")), 1),
+        "local_trained_fps": round(local_trained, 1),
+        "pod_fps": round(pod_run["fps"], 1),
+        "pod_trained_fps": round(pod_trained, 1),
+        "pod_over_local": round(pod_trained / local_trained, 3) if local else None,
+        **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in here.items()},
+        **{k: round(v, 4) for k, v in low.items()},
+        "pod_over_floor": round(here["pod_ms_per_frame"] / low["floor_ms_per_frame"], 3),
+        "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "load": load,
+    }
+    print(f"{'':32}{'local pipeline':>16}{'pod':>12}")
+    print(f"{'env frames/s':32}{result['local_fps']:>16}{result['pod_fps']:>12}")
+    print(
+        f"{'trained frames/s':32}{result['local_trained_fps']:>16}{result['pod_trained_fps']:>12}"
+    )
+    print(
+        f"pod per env frame ({'wall' if device.type == 'cuda' else 'CPU'} ms): "
+        f"{result['pod_ms_per_frame']} = sim {result['sim_ms_per_frame']} + act "
+        f"{result['act_ms_per_frame']} + learn {result['learn_ms_per_frame']} (wall split)"
+    )
+    print(
+        f"floor per env frame: {result['floor_ms_per_frame']} = physics "
+        f"{result['physics_ms_per_frame']} + forward {result['forward_ms_per_frame']} + "
+        f"update {result['update_ms_per_frame']}; pod / floor {result['pod_over_floor']}"
+    )
+    print(
+        f"host syncs per env step: {result['syncs_per_step']} {result['sync_calls']}; "
+        f"torch calls per env step: {result['torch_ops_per_step']}"
+    )
+    print("POD_SPEED " + json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,394 @@
+"""A pod (after ElegantRL-podracer): simulate W worlds, act, store the rollout and learn, all on
+one device, in one process. Read top to bottom, one iteration is:
+
+    for t in range(T):                       # T = rollout length (pipeline.chunk_len)
+        store o_t, LSTM state, episode starts in the rollout buffer (slot t)
+        act: the learning policy on its rows, pool opponents on theirs
+        step every world; store a_t, log-prob, value, r_t, which rows learn
+        worlds whose episode ended: V(final observation) into the buffer, new opponents drawn
+    PPO update on the whole buffer (ppo.py, the same rule as the pipeline's trainer)
+
+The game is the C `VectorGame` (host arrays: the CPU pod) or `WarpGame` (tensors on the Warp
+device: the GPU pod); both are used through `DeviceGame`, which hands the pod tensors on the
+model's device. The rollout storage is preallocated on that device (rollout.py), and a pod step
+with the Warp game reads nothing back to the host: which worlds end their episode on a step is
+known on the host without asking the device, since an episode always runs to the horizon
+(spec §4) and the pod mirrors each world's episode clock; which rows each controller plays is
+drawn on the host per episode, so every gather and scatter has a host-known size.
+
+Self-play (spec "Self-play policy pool"): each world's two teams are drawn per episode by the
+pool's rule (`PolicyPool.draw`: the latest policy with `p_latest`, else a snapshot, the random
+or the no-op team for one side). Snapshots play from `opponent_slots` fixed models on the device
+(least recently used first out): drawing an opponent copies weights into a free slot at most,
+never builds a model, and when every slot is in use by a running episode the draw takes one of
+the loaded snapshots instead (counted in `slot_substitutions`). Only the learning policy's rows
+of present agents are trained on (`learn`); rows it did not play at all in a rollout are left
+out of the update (the host knows them from the draws), so opponents cost no learning compute.
+
+Counters (frames, episodes, episode statistics) accumulate on the device or the host mirror and
+are read when a worker heartbeats, not per step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from hns_train.agents.policy import ActorCritic, ActOutput
+from hns_train.agents.pool import LATEST as LATEST_ID
+from hns_train.agents.pool import PolicyPool, SnapshotCache
+from hns_train.agents.ppo import PPO
+from hns_train.agents.rollout import RolloutBuffer
+from hns_train.envs import contract
+from hns_train.envs.stats import STAT_KEYS
+from hns_train.envs.vector import VectorGame
+
+# controller codes of one team in one world (the same as the pipeline's wire codes)
+LATEST, RANDOM, NOOP = -1, -2, -3
+_NAMED = {LATEST_ID: LATEST, "random": RANDOM, "noop": NOOP}
+
+
+class DeviceGame:
+    """`VectorGame` or `WarpGame` behind one interface of tensors on `device`, with agent rows
+    flattened world-major (row = world * A + agent)."""
+
+    def __init__(self, game, device: torch.device, keys) -> None:
+        self.game = game
+        self.device = device
+        self.keys = tuple(keys)  # the observation keys the model reads (entity types with rows)
+        self.n_worlds, self.n_agents = game.n_worlds, game.n_agents
+        self.rows = self.n_worlds * self.n_agents
+        self.horizon = game.cfg.horizon
+        self.is_hider = np.arange(self.n_agents) < game.cfg.max_hiders
+        self.nvec = torch.as_tensor(np.asarray(game.action_nvec), device=device)
+        self.host_actions = isinstance(game, VectorGame)
+
+    def _rows(self, x) -> torch.Tensor:
+        x = torch.as_tensor(x, device=self.device)
+        return x.reshape(self.rows, *x.shape[2:])
+
+    def _obs(self, obs) -> dict[str, torch.Tensor]:
+        return {k: self._rows(obs[k]).to(torch.float32) for k in self.keys}
+
+    def reset(self) -> tuple[dict[str, torch.Tensor], torch.Tensor, np.ndarray]:
+        """First observations (R, ...), who is present (R,) and each world's episode clock
+        (host, read once here: a game may start its worlds at staggered steps)."""
+        obs = self.game.reset()
+        clock = getattr(self.game, "t", None)
+        clock = np.zeros(self.n_worlds, np.int64) if clock is None else _host(clock).copy()
+        return self._obs(obs), self._rows(self.game.agent_present), clock.astype(np.int64)
+
+    def step(self, actions: torch.Tensor):
+        """Advance every world with (R, 5) actions; `VectorStep` fields as row tensors."""
+        a = actions.reshape(self.n_worlds, self.n_agents, -1)
+        if self.host_actions:  # the C game takes host arrays
+            a = a.numpy() if a.device.type == "cpu" else a.cpu().numpy()
+        step = self.game.step(a)
+        return (
+            self._obs(step.obs),
+            self._rows(step.rewards).to(torch.float32),
+            self._rows(step.agent_present),
+            step.final_obs,
+            step.episode_stats,
+            step.truncated,
+        )
+
+    def final_rows(self, final_obs, rows: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {k: self._rows(final_obs[k]).index_select(0, rows).float() for k in self.keys}
+
+    def physics_warnings(self) -> int:
+        """Contacts or constraints the physics dropped over the game's life (read at heartbeat
+        time: for the Warp game, a host read)."""
+        game = self.game.game if hasattr(self.game, "game") else self.game
+        read = getattr(game, "read_warnings", None)
+        return int(read() if callable(read) else game.physics_warnings_total)
+
+    def random_actions(self, n: int) -> torch.Tensor:
+        return (torch.rand(n, len(self.nvec), device=self.device) * self.nvec).long()
+
+
+def _gather(index: torch.Tensor | None, obs, state, starts):
+    """The rows `index` (None: all) of a step's observations, states and episode starts."""
+    if index is None:
+        return obs, state, starts
+    return (
+        {k: v.index_select(0, index) for k, v in obs.items()},
+        state.index_select(0, index),
+        starts.index_select(0, index),
+    )
+
+
+def _host(x) -> np.ndarray:
+    return x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+@dataclass
+class PodCounters:
+    """What a pod did since the last read (`Pod.take_counters`)."""
+
+    frames: int = 0
+    episodes: int = 0
+    sim_s: float = 0.0
+    act_s: float = 0.0
+    learn_s: float = 0.0
+    stat_sums: list[float] = field(default_factory=lambda: [0.0] * len(STAT_KEYS))
+
+
+class OpponentSlots:
+    """Pool snapshots on the device in fixed model slots, and the per-episode draw."""
+
+    def __init__(
+        self,
+        pool: PolicyPool | None,
+        new_model: Callable[[], ActorCritic],
+        n_slots: int,
+        rng: np.random.Generator,
+        cache_size: int,
+    ) -> None:
+        self.pool = pool
+        self.new_model = new_model
+        self.n_slots = n_slots
+        self.rng = rng
+        self.models: list[ActorCritic] = []
+        self.versions: OrderedDict[int, int] = OrderedDict()  # version -> slot, LRU first
+        self.cache = SnapshotCache(pool, cache_size) if pool is not None else None
+        self.substitutions = 0
+        self.unusable = 0
+
+    def draw(self, in_use: np.ndarray) -> tuple[int, int]:
+        """(hider code, seeker code) for one episode; `in_use` (slots,) counts live episodes
+        per slot (a slot in use is not overwritten)."""
+        if self.pool is None:
+            return LATEST, LATEST
+        teams = self.pool.draw(self.rng)
+        return self._code(teams.hiders, in_use), self._code(teams.seekers, in_use)
+
+    def _code(self, policy_id, in_use: np.ndarray) -> int:
+        if isinstance(policy_id, str):
+            return _NAMED[policy_id]
+        version = int(policy_id)
+        if version in self.versions:
+            self.versions.move_to_end(version)
+            return self.versions[version]
+        free = self._free_slot(in_use)
+        if free is None:  # every slot plays a running episode: one of them plays this one too
+            self.substitutions += 1
+            return int(self.rng.choice(list(self.versions.values())))
+        try:
+            state = self.cache.get(version)
+        except (OSError, ValueError, RuntimeError):  # missing or broken snapshot: latest plays
+            self.unusable += 1
+            return LATEST
+        self.models[free].load_state_dict(state)  # copies into the slot: nothing is rebuilt
+        for v, s in list(self.versions.items()):
+            if s == free:
+                del self.versions[v]
+        self.versions[version] = free
+        return free
+
+    def _free_slot(self, in_use: np.ndarray) -> int | None:
+        if len(self.models) < self.n_slots:
+            self.models.append(self.new_model())
+            return len(self.models) - 1
+        for slot in self.versions.values():  # least recently drawn first
+            if in_use[slot] == 0:
+                return slot
+        return None
+
+
+class Pod:
+    """W worlds, the learning policy, its opponents, a rollout buffer and PPO on one device."""
+
+    def __init__(
+        self,
+        game,
+        ppo: PPO,
+        rollout_len: int,
+        pool: PolicyPool | None = None,
+        opponent_slots: int = 4,
+        snapshot_cache: int = 64,
+        seed=0,
+        profile: bool = False,
+    ) -> None:
+        self.model = model = ppo.model
+        self.ppo = ppo
+        self.device = model.device
+        self.game = DeviceGame(game, self.device, model.layout.shapes)
+        self.profile = profile  # wait for the device after each phase, so the split is true
+        g = self.game
+        self.buffer = RolloutBuffer(
+            model.layout.shapes,
+            g.rows,
+            rollout_len,
+            ppo.config.bptt_len,
+            model.config.lstm_dim,
+            len(model.action_sizes),
+            self.device,
+        )
+        self.rng = np.random.default_rng(seed)
+        self.slots = OpponentSlots(
+            pool,
+            lambda: ActorCritic(model.layout.shapes, model.config, device=self.device).eval(),
+            opponent_slots,
+            self.rng,
+            snapshot_cache,
+        )
+        self.t = 0  # step within the rollout
+        self.counters = PodCounters()
+        self._stat_sums = torch.zeros(len(STAT_KEYS), dtype=torch.float64, device=self.device)
+        self._noop = torch.as_tensor(contract.noop_action(int(g.nvec[0])), device=self.device)
+        self._world_of_row = np.repeat(np.arange(g.n_worlds), g.n_agents)
+        self.reset()
+
+    # ------------------------------------------------------------------ episodes
+    def reset(self) -> None:
+        g = self.game
+        self.obs, self.present, self.clock = g.reset()
+        self.state = torch.zeros(g.rows, 4, self.model.config.lstm_dim, device=self.device)
+        self.episode_start = torch.ones(g.rows, dtype=torch.bool, device=self.device)
+        self.codes = np.full((g.n_worlds, 2), LATEST, np.int64)  # (hider, seeker) per world
+        self._learned = np.zeros(g.rows, bool)
+        self._draw(np.arange(g.n_worlds))
+
+    def _draw(self, worlds: np.ndarray) -> None:
+        """New controllers for the episodes that start in `worlds`; the row groups follow."""
+        self.codes[worlds] = LATEST  # their old slots are free again
+        for w in worlds:
+            self.codes[w] = self.slots.draw(self._slots_in_use())
+        rows = np.where(self.game.is_hider[None, :], self.codes[:, :1], self.codes[:, 1:])
+        rows = rows.reshape(-1)
+        self.groups = []
+        for code in np.unique(rows):
+            index = np.flatnonzero(rows == code)
+            full = len(index) == len(rows)
+            self.groups.append(
+                (int(code), None if full else torch.as_tensor(index, device=self.device))
+            )
+        self._learning = rows == LATEST
+        self.learn_rows = torch.as_tensor(self._learning, device=self.device)
+        # rows the learning policy played at some step of this rollout (host: no device read)
+        self._learned |= self._learning
+
+    def _slots_in_use(self) -> np.ndarray:
+        used = self.codes[self.codes >= 0]
+        return np.bincount(used, minlength=self.slots.n_slots)
+
+    # ------------------------------------------------------------------ acting
+    def act(self, obs, state, starts) -> ActOutput:
+        """Every row's action: the learning policy's rows and each opponent's, gathered and
+        scattered with host-known index sets (one forward pass per controller)."""
+        if len(self.groups) == 1 and self.groups[0][0] == LATEST:
+            return self.model.act_tensors(obs, state, starts)
+        R = self.game.rows
+        actions = torch.empty(
+            R, len(self.model.action_sizes), dtype=torch.int64, device=self.device
+        )
+        logp = torch.zeros(R, device=self.device)
+        values = torch.zeros(R, device=self.device)
+        new_state = state.clone()
+        for code, index in self.groups:
+            n = R if index is None else len(index)
+            if code == RANDOM:
+                out = self.game.random_actions(n)
+            elif code == NOOP:
+                out = self._noop.expand(n, -1)
+            else:
+                net = self.model if code == LATEST else self.slots.models[code]
+                out = net.act_tensors(*_gather(index, obs, state, starts))
+            if index is None:  # one controller plays every row
+                if isinstance(out, torch.Tensor):
+                    actions.copy_(out)
+                else:
+                    actions, logp, values, new_state = out
+                continue
+            if isinstance(out, torch.Tensor):
+                actions.index_copy_(0, index, out)
+            else:
+                actions.index_copy_(0, index, out.actions)
+                logp.index_copy_(0, index, out.logp)
+                values.index_copy_(0, index, out.values)
+                new_state.index_copy_(0, index, out.state)
+        return ActOutput(actions, logp, values, new_state)
+
+    # ------------------------------------------------------------------ the loop
+    def step(self) -> bool:
+        """One env step of every world into the buffer; True when the rollout is full."""
+        buf, g, t = self.buffer, self.game, self.t
+        start = time.perf_counter()
+        buf.store_inputs(t, self.obs, self.state, self.episode_start)
+        out = self.act(self.obs, self.state, self.episode_start)
+        self._sync()
+        acted = time.perf_counter()
+        obs, rewards, present, final_obs, stats, truncated = g.step(out.actions)
+        self._sync()
+        simulated = time.perf_counter()
+        buf.store_outputs(
+            t, out.actions, out.logp, out.values, rewards, self.learn_rows & self.present
+        )
+        self.counters.frames += g.n_worlds
+        self.clock += 1
+        ended = np.flatnonzero(self.clock >= g.horizon)
+        if isinstance(truncated, np.ndarray) and not np.array_equal(
+            np.flatnonzero(truncated), ended
+        ):
+            raise RuntimeError(
+                f"the game ended episodes in worlds {np.flatnonzero(truncated)[:8]} at step "
+                f"{t}, the pod's episode clock in {ended[:8]}: episodes must run to the horizon"
+            )
+        state, starts = out.state, torch.zeros_like(self.episode_start)
+        if ended.size:
+            rows = torch.as_tensor(
+                (ended[:, None] * g.n_agents + np.arange(g.n_agents)).reshape(-1),
+                device=self.device,
+            )
+            final = g.final_rows(final_obs, rows)
+            final_values = self.model.value_tensors(final, state.index_select(0, rows))
+            buf.store_truncation(t, rows, final_values)
+            finished = torch.stack(
+                [torch.as_tensor(stats[k], device=self.device).to(torch.float64) for k in STAT_KEYS]
+            )
+            self._stat_sums += finished.nan_to_num(0.0).sum(dim=1)
+            self.counters.episodes += len(ended)
+            self.clock[ended] = 0
+            state = state.index_fill(0, rows, 0.0)
+            starts.index_fill_(0, rows, True)
+            self._draw(ended)
+        self.obs, self.present, self.state, self.episode_start = obs, present, state, starts
+        self.counters.act_s += acted - start
+        self.counters.sim_s += simulated - acted
+        self.t = t + 1
+        return self.t == buf.steps
+
+    def learn(self) -> dict[str, torch.Tensor]:
+        """PPO on the full buffer (statistics stay on the device); the next rollout starts."""
+        start = time.perf_counter()
+        self.t = 0  # whatever happens to the update, the next rollout starts afresh
+        bootstrap = self.model.value_tensors(self.obs, self.state)
+        rollout = self.buffer.rollout(bootstrap)
+        if not self._learned.all():  # opponents' rows cost nothing in the update
+            rollout = rollout.columns(
+                torch.as_tensor(np.flatnonzero(self._learned), device=self.device)
+            )
+        self._learned = self._learning.copy()  # the next rollout starts with today's learners
+        stats = self.ppo.update_async(rollout)
+        stats["learned_steps"] = rollout.learn.sum().to(torch.float64)
+        self._sync()
+        self.counters.learn_s += time.perf_counter() - start
+        return stats
+
+    def take_counters(self) -> PodCounters:
+        """The counters since the last call (one host read of the device's statistic sums)."""
+        out = self.counters
+        out.stat_sums = self._stat_sums.tolist()
+        self._stat_sums.zero_()
+        self.counters = PodCounters()
+        return out
+
+    def _sync(self) -> None:
+        if self.profile and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)

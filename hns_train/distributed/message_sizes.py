@@ -1,0 +1,205 @@
+"""The size of every large message a run will send, from its config alone: checked at start.
+
+Every socket of a run refuses a message larger than `pipeline.max_message_mb` (streams.py): a
+receiver drops it, or libzmq drops the sender's connection, and the run goes on without it. A
+parameter message that never fits leaves the policy workers without weights for the whole run,
+so `check_message_sizes` turns such a config into a `ConfigError` before any worker starts
+(`Controller.__init__`), naming the message, its size and the settings that change it.
+
+Sizes come from the run's contract, with no worker, game or weights made:
+- parameters: the state dict of the configured `ActorCritic` (built once on the CPU), as
+  `params.state_dict_to_arrays` sends it;
+- a sample chunk: `chunks.chunk_layout` of T = `chunk_len` steps and B = the learning columns of
+  one actor group (`envs_per_actor / ring_size` worlds x the agents the learning policy can play,
+  `PoolConfig.learning_agents`), LSTM states included;
+- inference requests and replies, only where they travel on the wire (the Ray launcher, or
+  `pipeline.shared_memory=false`): `shared_rows.RequestLayout` of one group's rows, and the reply's
+  actions, log-probs, values and states;
+each as `wire.encoded_size` counts it (all frames: the msgpack header with its array
+descriptors, plus the raw arrays), with `META_ALLOWANCE` bytes for a meta dict larger than the
+representative one used here.
+
+Per backend (`BACKEND_MESSAGES`): `c` sends all of the above; `warp` splits its chunks itself,
+so only one column (one agent stream of `chunk_len` steps) must fit; `pod` trains in its own
+process and sends no chunks, but still publishes parameters: it lists only those. Control
+messages (heartbeats, a few KB) and pool snapshots (files, not messages) are not counted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from hns_train.agents.chunks import chunk_layout
+from hns_train.config import ConfigError, RunConfig
+from hns_train.distributed.shared_rows import RequestLayout
+from hns_train.distributed.wire import encoded_size
+from hns_train.envs.contract import N_ACTION_DIMS, observation_shapes
+
+META_ALLOWANCE = 256  # bytes of meta beyond the representative meta counted below
+_BIG_INT = 2**63 - 1  # the longest int msgpack writes (9 bytes): counters, versions
+_MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class MessageSize:
+    """One kind of message a run sends: what it is, its largest size, what makes it smaller."""
+
+    name: str
+    nbytes: int
+    smaller: str  # settings that make it smaller, besides raising pipeline.max_message_mb
+
+
+def parameter_layout(cfg: RunConfig) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """(dtype, shape) of every array of a parameter message of the configured network."""
+    from hns_train.agents.policy import ActorCritic
+
+    # Built on the CPU (tens of ms, a few MB): torch's meta-device mode would skip the
+    # initialisation but costs seconds on its first use in a process.
+    model = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network, device="cpu")
+    return {
+        name: (np.dtype(str(t.dtype).removeprefix("torch.")), tuple(t.shape))
+        for name, t in model.state_dict().items()
+    }
+
+
+def _parameters(cfg: RunConfig) -> MessageSize:
+    meta = {"version": _BIG_INT, "publisher": "0" * 16}
+    size = encoded_size("params", parameter_layout(cfg), meta)
+    return MessageSize(
+        "parameters (trainer -> policy workers, Warp actors, eval workers)",
+        size + META_ALLOWANCE,
+        "a smaller network (agent.network: embed_dim, dense_dim, lstm_dim, lidar_filters)",
+    )
+
+
+def _chunk(cfg: RunConfig, worlds: int, columns: int | None = None) -> int:
+    game = cfg.game_config()
+    if columns is None:
+        per_world = cfg.pool.learning_agents(game.max_hiders, game.max_seekers)
+        columns = worlds * per_world
+    p, net = cfg.pipeline, cfg.agent.network
+    layout = chunk_layout(
+        observation_shapes(game),
+        p.chunk_len,
+        columns,
+        cfg.agent.ppo.bptt_len,
+        (4, net.lstm_dim),
+        N_ACTION_DIMS,
+    )
+    meta = {"actor": f"actor{p.n_actors - 1}"}
+    return encoded_size("chunk", layout, meta) + META_ALLOWANCE
+
+
+def _group_rows(cfg: RunConfig) -> tuple[int, int]:
+    """(worlds, agent rows) of one C actor group."""
+    game = cfg.game_config()
+    worlds = cfg.pipeline.envs_per_actor // max(cfg.pipeline.ring_size, 1)
+    return worlds, worlds * game.max_agents
+
+
+def _inference(cfg: RunConfig) -> list[MessageSize]:
+    _, rows = _group_rows(cfg)
+    lstm = cfg.agent.network.lstm_dim
+    request = RequestLayout.of(observation_shapes(cfg.game_config()), lstm, rows)
+    layout = {name: (dtype, shape) for name, dtype, shape in request.fields}
+    meta = {"group": _BIG_INT, "seq": _BIG_INT, "kind": "value"}
+    reply = {
+        "actions": (np.dtype(np.int64), (rows, N_ACTION_DIMS)),
+        "logp": (np.dtype(np.float32), (rows,)),
+        "values": (np.dtype(np.float32), (rows,)),
+        "state": (np.dtype(np.float32), (rows, 4, lstm)),
+    }
+    rows_setting = "fewer rows per group (pipeline.envs_per_actor / pipeline.ring_size)"
+    return [
+        MessageSize(
+            f"an inference request ({rows} agent rows of one actor group)",
+            encoded_size("act", layout, meta) + META_ALLOWANCE,
+            rows_setting,
+        ),
+        MessageSize(
+            f"an inference reply ({rows} agent rows of one actor group)",
+            encoded_size("act_result", reply, {**meta, "version": _BIG_INT}) + META_ALLOWANCE,
+            rows_setting,
+        ),
+    ]
+
+
+def _c_messages(cfg: RunConfig) -> list[MessageSize]:
+    p = cfg.pipeline
+    worlds, _ = _group_rows(cfg)
+    game = cfg.game_config()
+    columns = worlds * cfg.pool.learning_agents(game.max_hiders, game.max_seekers)
+    out = [
+        _parameters(cfg),
+        MessageSize(
+            f"a sample chunk (one per actor group: {columns} agent columns x {p.chunk_len} steps)",
+            _chunk(cfg, worlds),
+            "smaller chunks (pipeline.envs_per_actor / pipeline.ring_size worlds per group, "
+            "pipeline.chunk_len steps)",
+        ),
+    ]
+    if p.launcher == "ray" or not p.shared_memory:
+        out += _inference(cfg)
+    return out
+
+
+def _warp_messages(cfg: RunConfig) -> list[MessageSize]:
+    # The Warp actor splits its chunks to fit; only a single column cannot be split.
+    return [
+        _parameters(cfg),
+        MessageSize(
+            f"one column of a sample chunk (one agent stream x {cfg.pipeline.chunk_len} steps)",
+            _chunk(cfg, 1, columns=1),
+            "a shorter pipeline.chunk_len",
+        ),
+    ]
+
+
+def _pod_messages(cfg: RunConfig) -> list[MessageSize]:
+    # A pod simulates and learns in one process: no chunks, no inference; it still publishes
+    # parameters (for eval workers).
+    return [_parameters(cfg)]
+
+
+# backend -> the messages its runs send; a new backend adds its entry here.
+BACKEND_MESSAGES: dict[str, Callable[[RunConfig], list[MessageSize]]] = {
+    "c": _c_messages,
+    "warp": _warp_messages,
+    "pod": _pod_messages,
+}
+
+
+def message_sizes(cfg: RunConfig) -> list[MessageSize]:
+    """The largest message of each kind the run `cfg` sends."""
+    backend = cfg.pipeline.backend
+    if backend not in BACKEND_MESSAGES:
+        raise ConfigError(
+            f"pipeline.backend={backend!r}: no message sizes known; known: "
+            f"{', '.join(BACKEND_MESSAGES)}"
+        )
+    return BACKEND_MESSAGES[backend](cfg)
+
+
+def check_message_sizes(cfg: RunConfig, source: str = "config") -> list[MessageSize]:
+    """The run's messages; ConfigError naming each one larger than `pipeline.max_message_mb`."""
+    cap_mb = cfg.pipeline.max_message_mb
+    cap = cap_mb * _MiB
+    sizes = message_sizes(cfg)
+    over = [m for m in sizes if m.nbytes > cap]
+    if over:
+        need = max(math.ceil(m.nbytes / _MiB) for m in over)
+        lines = "; ".join(
+            f"{m.name} is {m.nbytes:,} bytes ({m.nbytes / _MiB:.1f} MiB): make it smaller with "
+            f"{m.smaller}"
+            for m in over
+        )
+        raise ConfigError(
+            f"{source}: pipeline.max_message_mb={cap_mb} ({cap:,} bytes) is smaller than "
+            f"messages this run sends, which every socket would refuse: {lines}; or raise "
+            f"pipeline.max_message_mb to at least {need}"
+        )
+    return sizes

@@ -1,0 +1,151 @@
+"""Pod worker (`pipeline.backend=pod`): a learner that simulates its own worlds.
+
+Each of the `pipeline.n_trainers` learners is a `Pod` (hns_train/agents/pod.py) on its device:
+`pod.worlds` worlds of the C game (a CPU pod, `pod.threads` MuJoCo and torch threads) or of the
+MuJoCo Warp game (a GPU pod; `pod.physics`), rollouts of `pipeline.chunk_len` steps, and PPO
+with `pod.epochs` x `pod.minibatches` on each. There are no actors, policy workers or sample
+sockets. What a learner does around its updates is unchanged (learner.py): parameters
+published for eval workers, pool snapshots, checkpoints, resume, the stop on time; several pods
+train one policy as DDP ranks (each its own worlds, gradients averaged as for trainers), and
+agree at every rollout's end whether to stop.
+
+Heartbeats carry a trainer's counters plus what actors report (frames, episodes, episode
+statistic sums, physics warnings) and the pod's wall time split into simulation, acting and
+learning (`sim_s`, `act_s`, `learn_s`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import asdict
+
+import torch
+
+from hns_train.agents.pod import Pod
+from hns_train.agents.pool import PolicyPool
+from hns_train.distributed.learner import LearnerWorker
+from hns_train.distributed.opponent_codes import pool_dir
+from hns_train.distributed.worker import WorkerSpec
+
+
+class PodWorker(LearnerWorker):
+    def __init__(self, spec: WorkerSpec) -> None:
+        super().__init__(spec)
+        cfg, pod = self.cfg, self.cfg.pod
+        threads = pod.threads or max(1, (os.cpu_count() or 1) // cfg.pipeline.n_trainers)
+        if self.device.type == "cpu":
+            torch.set_num_threads(threads)
+        self.game = make_game(cfg, self.device, seed=self._seed(1), threads=threads)
+        self.opponent_pool = (
+            PolicyPool(pool_dir(spec.run_dir), cfg.pool) if cfg.pool.p_latest < 1.0 else None
+        )
+        self.pod = Pod(
+            self.game,
+            self.ppo,
+            cfg.pipeline.chunk_len,
+            pool=self.opponent_pool,
+            opponent_slots=pod.opponent_slots,
+            snapshot_cache=cfg.pool.snapshot_cache,
+            seed=self._seed(2),
+        )
+        self._last_stats: dict[str, float] = {}
+        self._steps = self._env_steps = 0
+        self._update_s = 0.0
+        self._samples = 0
+        self.publish()
+
+    def ppo_config(self):
+        return dataclasses.replace(
+            self.cfg.agent.ppo, epochs=self.cfg.pod.epochs, minibatches=self.cfg.pod.minibatches
+        )
+
+    def _seed(self, salt: int) -> list[int]:
+        return [self.cfg.seed, 4, self.rank, self.spec.incarnation, salt]
+
+    # ------------------------------------------------------------------ loop
+    def step(self) -> bool:
+        if self.agreed_stop:
+            return False
+        self._env_steps += 1
+        if not self.pod.step():
+            return True
+        if self.ddp is not None:  # every rank ends its rollout here: stop together, or train
+            self.agreed_stop, _ = self.ddp.agree(stop=self.stopping, ready=True)
+            if self.agreed_stop:
+                return False
+        if self.would_end_late():  # the run stops before this update could end
+            self.pod.t = 0
+            return True
+        stats = self.guarded_update(None, self.pod.buffer.steps * self.pod.game.rows)
+        self._update_s += self._last_update_s
+        if stats is None:
+            return True
+        self._samples += int(stats.pop("learned_steps"))
+        self._last_stats = stats
+        self._steps += 1
+        self.after_update()
+        return True
+
+    def update_async(self, batch) -> dict[str, torch.Tensor]:
+        return self.pod.learn()
+
+    # ------------------------------------------------------------------ control
+    def counters(self) -> dict:
+        c = self.pod.take_counters()
+        out = {
+            # what a trainer reports
+            "version": self.version,
+            "steps": self._steps,
+            "update_s": self._update_s,
+            "samples": self._samples,
+            "new_samples": self._samples,  # a rollout is trained on as it comes, once
+            "received": self._env_steps,
+            "dropped_stale": 0,
+            "rejected": 0,
+            "skipped_updates": self.skipped_updates,
+            "buffer": self.pod.t,
+            "staleness": 0.0,
+            "reuse": float(self.cfg.pod.epochs),
+            "stats": self._last_stats,
+            "counters": asdict(self.counters_from_controller),
+            # what an actor reports
+            "frames": c.frames,
+            "episodes": c.episodes,
+            "stat_sums": c.stat_sums,
+            "physics_warnings": self.pod.game.physics_warnings(),
+            # where the pod's time went
+            "sim_s": c.sim_s,
+            "act_s": c.act_s,
+            "learn_s": c.learn_s,
+        }
+        self._steps = self._env_steps = self._samples = 0
+        self._update_s = 0.0
+        return out
+
+    def close_streams(self) -> None:
+        if self.opponent_pool is not None:
+            self.opponent_pool.close()
+        close_game = getattr(self.game, "close", None)  # the Warp game's layout-bank thread
+        if callable(close_game):
+            close_game()
+        super().close_streams()
+
+
+def make_game(cfg, device: torch.device, seed, threads: int = 1):
+    """The pod's worlds: MuJoCo Warp on `device` or the C game (`pod.physics`, auto: Warp on
+    CUDA, C on a CPU)."""
+    physics = cfg.pod.physics
+    if physics == "auto":
+        physics = "warp" if device.type == "cuda" else "c"
+    if physics == "warp":
+        from hns_train.envs.warp.game import WarpGame  # the optional extra, only here
+
+        warp_device = "cpu" if device.type == "cpu" else f"cuda:{device.index or 0}"
+        # worlds start at staggered steps, so resets spread over a rollout's steps
+        return WarpGame(
+            cfg.game_config(), cfg.pod.worlds, seed=seed, device=warp_device, stagger=True
+        )
+    from hns_train.envs.vector import VectorGame
+
+    return VectorGame(cfg.game_config(), cfg.pod.worlds, seed=seed, threads=threads)

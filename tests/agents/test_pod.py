@@ -1,0 +1,136 @@
+"""The pod: its rollout has the chunk format's invariants, it takes the same PPO step as the
+pipeline's trainer from the same samples, opponents play from fixed device slots, and an update
+reads the device back once."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from hns_train.agents import PPO, ActorCritic, Chunk, PPOConfig
+from hns_train.agents.pod import LATEST, RANDOM, Pod
+from hns_train.agents.pool import PolicyPool, PoolConfig
+from hns_train.envs.contract import observation_shapes
+from hns_train.envs.vector import VectorGame
+from hns_train.host_syncs import HostSyncCounter
+
+
+def make_pod(preset="chase", worlds=4, rollout=20, pool=None, ppo_config=None, slots=2):
+    torch.manual_seed(0)
+    game = VectorGame(preset, worlds, seed=3)
+    model = ActorCritic(observation_shapes(game.cfg), device="cpu")
+    ppo = PPO(model, ppo_config or PPOConfig(epochs=2, minibatches=1))
+    return Pod(game, ppo, rollout, pool=pool, opponent_slots=slots, seed=5)
+
+
+def collect(pod):
+    while not pod.step():
+        pass
+    return pod.buffer
+
+
+def as_chunk(buf, columns) -> Chunk:
+    """The buffer's columns as the pipeline's chunk (host arrays, only those columns)."""
+
+    def host(x):
+        return x[:, columns].numpy().copy()
+
+    return Chunk(
+        obs={k: host(v) for k, v in buf.obs.items()},
+        actions=host(buf.actions),
+        logp=host(buf.logp),
+        values=host(buf.values),
+        rewards=host(buf.rewards),
+        episode_start=host(buf.episode_start),
+        truncated=host(buf.truncated),
+        truncated_value=host(buf.truncated_value),
+        bootstrap_value=buf.bootstrap_value[columns].numpy().copy(),
+        lstm_state=host(buf.lstm_state),
+        policy_version=np.zeros(len(columns), np.int64),
+    ).validate()
+
+
+def test_rollout_keeps_the_chunk_invariants_across_episode_ends():
+    pod = make_pod(worlds=3, rollout=40)  # chase: horizon 40... the rollout spans episodes
+    pod.step()
+    while not pod.step():
+        pass
+    buf = pod.buffer
+    assert torch.equal(buf.episode_start[1:], buf.truncated[:-1])
+    ends = buf.truncated.any(dim=1).nonzero().flatten().tolist()
+    assert ends, "no episode ended inside the rollout"
+    assert buf.learn.all()  # self-play, everyone present: every row learns
+    # V(final observation) is the value network's, continuing the finished episode's state
+    assert torch.isfinite(buf.truncated_value[buf.truncated]).all()
+    assert pod.take_counters().episodes == 3
+
+
+def test_the_pod_and_the_trainer_take_the_same_step_from_the_same_samples(tmp_path):
+    # Hiders random (not trained on), seekers the learning policy: the pod trains its whole
+    # buffer under a mask, the trainer only the seekers' columns, as actors ship them.
+    pool = PolicyPool(tmp_path, PoolConfig(p_latest=0.0, p_random=1.0, p_noop=0.0,
+                                           opponent_role="hider"))  # fmt: skip
+    pod = make_pod(worlds=4, rollout=20, pool=pool)
+    buf = collect(pod)
+    seekers = np.flatnonzero(~np.tile(pod.game.is_hider, pod.game.n_worlds))
+    assert torch.equal(buf.learn.any(dim=0).nonzero().flatten(), torch.as_tensor(seekers))
+    bootstrap = pod.model.value_tensors(pod.obs, pod.state)
+    rollout = pod.buffer.rollout(bootstrap)
+
+    trainer = copy.deepcopy(pod.ppo)
+    chunk = as_chunk(buf, seekers)
+    torch.manual_seed(1)
+    pod_stats = pod.ppo.update(rollout)
+    torch.manual_seed(1)
+    trainer_stats = trainer.update(chunk)
+    for key in ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm"):
+        assert pod_stats[key] == pytest.approx(trainer_stats[key], rel=1e-4, abs=1e-6), key
+    for (name, a), b in zip(
+        pod.ppo.model.state_dict().items(), trainer.model.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_opponents_play_from_fixed_slots_and_only_the_learner_learns(tmp_path):
+    pool = PolicyPool(tmp_path, PoolConfig(p_latest=0.0, p_random=0.0, p_noop=0.0))
+    model = ActorCritic(observation_shapes(VectorGame("chase", 1).cfg), device="cpu")
+    for version in range(5):  # five snapshots, two slots
+        pool.add_snapshot(version, {k: v + version for k, v in model.state_dict().items()})
+    pod = make_pod(worlds=6, rollout=40, pool=pool, slots=2)
+    slot_models = {id(m) for m in pod.slots.models}
+    collect(pod)
+    assert len(pod.slots.models) == 2 and {id(m) for m in pod.slots.models} == slot_models
+    codes = pod.codes
+    assert ((codes == LATEST).sum(axis=1) == 1).all()  # one team learns in every world
+    learner_rows = np.where(pod.game.is_hider[None, :], codes[:, :1], codes[:, 1:]) == LATEST
+    assert torch.equal(pod.learn_rows, torch.as_tensor(learner_rows.reshape(-1)))
+    loaded = dict(pod.slots.versions)
+    for version, slot in loaded.items():  # a slot holds exactly the snapshot it says
+        expected = pool.load_snapshot(version)
+        got = pod.slots.models[slot].state_dict()
+        assert all(torch.equal(got[k], expected[k]) for k in expected)
+    assert pod.slots.substitutions > 0  # 6 worlds, 5 versions, 2 slots: some had to share
+
+
+def test_random_opponents_act_on_the_device_without_a_model(tmp_path):
+    pool = PolicyPool(tmp_path, PoolConfig(p_latest=0.0, p_random=1.0, p_noop=0.0,
+                                           opponent_role="hider"))  # fmt: skip
+    pod = make_pod(worlds=2, rollout=20, pool=pool)
+    assert (pod.codes[:, 0] == RANDOM).all() and not pod.slots.models
+    buf = collect(pod)
+    hider_rows = torch.as_tensor(np.tile(pod.game.is_hider, 2))
+    assert not buf.learn[:, hider_rows].any() and buf.learn[:, ~hider_rows].all()
+    nvec = torch.as_tensor(pod.game.game.action_nvec)
+    assert ((buf.actions >= 0) & (buf.actions < nvec)).all()
+
+
+def test_an_update_reads_the_device_back_once():
+    pod = make_pod(worlds=2, rollout=20, ppo_config=PPOConfig(epochs=2, minibatches=2))
+    collect(pod)
+    with HostSyncCounter() as syncs:
+        stats = pod.learn()
+    assert syncs.total == 0, syncs.calls
+    with HostSyncCounter() as syncs:
+        values = torch.stack(list(stats.values())).tolist()
+    assert syncs.total == 1 and all(np.isfinite(values))
