@@ -65,12 +65,14 @@ def test_warp_actor_seeker_learns_like_the_c_backend(tmp_path):
 @pytest.mark.slow
 def test_pod_seeker_learns_like_the_pipeline(tmp_path):
     """The same proof with `pipeline.backend=pod`: one process simulates the 32 worlds (C
-    game), acts and trains on its rollouts (1,280 frames, 4 x 4 passes: the pipeline's step)."""
+    game), acts and trains on its rollouts (1,280 frames, 4 x 4 passes: the pipeline's step).
+    Measured at 40,960 frames: trained 0.775 against random 0.371; in sight 0.64-0.68 in
+    training from 24k frames on, so 30,720 frames keep a margin over random + 0.2."""
     result = learn_chase().main(
         [
             "--launcher=serial",
             "--minutes=0",
-            "--frames=40960",
+            "--frames=30720",
             "--eval-episodes=128",
             f"--runs-dir={tmp_path}",
             "--quiet",
@@ -79,18 +81,19 @@ def test_pod_seeker_learns_like_the_pipeline(tmp_path):
     )
     assert 0.25 < result["eval_random"] < 0.5
     assert result["eval_trained"] > result["eval_random"] + 0.2
-    assert result["versions"] >= 25
+    assert result["versions"] >= 20
 
 
 @pytest.mark.slow
 def test_warp_pod_seeker_learns(tmp_path):
-    """A pod on the MuJoCo Warp game (Warp's CPU device): 16 worlds, 640 frames a rollout."""
+    """A pod on the MuJoCo Warp game (Warp's CPU device): 16 worlds, 640 frames a rollout.
+    Measured: trained 0.758 against random 0.371 at 19.2k frames (30 versions, 6 min, load 2)."""
     pytest.importorskip("mujoco_warp")
     result = learn_chase().main(
         [
             "--launcher=serial",
             "--minutes=0",
-            "--frames=25600",
+            "--frames=19200",
             "--eval-episodes=128",
             f"--runs-dir={tmp_path}",
             "--quiet",
@@ -101,4 +104,4 @@ def test_warp_pod_seeker_learns(tmp_path):
     )
     assert 0.25 < result["eval_random"] < 0.5
     assert result["eval_trained"] > result["eval_random"] + 0.2
-    assert result["versions"] >= 30
+    assert result["versions"] >= 25
