@@ -253,13 +253,17 @@ class Pod:
         self.episode_start = torch.ones(g.rows, dtype=torch.bool, device=self.device)
         self.codes = np.full((g.n_worlds, 2), LATEST, np.int64)  # (hider, seeker) per world
         self._learned = np.zeros(g.rows, bool)
+        self.groups: list[tuple[int, torch.Tensor | None]] | None = None  # made by _draw
         self._draw(np.arange(g.n_worlds))
 
     def _draw(self, worlds: np.ndarray) -> None:
         """New controllers for the episodes that start in `worlds`; the row groups follow."""
+        before = self.codes[worlds].copy()
         self.codes[worlds] = LATEST  # their old slots are free again
         for w in worlds:
             self.codes[w] = self.slots.draw(self._slots_in_use())
+        if self.groups is not None and np.array_equal(before, self.codes[worlds]):
+            return  # the same controllers play on (pure self-play: every episode end)
         rows = np.where(self.game.is_hider[None, :], self.codes[:, :1], self.codes[:, 1:])
         rows = rows.reshape(-1)
         self.groups = []
