@@ -382,7 +382,7 @@ _RANGES: dict[str, tuple] = {
     "agent.ppo.ent_coef": _NON_NEGATIVE,
     "agent.ppo.vf_coef": _NON_NEGATIVE,
     "agent.ppo.value_clip": _POSITIVE,
-    "agent.ppo.lr": _POSITIVE,
+    "agent.ppo.lr": _NON_NEGATIVE,  # 0 freezes a learner (a control run, a crippled member)
     "agent.ppo.weight_decay": _NON_NEGATIVE,
     "agent.ppo.adam_eps": _POSITIVE,
     "agent.ppo.max_grad_norm": _POSITIVE,

@@ -1,9 +1,14 @@
 """`python -m hns_train.train [--config FILE] [--resume RUN_DIR] [section.key=value ...]`
 
-The main job: trains with the actor / policy / trainer pipeline. With no arguments it runs
-`configs/default.yaml` (the quadrant game, `local` launcher) until stopped with Ctrl-C, which
-writes a final checkpoint; `--resume runs/NAME` continues that run from its newest checkpoint
-with counters, pool and ratings intact (overrides still apply).
+The main job: trains with the actor / policy / trainer pipeline (or pods). With no arguments it
+runs `configs/default.yaml` (the quadrant game, `local` launcher) until stopped with Ctrl-C,
+which writes a final checkpoint; `--resume runs/NAME` continues that run from its newest
+checkpoint with counters, pool and ratings intact (overrides still apply).
+
+With `population.members=N` (N > 1) it trains a population of N learners in one run directory
+(`hns_train.distributed.population`); `--resume` continues the whole population. While one runs:
+`python -m hns_train.train population add RUN_DIR` adds a member, `... population retire RUN_DIR
+MEMBER` retires one.
 """
 
 from __future__ import annotations
@@ -31,7 +36,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def population_request(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m hns_train.train population",
+        description="Add a member to, or retire one from, a population while it runs.",
+    )
+    parser.add_argument("action", choices=("add", "retire"))
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("member", nargs="?", help="the member to retire (e.g. m2)")
+    args = parser.parse_args(argv)
+    from hns_train.distributed.population import request
+
+    try:
+        path = request(args.run_dir, args.action, args.member)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"asked: {args.action} {args.member or ''} ({path.name}); the population takes it")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["population"]:
+        return population_request(argv[1:])
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     try:
@@ -43,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             cfg = load_config(args.config or saved, [*args.overrides, *where])
         else:
             cfg = load_config(args.config, args.overrides)
+        if cfg.population.members > 1:
+            return _run_population(cfg, resume=args.resume is not None)
         from hns_train.distributed.controller import Controller
 
         controller = Controller(cfg, resume=args.resume is not None)
@@ -53,6 +83,16 @@ def main(argv: list[str] | None = None) -> int:
     with logging_redirect_tqdm():
         summary = controller.run()
     print("\n".join(summary.lines()))
+    return 1 if controller.error else 0
+
+
+def _run_population(cfg, resume: bool) -> int:
+    from hns_train.distributed.population import PopulationController, summary_lines
+
+    controller = PopulationController(cfg, resume=resume)
+    with logging_redirect_tqdm():
+        summary = controller.run()
+    print("\n".join(summary_lines(summary, cfg.run_dir)))
     return 1 if controller.error else 0
 
 

@@ -19,12 +19,13 @@ member's predicted chance of beating that opponent: harder opponents more often.
 
 Exploit and explore (after DeepMind's PBT and Capture the Flag, asynchronous): a member is ready
 `ready_versions` optimisation steps and `ready_games` rated league games after its last change.
-A ready member in the bottom `bottom_fraction` (by rating) copies a member of the top
-`top_fraction` that is predicted to beat it with probability >= `copy_win_probability`, and the
-best member is never replaced. The copy takes the whole learner state (weights, optimiser,
-PopArt, observation statistics) and the source's hyperparameters; explore then multiplies each
-by one of `perturb_factors` (0.8 or 1.2), or with `resample_probability` draws it anew in its
-range, always clipped into the range.
+A ready member in the bottom `bottom_fraction` (by rating; at least one member) copies a member
+of the top `top_fraction` (at least one) that is predicted to beat it with probability >=
+`copy_win_probability`, and the best member is never replaced. The copy takes the whole learner
+state (weights, optimiser, PopArt, observation statistics) and the source's hyperparameters;
+explore then multiplies each by one of `perturb_factors` (0.8 or 1.2), or with
+`resample_probability` draws it anew in its range, always clipped into the range. Settings fixed
+for one member (`overrides`) hold until its first exploit.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ import numpy as np
 from hns_train import typed_config
 
 SCALES = ("log", "linear")
+# The files of a population run directory (the controller writes them, `eval` reads them)
+MANIFEST = "population.json"
+LINEAGE = "lineage.jsonl"
+STATUS = "population.jsonl"
+LEAGUE = "league"
 MANIFEST_FORMAT = 1
 MIN_PFSP_WEIGHT = 1e-3  # an opponent a member always beats is still met now and then
 
@@ -278,8 +284,8 @@ def choose_exploits(
     n = len(ranked)
     if n < 2:
         return []
-    n_bottom = max(1, math.ceil(cfg.bottom_fraction * n))
-    n_top = max(1, math.ceil(cfg.top_fraction * n))
+    n_bottom = max(1, int(cfg.bottom_fraction * n + 1e-9))
+    n_top = max(1, int(cfg.top_fraction * n + 1e-9))
     top = ranked[:n_top]
     bottom = [m for m in ranked[-n_bottom:] if m != ranked[0]]
     out = []
@@ -352,11 +358,9 @@ def load_manifest(path: str | os.PathLike) -> dict[str, Any]:
         raise ValueError(f"{path}: no population manifest there (not a population run)") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: the population manifest is not valid JSON ({err})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-        raise ValueError(
-            f"{path}: population manifest format {manifest.get('format')!r} is not "
-            f"{MANIFEST_FORMAT}"
-        )
+    found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+    if found != MANIFEST_FORMAT:
+        raise ValueError(f"{path}: population manifest format {found!r} is not {MANIFEST_FORMAT}")
     return manifest
 
 

@@ -1,0 +1,715 @@
+"""The population controller: a tournament of learners, each an ordinary run, in one run
+directory (after ElegantRL-podracer's tournament-based ensemble and DeepMind's PBT).
+
+`python -m hns_train.train --config C population.members=N` with N > 1 runs this instead of a
+single `Controller`. It owns `runs/<name>/` (layout below) and, each tick:
+- keeps every member's run alive: member `m<i>` is `python -m hns_train.train` in its own
+  process group on `members/m<i>/`, with its own hyperparameters; a member whose process ends
+  without being asked restarts alone from its newest checkpoint (`--resume`) while the others
+  train on (at most `population.max_restarts` times);
+- plays the league (`hns_train.eval.league`): one round every `league_every_s`, members in turn,
+  roles in turn, against another member's latest policy, a hall-of-fame entry or an anchor;
+- every `sync_every_s`: reads each member's newest checkpoint, makes hall-of-fame candidates
+  (one per `hof_every` versions of a member; the best `hall_of_fame` rated entries are kept, new
+  ones are kept until they have `ready_games` games), and writes the guests of every member's pool:
+  the other members' latest (cross) and the hall of fame (past), with PFSP weights;
+- exploit and explore (`hns_train.agents.population.choose_exploits`): the member is stopped (its
+  run writes a final checkpoint), the source's newest checkpoint becomes its newest checkpoint
+  (every tensor as the source wrote it; counters of frames and episodes stay the member's own),
+  its hyperparameters are perturbed, it takes over the source's ratings and restarts;
+- takes `requests/*.json` (`python -m hns_train.train population add|retire RUN_DIR ...`): a new
+  member joins with hyperparameters drawn in the ranges, a retired one stops for good;
+- writes `population.json` (the manifest: members, hyperparameters, hall of fame, counters, RNG)
+  and a `population.jsonl` status record every `record_every_s`, and every event to
+  `lineage.jsonl`.
+`--resume runs/<name>` reads the manifest and restarts every running member from its checkpoint.
+The population stops at `stop.frames` (all members' frames), `stop.minutes` or `stop.versions`
+(the most advanced member), or on Ctrl-C: every member is asked to stop and checkpoints.
+
+Layout: `config.yaml`, `population.json`, `population.jsonl`, `lineage.jsonl`, `requests/`,
+`league/` (league ratings, hall-of-fame and anchor weights), `members/m<i>/` (ordinary runs, each
+with its config, checkpoints, pool, metrics and wandb run in the population's wandb group) and
+`members/m<i>.log` (the member's output).
+
+On Ray, each member's run places its own workers (one placement group per member) on the
+cluster named by `pipeline.ray_address`; the members' controllers run beside this one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from hns_train.agents.checkpoint import CheckpointDir, load_checkpoint, save_checkpoint
+from hns_train.agents.pool import PolicyPool
+from hns_train.agents.population import (
+    LEAGUE,
+    LINEAGE,
+    MANIFEST,
+    MANIFEST_FORMAT,
+    STATUS,
+    Lineage,
+    Member,
+    choose_exploits,
+    load_manifest,
+    members_from_manifest,
+    parse_overrides,
+    parse_ranges,
+    perturb,
+    pfsp_weight,
+    sample_hyper,
+    save_manifest,
+)
+from hns_train.config import RunConfig, apply_override, config_from_dict, flat_settings, save_config
+from hns_train.distributed.opponent_codes import pool_dir
+from hns_train.eval.league import ANCHORS, League
+
+log = logging.getLogger(__name__)
+TICK_S = 0.5
+STOP_WAIT_S = 120.0  # a member asked to stop writes its final checkpoint within this
+REQUESTS = "requests"
+
+
+class MemberRun:
+    """A member's run directory and process."""
+
+    def __init__(self, root: Path, member: Member) -> None:
+        self.member = member
+        self.dir = root / "members" / member.name
+        self.log_path = root / "members" / f"{member.name}.log"
+        self.process: subprocess.Popen | None = None
+        self.stopping = False
+        self._metrics_offset = 0
+        self.checkpoint_step: int | None = None  # newest checkpoint read
+        self.state: dict[str, Any] | None = None  # its model weights at that checkpoint
+        self.hof_version = -1  # version of its newest hall-of-fame candidate
+
+    @property
+    def name(self) -> str:
+        return self.member.name
+
+    def start(self, config_path: Path) -> None:
+        resume = CheckpointDir(self.dir / "checkpoints").steps() if self.dir.is_dir() else []
+        if resume:
+            args = ["--resume", str(self.dir)]
+        else:
+            if self.dir.exists():  # started before but never checkpointed: begin again
+                shutil.rmtree(self.dir)
+            args = ["--config", str(config_path)]
+        out = self.log_path.open("a")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "hns_train.train", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches the population, which stops members in order
+            preexec_fn=_stop_with_parent,
+        )
+        out.close()
+        self.stopping = False
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def ask_to_stop(self) -> None:
+        if self.alive():
+            self.stopping = True
+            self.process.send_signal(signal.SIGINT)
+
+    def wait_stopped(self, timeout_s: float = STOP_WAIT_S) -> None:
+        if self.process is None:
+            return
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            log.warning("member %s did not stop in %.0f s; killed", self.name, timeout_s)
+            self.process.kill()
+            self.process.wait()
+
+    def read_progress(self) -> None:
+        """Counters from the newest records of its metrics.jsonl (read incrementally)."""
+        path = self.dir / "metrics.jsonl"
+        if not path.is_file():
+            return
+        with path.open() as f:
+            f.seek(self._metrics_offset)
+            text = f.read()
+        end = text.rfind("\n") + 1  # a line still being written is read next time
+        self._metrics_offset += len(text[:end].encode())
+        for line in text[:end].splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if record.get("kind") in ("train", "resume"):
+                m = self.member
+                m.version = int(record.get("version", m.version))
+                m.frames = int(record.get("frames", m.frames))
+                m.episodes = int(record.get("episodes", m.episodes))
+
+    def refresh_state(self) -> bool:
+        """Load its newest checkpoint's weights if it wrote a new one; True when it did."""
+        if not (self.dir / "checkpoints").is_dir():  # not before its run made it
+            return False
+        folder = CheckpointDir(self.dir / "checkpoints")
+        steps = folder.steps()
+        if not steps or steps[-1] == self.checkpoint_step:
+            return False
+        latest = folder.latest()
+        if latest is None:
+            return False
+        self.checkpoint_step = steps[-1]
+        self.state = latest.state["ppo"]["model"]
+        self.member.version = max(self.member.version, int(latest.state["ppo"]["version"]))
+        return True
+
+
+class PopulationController:
+    def __init__(self, cfg: RunConfig, resume: bool = False) -> None:
+        self.cfg = cfg
+        self.p = cfg.population
+        self.run_dir = cfg.run_dir
+        if self.run_dir.exists() and not resume and any(self.run_dir.iterdir()):
+            raise ValueError(
+                f"run directory {self.run_dir} already exists; pass --resume {self.run_dir} "
+                "to continue it, or choose another name (name=...)"
+            )
+        for sub in ("members", LEAGUE, REQUESTS):
+            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
+        save_config(cfg, self.run_dir / "config.yaml")
+        self.ranges = parse_ranges(self.p.ranges, flat_settings(cfg))
+        self.fixed = parse_overrides(self.p.overrides, self.p.members)
+        self.lineage = Lineage(self.run_dir / LINEAGE)
+        self.rng = np.random.default_rng([cfg.seed, 7])
+        self.members: dict[str, Member] = {}
+        self.runs: dict[str, MemberRun] = {}
+        self.hall_of_fame: list[dict[str, Any]] = []
+        self.counters = {"exploits": 0, "restarts": 0}
+        self.next_index = 0
+        self.prior_s = 0.0
+        self.stop_reason = ""
+        self.error = ""
+        self.resumed = resume
+        if resume:
+            self._restore()
+        self.start = time.monotonic()
+        # The league plays on this process's one thread: members own the cores, and torch's
+        # spinning OpenMP threads on a busy host made a round 5x slower (3.1 s against 0.6 s).
+        torch.set_num_threads(1)
+        self.league = League(self.run_dir / LEAGUE, cfg, seed=cfg.seed)
+        self._turn = 0
+        self._last = {"league": -np.inf, "sync": -np.inf, "record": -np.inf}
+
+    # ------------------------------------------------------------------ members
+    def elapsed_s(self) -> float:
+        return self.prior_s + time.monotonic() - self.start if hasattr(self, "start") else 0.0
+
+    def member_config(self, member: Member) -> RunConfig:
+        """The member's run config: the population's, with its own name, seed and settings."""
+        data = self.cfg.to_dict()
+        data.update(
+            name=member.name,
+            runs_dir=str(self.run_dir / "members"),
+            seed=member.seed,
+            population={},
+        )
+        data["logging"] = {**data["logging"], "group": self.cfg.name, "progress": False}
+        data["stop"] = {}  # the population decides when every member stops
+        pool = data["pool"]
+        pool.update(p_cross=self.p.p_cross, p_past=self.p.p_past)
+        pipeline = data["pipeline"]  # guests and the league read checkpoints this often
+        every = pipeline["checkpoint_every_s"]
+        pipeline["checkpoint_every_s"] = min(every or np.inf, self.p.sync_every_s)
+        cfg = config_from_dict(data, f"member {member.name}")
+        for key, value in member.hyper.items():
+            cfg = apply_override(cfg, f"{key}={value!r}")
+        if member.exploits == 0:  # fixed settings hold until the member copies another
+            for item in self.fixed.get(member.index, []):
+                cfg = apply_override(cfg, item)
+        return cfg.check(f"member {member.name}")
+
+    def join(self, hyper: dict[str, Any] | None = None) -> Member:
+        index = self.next_index
+        self.next_index += 1
+        if hyper is None:  # member 0 keeps the base settings: a population of 1 is a plain run
+            base = flat_settings(self.cfg)
+            hyper = (
+                {k: base[k] for k in self.ranges}
+                if index == 0
+                else sample_hyper(self.ranges, self.rng)
+            )
+        member = Member(index=index, seed=self.cfg.seed + index, hyper=hyper)
+        self.members[member.name] = member
+        fixed = self.fixed.get(index, [])  # settings that hold until its first exploit
+        self.lineage.append("join", member.name, self.elapsed_s(), hyper=hyper, fixed=fixed)
+        return member
+
+    def _config_path(self, member: Member) -> Path:
+        return self.run_dir / "members" / f"{member.name}.yaml"
+
+    def launch(self, member: Member) -> None:
+        cfg = self.member_config(member)
+        path = self._config_path(member)
+        save_config(cfg, path)
+        run = self.runs.get(member.name) or MemberRun(self.run_dir, member)
+        run.member = member
+        self.runs[member.name] = run
+        if (run.dir / "config.yaml").is_file():
+            save_config(cfg, run.dir / "config.yaml")  # a resume reads the member's own copy
+        run.start(path)
+
+    def retire(self, name: str) -> None:
+        member = self.members.get(name)
+        if member is None or member.status != "running":
+            raise ValueError(f"no running member {name!r}; running: {self.running()}")
+        run = self.runs[name]
+        run.ask_to_stop()
+        run.wait_stopped()
+        member.status = "retired"
+        for other in self.running():
+            with PolicyPool(pool_dir(self.runs[other].dir)) as pool:
+                pool.remove_guest(name)
+        self.lineage.append("retire", name, self.elapsed_s())
+
+    def running(self) -> list[str]:
+        return [n for n, m in self.members.items() if m.status == "running"]
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> dict[str, Any]:
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, self._on_signal)
+        bar = tqdm(
+            total=self.cfg.stop.frames or None,
+            unit="frame",
+            desc=f"population {self.cfg.name}",
+            disable=not self.cfg.logging.progress,
+        )
+        try:
+            self.start_members()
+            while not self.stop_reason:
+                self.tick()
+                bar.n = self.total_frames()
+                bar.set_postfix_str(self._postfix(), refresh=False)
+                bar.refresh()
+                time.sleep(TICK_S)
+        except Exception as err:  # a controller bug must still stop every member
+            self.error = f"{type(err).__name__}: {err}"
+            self.stop_reason = self.stop_reason or f"error: {self.error}"
+            raise
+        finally:
+            bar.close()
+            self.shutdown()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        summary = self.summary()
+        self.league.close()
+        return summary
+
+    def start_members(self) -> None:
+        """Every member joins (a new population) and its run starts (or resumes)."""
+        if not self.members:
+            for _ in range(self.p.members):
+                self.join()
+        for name in self.running():
+            self.launch(self.members[name])
+
+    def shutdown(self) -> None:
+        """Every member stops with a final checkpoint; the manifest records the end."""
+        self._stop_members()
+        self.save()
+
+    def _on_signal(self, signum, frame) -> None:
+        self.request_stop(f"signal {signal.Signals(signum).name}")
+
+    def request_stop(self, reason: str) -> None:
+        self.stop_reason = self.stop_reason or reason
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        self._watch_members()
+        self._take_requests()
+        for run in self.runs.values():
+            run.read_progress()
+        if now - self._last["sync"] >= self.p.sync_every_s:
+            self._last["sync"] = now
+            self.sync()
+        if now - self._last["league"] >= self.p.league_every_s:
+            self._last["league"] = now
+            self.play_league_round()
+            self.exploit_and_explore()
+        if now - self._last["record"] >= self.p.record_every_s:
+            self._last["record"] = now
+            self.record()
+            self.save()
+        self._check_limits()
+
+    def _watch_members(self) -> None:
+        for name in self.running():
+            run = self.runs[name]
+            if run.alive() or run.stopping:
+                continue
+            code = run.process.returncode if run.process is not None else None
+            member = self.members[name]
+            if member.restarts >= self.p.max_restarts:
+                self.error = f"member {name} ended {member.restarts + 1} times (last exit {code})"
+                self.request_stop(f"error: {self.error}; see {run.log_path}")
+                return
+            member.restarts += 1
+            self.counters["restarts"] += 1
+            reason = f"its run ended with exit code {code}"
+            log.warning("member %s: %s; restarting it from its newest checkpoint", name, reason)
+            self.lineage.append("restart", name, self.elapsed_s(), reason=reason)
+            self.launch(member)
+
+    def _take_requests(self) -> None:
+        for path in sorted((self.run_dir / REQUESTS).glob("*.json")):
+            try:
+                request = json.loads(path.read_text())
+                action = request.get("action")
+                if action == "add":
+                    self.launch(self.join())
+                elif action == "retire":
+                    self.retire(str(request.get("member")))
+                else:
+                    raise ValueError(f"action {action!r} is not 'add' or 'retire'")
+                path.unlink()
+                self.save()  # the next request may name the member that just joined
+            except (ValueError, json.JSONDecodeError, AttributeError) as err:
+                log.warning("population request %s refused: %s", path.name, err)
+                path.rename(path.with_suffix(".refused"))
+
+    # ------------------------------------------------------------------ league
+    def _opponents(self, name: str) -> list[str]:
+        kinds, out = self.p.league_opponents, []
+        if "members" in kinds:
+            out += [m for m in self.running() if m != name and self.runs[m].state is not None]
+        if "hall_of_fame" in kinds:
+            out += [e["policy"] for e in self.hall_of_fame if e["member"] != name]
+        out += [a for a in ANCHORS if a in kinds]
+        return out
+
+    def _weights(self, policy: str) -> dict[str, Any] | None:
+        if policy in self.runs:
+            return self.runs[policy].state
+        for entry in self.hall_of_fame:
+            if entry["policy"] == policy:
+                return load_checkpoint(self.run_dir / entry["file"]).state["model"]
+        return None
+
+    def play_league_round(self) -> None:
+        """One round: the next member in turn, in the next role, against a drawn opponent."""
+        ready = [m for m in self.running() if self.runs[m].state is not None]
+        if not ready:
+            return
+        roles = self.p.league_roles
+        member = ready[self._turn % len(ready)]
+        role = roles[(self._turn // len(ready)) % len(roles)]
+        self._turn += 1
+        opponents = self._opponents(member)
+        if not opponents:
+            return
+        opponent = opponents[int(self.rng.integers(len(opponents)))]
+        self.league.play(member, role, self.runs[member].state, opponent, self._weights(opponent))
+
+    def exploit_and_explore(self) -> None:
+        roles = self.p.league_roles
+        running = [m for m in self.running() if self.runs[m].state is not None]
+        strength = {m: self.league.strength(m, roles) for m in running}
+        games = {m: self.league.games(m) for m in running}
+        ready = [
+            m
+            for m in running
+            if self.members[m].ready(games[m], self.p.ready_versions, self.p.ready_games)
+        ]
+        decisions = choose_exploits(
+            strength, ready, lambda a, b: self.league.beats(a, b, roles), self.p
+        )
+        for decision in decisions:
+            self.exploit(decision.member, decision.source, decision.win_probability)
+
+    def exploit(self, name: str, source: str, win_probability: float) -> None:
+        """`name` becomes a copy of `source` (whole learner state), then explores."""
+        member, run = self.members[name], self.runs[name]
+        latest = CheckpointDir(self.runs[source].dir / "checkpoints").latest()
+        if latest is None:
+            return
+        run.ask_to_stop()
+        run.wait_stopped()
+        own = CheckpointDir(run.dir / "checkpoints")
+        mine = own.latest()
+        counters = dict(latest.meta.get("counters", {}))
+        if mine is not None:  # frames and episodes stay this member's own
+            counters.update(
+                {
+                    k: v
+                    for k, v in mine.meta.get("counters", {}).items()
+                    if k in ("frames", "episodes", "wall_clock_s")
+                }
+            )
+        replaced = run.dir / "replaced"
+        shutil.rmtree(replaced, ignore_errors=True)
+        replaced.mkdir()
+        for step in own.steps():
+            own.path_for(step).replace(replaced / own.path_for(step).name)
+        version = int(latest.state["ppo"]["version"])
+        before = dict(member.hyper)
+        hyper, how = perturb(
+            self.members[source].hyper,
+            self.ranges,
+            self.rng,
+            self.p.perturb_factors,
+            self.p.resample_probability,
+        )
+        member.hyper = hyper
+        meta = {**latest.meta, "counters": {**counters, "version": version}}
+        meta["config"] = self.member_config(member).to_dict()
+        save_checkpoint(own.path_for(version), latest.state, meta)
+        self.league.copy_rating(source, name)
+        member.version = version
+        member.changed_at_version = version
+        member.changed_at_games = self.league.games(name)
+        member.exploits += 1
+        self.counters["exploits"] += 1
+        run.checkpoint_step, run.state = None, None
+        elapsed = self.elapsed_s()
+        self.lineage.append(
+            "exploit",
+            name,
+            elapsed,
+            source=source,
+            source_version=version,
+            win_probability=win_probability,
+            version=version,
+        )
+        self.lineage.append(
+            "explore", name, elapsed, hyper_before=before, hyper_after=hyper, how=how
+        )
+        log.warning(
+            "member %s copied %s (p_win %.2f) at version %d", name, source, win_probability, version
+        )
+        self.launch(member)
+        self.save()
+
+    # ------------------------------------------------------------------ guests
+    def sync(self) -> None:
+        """Newest member weights; hall-of-fame candidates; every member's guests."""
+        changed = [m for m in self.running() if self.runs[m].refresh_state()]
+        for name in changed:
+            run, member = self.runs[name], self.members[name]
+            if member.version - run.hof_version >= self.p.hof_every:
+                self._add_to_hall_of_fame(name, member.version, run.state)
+                run.hof_version = member.version
+        self._trim_hall_of_fame()
+        if self.p.p_cross + self.p.p_past == 0:
+            return
+        roles = self.p.league_roles
+        for name in self.running():
+            run = self.runs[name]
+            if not (run.dir / "pool").is_dir():
+                continue
+            with PolicyPool(pool_dir(run.dir)) as pool:
+                present = {g.name: g for g in pool.guests()}
+                wanted = set()
+                for other in self.running():
+                    if other == name or self.runs[other].state is None:
+                        continue
+                    wanted.add(other)
+                    w = self._pfsp(name, other, roles)
+                    if other in changed or other not in present:
+                        pool.add_guest(other, "cross", self.runs[other].state, w, w)
+                    else:
+                        pool.set_guest_weights(other, w, w)
+                for entry in self.hall_of_fame:
+                    policy = entry["policy"]
+                    wanted.add(policy)
+                    w = self._pfsp(name, policy, roles)
+                    if policy not in present:
+                        state = load_checkpoint(self.run_dir / entry["file"]).state["model"]
+                        pool.add_guest(policy, "past", state, w, w)
+                    else:
+                        pool.set_guest_weights(policy, w, w)
+                for gone in set(present) - wanted:
+                    pool.remove_guest(gone)
+
+    def _pfsp(self, member: str, opponent: str, roles) -> float:
+        return pfsp_weight(self.league.p_win(member, opponent, roles), self.p.pfsp_power)
+
+    def _add_to_hall_of_fame(self, name: str, version: int, state) -> None:
+        policy = f"{name}.{version}"
+        if any(e["policy"] == policy for e in self.hall_of_fame):
+            return
+        path = self.league.hof_path(policy)
+        save_checkpoint(path, {"model": state}, {"kind": "hall_of_fame", "version": version})
+        self.hall_of_fame.append(
+            {
+                "policy": policy,
+                "member": name,
+                "version": version,
+                "file": str(path.relative_to(self.run_dir)),
+            }
+        )
+
+    def _trim_hall_of_fame(self) -> None:
+        """Keep the best `hall_of_fame` rated entries; new entries stay until they are rated."""
+        roles = self.p.league_roles
+        rated = [
+            e for e in self.hall_of_fame if self.league.games(e["policy"]) >= self.p.ready_games
+        ]
+        excess = len(self.hall_of_fame) - self.p.hall_of_fame
+        if excess <= 0:
+            return
+        worst = sorted(rated, key=lambda e: self.league.strength(e["policy"], roles))[:excess]
+        for entry in worst:
+            self.hall_of_fame.remove(entry)
+            (self.run_dir / entry["file"]).unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ state
+    def total_frames(self) -> int:
+        return sum(m.frames for m in self.members.values())
+
+    def _check_limits(self) -> None:
+        s = self.cfg.stop
+        if s.frames and self.total_frames() >= s.frames:
+            self.request_stop(f"frames {self.total_frames():,} >= {s.frames:,}")
+        elif s.minutes and self.elapsed_s() >= s.minutes * 60:
+            self.request_stop(f"minutes {s.minutes}")
+        elif s.versions and max((m.version for m in self.members.values()), default=0) >= (
+            s.versions
+        ):
+            self.request_stop(f"versions {s.versions}")
+
+    def _stop_members(self) -> None:
+        runs = [self.runs[n] for n in self.running() if n in self.runs]
+        for run in runs:
+            run.ask_to_stop()
+        for run in runs:
+            run.wait_stopped()
+            run.read_progress()
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "format": MANIFEST_FORMAT,
+            "name": self.cfg.name,
+            "seed": self.cfg.seed,
+            "next_index": self.next_index,
+            "elapsed_s": self.elapsed_s(),
+            "members": {
+                n: {**asdict(m), "games": self.league.games(n)} for n, m in self.members.items()
+            },
+            "hall_of_fame": self.hall_of_fame,
+            "hof_versions": {n: r.hof_version for n, r in self.runs.items()},
+            "counters": {
+                "frames": self.total_frames(),
+                "episodes": sum(m.episodes for m in self.members.values()),
+                **self.counters,
+            },
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def save(self) -> None:
+        save_manifest(self.run_dir / MANIFEST, self.manifest())
+
+    def _restore(self) -> None:
+        manifest = load_manifest(self.run_dir / MANIFEST)
+        self.members = members_from_manifest(manifest)
+        self.next_index = int(manifest["next_index"])
+        self.hall_of_fame = list(manifest.get("hall_of_fame", []))
+        counters = manifest.get("counters", {})
+        self.counters = {k: int(counters.get(k, 0)) for k in ("exploits", "restarts")}
+        self.prior_s = float(manifest.get("elapsed_s", 0.0))
+        self.rng.bit_generator.state = manifest["rng"]
+        for name, member in self.members.items():
+            run = MemberRun(self.run_dir, member)
+            run.hof_version = int(manifest.get("hof_versions", {}).get(name, -1))
+            self.runs[name] = run
+        self.lineage.append("resume", "", self.prior_s)
+
+    def record(self) -> None:
+        members = {}
+        for name in self.running():
+            m = self.members[name]
+            row = {"version": m.version, "frames": m.frames, "hyper": m.hyper}
+            for role in ("hider", "seeker"):
+                r = self.league.rating(name, role)
+                row[f"{role}_mu"], row[f"{role}_sigma"] = r.mu, r.sigma
+            members[name] = row
+        record = {
+            "time": time.time(),
+            "elapsed_s": self.elapsed_s(),
+            "frames": self.total_frames(),
+            "members": members,
+        }
+        with (self.run_dir / STATUS).open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def _postfix(self) -> str:
+        return f"members {len(self.running())} exploits {self.counters['exploits']}"
+
+    def summary(self) -> dict[str, Any]:
+        roles = self.p.league_roles
+        ranked = sorted(self.running(), key=lambda m: -self.league.strength(m, roles))
+        return {
+            "stop_reason": self.stop_reason,
+            "hours": self.elapsed_s() / 3600,
+            "frames": self.total_frames(),
+            "members": len(self.running()),
+            "exploits": self.counters["exploits"],
+            "restarts": self.counters["restarts"],
+            "best_member": ranked[0] if ranked else None,
+            "hall_of_fame": len(self.hall_of_fame),
+        }
+
+
+def summary_lines(summary: dict[str, Any], run_dir: Path) -> list[str]:
+    lines = [f"population {run_dir}: stopped ({summary['stop_reason']})"]
+    lines += [f"  {k}: {v}" for k, v in summary.items() if k != "stop_reason"]
+    lines.append(f"  see: python -m hns_train.eval --run {run_dir}")
+    return lines
+
+
+# ---------------------------------------------------------------------------- requests
+
+
+def request(run_dir: str | Path, action: str, member: str | None = None) -> Path:
+    """Ask the population running in `run_dir` to add a member or retire one (a file in
+    `requests/` that its controller takes within a tick)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / MANIFEST).is_file():
+        raise ValueError(f"{run_dir} is not a population run (no {MANIFEST})")
+    if action not in ("add", "retire"):
+        raise ValueError(f"action {action!r} is not 'add' or 'retire'")
+    if action == "retire":
+        names = set(load_manifest(run_dir / MANIFEST)["members"])
+        if member not in names:
+            raise ValueError(f"no member {member!r} in {run_dir}; members: {sorted(names)}")
+    folder = run_dir / REQUESTS
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{time.time_ns()}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"action": action, "member": member}))
+    tmp.replace(path)
+    return path
+
+
+def _stop_with_parent() -> None:
+    """In the member's process before it runs: Linux sends it SIGINT (a clean stop with a final
+    checkpoint) if the population controller dies without stopping it."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGINT))

@@ -1,0 +1,147 @@
+"""A population's league: rated matches between members, hall-of-fame entries and fixed anchors,
+in `run_dir/league/` (ratings and matches in `pool.sqlite`, frozen weights beside it).
+
+Policy names (`hns_train.agents.pool.policy_key`): `m0`, `m1`, ... a member's latest policy,
+rated as one entry that follows it from version to version (as an eval worker rates "latest");
+`m1.400` a hall-of-fame entry (member m1 at version 400, `hof_m1.400.pt`); the anchors
+`untrained` (the untrained network of the population's seed, `untrained.pt`, written once, so it
+stays the same across resumes), `random` and `noop`. Anchors are fixed ratings
+(`Ratings(fixed=ANCHORS)`): they give the scale a fixed point, so a rating means the same at
+hour one and hour twenty.
+
+A match is one episode on a `HideAndSeekGame` of `league_worlds` worlds, policies acting
+deterministically (the paper's evaluation setting); `play` plays one round (one match per world)
+of a member in one role against one opponent and rates every match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hns_train.agents.checkpoint import load_checkpoint, save_checkpoint
+from hns_train.agents.policy import ActorCritic
+from hns_train.agents.pool_index import transaction
+from hns_train.envs.contract import observation_shapes
+from hns_train.envs.game import HideAndSeekGame
+from hns_train.eval.matches import MatchResult, PolicyController, play_matches
+from hns_train.eval.policies import named_controller
+from hns_train.eval.ratings import Rating, Ratings, win_probability
+
+UNTRAINED = "untrained"
+NAMED_ANCHORS = ("random", "noop")
+ANCHORS = (UNTRAINED, *NAMED_ANCHORS)
+OTHER_ROLE = {"hider": "seeker", "seeker": "hider"}
+
+
+class League:
+    """Rated play between a population's policies (see the module docstring)."""
+
+    def __init__(self, folder: str | Path, cfg: Any, seed: int = 0) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.cfg = cfg
+        self.seed = int(seed)
+        game_cfg = cfg.game_config()
+        self.shapes = observation_shapes(game_cfg)
+        self.network = cfg.agent.network
+        self.game = HideAndSeekGame(game_cfg, n_worlds=cfg.population.league_worlds, seed=self.seed)
+        self.ratings = Ratings(self.folder, fixed=ANCHORS)
+        self._models = [self._model() for _ in range(2)]
+        self.untrained_path = self.folder / f"{UNTRAINED}.pt"
+        if not self.untrained_path.is_file():
+            torch.manual_seed(self.seed)
+            save_checkpoint(self.untrained_path, {"model": self._model().state_dict()})
+        self.untrained = load_checkpoint(self.untrained_path).state["model"]
+        self.rounds = 0
+
+    def _model(self) -> ActorCritic:
+        return ActorCritic(self.shapes, self.network, device="cpu").eval()
+
+    def hof_path(self, policy: str) -> Path:
+        return self.folder / f"hof_{policy}.pt"
+
+    # ----- playing -----
+
+    def play(
+        self,
+        member: str,
+        role: str,
+        member_state: Mapping[str, Any],
+        opponent: str,
+        opponent_state: Mapping[str, Any] | None = None,
+    ) -> list[MatchResult]:
+        """One round: `member` (weights `member_state`) plays `role` against `opponent` (weights
+        `opponent_state`, or an anchor by name) in every world; every match is rated."""
+        ours = self._controller(0, member, member_state)
+        if opponent in NAMED_ANCHORS:
+            theirs = named_controller(opponent, OTHER_ROLE[role], seed=self.seed + self.rounds)
+        else:
+            state = self.untrained if opponent == UNTRAINED else opponent_state
+            if state is None:
+                raise ValueError(f"league: no weights given for opponent {opponent!r}")
+            theirs = self._controller(1, opponent, state)
+        hiders, seekers = (ours, theirs) if role == "hider" else (theirs, ours)
+        seed = self.seed * 1_000_003 + self.rounds * self.game.n_worlds
+        results = play_matches(self.game, hiders, seekers, seed=seed)
+        self.ratings.record(results)
+        self.rounds += 1
+        return results
+
+    def _controller(self, slot: int, name: str, state: Mapping[str, Any]) -> PolicyController:
+        model = self._models[slot]
+        model.load_state_dict(state)
+        return PolicyController(model, name, deterministic=True)
+
+    # ----- ratings -----
+
+    def rating(self, policy: str, role: str) -> Rating:
+        return self.ratings.get(policy, role)
+
+    def strength(self, policy: str, roles: Sequence[str]) -> float:
+        """Mean mu over the rated roles: the population's ranking key."""
+        return float(np.mean([self.rating(policy, r).mu for r in roles]))
+
+    def beats(self, a: str, b: str, roles: Sequence[str]) -> float:
+        """Predicted chance that policy `a` is the stronger of the two in a rated role (mean
+        over `roles` of the win probability of a's rating against b's, same role)."""
+        return float(
+            np.mean([win_probability(self.rating(a, r), self.rating(b, r)) for r in roles])
+        )
+
+    def p_win(self, member: str, opponent: str, roles: Sequence[str]) -> float:
+        """Predicted chance that `member` beats `opponent` in a match, averaged over the roles
+        the member plays (the opponent plays the other role)."""
+        return float(
+            np.mean(
+                [
+                    win_probability(self.rating(member, r), self.rating(opponent, OTHER_ROLE[r]))
+                    for r in roles
+                ]
+            )
+        )
+
+    def copy_rating(self, source: str, target: str) -> None:
+        """`target` now plays as `source` did (an exploit): it takes over source's ratings."""
+        conn = self.ratings.conn
+        with transaction(conn):
+            conn.execute("DELETE FROM ratings WHERE policy = ?", (target,))
+            conn.execute(
+                "INSERT INTO ratings (policy, role, mu, sigma, games, updated) "
+                "SELECT ?, role, mu, sigma, 0, updated FROM ratings WHERE policy = ?",
+                (target, source),
+            )
+
+    def games(self, policy: str) -> int:
+        """Rated matches `policy` has played, in any role."""
+        row = self.ratings.conn.execute(
+            "SELECT COUNT(*) FROM matches WHERE hider = ? OR seeker = ?", (policy, policy)
+        ).fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        self.ratings.close()

@@ -1,0 +1,223 @@
+"""The population controller with real member runs (each a process with a pod), a real league
+database and real checkpoint files: exploit and explore, a crippled member replaced, a member
+restarted alone, members added and retired, resume from the manifest."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+import yaml
+
+from hns_train import train
+from hns_train.agents.checkpoint import CheckpointDir, load_checkpoint
+from hns_train.agents.pool import PolicyPool
+from hns_train.agents.population import read_jsonl
+from hns_train.config import load_config
+from hns_train.distributed.population import PopulationController, request
+from hns_train.eval.ratings import Ratings
+
+LR_RANGE = (1e-4, 3e-3)
+
+
+def population_config(tmp_path, *extra):
+    return load_config(
+        "chase",
+        [
+            f"runs_dir={tmp_path}",
+            "name=pop",
+            "pipeline.backend=pod",
+            "pipeline.launcher=serial",
+            "pod.worlds=16",
+            "eval.n_workers=0",
+            "logging.wandb=disabled",
+            "logging.progress=false",
+            "population.members=3",
+            f"population.ranges={{agent.ppo.lr: [{LR_RANGE[0]}, {LR_RANGE[1]}]}}",
+            "population.overrides=['1:agent.ppo.lr=0']",
+            "population.league_roles=[seeker]",
+            "population.league_opponents=[random, untrained, members]",
+            "population.p_cross=0.25",
+            "population.p_past=0.25",
+            "population.ready_versions=8",
+            "population.ready_games=8",
+            "population.league_every_s=2",
+            "population.sync_every_s=5",
+            "population.hof_every=8",
+            "population.bottom_fraction=0.34",
+            "population.top_fraction=0.34",
+            *extra,
+        ],
+    )
+
+
+def tick_until(controller, predicate, timeout_s, what):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        controller.tick()
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def checkpoints(run_dir, member):
+    return CheckpointDir(run_dir / "members" / member / "checkpoints")
+
+
+def events(run_dir, kind):
+    return [e for e in read_jsonl(run_dir / "lineage.jsonl") if e["event"] == kind]
+
+
+def assert_same_tensors(a, b, where=""):
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            assert_same_tensors(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_tensors(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+@pytest.mark.slow
+def test_population_replaces_a_crippled_member_restarts_one_and_resumes(tmp_path):
+    cfg = population_config(tmp_path)
+    run_dir = cfg.run_dir
+    pop = PopulationController(cfg)
+    try:
+        pop.start_members()
+        assert pop.members["m0"].hyper == {"agent.ppo.lr": pytest.approx(3e-4)}  # base settings
+        assert events(run_dir, "join")[1]["fixed"] == ["agent.ppo.lr=0"]
+        m1_config = yaml.safe_load((run_dir / "members" / "m1.yaml").read_text())
+        assert m1_config["agent"]["ppo"]["lr"] == 0.0  # the crippled member
+
+        # The crippled member falls to the bottom and copies a better member's whole state
+        # (a learning member may copy another before that: the test waits for m1's).
+        def m1_exploits():
+            return [e for e in events(run_dir, "exploit") if e["member"] == "m1"]
+
+        tick_until(pop, m1_exploits, 300, "the crippled member to copy another")
+        exploit = m1_exploits()[0]
+        assert exploit["win_probability"] >= 0.7
+        source, version = exploit["source"], exploit["source_version"]
+        ours = load_checkpoint(checkpoints(run_dir, "m1").path_for(version))
+        theirs = load_checkpoint(checkpoints(run_dir, source).path_for(version))
+        assert_same_tensors(ours.state, theirs.state)  # weights, optimiser, normalisers, PopArt
+        explore = [e for e in events(run_dir, "explore") if e["member"] == "m1"][0]
+        lr = explore["hyper_after"]["agent.ppo.lr"]
+        assert LR_RANGE[0] <= lr <= LR_RANGE[1]
+        assert explore["how"]["agent.ppo.lr"] in ("x0.8", "x1.2", "resample")
+        m1_config = yaml.safe_load((run_dir / "members" / "m1" / "config.yaml").read_text())
+        assert m1_config["agent"]["ppo"]["lr"] == pytest.approx(lr)
+
+        # The copy keeps training from the copied state.
+        tick_until(
+            pop,
+            lambda: CheckpointDir(run_dir / "members" / "m1" / "checkpoints").steps()[-1] > version,
+            120,
+            "the copy's next checkpoint",
+        )
+        # Cross and past play: every member's pool holds the others and the hall of fame.
+        assert pop.hall_of_fame
+        with PolicyPool(run_dir / "members" / "m0" / "pool") as pool:
+            guests = {g.name: g for g in pool.guests()}
+        assert {"m1", "m2"} <= set(guests)
+        assert {g.kind for g in guests.values()} == {"cross", "past"}
+
+        # Killing one member's run restarts that member alone.
+        pids = {n: r.process.pid for n, r in pop.runs.items()}
+        os.killpg(pids["m2"], signal.SIGKILL)
+        tick_until(pop, lambda: events(run_dir, "restart"), 60, "a restart")
+        assert [e["member"] for e in events(run_dir, "restart")] == ["m2"]
+        assert pop.runs["m0"].process.pid == pids["m0"] and pop.runs["m2"].alive()
+
+        # Members join and retire while the population runs.
+        request(run_dir, "add")
+        tick_until(pop, lambda: "m3" in pop.members, 30, "m3 to join")
+        lo, hi = LR_RANGE
+        assert lo <= pop.members["m3"].hyper["agent.ppo.lr"] <= hi
+        request(run_dir, "retire", "m3")
+        tick_until(pop, lambda: events(run_dir, "retire"), 120, "m3 to retire")
+        assert pop.members["m3"].status == "retired" and not pop.runs["m3"].alive()
+        with pytest.raises(ValueError, match="no member 'm9'"):
+            request(run_dir, "retire", "m9")
+        before = pop.manifest()
+    finally:
+        pop.shutdown()
+        pop.league.close()
+    with Ratings(run_dir / "league") as ratings:
+        board = {(r.policy, r.role): (r.mu, r.sigma) for r in ratings.leaderboard()}
+    assert all(not pop.runs[n].alive() for n in pop.runs)
+
+    # Resume: hyperparameters, hall of fame, lineage and ratings come back; members continue.
+    resumed = PopulationController(load_config(run_dir / "config.yaml"), resume=True)
+    try:
+        after = resumed.manifest()
+        for name, member in before["members"].items():
+            assert after["members"][name]["hyper"] == member["hyper"]
+            assert after["members"][name]["exploits"] == member["exploits"]
+        assert after["hall_of_fame"] == before["hall_of_fame"]
+        assert after["counters"]["exploits"] == before["counters"]["exploits"] >= 1
+        with Ratings(run_dir / "league") as ratings:
+            assert {(r.policy, r.role): (r.mu, r.sigma) for r in ratings.leaderboard()} == board
+        resumed.start_members()
+        assert sorted(resumed.runs[n].alive() for n in resumed.running()) == [True] * 3
+        tick_until(
+            resumed,
+            lambda: all(resumed.members[n].frames > 0 for n in resumed.running()),
+            60,
+            "resumed members to report their counters",
+        )
+        assert resumed.members["m1"].version >= version  # from its checkpoint, not from 0
+    finally:
+        resumed.shutdown()
+        resumed.league.close()
+    assert [e["event"] for e in read_jsonl(run_dir / "lineage.jsonl")][-1] == "resume"
+
+
+def test_population_of_one_is_the_plain_run(tmp_path):
+    """members=1 runs today's controller: same layout, same config, same seeds (hence the same
+    chunks); member 0 of a population keeps the run's seed and settings."""
+    code = train.main(
+        [
+            "--config",
+            "chase",
+            f"runs_dir={tmp_path}",
+            "name=one",
+            "pipeline.backend=pod",
+            "pipeline.launcher=serial",
+            "pod.worlds=8",
+            "eval.n_workers=0",
+            "logging.wandb=disabled",
+            "logging.progress=false",
+            "stop.versions=1",
+        ]
+    )
+    assert code == 0
+    run_dir = tmp_path / "one"
+    assert not (run_dir / "population.json").exists()
+    assert CheckpointDir(run_dir / "checkpoints").steps() == [1]
+
+    cfg = population_config(tmp_path / "p", "population.overrides=[]")
+    pop = PopulationController(cfg)
+    try:
+        m0 = pop.member_config(pop.join())
+    finally:
+        pop.league.close()
+    assert m0.seed == cfg.seed and m0.agent == cfg.agent and m0.game == cfg.game
+    assert m0.pod == cfg.pod and m0.population.members == 1
+    own = {**cfg.pool.to_dict(), "p_cross": 0.25, "p_past": 0.25}
+    assert m0.pool.to_dict() == own
+
+
+def test_population_requests_refuse_what_is_not_a_population(tmp_path, capsys):
+    assert train.main(["population", "add", str(tmp_path)]) == 2
+    assert "not a population run" in capsys.readouterr().err
