@@ -4,13 +4,20 @@ missing files; a member's own directory keeps the run view."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
+from pathlib import Path
 
 import imageio.v3 as iio
 import pytest
+import torch
 
+from hns_train.agents.policy import ActorCritic
+from hns_train.agents.pool import PolicyPool
+from hns_train.config import CONFIG_DIR, load_config, save_config
+from hns_train.envs.observations import observation_shapes
 from hns_train.eval.cli import main
 from hns_train.eval.population_view import (
     LEAGUE,
@@ -25,6 +32,10 @@ from hns_train.eval.population_view import (
     read_jsonl,
 )
 from hns_train.eval.ratings import Ratings
+from hns_train.train import parse_args as train_parse_args
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "population.py"
+SMALL = {"embed_dim": 16, "attention_heads": 2, "dense_dim": 32, "lstm_dim": 16}
 
 LR, ENT = "agent.ppo.lr", "agent.ppo.ent_coef"
 JOIN = {
@@ -280,3 +291,85 @@ def test_readers_schedule_first_exploit_and_best_member(copy):
     # without one, from the newest status record: m3 has the highest mean of (mu - 3 sigma)
     assert best_member(copy) == "m3"
     assert not (copy / LEAGUE).exists()
+
+
+# ----- bench/population.py: its arguments, the commands it runs and its readers -----
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("population_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_arguments_and_the_training_command(capsys):
+    bench = load_bench()
+    args = bench.parse_args(["--quick", "pool.p_latest=0.5"])
+    assert args.frames == bench.QUICK_FRAMES and args.eval_episodes == bench.QUICK_EVAL_EPISODES
+    assert args.games == [CONFIG_DIR / "chase.yaml", CONFIG_DIR / "quadrant_cpu.yaml"]
+    assert bench.parse_args(["--frames", "5000"]).frames == 5000
+    for bad, message in (
+        (["--members", "1"], "at least 2"),
+        (["--crippled", "4"], "member index in"),
+        (["--games", "nope"], "no such config"),
+        (["nokey"], "section.key=value"),
+    ):
+        with pytest.raises(SystemExit) as info:
+            bench.parse_args(bad)
+        assert info.value.code != 0
+        assert message in str(info.value.code) + capsys.readouterr().err
+
+    cmd = bench.train_command(
+        CONFIG_DIR / "chase.yaml", 4, 1, 25_600, "pop_chase", Path("/tmp/d"), ["seed=3"]
+    )
+    assert cmd[1:3] == ["-m", "hns_train.train"]
+    parsed = train_parse_args(cmd[3:])  # what python -m hns_train.train makes of it
+    assert parsed.config == CONFIG_DIR / "chase.yaml"
+    assert parsed.overrides[:2] == [
+        "population.members=4",
+        "population.overrides=['1:agent.ppo.lr=0']",
+    ]
+    single = bench.train_command(
+        CONFIG_DIR / "chase.yaml", 1, None, 25_600, "s", Path("/tmp/d"), []
+    )
+    assert "population.members=1" in single and not any("overrides" in a for a in single)
+    # the settings besides the population's are the run config's own keys
+    cfg = load_config(parsed.config, parsed.overrides[2:])
+    assert cfg.pipeline.backend == "pod" and cfg.stop.frames == 25_600 and cfg.seed == 3
+    assert cfg.name == "pop_chase" and cfg.logging.wandb == "disabled"
+
+
+def test_bench_reads_the_population_files(copy):
+    figures = load_bench().population_figures(copy, crippled=1)
+    assert figures == {
+        "frames": 200_010,
+        "episodes": 1206,
+        "exploits": 1,
+        "restarts": 1,
+        "best_member": "m2",
+        "crippled_replaced_at_version": 480,
+    }
+    assert load_bench().population_figures(copy, crippled=2)["crippled_replaced_at_version"] is None
+
+
+def test_bench_cross_play_of_a_policy_against_itself_gains_nothing(tmp_path):
+    bench = load_bench()
+    small = [f"agent.network.{k}={v}" for k, v in SMALL.items()]
+    cfg = load_config(CONFIG_DIR / "chase.yaml", small)
+    run = tmp_path / "single"
+    run.mkdir()
+    save_config(cfg, run / "config.yaml")
+    torch.manual_seed(0)
+    model = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network)
+    with PolicyPool(run / "pool") as pool:
+        untrained = pool.add_snapshot(0, model.state_dict())
+    assert bench.untrained_snapshot(run) == untrained  # a plain run: pool version 0
+    gains = bench.gains_against_untrained(untrained, untrained, 2, 2, seed=5, quiet=True)
+    # the same weights on the same seeds and sampling streams play the same episodes
+    assert gains["seeker_gain"] == 0.0 and gains["hider_gain"] == 0.0
+    assert gains["version"] == 0 and set(bench.GAIN_KEYS) <= set(gains)
+    anchor = run / LEAGUE / "untrained.pt"
+    anchor.parent.mkdir()
+    shutil.copy(untrained, anchor)
+    assert bench.untrained_snapshot(run) == anchor  # a population: the league's anchor
