@@ -94,11 +94,12 @@ def read_jsonl(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
+            if n == len(lines):
+                notes.append(f"{path.name}: last line (line {n}) cut short; skipped")
+                continue
             record = None
         if isinstance(record, dict):
             records.append(record)
-        elif n == len(lines):
-            notes.append(f"{path.name}: last line (line {n}) cut short; skipped")
         else:
             notes.append(f"{path.name}:{n} is not a JSON object; skipped")
     return records, notes
@@ -267,6 +268,11 @@ def fmt_elapsed(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
+def fmt_count(value: Any) -> str:
+    n = _number(value)
+    return "?" if n is None else f"{int(n):,}"
+
+
 def fmt_value(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3g}"
@@ -326,15 +332,18 @@ def leaderboard_lines(ratings, members: dict[str, dict[str, Any]]) -> list[str]:
 
 def member_lines(pop: Population) -> list[str]:
     m = pop.manifest
-    counters = m.get("counters") or {}
+    counters = m.get("counters") if isinstance(m.get("counters"), dict) else {}
+    hall = m.get("hall_of_fame") if isinstance(m.get("hall_of_fame"), list) else []
     members = pop.members
     running = sum(1 for v in members.values() if v.get("status") == "running")
     out = [
         f"population {pop.run_dir} ({m.get('name', '?')}): {len(members)} members "
         f"({running} running), elapsed {fmt_elapsed(_number(m.get('elapsed_s')) or 0.0)}",
-        f"  {counters.get('frames', 0):,} frames, {counters.get('episodes', 0):,} episodes, "
-        f"{counters.get('exploits', 0)} exploits, {counters.get('restarts', 0)} restarts, "
-        f"hall of fame {len(m.get('hall_of_fame') or [])}",
+        f"  {fmt_count(counters.get('frames', 0))} frames, "
+        f"{fmt_count(counters.get('episodes', 0))} episodes, "
+        f"{fmt_count(counters.get('exploits', 0))} exploits, "
+        f"{fmt_count(counters.get('restarts', 0))} restarts, "
+        f"hall of fame {len(hall)}",
     ]
     if members:
         head = (
@@ -344,8 +353,9 @@ def member_lines(pop: Population) -> list[str]:
         for name in sorted(members, key=_member_order):
             v = members[name]
             row = (
-                f"  {name:<7} {str(v.get('status', '?')):<8} {v.get('version', 0):>8} "
-                f"{v.get('frames', 0):>12,} {v.get('exploits', 0):>4} {v.get('restarts', 0):>4}  "
+                f"  {name:<7} {str(v.get('status', '?')):<8} {fmt_count(v.get('version')):>8} "
+                f"{fmt_count(v.get('frames')):>12} {fmt_count(v.get('exploits')):>4} "
+                f"{fmt_count(v.get('restarts')):>4}  "
             )
             out.extend(_wrap(row, fmt_hyper(v.get("hyper")), len(head)))
     return out

@@ -269,6 +269,23 @@ def test_an_unreadable_league_database_or_manifest_is_a_message(copy, capsys):
     assert "copied m0 v480" in captured.out
 
 
+def test_odd_values_in_the_files_are_shown_not_raised(copy, capsys):
+    data = json.loads((copy / MANIFEST).read_text())
+    data["counters"] = [1, 2]
+    data["hall_of_fame"] = 3
+    data["members"]["m0"].update(frames=None, version="x", hyper="lr")
+    data["members"]["m9"] = "not a member"
+    (copy / MANIFEST).write_text(json.dumps(data))
+    write_jsonl(copy / LINEAGE, [{"event": "explore", "member": "m1", "hyper_after": 5}, [1]])
+    write_jsonl(copy / STATUS, [{"elapsed_s": "soon", "members": {"m0": {"hider_mu": "high"}}}])
+    assert main(["--run", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^  m0\s+running\s+\?\s+\?\s+0\s+0\s+-$", out, re.M)
+    assert "m9" not in out.split("\nleague")[0]
+    assert f"{LINEAGE}:2 is not a JSON object; skipped" in out  # valid JSON, not cut short
+    assert png_size(copy / PLOT) == figure_size(2)
+
+
 def test_population_with_no_records_yet_still_plots(tmp_path, capsys):
     run = tmp_path / "fresh"
     run.mkdir()
