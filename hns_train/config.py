@@ -11,6 +11,7 @@ A run is described by `RunConfig`:
     eval:     evaluation matches and replays         -> EvalSettings
     logging:  metrics cadence and wandb              -> LoggingConfig
     stop:     when the run ends                      -> StopConfig
+    population: members, searched ranges, league     -> hns_train.agents.population.PopulationConfig
 
 `load_config(path, overrides)` reads a YAML file (which may name a `base:` file to start from),
 applies dotted overrides such as `pipeline.n_actors=4` (values parsed as YAML scalars), and
@@ -33,6 +34,7 @@ import yaml
 from hns_train import typed_config
 from hns_train.agents.config import AgentConfig
 from hns_train.agents.pool import PoolConfig
+from hns_train.agents.population import PopulationConfig, parse_ranges
 from hns_train.envs import contract
 from hns_train.envs.config import GameConfig, make_config
 
@@ -164,6 +166,7 @@ class LoggingConfig:
     every_s: float = 10.0  # seconds between metrics records
     wandb: str = "offline"  # offline | online | disabled
     project: str = "hns_train"
+    group: str = ""  # wandb group (a population's members share their population's name)
     progress: bool = True  # tqdm progress bar
 
 
@@ -208,6 +211,7 @@ class RunConfig:
     eval: EvalSettings = field(default_factory=EvalSettings)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     stop: StopConfig = field(default_factory=StopConfig)
+    population: PopulationConfig = field(default_factory=PopulationConfig)
 
     @property
     def run_dir(self) -> Path:
@@ -255,6 +259,7 @@ class RunConfig:
             problems.append(f"pipeline.transport={p.transport!r} is not one of ('ipc', 'tcp')")
         problems += _cluster_problems(p)
         problems += _range_problems(self)
+        problems += _population_problems(self)
         if self.logging.wandb not in WANDB_MODES:
             problems.append(f"logging.wandb={self.logging.wandb!r} is not one of {WANDB_MODES}")
         for name in ("n_actors", "envs_per_actor", "ring_size", "n_policy_workers", "chunk_len"):
@@ -382,6 +387,34 @@ _RANGES: dict[str, tuple] = {
     "agent.ppo.adam_eps": _POSITIVE,
     "agent.ppo.max_grad_norm": _POSITIVE,
 }
+
+
+def flat_settings(cfg: RunConfig) -> dict[str, Any]:
+    """Every setting of `cfg` by its dotted key ("agent.ppo.lr": 3e-4, ...)."""
+    out: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            else:
+                out[prefix + key] = value
+
+    walk(cfg.to_dict(), "")
+    return out
+
+
+def _population_problems(cfg: RunConfig) -> list[str]:
+    """The searched ranges name numeric settings; a population is not itself a member."""
+    p = cfg.population
+    try:
+        parse_ranges(p.ranges, flat_settings(cfg))
+    except ValueError as err:
+        return [str(err)]
+    bad = [k for k in p.ranges if k.startswith(("population.", "name", "runs_dir", "seed"))]
+    if bad:
+        return [f"population.ranges: {bad} cannot be searched (they name the run itself)"]
+    return []
 
 
 def _range_problems(cfg: RunConfig) -> list[str]:

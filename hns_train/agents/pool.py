@@ -3,13 +3,34 @@
 Folder `run_dir/pool/`:
 - `snapshot_<version>.pt`: frozen weights (the `ActorCritic` state dict, normalisers included),
   written with `checkpoint.save_checkpoint` (atomic, no pickle).
-- `pool.sqlite`: the index, shared by every process of a run; its tables (snapshots, ratings,
-  matches) and how it is opened belong to `pool_index.py`. This module writes `snapshots` and
-  reads the `pool_index` view for rating-prioritised sampling; `hns_train.eval.ratings` writes
-  `ratings` and `matches`.
+- `guest_<id>.pt`: a guest's frozen weights, the same format (see "Guests" below).
+- `pool.sqlite`: the index, shared by every process of a run; its tables (snapshots, guests,
+  guest_files, ratings, matches) and how it is opened belong to `pool_index.py`. This module
+  writes `snapshots`, `guests` and `guest_files` and reads the `pool_index` view for
+  rating-prioritised sampling; `hns_train.eval.ratings` writes `ratings` and `matches`.
+
+Guests: weights from outside this run that its opponents are drawn from, written by whoever
+runs a population (`add_guest(name, kind, state_dict, hider_weight, seeker_weight)`): kind
+"cross" (another learner's latest) or "past" (a hall-of-fame entry), each with a weight per role
+it plays. A guest is named by `policy_key`'s name rule ("m1", "m1.400") and has an id >=
+`GUEST_BASE` (2**40): ids increase and are never reused in a pool, so a guest id travels as an
+ordinary snapshot code and `load_snapshot` / `SnapshotCache` load it unchanged. Adding a guest
+under a name it already has gives the new weights a new id (caches are keyed by id) and drops
+the old row; a replaced file is deleted only when its name has two newer ones (a process that
+drew the old id may still be loading it), so each name keeps at most its two newest files.
+`remove_guest` drops the row and leaves the files (the same reason). Snapshot listings
+(`versions`, `latest_version`, `index`, `snapshot_info`) and the snapshot rules never include
+guests.
 
 Who controls each team in an episode (`PolicyPool.draw(rng) -> TeamControllers`):
-- with probability `p_latest` both teams are the learning policy ("latest": the paper's setting);
+- with probability `p_cross` the opponent team is a "cross" guest, with probability `p_past` a
+  "past" guest: the team it plays is chosen as below (`opponent_role`, else either with equal
+  probability) and the guest drawn with probability proportional to its weight for that role;
+  the learning policy plays the other team. With no guest of that kind (or all its weights 0
+  for the role) the episode is drawn by the rules below instead. With p_cross = p_past = 0 no
+  random number is drawn for this step, so draws are exactly those of a pool without guests;
+- otherwise, with probability `p_latest` both teams are the learning policy ("latest": the
+  paper's setting);
 - otherwise one team, hiders or seekers with equal probability (or always the team named by
   `opponent_role`), is an opponent: "random" with
   probability `p_random`, "noop" with probability `p_noop`, else a pool snapshot chosen by `rule`:
@@ -23,16 +44,21 @@ Only agents of a team whose controller is "latest" produce training data (actors
 agent rows whose controller code is the latest policy's).
 
 A `PolicyPool` object belongs to one process (open one per process: SQLite connections do not
-survive fork). Reopening the same folder resumes with every snapshot and rating. Sampling reads
-the index at most every `index_refresh_s` seconds (and right after this process adds a
-snapshot), so actors can draw per episode without a query each time.
+survive fork). Reopening the same folder resumes with every snapshot, guest and rating.
+Sampling reads the index (snapshots and guests) at most every `index_refresh_s` seconds (and
+right after this process adds a snapshot or changes a guest), so actors can draw per episode
+without a query each time, and a guest written by another process is drawn within that time.
 
 Public API:
 - `PoolConfig` (dataclass), `TeamControllers(hiders, seekers)`, `policy_key(id) -> str`,
   `parse_policy_id(key) -> int | str`.
 - `PolicyPool(folder, config=None)`: `maybe_add(version, state_dict, frames, episodes)`,
   `add_snapshot(...)`, `versions()`, `latest_version()`, `snapshot_info(version)`, `index()`,
-  `load_snapshot(version)`, `draw(rng)`, `candidate_probabilities(role)`, `close()`.
+  `load_snapshot(version_or_guest_id)`, `draw(rng)`, `candidate_probabilities(role)`,
+  `add_guest(name, kind, state_dict, hider_weight=1.0, seeker_weight=1.0) -> int`,
+  `set_guest_weights(name, hider_weight, seeker_weight)`, `remove_guest(name) -> bool`,
+  `guests() -> list[GuestInfo]`, `guest_probabilities(kind, role)`, `close()`.
+- `GUEST_BASE`, `GUEST_KINDS` (from `pool_index`), `GuestInfo`, `is_guest_id(id)`.
 - `SnapshotCache(pool, size)`: `get(version)` -> state dict, least-recently-used eviction.
 """
 
@@ -55,7 +81,14 @@ import numpy as np
 
 from hns_train import typed_config
 from hns_train.agents.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from hns_train.agents.pool_index import DB_NAME, PRIOR_MU, open_index, transaction
+from hns_train.agents.pool_index import (
+    DB_NAME,
+    GUEST_BASE,
+    GUEST_KINDS,
+    PRIOR_MU,
+    open_index,
+    transaction,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +129,32 @@ def parse_policy_id(key: PolicyId) -> PolicyId:
     return int(key) if key.isdigit() else key
 
 
+def is_guest_id(policy: PolicyId) -> bool:
+    """Whether a policy id names a guest (an int >= GUEST_BASE) rather than a snapshot."""
+    return (
+        isinstance(policy, (int, np.integer))
+        and not isinstance(policy, bool)
+        and (policy >= GUEST_BASE)
+    )
+
+
+def check_guest_name(name: str) -> str:
+    """A guest's name: `policy_key`'s name rule, not a built-in controller, not a number."""
+    if isinstance(name, str) and _NAME_RE.fullmatch(name) and name not in NAMED_POLICIES:
+        return name
+    raise ValueError(
+        f"guest name must be a lower-case name [a-z][a-z0-9_.-]* of at most 64 characters "
+        f"other than {NAMED_POLICIES} (e.g. 'm1', 'm1.400'); got {name!r}"
+    )
+
+
+def check_guest_weight(name: str, value: float) -> float:
+    value = float(value)
+    if not (math.isfinite(value) and value >= 0.0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+    return value
+
+
 def check_role(role: str) -> str:
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
@@ -118,6 +177,10 @@ class PoolConfig:
     rating_temperature: float = 5.0  # rating units (prior sigma is 8.3); lower = greedier
     p_random: float = 0.05  # of opponent episodes: a team acting uniformly at random
     p_noop: float = 0.05  # of opponent episodes: a team sending the no-op action
+    # Of all episodes: the opponent team is a guest of kind "cross" / "past" (set by a
+    # population on each member; 0 without guests). The rest are drawn by the rules above.
+    p_cross: float = 0.0
+    p_past: float = 0.0
     index_refresh_s: float = 5.0  # how stale the sampler's copy of the index may be
     opponent_role: str = "any"  # team an opponent plays: any | hider | seeker (chase: hider)
     # Snapshots a policy worker keeps loaded (about 6.4 MB each with the paper's network). A
@@ -128,12 +191,14 @@ class PoolConfig:
     def __post_init__(self) -> None:
         if self.snapshot_every < 1:
             raise ValueError(f"snapshot_every must be >= 1, got {self.snapshot_every}")
-        for name in ("p_latest", "p_random", "p_noop"):
+        for name in ("p_latest", "p_random", "p_noop", "p_cross", "p_past"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
         if self.p_random + self.p_noop > 1.0:
             raise ValueError(f"p_random + p_noop must be <= 1, got {self.p_random} + {self.p_noop}")
+        if self.p_cross + self.p_past > 1.0:
+            raise ValueError(f"p_cross + p_past must be <= 1, got {self.p_cross} + {self.p_past}")
         if self.rule not in RULES:
             raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}")
         if self.recency_half_life <= 0 or self.rating_temperature <= 0:
@@ -146,6 +211,12 @@ class PoolConfig:
             raise ValueError(f"snapshot_cache must be >= 1, got {self.snapshot_cache}")
         if self.index_refresh_s < 0:
             raise ValueError(f"index_refresh_s must be >= 0, got {self.index_refresh_s}")
+
+    @property
+    def draws_opponents(self) -> bool:
+        """Whether `PolicyPool.draw` can give a team to anything but the learning policy (a
+        process needs the pool open only then)."""
+        return self.p_latest < 1.0 or self.p_cross + self.p_past > 0.0
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> PoolConfig:
@@ -169,7 +240,8 @@ class PoolConfig:
 
 @dataclass(frozen=True)
 class TeamControllers:
-    """Who acts for each team this episode: "latest", a snapshot version, "random" or "noop"."""
+    """Who acts for each team this episode: "latest", a snapshot version or guest id, "random"
+    or "noop"."""
 
     hiders: PolicyId = LATEST
     seekers: PolicyId = LATEST
@@ -199,7 +271,20 @@ class SnapshotInfo:
     seeker_sigma: float | None
 
 
+@dataclass(frozen=True)
+class GuestInfo:
+    id: int
+    name: str
+    kind: str
+    path: Path
+    hider_weight: float
+    seeker_weight: float
+    created: float | None
+
+
 _SNAPSHOT = re.compile(r"^snapshot_(\d+)\.pt$")
+# Files of one guest name kept on disk: the current one and the one it replaced.
+GUEST_FILES_KEPT = 2
 
 
 class PolicyPool:
@@ -214,6 +299,8 @@ class PolicyPool:
         self._cache_time = -math.inf
         self._versions: np.ndarray = np.zeros(0, dtype=np.int64)
         self._probs: dict[str, np.ndarray] = {}
+        # (kind, role) -> (guest ids, draw probabilities), guests with weight > 0 only
+        self._guest_probs: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
         try:
             self.conn = open_index(self.db_path)
             self._reconcile()
@@ -276,7 +363,8 @@ class PolicyPool:
             )
 
     def _reconcile(self) -> None:
-        """Index files written just before a crash; drop rows whose file has gone."""
+        """Index snapshot files written just before a crash; drop snapshot and guest rows whose
+        file has gone (guest files are never indexed as snapshots)."""
         indexed = set(self.versions())
         on_disk = {}
         for p in self.folder.iterdir():
@@ -303,6 +391,11 @@ class PolicyPool:
                 self.conn.executemany(
                     "DELETE FROM snapshots WHERE version = ?", [(v,) for v in missing]
                 )
+        lost = [g for g in self.guests() if not g.path.exists()]
+        if lost:
+            log.warning("pool: guest files missing for %s; dropping them", [g.name for g in lost])
+            with transaction(self.conn):
+                self.conn.executemany("DELETE FROM guests WHERE id = ?", [(g.id,) for g in lost])
 
     def versions(self) -> list[int]:
         rows = self.conn.execute("SELECT version FROM snapshots ORDER BY version").fetchall()
@@ -337,10 +430,123 @@ class PolicyPool:
         )
 
     def load_snapshot(self, version: int, map_location: Any = "cpu") -> dict[str, Any]:
-        """The frozen state dict of `version` (for `ActorCritic.load_state_dict`)."""
+        """The frozen state dict of snapshot `version` or of a guest id (for
+        `ActorCritic.load_state_dict`). A replaced guest id loads while its file is kept."""
+        if is_guest_id(version):
+            row = self.conn.execute(
+                "SELECT path FROM guest_files WHERE id = ?", (int(version),)
+            ).fetchone()
+            if row is None:
+                raise ValueError(f"no guest with id {version} in {self.folder}")
+            return load_checkpoint(self.folder / row[0], map_location).state["model"]
         if self.snapshot_info(version) is None:
             raise ValueError(f"no snapshot of version {version} in {self.folder}")
         return load_checkpoint(self.path_for(version), map_location).state["model"]
+
+    # ----- guests -----
+
+    def guest_path(self, guest_id: int) -> Path:
+        return self.folder / f"guest_{int(guest_id)}.pt"
+
+    def add_guest(
+        self,
+        name: str,
+        kind: str,
+        state_dict: Mapping[str, Any],
+        hider_weight: float = 1.0,
+        seeker_weight: float = 1.0,
+    ) -> int:
+        """Write a guest's weights (file first, then its row) and return its new id; a guest of
+        the same name is replaced (see the module docstring)."""
+        name = check_guest_name(name)
+        if kind not in GUEST_KINDS:
+            raise ValueError(f"guest kind must be one of {GUEST_KINDS}, got {kind!r}")
+        hider_weight = check_guest_weight("hider_weight", hider_weight)
+        seeker_weight = check_guest_weight("seeker_weight", seeker_weight)
+        # Reserve the id first (another process adding a guest gets the next one); the file is
+        # listed before it exists, which is harmless: nothing draws an id without a guests row.
+        with transaction(self.conn):
+            row = self.conn.execute(
+                "SELECT MAX(id) FROM (SELECT id FROM guest_files UNION ALL SELECT id FROM guests)"
+            ).fetchone()
+            guest_id = max(GUEST_BASE, (row[0] or 0) + 1)
+            path = self.guest_path(guest_id)
+            self.conn.execute(
+                "INSERT INTO guest_files (id, name, path) VALUES (?, ?, ?)",
+                (guest_id, name, path.name),
+            )
+        created = time.time()
+        try:
+            save_checkpoint(
+                path,
+                {"model": dict(state_dict)},
+                {
+                    "kind": "guest",
+                    "guest_kind": kind,
+                    "name": name,
+                    "id": guest_id,
+                    "created": created,
+                },
+            )
+        except BaseException:
+            with transaction(self.conn):
+                self.conn.execute("DELETE FROM guest_files WHERE id = ?", (guest_id,))
+            raise
+        with transaction(self.conn):
+            self.conn.execute("DELETE FROM guests WHERE name = ?", (name,))
+            self.conn.execute(
+                "INSERT INTO guests (id, name, kind, path, hider_weight, seeker_weight, created) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (guest_id, name, kind, path.name, hider_weight, seeker_weight, created),
+            )
+            stale = self.conn.execute(
+                "SELECT id, path FROM guest_files WHERE name = ? ORDER BY id DESC LIMIT -1 "
+                "OFFSET ?",
+                (name, GUEST_FILES_KEPT),
+            ).fetchall()
+            self.conn.executemany("DELETE FROM guest_files WHERE id = ?", [(r[0],) for r in stale])
+        for r in stale:  # after the commit: no row names a file that is gone
+            (self.folder / r[1]).unlink(missing_ok=True)
+        self._cache_time = -math.inf
+        return guest_id
+
+    def set_guest_weights(self, name: str, hider_weight: float, seeker_weight: float) -> None:
+        """New draw weights of guest `name` in each role (its id and file stay)."""
+        hider_weight = check_guest_weight("hider_weight", hider_weight)
+        seeker_weight = check_guest_weight("seeker_weight", seeker_weight)
+        with transaction(self.conn):
+            changed = self.conn.execute(
+                "UPDATE guests SET hider_weight = ?, seeker_weight = ? WHERE name = ?",
+                (hider_weight, seeker_weight, name),
+            ).rowcount
+        if changed == 0:
+            names = [g.name for g in self.guests()]
+            raise ValueError(f"no guest named {name!r} in {self.folder}; guests: {names}")
+        self._cache_time = -math.inf
+
+    def remove_guest(self, name: str) -> bool:
+        """Stop drawing guest `name` (its files stay: a process may still be loading one);
+        False when there was no such guest."""
+        with transaction(self.conn):
+            removed = self.conn.execute("DELETE FROM guests WHERE name = ?", (name,)).rowcount
+        self._cache_time = -math.inf
+        return removed > 0
+
+    def guests(self) -> list[GuestInfo]:
+        """The current guests, oldest id first (read now, not from the sampler's cache)."""
+        rows = self.conn.execute("SELECT * FROM guests ORDER BY id").fetchall()
+        return [
+            GuestInfo(
+                id=int(r["id"]),
+                name=r["name"],
+                kind=r["kind"],
+                path=self.folder / r["path"],
+                hider_weight=float(r["hider_weight"]),
+                seeker_weight=float(r["seeker_weight"]),
+                created=None if r["created"] is None else float(r["created"]),
+            )
+            for r in rows
+        ]
 
     # ----- sampling -----
 
@@ -359,7 +565,21 @@ class PolicyPool:
                 dtype=np.float64,
             )
             probs[role] = self._rule_probabilities(mu)
-        self._versions, self._probs, self._cache_time = versions, probs, now
+        guests = self.conn.execute(
+            "SELECT id, kind, hider_weight, seeker_weight FROM guests ORDER BY id"
+        ).fetchall()
+        guest_probs = {}
+        for kind in GUEST_KINDS:
+            for role in ROLES:
+                ids = np.array([g["id"] for g in guests if g["kind"] == kind], dtype=np.int64)
+                w = np.array(
+                    [g[f"{role}_weight"] for g in guests if g["kind"] == kind], dtype=np.float64
+                )
+                keep = w > 0.0
+                ids, w = ids[keep], w[keep]
+                guest_probs[kind, role] = (ids, w / w.sum() if len(w) else w)
+        self._versions, self._probs, self._guest_probs = versions, probs, guest_probs
+        self._cache_time = now
 
     def _rule_probabilities(self, mu: np.ndarray) -> np.ndarray:
         n = len(mu)
@@ -383,14 +603,30 @@ class PolicyPool:
             self._refresh()
             return self._versions, self._probs[role]
 
+    def guest_probabilities(self, kind: str, role: str) -> tuple[np.ndarray, np.ndarray]:
+        """(guest ids, probabilities) of drawing each guest of `kind` to play `role`: weights
+        normalised, guests of weight 0 left out (empty when none can be drawn)."""
+        if kind not in GUEST_KINDS:
+            raise ValueError(f"guest kind must be one of {GUEST_KINDS}, got {kind!r}")
+        check_role(role)
+        with self._lock:
+            self._refresh()
+            return self._guest_probs[kind, role]
+
     def draw(self, rng: np.random.Generator) -> TeamControllers:
         """Controllers of both teams for one episode (see the module docstring)."""
         cfg = self.config
+        if cfg.p_cross > 0.0 or cfg.p_past > 0.0:
+            u = rng.random()
+            kind = "cross" if u < cfg.p_cross else "past" if u < cfg.p_cross + cfg.p_past else ""
+            if kind:
+                role = self._opponent_role(rng)
+                ids, probs = self.guest_probabilities(kind, role)
+                if len(ids):
+                    return _teams(role, int(ids[_pick(probs, rng)]))
         if rng.random() < cfg.p_latest:
             return TeamControllers(LATEST, LATEST)
-        role = cfg.opponent_role
-        if role == "any":
-            role = ROLES[int(rng.integers(2))]
+        role = self._opponent_role(rng)
         u = rng.random()
         if u < cfg.p_random:
             opponent: PolicyId = RANDOM
@@ -400,11 +636,12 @@ class PolicyPool:
             versions, probs = self.candidate_probabilities(role)
             if len(versions) == 0:
                 return TeamControllers(LATEST, LATEST)
-            pick = int(np.searchsorted(np.cumsum(probs), rng.random(), side="right"))
-            opponent = int(versions[min(pick, len(versions) - 1)])
-        if role == "hider":
-            return TeamControllers(hiders=opponent, seekers=LATEST)
-        return TeamControllers(hiders=LATEST, seekers=opponent)
+            opponent = int(versions[_pick(probs, rng)])
+        return _teams(role, opponent)
+
+    def _opponent_role(self, rng: np.random.Generator) -> str:
+        role = self.config.opponent_role
+        return ROLES[int(rng.integers(2))] if role == "any" else role
 
     def close(self) -> None:
         self.conn.close()
@@ -416,9 +653,22 @@ class PolicyPool:
         self.close()
 
 
+def _pick(probs: np.ndarray, rng: np.random.Generator) -> int:
+    """Index drawn with `probs` (one uniform number)."""
+    pick = int(np.searchsorted(np.cumsum(probs), rng.random(), side="right"))
+    return min(pick, len(probs) - 1)
+
+
+def _teams(opponent_role: str, opponent: PolicyId) -> TeamControllers:
+    """The opponent plays `opponent_role`, the learning policy the other team."""
+    if opponent_role == "hider":
+        return TeamControllers(hiders=opponent, seekers=LATEST)
+    return TeamControllers(hiders=LATEST, seekers=opponent)
+
+
 class SnapshotCache:
-    """Least-recently-used cache of loaded snapshots: state dicts, or what `build` makes of
-    one (the policy worker's cache holds ready models)."""
+    """Least-recently-used cache of loaded snapshots and guests (keyed by version / guest id):
+    state dicts, or what `build` makes of one (the policy worker's cache holds ready models)."""
 
     def __init__(
         self, pool: PolicyPool, size: int = 4, build: Callable[[dict[str, Any]], Any] | None = None

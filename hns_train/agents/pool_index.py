@@ -10,11 +10,22 @@ IMMEDIATE write transactions), schema `SCHEMA` below:
   Written by `hns_train.eval.ratings`; a missing row means the prior (`PRIOR_MU`, `PRIOR_SIGMA`).
 - `matches(id, time, hider, seeker, hider_score, hider_return, seeker_return,
   hidden_fraction, stats_json)`: one row per rated match, written by `hns_train.eval.ratings`.
+- `guests(id PK, name UNIQUE, kind 'cross' | 'past', path, hider_weight, seeker_weight,
+  created)`: the current guests, weights from outside the run (another learner's latest, a
+  hall-of-fame entry) that opponents are drawn from; written by `pool.PolicyPool.add_guest`.
+  Ids are >= `GUEST_BASE` (2**40), above any snapshot version, and never reused in a pool.
+- `guest_files(id PK, name, path)`: every guest file still on disk, current or replaced (a
+  process may still be loading a replaced one): where `load_snapshot(id)` finds a guest's
+  weights, which files of a name to delete, and the largest id ever given out.
 - view `pool_index`: each snapshot with games played and its hider/seeker mu and sigma, read by
-  `pool.PolicyPool` for rating-prioritised sampling.
+  `pool.PolicyPool` for rating-prioritised sampling (snapshots only: guests are not in it).
+
+Every table is created IF NOT EXISTS, so a pool file written before a table existed opens and
+gains it.
 
 Public API: `open_index(db_path) -> sqlite3.Connection` (creates the tables if needed),
-`transaction(conn)` (context manager for writes), `DB_NAME`, `SCHEMA`, `PRIOR_MU`, `PRIOR_SIGMA`.
+`transaction(conn)` (context manager for writes), `DB_NAME`, `SCHEMA`, `PRIOR_MU`, `PRIOR_SIGMA`,
+`GUEST_BASE`, `GUEST_KINDS`.
 """
 
 from __future__ import annotations
@@ -30,6 +41,10 @@ from pathlib import Path
 PRIOR_MU = 25.0
 PRIOR_SIGMA = 25.0 / 3.0
 DB_NAME = "pool.sqlite"
+# Guest ids start here: far above any snapshot version (a version counts optimiser steps), so a
+# guest id travels as an ordinary snapshot code (an int >= 0) and never collides with one.
+GUEST_BASE = 2**40
+GUEST_KINDS = ("cross", "past")
 BUSY_TIMEOUT_S = 30.0
 
 SCHEMA = """
@@ -60,6 +75,21 @@ CREATE TABLE IF NOT EXISTS matches (
     hidden_fraction REAL,
     stats_json TEXT
 );
+CREATE TABLE IF NOT EXISTS guests (
+    id INTEGER PRIMARY KEY,
+    name TEXT UNIQUE NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('cross', 'past')),
+    path TEXT NOT NULL,
+    hider_weight REAL NOT NULL,
+    seeker_weight REAL NOT NULL,
+    created REAL
+);
+CREATE TABLE IF NOT EXISTS guest_files (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    path TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS guest_files_name ON guest_files (name);
 CREATE INDEX IF NOT EXISTS matches_hider ON matches (hider);
 CREATE INDEX IF NOT EXISTS matches_seeker ON matches (seeker);
 CREATE VIEW IF NOT EXISTS pool_index AS

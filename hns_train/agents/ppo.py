@@ -517,8 +517,15 @@ class PPO:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Weights, optimiser moments and version from `state`; the optimiser's settings stay
+        this learner's own (`config.lr` ...), so a resume with a new lr, or a population member
+        that copied another's state and then perturbed its settings, trains with its own."""
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:
+            group.update(
+                lr=self.config.lr, weight_decay=self.config.weight_decay, eps=self.config.adam_eps
+            )
         self.version = int(state["version"])
 
 

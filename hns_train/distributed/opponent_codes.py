@@ -4,7 +4,7 @@ Code per agent row in an inference request:
     LATEST (-1)  the learning policy (its rows are the only ones trained on)
     RANDOM (-2)  the built-in random team
     NOOP (-3)    the built-in no-op team
-    v >= 0       frozen pool snapshot of version v
+    v >= 0       frozen pool snapshot of version v, or a pool guest (v >= `GUEST_BASE`, 2**40)
 
 Actors draw a `TeamControllers` per episode from the run's `PolicyPool` (the rules live in
 `hns_train.agents.pool`); policy workers and Warp actors turn codes back into a model or a
@@ -48,7 +48,7 @@ class OpponentDraw:
     def __init__(self, config: PoolConfig, run_dir: str | Path, seed) -> None:
         self.rng = np.random.default_rng(seed)
         self.config = config
-        self.pool = PolicyPool(pool_dir(run_dir), config) if config.p_latest < 1.0 else None
+        self.pool = PolicyPool(pool_dir(run_dir), config) if config.draws_opponents else None
 
     def draw(self) -> tuple[int, int]:
         teams = self.pool.draw(self.rng) if self.pool is not None else TeamControllers()

@@ -38,7 +38,7 @@ class PodWorker(LearnerWorker):
             torch.set_num_threads(threads)
         self.game = make_game(cfg, self.device, seed=self._seed(1), threads=threads)
         self.opponent_pool = (
-            PolicyPool(pool_dir(spec.run_dir), cfg.pool) if cfg.pool.p_latest < 1.0 else None
+            PolicyPool(pool_dir(spec.run_dir), cfg.pool) if cfg.pool.draws_opponents else None
         )
         self.pod = Pod(
             self.game,

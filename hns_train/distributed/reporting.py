@@ -74,6 +74,7 @@ class RunLog:
                 {**self.cfg.to_dict(), "hardware": self.hardware},
                 project=lg.project,
                 mode=lg.wandb,
+                group=lg.group,
             )
         from hns_train.eval.phases import PhaseDetector
 

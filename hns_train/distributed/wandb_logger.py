@@ -80,6 +80,7 @@ class WandbLogger:
         resume: bool = True,
         name: str | None = None,
         tags: Sequence[str] = (),
+        group: str | None = None,
     ):
         if not isinstance(config, dict):
             raise ValueError(f"config must be a dict, got {type(config).__name__}")
@@ -110,6 +111,7 @@ class WandbLogger:
             name=name or str(config.get("name") or self.run_dir.name),
             config=config,
             tags=list(tags),
+            group=group or None,  # a population's members: one group, one run each
             settings=wandb.Settings(console="off", silent=True),
         )
         define_axes(self.run)

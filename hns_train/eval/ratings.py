@@ -14,16 +14,32 @@ hider) becomes an outcome: hiders win above 0.5 + `draw_margin`, seekers win bel
 teammate runs the same controller) or a list of policies (mixed teams); each member's rating
 in that team's role is updated.
 
+Fixed ratings (anchors): policies named in `fixed` (e.g. {"untrained"}) are never re-rated.
+Without a stored row an anchor reads as (`PRIOR_MU`, `FIXED_SIGMA` = 1.0): a small sigma, so
+the model treats it as a known reference. A match against an anchor is rated with the anchor in
+its team, and only the other team's rows are written; the anchor's row is not (its games count
+stays as stored, 0 without a row). An anchor gives the rating scale a fixed point across a run:
+every other rating drifts only relative to it, so numbers from the start and the end of a long
+run (or of members added later) are comparable. Anchors appear on the leaderboard as `get`
+reads them.
+
+Win probability: `win_probability(a, b)` is the model's probability that a policy rated `a`
+beats one rated `b` in a match (openskill's `predict_win` on the two one-policy teams; it splits
+draws, so p(a, b) + p(b, a) = 1): Phi((mu_a - mu_b) / sqrt(2 beta^2 + sigma_a^2 + sigma_b^2)),
+beta = 25/6. A population uses it to decide exploit (>= 0.7) and for PFSP weights.
+
 Storage: tables `ratings` and `matches` of `pool.sqlite` (schema in `hns_train.agents.pool_index`).
 Every update reads the current ratings and writes the new ones and the match row in one short
 IMMEDIATE transaction, so several eval workers can rate concurrently without losing updates.
 
 Public API:
-- `Ratings(pool_or_folder, draw_margin=0.05)`: `update(hider_team, seeker_team, hider_score,
-  result=None) -> (hider Rating list, seeker Rating list)`, `record(results)` (MatchResult-like
-  objects), `get(policy, role) -> Rating`, `leaderboard(role=None) -> list[Rating]`,
-  `format_leaderboard(role=None, limit=20) -> str`, `matches(limit=None) -> list[dict]`, `close()`.
+- `Ratings(pool_or_folder, draw_margin=0.05, fixed=())`: `update(hider_team, seeker_team,
+  hider_score, result=None) -> (hider Rating list, seeker Rating list)`, `record(results)`
+  (MatchResult-like objects), `get(policy, role) -> Rating`, `leaderboard(role=None) ->
+  list[Rating]`, `format_leaderboard(role=None, limit=20) -> str`, `matches(limit=None) ->
+  list[dict]`, `close()`; attribute `fixed` (frozenset of the anchors' policy keys).
 - `Rating(policy, role, mu, sigma, games)` with `conservative` = mu - 3 sigma (the sort key).
+- `win_probability(a: Rating, b: Rating) -> float`; `FIXED_SIGMA`.
 """
 
 from __future__ import annotations
@@ -31,17 +47,27 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from openskill.models import PlackettLuce
 
-from hns_train.agents.pool import PolicyId, PolicyPool, check_role, policy_key
+from hns_train.agents.pool import ROLES, PolicyId, PolicyPool, check_role, policy_key
 from hns_train.agents.pool_index import DB_NAME, PRIOR_MU, PRIOR_SIGMA, open_index, transaction
 
 CONSERVATIVE_SIGMAS = 3.0
+# Sigma of an anchor (a `fixed` policy) without a stored row: small against the prior's 25/3, so
+# matches against it move the other team towards the anchor's mu, not the anchor.
+FIXED_SIGMA = 1.0
+
+
+def _model() -> PlackettLuce:
+    return PlackettLuce(mu=PRIOR_MU, sigma=PRIOR_SIGMA)
+
+
+_MODEL = _model()
 
 
 @dataclass(frozen=True)
@@ -58,6 +84,12 @@ class Rating:
         return self.mu - CONSERVATIVE_SIGMAS * self.sigma
 
 
+def win_probability(a: Rating, b: Rating) -> float:
+    """Probability that a policy rated `a` beats one rated `b` in a match (draws split)."""
+    teams = [[_MODEL.rating(mu=a.mu, sigma=a.sigma)], [_MODEL.rating(mu=b.mu, sigma=b.sigma)]]
+    return float(_MODEL.predict_win(teams)[0])
+
+
 def _team(team: PolicyId | Sequence[PolicyId], name: str) -> list[str]:
     members = [team] if isinstance(team, (str, int)) else list(team)
     if not members:
@@ -69,14 +101,24 @@ def _team(team: PolicyId | Sequence[PolicyId], name: str) -> list[str]:
 class Ratings:
     """Ratings and match history in `<pool folder>/pool.sqlite`."""
 
-    def __init__(self, pool: PolicyPool | str | os.PathLike, draw_margin: float = 0.05) -> None:
+    def __init__(
+        self,
+        pool: PolicyPool | str | os.PathLike,
+        draw_margin: float = 0.05,
+        fixed: Collection[PolicyId] = (),
+    ) -> None:
         if not 0.0 <= draw_margin < 0.5:
             raise ValueError(f"draw_margin must be in [0, 0.5), got {draw_margin}")
+        if isinstance(fixed, (str, int)):
+            raise ValueError(
+                f"fixed must be a collection of policy ids, e.g. {{'untrained'}}; got {fixed!r}"
+            )
+        self.fixed = frozenset(policy_key(p) for p in fixed)
         folder = pool.folder if isinstance(pool, PolicyPool) else Path(pool)
         self.db_path = folder / DB_NAME
         self.conn = open_index(self.db_path)
         self.draw_margin = draw_margin
-        self.model = PlackettLuce(mu=PRIOR_MU, sigma=PRIOR_SIGMA)
+        self.model = _model()
 
     # ----- reading -----
 
@@ -85,15 +127,17 @@ class Ratings:
             "SELECT mu, sigma, games FROM ratings WHERE policy = ? AND role = ?", (policy, role)
         ).fetchone()
         if row is None:
-            return Rating(policy, role, PRIOR_MU, PRIOR_SIGMA, 0)
+            sigma = FIXED_SIGMA if policy in self.fixed else PRIOR_SIGMA
+            return Rating(policy, role, PRIOR_MU, sigma, 0)
         return Rating(policy, role, float(row[0]), float(row[1]), int(row[2]))
 
     def get(self, policy: PolicyId, role: str) -> Rating:
-        """Current rating (the prior for a policy that never played in `role`)."""
+        """Current rating (the prior for a policy that never played in `role`; an anchor
+        without a stored row reads as (PRIOR_MU, FIXED_SIGMA))."""
         return self._row(policy_key(policy), check_role(role))
 
     def leaderboard(self, role: str | None = None) -> list[Rating]:
-        """Rated policies, best conservative estimate (mu - 3 sigma) first."""
+        """Rated policies and the anchors, best conservative estimate (mu - 3 sigma) first."""
         query = "SELECT policy, role, mu, sigma, games FROM ratings"
         args: tuple = ()
         if role is not None:
@@ -101,6 +145,11 @@ class Ratings:
             args = (check_role(role),)
         rows = self.conn.execute(query, args).fetchall()
         ratings = [Rating(r[0], r[1], float(r[2]), float(r[3]), int(r[4])) for r in rows]
+        stored = {(r.policy, r.role) for r in ratings}
+        for policy in sorted(self.fixed):
+            for r in ROLES if role is None else (role,):
+                if (policy, r) not in stored:
+                    ratings.append(self._row(policy, r))
         return sorted(ratings, key=lambda r: (-r.conservative, r.policy, r.role))
 
     def format_leaderboard(self, role: str | None = None, limit: int = 20) -> str:
@@ -144,7 +193,8 @@ class Ratings:
         hider_score: float,
         result: Mapping[str, Any] | None = None,
     ) -> tuple[list[Rating], list[Rating]]:
-        """Rate one match; `result` (episode statistics, returns) is stored with it."""
+        """Rate one match; `result` (episode statistics, returns) is stored with it. Returns
+        every team member's rating after the match (an anchor's unchanged)."""
         with transaction(self.conn):
             return self._update(
                 _team(hider_team, "hider"), _team(seeker_team, "seeker"), hider_score, result
@@ -179,7 +229,9 @@ class Ratings:
         for team_old, team_new in zip(old, new, strict=True):
             updated.append(
                 [
-                    Rating(o.policy, o.role, float(n.mu), float(n.sigma), o.games + 1)
+                    o
+                    if o.policy in self.fixed
+                    else Rating(o.policy, o.role, float(n.mu), float(n.sigma), o.games + 1)
                     for o, n in zip(team_old, team_new, strict=True)
                 ]
             )
@@ -188,7 +240,12 @@ class Ratings:
             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (policy, role) DO UPDATE SET "
             "mu = excluded.mu, sigma = excluded.sigma, games = excluded.games, "
             "updated = excluded.updated",
-            [(r.policy, r.role, r.mu, r.sigma, r.games, now) for team in updated for r in team],
+            [
+                (r.policy, r.role, r.mu, r.sigma, r.games, now)
+                for team in updated
+                for r in team
+                if r.policy not in self.fixed
+            ],
         )
         result = dict(result or {})
         self.conn.execute(

@@ -2,13 +2,17 @@
 
 import multiprocessing as mp
 import sqlite3
+import time
 
 import numpy as np
 import pytest
 import torch
 
 from hns_train.agents import ActorCritic, NetworkConfig, obs_shapes
+from hns_train.agents.pod import LATEST as POD_LATEST
+from hns_train.agents.pod import OpponentSlots
 from hns_train.agents.pool import (
+    GUEST_BASE,
     LATEST,
     PolicyPool,
     PoolConfig,
@@ -18,6 +22,8 @@ from hns_train.agents.pool import (
 )
 from hns_train.agents.pool_index import PRIOR_MU, open_index, transaction
 from hns_train.agents.synthetic import random_observations
+from hns_train.distributed.opponent_codes import LATEST as WIRE_LATEST
+from hns_train.distributed.opponent_codes import OpponentDraw, code_of
 
 SHAPES = obs_shapes(n_other_agents=1, n_boxes=0, n_ramps=0, lidar_rays=0)
 SMALL = NetworkConfig(embed_dim=8, attention_heads=2, dense_dim=8, lstm_dim=8)
@@ -259,3 +265,243 @@ def test_opponent_role_fixes_which_team_the_opponent_plays(tmp_path):
     assert draws == {TeamControllers(hiders="random", seekers="latest")}
     with pytest.raises(ValueError, match="opponent_role"):
         PoolConfig(opponent_role="both")
+
+
+# ----- guests -----
+
+
+def guest_pool(tmp_path, **config) -> PolicyPool:
+    """Two snapshots (10, 20) and guests: cross c1 (hider 1, seeker 3), cross c2 (hider 2,
+    seeker 0), past p1 (1, 1)."""
+    pool = pool_with(tmp_path, 2, **config)
+    pool.add_guest("c1", "cross", tiny_state(101.0), hider_weight=1.0, seeker_weight=3.0)
+    pool.add_guest("c2", "cross", tiny_state(102.0), hider_weight=2.0, seeker_weight=0.0)
+    pool.add_guest("p1", "past", tiny_state(201.0))
+    return pool
+
+
+def test_guest_ids_replacement_and_file_rule(tmp_path):
+    pool = guest_pool(tmp_path)
+    c1, c2, p1 = (g.id for g in pool.guests())
+    assert (c1, c2, p1) == (GUEST_BASE, GUEST_BASE + 1, GUEST_BASE + 2)
+    info = {g.name: g for g in pool.guests()}
+    assert (info["c1"].kind, info["c1"].hider_weight, info["c1"].seeker_weight) == ("cross", 1, 3)
+    assert info["p1"].path == tmp_path / "pool" / f"guest_{p1}.pt" and info["p1"].path.exists()
+    # Guests are not snapshots: no listing or snapshot rule sees them.
+    assert pool.versions() == [10, 20] and pool.latest_version() == 20
+    assert [s.version for s in pool.index()] == [10, 20] and pool.snapshot_info(c1) is None
+    assert list(pool.candidate_probabilities("hider")[0]) == [10, 20]
+
+    # Replacing by name: a new id each time; the replaced file stays until replaced twice.
+    second = pool.add_guest("c1", "cross", tiny_state(111.0), hider_weight=5.0)
+    assert second == p1 + 1
+    assert [(g.name, g.id) for g in pool.guests()] == [("c2", c2), ("p1", p1), ("c1", second)]
+    assert torch.equal(pool.load_snapshot(c1)["w"], torch.full((2,), 101.0))  # still loadable
+    third = pool.add_guest("c1", "past", tiny_state(121.0))
+    assert third == second + 1 and pool.guests()[-1].kind == "past"
+    assert not pool.guest_path(c1).exists()
+    assert pool.guest_path(second).exists() and pool.guest_path(third).exists()
+    with pytest.raises(ValueError, match=f"no guest with id {c1}"):
+        pool.load_snapshot(c1)
+    assert torch.equal(pool.load_snapshot(second)["w"], torch.full((2,), 111.0))
+    assert torch.equal(pool.load_snapshot(third)["w"], torch.full((2,), 121.0))
+    assert sorted(p.name for p in (tmp_path / "pool").glob("guest_*.pt")) == sorted(
+        f"guest_{i}.pt" for i in (c2, p1, second, third)
+    )
+
+    # Removing the newest guest does not free its id; its files stay (a process may load one).
+    assert pool.remove_guest("c1") and not pool.remove_guest("c1")
+    assert [g.name for g in pool.guests()] == ["c2", "p1"]
+    assert pool.guest_path(third).exists()
+    assert pool.add_guest("m1.400", "past", tiny_state(3.0)) == third + 1
+
+    pool.set_guest_weights("c2", 0.5, 4.0)
+    assert (pool.guests()[0].hider_weight, pool.guests()[0].seeker_weight) == (0.5, 4.0)
+    with pytest.raises(ValueError, match="no guest named 'zz'.*'c2'"):
+        pool.set_guest_weights("zz", 1.0, 1.0)
+
+
+def test_guest_input_is_checked(tmp_path):
+    pool = PolicyPool(tmp_path / "pool")
+    for name in ("M1", "1", "latest", "random", "", 7, "m" * 65):
+        with pytest.raises(ValueError, match="guest name"):
+            pool.add_guest(name, "cross", tiny_state(1.0))
+    with pytest.raises(ValueError, match="guest kind must be one of"):
+        pool.add_guest("m1", "future", tiny_state(1.0))
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="hider_weight must be a finite number >= 0"):
+            pool.add_guest("m1", "cross", tiny_state(1.0), hider_weight=bad)
+        with pytest.raises(ValueError, match="seeker_weight"):
+            pool.set_guest_weights("m1", 1.0, bad)
+    assert pool.guests() == [] and not list((tmp_path / "pool").glob("guest_*"))
+    with pytest.raises(ValueError, match="guest kind"):
+        pool.guest_probabilities("self", "hider")
+    for kwargs, match in (
+        ({"p_cross": 1.5}, "p_cross must be in"),
+        ({"p_past": -0.1}, "p_past must be in"),
+        ({"p_cross": 0.6, "p_past": 0.5}, "p_cross \\+ p_past must be <= 1"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            PoolConfig(**kwargs)
+
+
+def test_guests_in_old_pool_files_and_on_reopen(tmp_path):
+    pool = pool_with(tmp_path, 2)
+    with transaction(pool.conn):  # a pool file from before guests existed
+        pool.conn.execute("DROP TABLE guests")
+        pool.conn.execute("DROP TABLE guest_files")
+    pool.close()
+    old = PolicyPool(tmp_path / "pool", PoolConfig(snapshot_every=10))
+    assert old.guests() == [] and old.versions() == [10, 20]
+    gid = old.add_guest("m1", "cross", tiny_state(7.0), hider_weight=0.0)
+    old.close()
+    # Reopening keeps the guest and does not index its file as a snapshot.
+    reopened = PolicyPool(tmp_path / "pool", PoolConfig(snapshot_every=10))
+    assert [(g.id, g.name, g.hider_weight) for g in reopened.guests()] == [(gid, "m1", 0.0)]
+    assert reopened.versions() == [10, 20]
+    assert torch.equal(reopened.load_snapshot(gid)["w"], torch.full((2,), 7.0))
+    # A guest whose file has gone is dropped on open, like a snapshot.
+    reopened.close()
+    (tmp_path / "pool" / f"guest_{gid}.pt").unlink()
+    assert PolicyPool(tmp_path / "pool").guests() == []
+
+
+def test_another_pool_object_sees_guests_after_its_refresh(tmp_path):
+    writer = pool_with(tmp_path, 1)
+    stale = PolicyPool(tmp_path / "pool", PoolConfig(index_refresh_s=3600.0))
+    fresh = PolicyPool(tmp_path / "pool", PoolConfig(index_refresh_s=0.05))
+    for reader in (stale, fresh):
+        assert len(reader.guest_probabilities("cross", "hider")[0]) == 0  # cached: no guests
+    gid = writer.add_guest("m1", "cross", tiny_state(1.0))
+    assert [g.id for g in stale.guests()] == [gid]  # the table is shared at once ...
+    assert len(stale.guest_probabilities("cross", "hider")[0]) == 0  # ... the sampler's copy not
+    time.sleep(0.1)  # longer than fresh's index_refresh_s
+    assert list(fresh.guest_probabilities("cross", "hider")[0]) == [gid]
+    assert torch.equal(SnapshotCache(fresh).get(gid)["w"], torch.full((2,), 1.0))
+
+
+def _draw_key(tc: TeamControllers):
+    return (tc.hiders, tc.seekers)
+
+
+def test_guest_draw_frequencies_follow_p_cross_p_past_and_role_weights(tmp_path):
+    pool = guest_pool(
+        tmp_path, p_cross=0.3, p_past=0.2, p_latest=0.5, p_random=0.0, p_noop=0.0,
+        rule="uniform",
+    )  # fmt: skip
+    c1, c2, p1 = (g.id for g in pool.guests())
+    n = 30000
+    counts = draw_counts(pool, n, seed=2)
+    h, s = 0.5, 0.5  # the opponent plays either team with equal probability
+    expected = {
+        # cross: hider weights 1:2, seeker weights 3:0
+        (c1, LATEST): 0.3 * h / 3,
+        (c2, LATEST): 0.3 * h * 2 / 3,
+        (LATEST, c1): 0.3 * s,
+        # past: the one past guest
+        (p1, LATEST): 0.2 * h,
+        (LATEST, p1): 0.2 * s,
+        # the other half: today's draw (p_latest 0.5, else one of two snapshots, uniform)
+        (LATEST, LATEST): 0.5 * 0.5,
+        (10, LATEST): 0.5 * 0.5 * h / 2,
+        (20, LATEST): 0.5 * 0.5 * h / 2,
+        (LATEST, 10): 0.5 * 0.5 * s / 2,
+        (LATEST, 20): 0.5 * 0.5 * s / 2,
+    }
+    assert set(counts) == set(expected)  # c2 never plays seeker: its seeker weight is 0
+    keys = list(expected)
+    observed = np.array([counts[k] for k in keys])
+    probs = np.array([expected[k] for k in keys])
+    assert abs(probs.sum() - 1.0) < 1e-12
+    assert chi_square_ok(observed, probs), (observed, probs * n)
+
+    # New weights reach the draw (this process changed them: no wait for the refresh).
+    pool.set_guest_weights("c2", 0.0, 1.0)
+    ids, p = pool.guest_probabilities("cross", "seeker")
+    assert list(ids) == [c1, c2] and np.allclose(p, [0.75, 0.25])
+    assert list(pool.guest_probabilities("cross", "hider")[0]) == [c1]
+
+
+def test_guest_draw_obeys_opponent_role(tmp_path):
+    pool = guest_pool(tmp_path, p_cross=1.0, opponent_role="seeker")
+    c1 = pool.guests()[0].id
+    # c2's seeker weight is 0, so c1 is the only cross guest that can play seeker.
+    assert draw_counts(pool, 300) == {(LATEST, c1): 300}
+
+
+def reference_draw(pool: PolicyPool, rng: np.random.Generator) -> TeamControllers:
+    """The draw as it was before guests (the test's oracle for p_cross = p_past = 0)."""
+    cfg = pool.config
+    if rng.random() < cfg.p_latest:
+        return TeamControllers(LATEST, LATEST)
+    role = cfg.opponent_role if cfg.opponent_role != "any" else ("hider", "seeker")[rng.integers(2)]
+    u = rng.random()
+    if u < cfg.p_random:
+        opponent = "random"
+    elif u < cfg.p_random + cfg.p_noop:
+        opponent = "noop"
+    else:
+        versions, probs = pool.candidate_probabilities(role)
+        if len(versions) == 0:
+            return TeamControllers(LATEST, LATEST)
+        pick = int(np.searchsorted(np.cumsum(probs), rng.random(), side="right"))
+        opponent = int(versions[min(pick, len(versions) - 1)])
+    if role == "hider":
+        return TeamControllers(hiders=opponent, seekers=LATEST)
+    return TeamControllers(hiders=LATEST, seekers=opponent)
+
+
+def test_without_p_cross_and_p_past_guests_change_no_draw(tmp_path):
+    pool = guest_pool(tmp_path, p_latest=0.3, p_random=0.1, p_noop=0.1, rule="recency")
+    ours, oracle = np.random.default_rng(9), np.random.default_rng(9)
+    for _ in range(2000):
+        assert pool.draw(ours) == reference_draw(pool, oracle)
+    # Every random number as before: the generators are in the same state.
+    assert ours.bit_generator.state == oracle.bit_generator.state
+
+
+def test_guest_draw_falls_through_without_a_guest_of_its_kind(tmp_path):
+    config = dict(p_latest=0.5, p_random=0.0, p_noop=0.0, rule="uniform")
+    plain = draw_counts(pool_with(tmp_path / "a", 2, **config), 4000, seed=4)
+    expected = np.array([0.5, 0.125, 0.125, 0.125, 0.125])
+    keys = [(LATEST, LATEST), (10, LATEST), (20, LATEST), (LATEST, 10), (LATEST, 20)]
+    assert chi_square_ok(np.array([plain[k] for k in keys]), expected)
+    # p_cross = 1 with no cross guest that can be drawn (none, or only weight 0): today's draw.
+    pool = pool_with(tmp_path / "b", 2, p_cross=1.0, **config)
+    assert set(draw_counts(pool, 50)) <= set(keys)
+    pool.add_guest("p1", "past", tiny_state(1.0))
+    pool.add_guest("c0", "cross", tiny_state(1.0), hider_weight=0.0, seeker_weight=0.0)
+    counts = draw_counts(pool, 4000, seed=4)
+    assert set(counts) <= set(keys)
+    assert chi_square_ok(np.array([counts.get(k, 0) for k in keys]), expected)
+
+
+def test_guest_codes_reach_caches_opponent_slots_and_actors(tmp_path):
+    torch.manual_seed(1)
+    guest_model = ActorCritic(SHAPES, SMALL, device="cpu")
+    pool = pool_with(tmp_path, 1, p_cross=1.0, opponent_role="hider")
+    gid = pool.add_guest("m2", "cross", guest_model.state_dict())
+    assert code_of(gid) == gid and TeamControllers(hiders=gid).hiders == gid
+    cached = SnapshotCache(pool).get(gid)
+    assert all(torch.equal(cached[k], v) for k, v in guest_model.state_dict().items())
+
+    # A pod's opponent slots: the drawn guest plays from a slot holding its weights.
+    slots = OpponentSlots(
+        pool,
+        lambda: ActorCritic(SHAPES, SMALL, device="cpu").eval(),
+        n_slots=2,
+        rng=np.random.default_rng(0),
+        cache_size=4,
+    )
+    hider_code, seeker_code = slots.draw(np.zeros(2, np.int64))
+    assert seeker_code == POD_LATEST and hider_code in (0, 1)
+    assert slots.versions == {gid: hider_code}
+    slot_state = slots.models[hider_code].state_dict()
+    assert all(torch.equal(slot_state[k], v) for k, v in guest_model.state_dict().items())
+
+    # Actors open the pool whenever it can draw an opponent, guests included (p_latest 1).
+    cfg = PoolConfig(p_latest=1.0, p_cross=1.0, opponent_role="hider")
+    assert cfg.draws_opponents and not PoolConfig(p_latest=1.0).draws_opponents
+    draw = OpponentDraw(cfg, tmp_path, seed=0)
+    assert {draw.draw() for _ in range(20)} == {(gid, WIRE_LATEST)}
+    draw.close()

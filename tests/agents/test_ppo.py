@@ -160,3 +160,26 @@ def test_state_dict_round_trip_through_weights_only_load():
     torch.manual_seed(5)
     next_b = clone.update(chunks)
     assert next_a == next_b
+
+
+def test_loaded_state_trains_with_the_loaders_own_optimiser_settings():
+    """A resume with a new lr, or a population member that copied another's state and then
+    perturbed its settings, must train with its own lr, not the one saved in the moments."""
+    torch.manual_seed(6)
+    model = ActorCritic(SHAPES, device="cpu")
+    source = PPO(model, PPOConfig(lr=1e-3))
+    source.update(make_chunks(model, np.random.default_rng(6), n=1))
+    copy = PPO(ActorCritic(SHAPES, device="cpu"), PPOConfig(lr=0.0, weight_decay=0.0))
+    copy.load_state_dict(source.state_dict())
+    assert [g["lr"] for g in copy.optimizer.param_groups] == [0.0]
+    assert [g["weight_decay"] for g in copy.optimizer.param_groups] == [0.0]
+    saved = copy.optimizer.state_dict()["state"]
+    for key, value in source.optimizer.state_dict()["state"].items():  # moments copied exactly
+        torch.testing.assert_close(saved[key]["exp_avg"], value["exp_avg"], rtol=0, atol=0)
+    # PopArt rescales the value head when its statistics move; every other weight is the
+    # optimiser's alone, and at lr 0 it does not move
+    learned = {n: p for n, p in copy.model.named_parameters() if not n.startswith("value_net.head")}
+    before = {n: p.detach().clone() for n, p in learned.items()}
+    copy.update(make_chunks(copy.model, np.random.default_rng(7), n=1))
+    for name, p in learned.items():
+        torch.testing.assert_close(p.detach(), before[name], rtol=0, atol=0, msg=name)

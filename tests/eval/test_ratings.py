@@ -1,6 +1,8 @@
 """Ratings: openskill updates per (policy, role), storage in the pool index, leaderboard."""
 
+import math
 import multiprocessing as mp
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,7 +12,7 @@ from hns_train.agents.pool_index import PRIOR_MU, PRIOR_SIGMA
 from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.eval.matches import FixedController, ScriptedSeeker, play_matches
-from hns_train.eval.ratings import Ratings
+from hns_train.eval.ratings import FIXED_SIGMA, Rating, Ratings, win_probability
 
 
 def test_scripted_seeker_rated_above_random_after_matches(tmp_path):
@@ -117,3 +119,80 @@ def test_concurrent_updates_are_not_lost(tmp_path):
     assert ratings.get("random", "hider").games == 200
     assert ratings.get("noop", "seeker").games == 200
     assert len(ratings.matches()) == 200
+
+
+def test_fixed_anchor_is_never_rerated(tmp_path):
+    folder = tmp_path / "league"
+    ratings = Ratings(folder, fixed={"untrained"})
+    assert ratings.fixed == frozenset({"untrained"})
+    anchor = ratings.get("untrained", "seeker")
+    assert (anchor.mu, anchor.sigma, anchor.games) == (PRIOR_MU, FIXED_SIGMA, 0)
+    assert ratings.get("m0", "hider").sigma == PRIOR_SIGMA  # others read the ordinary prior
+
+    for _ in range(5):
+        hiders, seekers = ratings.update("m0", "untrained", 0.9)
+        assert seekers == [anchor]  # returned unchanged
+    ratings.update("untrained", ["m0", "m1"], 0.0)  # anchor hider loses to a mixed team
+    ratings.record([SimpleNamespace(hider="untrained", seeker="m1", hider_score=1.0)])
+    stored = {r[0] for r in ratings.conn.execute("SELECT policy FROM ratings").fetchall()}
+    assert stored == {"m0", "m1"}  # no row for the anchor
+    assert ratings.get("untrained", "seeker") == anchor
+    assert ratings.get("untrained", "hider") == Rating("untrained", "hider", PRIOR_MU, 1.0, 0)
+    m0 = ratings.get("m0", "hider")
+    assert m0.mu > PRIOR_MU and m0.games == 5
+    m0, m1 = ratings.get("m0", "seeker"), ratings.get("m1", "seeker")
+    assert (m0.games, m1.games) == (1, 2)  # the mixed team's win, and m1's loss to the anchor
+    assert m1.mu < PRIOR_MU < m0.mu
+    assert len(ratings.matches()) == 7
+    # The leaderboard shows the anchor in each role it is asked for.
+    assert [r.policy for r in ratings.leaderboard("seeker")].count("untrained") == 1
+    assert {(r.policy, r.role) for r in ratings.leaderboard()} >= {
+        ("untrained", "hider"),
+        ("untrained", "seeker"),
+    }
+
+    # Without `fixed`, the same policy is an ordinary one: it gets a row (prior sigma) and moves.
+    plain = Ratings(folder)
+    _, seekers = plain.update("m0", "untrained", 0.9)
+    assert seekers[0].sigma < PRIOR_SIGMA and seekers[0].mu < PRIOR_MU
+    # With `fixed` again, the stored row is what the anchor reads as, and it stays as stored.
+    again = Ratings(folder, fixed=["untrained"])
+    again.update("m1", "untrained", 1.0)
+    assert again.get("untrained", "seeker") == plain.get("untrained", "seeker") == seekers[0]
+
+    for bad, match in ((lambda: Ratings(folder, fixed="untrained"), "collection of policy ids"),
+                       (lambda: Ratings(folder, fixed={"Un Trained"}), "policy id")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            bad()
+
+
+def test_an_anchor_moves_the_other_team_more_than_an_unrated_opponent(tmp_path):
+    """A confident anchor is a known reference: beating it is evidence about the winner alone."""
+    with_anchor = Ratings(tmp_path / "a", fixed={"untrained"})
+    without = Ratings(tmp_path / "b")
+    a = with_anchor.update("m0", "untrained", 1.0)[0][0]
+    b = without.update("m0", "untrained", 1.0)[0][0]
+    assert a.mu > b.mu > PRIOR_MU
+
+
+def test_win_probability():
+    def rating(mu, sigma=PRIOR_SIGMA):
+        return Rating("x", "hider", mu, sigma, 0)
+
+    assert win_probability(rating(PRIOR_MU), rating(PRIOR_MU)) == pytest.approx(0.5)
+    beta = PRIOR_SIGMA / 2  # openskill's default beta: 25/6
+    for a, b in (
+        (rating(30.0, 2.0), rating(25.0, 1.0)),
+        (rating(18.0), rating(27.0, 4.0)),
+        (rating(40.0, 1.0), rating(25.0, 1.0)),
+    ):
+        p = win_probability(a, b)
+        assert p + win_probability(b, a) == pytest.approx(1.0)
+        z = (a.mu - b.mu) / math.sqrt(2 * beta**2 + a.sigma**2 + b.sigma**2)
+        assert p == pytest.approx(0.5 * (1 + math.erf(z / math.sqrt(2))))
+    assert win_probability(rating(45.0, 1.0), rating(25.0, 1.0)) > 0.9
+    assert win_probability(rating(25.0, 1.0), rating(45.0, 1.0)) < 0.1
+    # Uncertainty pulls the probability towards 0.5.
+    assert win_probability(rating(35.0, 1.0), rating(25.0, 1.0)) > win_probability(
+        rating(35.0, 8.0), rating(25.0, 8.0)
+    )

@@ -1,0 +1,374 @@
+"""The tournament's rules: a population of learners, their hyperparameters, matchmaking weights,
+exploit and explore, and the two files that record them (the lineage log and the manifest).
+
+A population has `members` learners, each an ordinary run (a pod or a trainer group) with its own
+hyperparameters. This module holds what is decided, not who runs it (the population controller
+in `hns_train/distributed/population.py` starts the members, plays the league and applies
+decisions). `members = 1` is the plain run: nothing here is used.
+
+Hyperparameters: `ranges` maps a dotted config key (any numeric setting, e.g. `agent.ppo.lr`,
+`pod.epochs`) to `[low, high]` or `[low, high, scale]`, scale `log` (default when low > 0) or
+`linear`; a key whose setting is an int stays an int. Member 0 keeps the base config's values
+(a population of 1 is the plain run); members 1.. draw theirs uniformly in the (log) range.
+
+Matchmaking (after Madrona's hide-and-seek trainer: self 0.125, cross 0.5, past 0.375): of a
+member's episodes, `p_cross` face another member's latest policy and `p_past` a hall-of-fame
+entry (the rest are drawn by the member's own pool as in a plain run). Within a kind, opponents
+are weighted by prioritised fictitious self-play, `(1 - p_win) ** pfsp_power` with p_win the
+member's predicted chance of beating that opponent: harder opponents more often.
+
+Exploit and explore (after DeepMind's PBT and Capture the Flag, asynchronous): a member is ready
+`ready_versions` optimisation steps and `ready_games` rated league games after its last change.
+A ready member in the bottom `bottom_fraction` (by rating) copies a member of the top
+`top_fraction` that is predicted to beat it with probability >= `copy_win_probability`, and the
+best member is never replaced. The copy takes the whole learner state (weights, optimiser,
+PopArt, observation statistics) and the source's hyperparameters; explore then multiplies each
+by one of `perturb_factors` (0.8 or 1.2), or with `resample_probability` draws it anew in its
+range, always clipped into the range.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hns_train import typed_config
+
+SCALES = ("log", "linear")
+MANIFEST_FORMAT = 1
+MIN_PFSP_WEIGHT = 1e-3  # an opponent a member always beats is still met now and then
+
+
+def member_name(index: int) -> str:
+    return f"m{int(index)}"
+
+
+@dataclass(frozen=True)
+class HyperRange:
+    """One searched setting: `low <= value <= high`, drawn on a log or linear scale."""
+
+    key: str
+    low: float
+    high: float
+    scale: str = "log"
+    integer: bool = False
+
+    def clip(self, value: float) -> float | int:
+        value = min(max(float(value), self.low), self.high)
+        return int(round(value)) if self.integer else value
+
+    def sample(self, rng: np.random.Generator) -> float | int:
+        if self.scale == "log":
+            value = math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
+        else:
+            value = rng.uniform(self.low, self.high)
+        return self.clip(value)
+
+
+@dataclass
+class PopulationConfig:
+    """`population:` of the run config (numbers without a source are ours)."""
+
+    members: int = 1
+    # dotted config key -> [low, high] or [low, high, "log" | "linear"]
+    ranges: dict[str, Any] = field(default_factory=dict)
+    # fixed settings of single members, "INDEX:key=value" (e.g. "1:agent.ppo.lr=0")
+    overrides: tuple[str, ...] = ()
+    p_cross: float = 0.5  # Madrona's hide-and-seek trainer
+    p_past: float = 0.375  # Madrona's hide-and-seek trainer
+    pfsp_power: float = 1.0
+    hall_of_fame: int = 8  # entries kept, best rated first; also the past-play pool
+    hof_every: int = 50  # versions between a member's hall-of-fame candidates
+    ready_versions: int = 50
+    ready_games: int = 16
+    bottom_fraction: float = 0.25  # DeepMind PBT: the bottom 20-25 % copy
+    top_fraction: float = 0.25
+    copy_win_probability: float = 0.7  # Capture the Flag / Madrona: copy only a clear better
+    perturb_factors: tuple[float, float] = (0.8, 1.2)  # DeepMind PBT
+    resample_probability: float = 0.25
+    # League: rated games between members, hall of fame and the fixed anchors
+    league_roles: tuple[str, ...] = ("hider", "seeker")  # roles members are rated in
+    league_opponents: tuple[str, ...] = ("members", "hall_of_fame", "untrained")
+    league_worlds: int = 4  # matches per member and round
+    league_every_s: float = 10.0
+    sync_every_s: float = 20.0  # how often guests (cross/past opponents) are refreshed
+    record_every_s: float = 10.0  # population.jsonl status records
+    max_restarts: int = 5  # of one member's run, before the population stops with an error
+
+    def __post_init__(self) -> None:
+        if self.members < 1:
+            raise ValueError(f"members must be >= 1, got {self.members}")
+        for name in (
+            "p_cross",
+            "p_past",
+            "bottom_fraction",
+            "top_fraction",
+            "copy_win_probability",
+            "resample_probability",
+        ):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
+        if self.p_cross + self.p_past > 1.0:
+            raise ValueError(f"p_cross + p_past must be <= 1, got {self.p_cross + self.p_past}")
+        for name in ("hall_of_fame", "hof_every", "league_worlds"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.ready_versions < 0 or self.ready_games < 0 or self.max_restarts < 0:
+            raise ValueError("ready_versions, ready_games and max_restarts must be >= 0")
+        if min(self.perturb_factors) <= 0:
+            raise ValueError(f"perturb_factors must be > 0, got {self.perturb_factors}")
+        for role in self.league_roles:
+            if role not in ("hider", "seeker"):
+                raise ValueError(f"league_roles: {role!r} is not 'hider' or 'seeker'")
+        if not self.league_roles:
+            raise ValueError("league_roles must name at least one role")
+        allowed = ("members", "hall_of_fame", "untrained", "random", "noop")
+        for kind in self.league_opponents:
+            if kind not in allowed:
+                raise ValueError(f"league_opponents: {kind!r} is not one of {allowed}")
+        for name in ("league_every_s", "sync_every_s", "record_every_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        parse_overrides(self.overrides, self.members)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> PopulationConfig:
+        return typed_config.from_dict(cls, data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_ranges(ranges: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, HyperRange]:
+    """`ranges` as HyperRanges; `base` maps each key to the base config's value (its type
+    decides int or float). Errors name the key and what is allowed."""
+    out = {}
+    for key, spec in ranges.items():
+        if key not in base:
+            raise ValueError(f"population.ranges: {key!r} is not a setting of the run config")
+        value = base[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(
+                f"population.ranges: {key} is {value!r}, not a number; only numeric settings "
+                "can be searched"
+            )
+        if not isinstance(spec, (list, tuple)) or len(spec) not in (2, 3):
+            raise ValueError(
+                f"population.ranges.{key}={spec!r}: give [low, high] or [low, high, scale]"
+            )
+        try:  # YAML 1.1 leaves 1e-4 (no dot) a string
+            if any(isinstance(x, bool) for x in spec[:2]):
+                raise TypeError
+            low, high = float(spec[0]), float(spec[1])
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"population.ranges.{key}: low and high must be numbers, got {spec}"
+            ) from None
+        if not (math.isfinite(low) and math.isfinite(high)) or low > high:
+            raise ValueError(f"population.ranges.{key}: need finite low <= high, got {spec}")
+        scale = spec[2] if len(spec) == 3 else ("log" if low > 0 else "linear")
+        if scale not in SCALES:
+            raise ValueError(f"population.ranges.{key}: scale {scale!r} is not one of {SCALES}")
+        if scale == "log" and low <= 0:
+            raise ValueError(f"population.ranges.{key}: a log range needs low > 0, got {low}")
+        out[key] = HyperRange(key, low, high, scale, isinstance(value, int))
+    return out
+
+
+def parse_overrides(items: Sequence[str], members: int) -> dict[int, list[str]]:
+    """ "INDEX:key=value" items as {index: ["key=value", ...]}."""
+    out: dict[int, list[str]] = {}
+    for item in items:
+        index, sep, setting = str(item).partition(":")
+        if not sep or not index.isdigit() or "=" not in setting:
+            raise ValueError(
+                f"population.overrides: {item!r} must look like INDEX:section.key=value "
+                "(e.g. 1:agent.ppo.lr=0)"
+            )
+        if int(index) >= members:
+            raise ValueError(
+                f"population.overrides: {item!r} names member {index}; members are 0..{members - 1}"
+            )
+        out.setdefault(int(index), []).append(setting)
+    return out
+
+
+def sample_hyper(ranges: Mapping[str, HyperRange], rng: np.random.Generator) -> dict[str, Any]:
+    return {key: r.sample(rng) for key, r in ranges.items()}
+
+
+def perturb(
+    hyper: Mapping[str, Any],
+    ranges: Mapping[str, HyperRange],
+    rng: np.random.Generator,
+    factors: Sequence[float] = (0.8, 1.2),
+    resample_probability: float = 0.25,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Explore: (new hyperparameters, how each changed: "x0.8", "x1.2" or "resample")."""
+    new, how = dict(hyper), {}
+    for key, r in ranges.items():
+        if rng.random() < resample_probability:
+            new[key], how[key] = r.sample(rng), "resample"
+        else:
+            factor = float(factors[int(rng.integers(len(factors)))])
+            new[key], how[key] = r.clip(float(hyper[key]) * factor), f"x{factor:g}"
+    return new, how
+
+
+def pfsp_weight(p_win: float, power: float = 1.0) -> float:
+    """Prioritised fictitious self-play: opponents a member rarely beats are met more often."""
+    return max((1.0 - float(p_win)) ** power, MIN_PFSP_WEIGHT)
+
+
+@dataclass
+class Member:
+    """One member as the manifest records it."""
+
+    index: int
+    seed: int
+    hyper: dict[str, Any]
+    status: str = "running"  # running | retired
+    version: int = 0
+    frames: int = 0
+    episodes: int = 0
+    changed_at_version: int = 0
+    changed_at_games: int = 0
+    exploits: int = 0
+    restarts: int = 0
+
+    @property
+    def name(self) -> str:
+        return member_name(self.index)
+
+    def ready(self, games: int, ready_versions: int, ready_games: int) -> bool:
+        return (
+            self.version - self.changed_at_version >= ready_versions
+            and games - self.changed_at_games >= ready_games
+        )
+
+
+@dataclass(frozen=True)
+class Exploit:
+    member: str
+    source: str
+    win_probability: float
+
+
+def choose_exploits(
+    strength: Mapping[str, float],
+    ready: Sequence[str],
+    beats: Callable[[str, str], float],
+    cfg: PopulationConfig,
+) -> list[Exploit]:
+    """Which ready members copy whom this time.
+
+    `strength` ranks the running members (higher is better); `beats(a, b)` is the predicted
+    probability that member a beats member b. A ready member in the bottom fraction copies the
+    top-fraction member most likely to beat it, when that probability is at least
+    `copy_win_probability`; the best member and members being copied from are left alone."""
+    ranked = sorted(strength, key=lambda m: (-strength[m], m))
+    n = len(ranked)
+    if n < 2:
+        return []
+    n_bottom = max(1, math.ceil(cfg.bottom_fraction * n))
+    n_top = max(1, math.ceil(cfg.top_fraction * n))
+    top = ranked[:n_top]
+    bottom = [m for m in ranked[-n_bottom:] if m != ranked[0]]
+    out = []
+    for member in bottom:
+        if member not in ready or member in top:
+            continue
+        p, source = max((beats(s, member), s) for s in top)
+        if p >= cfg.copy_win_probability:
+            out.append(Exploit(member, source, float(p)))
+    return out
+
+
+# ----------------------------------------------------------------------------- files
+
+
+class Lineage:
+    """`lineage.jsonl`: one JSON object per event (join, exploit, explore, restart, retire,
+    resume), each with `time`, `elapsed_s`, `event` and `member`."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+    def append(self, event: str, member: str, elapsed_s: float, **fields: Any) -> dict:
+        import time
+
+        record = {
+            "time": time.time(),
+            "elapsed_s": float(elapsed_s),
+            "event": event,
+            "member": member,
+            **fields,
+        }
+        with self.path.open("a") as f:
+            f.write(json.dumps(record, default=_json_number) + "\n")
+        return record
+
+    def read(self) -> list[dict]:
+        return read_jsonl(self.path)
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """The records of a JSON-lines file; a line cut short by a crash (the last) is skipped."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def save_manifest(path: str | os.PathLike, manifest: Mapping[str, Any]) -> None:
+    """Write the manifest atomically (a reader never sees half of it)."""
+    path = Path(path)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1, default=_json_number))
+    tmp.replace(path)
+
+
+def load_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no population manifest there (not a population run)") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: the population manifest is not valid JSON ({err})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise ValueError(
+            f"{path}: population manifest format {manifest.get('format')!r} is not "
+            f"{MANIFEST_FORMAT}"
+        )
+    return manifest
+
+
+def members_from_manifest(manifest: Mapping[str, Any]) -> dict[str, Member]:
+    fields = set(Member.__dataclass_fields__)
+    return {
+        name: Member(**{k: v for k, v in data.items() if k in fields})
+        for name, data in manifest.get("members", {}).items()
+    }
+
+
+def _json_number(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON-serialisable")
