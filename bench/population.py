@@ -41,14 +41,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from hns_train.agents.population import member_name  # noqa: E402
 from hns_train.config import CONFIG_DIR  # noqa: E402
 from hns_train.eval.population_view import (  # noqa: E402
     LEAGUE,
     LINEAGE,
     best_member,
     first_exploit_version,
-    read_jsonl,
     read_manifest,
+    read_records,
 )
 
 GAMES = ("chase", "quadrant_cpu")
@@ -150,14 +151,14 @@ def population_figures(run_dir: Path, crippled: int) -> dict:
     if not manifest:
         raise SystemExit(f"error: {run_dir}: no usable population.json ({'; '.join(notes)})")
     counters = manifest.get("counters") or {}
-    lineage, _ = read_jsonl(run_dir / LINEAGE)
+    lineage, _ = read_records(run_dir / LINEAGE)
     return {
         "frames": int(counters.get("frames", 0)),
         "episodes": int(counters.get("episodes", 0)),
         "exploits": int(counters.get("exploits", 0)),
         "restarts": int(counters.get("restarts", 0)),
         "best_member": best_member(run_dir, manifest),
-        "crippled_replaced_at_version": first_exploit_version(lineage, f"m{crippled}"),
+        "crippled_replaced_at_version": first_exploit_version(lineage, member_name(crippled)),
     }
 
 
@@ -260,7 +261,7 @@ def run_game(config: Path, args, runs_dir: Path, bar) -> dict:
 
 
 def single_frames(run_dir: Path) -> int:
-    records, _ = read_jsonl(run_dir / "metrics.jsonl")
+    records, _ = read_records(run_dir / "metrics.jsonl")
     train = [r for r in records if r.get("kind", "train") == "train"]
     return int(train[-1].get("frames", 0)) if train else 0
 
@@ -308,7 +309,7 @@ def main(argv: list[str] | None = None) -> dict:
     summary = {
         "members": args.members,
         "frames": args.frames,
-        "crippled": f"m{args.crippled}",
+        "crippled": member_name(args.crippled),
         "exploits": {g: r["population"]["exploits"] for g, r in results.items()},
         "best_member": {g: r["population"]["best_member"] for g, r in results.items()},
         "crippled_replaced_at_version": {

@@ -7,22 +7,25 @@ Reads only files (no worker needs to be running), in the formats of the populati
 - `lineage.jsonl`: one event per line (join, exploit, explore, restart, retire, resume);
 - `population.jsonl`: a status record every `population.record_every_s` (per member: version,
   frames, hyperparameters, hider/seeker mu and sigma in the league);
-- `league/pool.sqlite`: the league's ratings (`Ratings(run_dir / "league")`).
+- `league/pool.sqlite`: the league's ratings (`Ratings(run_dir / "league")`, the untrained
+  network `ANCHOR` held fixed as the population rates it);
+- `config.yaml`: the population's config, for which hyperparameters are searched on a log scale.
 
 Prints the league leaderboard per role with each member's status and hyperparameters, the
 lineage (an exploit and the explore that follows it are one row: who copied whom, at which
 version, hyperparameters before -> after), each member's hyperparameter schedule, and writes
 `population.png`: mu per role of each member over elapsed time, then one panel per
-hyperparameter (a log axis for keys searched on a log range, `LOG_KEYS`, or whose positive
-values span `LOG_SPAN` or more), exploit events as dotted lines in the member's colour. The PNG
-is `WIDTH` pixels wide and `TOP_PX + PANEL_PX` per panel high (`figure_size`).
+hyperparameter (a log axis for keys whose `population.ranges` scale is log, or, for keys not
+searched, whose positive values span `LOG_SPAN` or more), exploit events as dotted lines in the
+member's colour. The PNG is `WIDTH` pixels wide and `TOP_PX + PANEL_PX` per panel high
+(`figure_size`).
 
 A JSONL line cut short (a write in progress, a crash) is skipped with a note; other bad lines
 too, naming the line; a missing or unreadable league database or manifest is a message in the
 output, not a traceback.
 
 Public API: `population_view(run_dir) -> int`, `load_population(run_dir) -> Population`,
-`read_jsonl(path) -> (records, notes)`, `hyper_schedule(lineage)`, `first_exploit_version(
+`read_records(path) -> (records, notes)`, `hyper_schedule(lineage)`, `first_exploit_version(
 lineage, member)`, `best_member(run_dir, manifest=None)`, `plot_population(pop, out)`,
 `figure_size(n_hyper)`, file names `MANIFEST`, `LINEAGE`, `STATUS`, `LEAGUE`, `PLOT`.
 """
@@ -40,6 +43,7 @@ from typing import Any
 
 from hns_train.agents.pool import ROLES
 from hns_train.agents.pool_index import DB_NAME
+from hns_train.agents.population import load_manifest
 
 # File names of a population run directory (the population design; written by the controller).
 MANIFEST = "population.json"
@@ -47,17 +51,15 @@ LINEAGE = "lineage.jsonl"
 STATUS = "population.jsonl"
 LEAGUE = "league"
 PLOT = "population.png"
-MANIFEST_FORMAT = 1
 
-LOG_KEYS = ("lr", "ent_coef")  # last part of a key searched on a log range (agent.ppo.lr, ...)
-LOG_SPAN = 10.0  # other keys whose positive values span this ratio get a log axis too
+LOG_SPAN = 10.0  # a key not searched gets a log axis when its positive values span this ratio
 LINEAGE_ROWS = 60  # newest lineage rows printed; older ones are counted
 LEADERBOARD_ROWS = 20  # per role, as `Ratings.format_leaderboard`
 TEXT_WIDTH = 100  # columns the tables wrap to
 WIDTH, TOP_PX, PANEL_PX, DPI = 1400, 80, 260, 100  # the PNG's pixels: WIDTH x TOP + PANEL * n
 MAX_PANELS = 24  # hyperparameter panels drawn; beyond that the PNG grows past usefulness
 HOF = re.compile(r"^(m\d+)\.(\d+)$")  # a hall-of-fame policy: member m1 at version 400
-ANCHOR = "untrained"
+ANCHOR = "untrained"  # the league's fixed anchor: the untrained network (population design)
 ROLE_MU = {role: (f"{role}_mu", f"{role}_sigma") for role in ROLES}
 
 
@@ -76,9 +78,10 @@ class Population:
         return self.manifest.get("members") or {}
 
 
-def read_jsonl(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
+def read_records(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
     """The JSON objects of a JSONL file in order, and notes on what was skipped: a last line
-    cut short (a writer killed mid-line) or any other line that is not a JSON object."""
+    cut short (a writer killed mid-line) or any other line that is not a JSON object.
+    (`agents.population.read_jsonl` skips the same lines silently; a view has to say so.)"""
     path = Path(path)
     if not path.is_file():
         return [], [f"{path.name}: missing"]
@@ -106,32 +109,28 @@ def read_jsonl(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def read_manifest(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
-    """population.json as a dict ({} and a note when it cannot be used)."""
-    path = run_dir / MANIFEST
+    """population.json as a dict ({} and a note when it cannot be used); members that are not
+    objects are dropped."""
     try:
-        data = json.loads(path.read_text())
+        data = load_manifest(run_dir / MANIFEST)
+    except ValueError as e:  # not JSON, not UTF-8, another format; names the file
+        return {}, [f"{e}; members and counters unknown"]
     except OSError as e:
-        return {}, [f"{MANIFEST}: unreadable ({e.strerror or e})"]
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        return {}, [f"{MANIFEST}: not valid JSON ({e}); members and counters unknown"]
-    if not isinstance(data, dict) or not isinstance(data.get("members", {}), dict):
-        return {}, [f"{MANIFEST}: not a manifest (expected an object with a 'members' object)"]
-    notes = []
-    if data.get("format") != MANIFEST_FORMAT:
-        notes.append(
-            f"{MANIFEST}: format {data.get('format')!r}, this view reads format "
-            f"{MANIFEST_FORMAT}; shown as far as it matches"
-        )
-    members = {k: v for k, v in data.get("members", {}).items() if isinstance(v, dict)}
-    data["members"] = members
-    return data, notes
+        return {}, [f"{MANIFEST}: unreadable ({e.strerror or e}); members and counters unknown"]
+    except AttributeError:  # load_manifest on JSON that is not an object
+        return {}, [f"{MANIFEST}: not a JSON object; members and counters unknown"]
+    members = data.get("members")
+    if not isinstance(members, dict):
+        return {}, [f"{MANIFEST}: 'members' is not an object; members and counters unknown"]
+    data["members"] = {k: v for k, v in members.items() if isinstance(v, dict)}
+    return data, []
 
 
 def load_population(run_dir: str | Path) -> Population:
     run_dir = Path(run_dir)
     manifest, notes = read_manifest(run_dir)
-    lineage, lineage_notes = read_jsonl(run_dir / LINEAGE)
-    status, status_notes = read_jsonl(run_dir / STATUS)
+    lineage, lineage_notes = read_records(run_dir / LINEAGE)
+    status, status_notes = read_records(run_dir / STATUS)
     return Population(run_dir, manifest, lineage, status, notes + lineage_notes + status_notes)
 
 
@@ -210,7 +209,7 @@ def _open_ratings(run_dir: Path):
             "writes it when it rates the first league match)"
         )
     try:
-        ratings = Ratings(run_dir / LEAGUE)
+        ratings = Ratings(run_dir / LEAGUE, fixed={ANCHOR})
         ratings.conn.execute("SELECT COUNT(*) FROM ratings").fetchone()
     except sqlite3.DatabaseError as e:
         return None, f"league: {LEAGUE}/{DB_NAME} is unreadable ({e})"
@@ -220,7 +219,7 @@ def _open_ratings(run_dir: Path):
 def member_scores(ratings, members) -> dict[str, float]:
     """member -> the mean over roles of its latest policy's mu - 3 sigma in the league (the
     prior for a role it has not played), for members the league rated at all."""
-    rated = {r.policy for r in ratings.leaderboard()}
+    rated = {r.policy for r in ratings.leaderboard() if r.games > 0}
     return {
         m: sum(ratings.get(m, role).conservative for role in ROLES) / len(ROLES)
         for m in members
@@ -243,7 +242,7 @@ def best_member(run_dir: str | Path, manifest: dict[str, Any] | None = None) -> 
         finally:
             ratings.close()
     else:
-        status, _ = read_jsonl(run_dir / STATUS)
+        status, _ = read_records(run_dir / STATUS)
         latest = (status[-1].get("members") or {}) if status else {}
         scores = {}
         for m in members:
@@ -457,9 +456,26 @@ def _time_unit(seconds: float) -> tuple[float, str]:
     return 1.0, "seconds"
 
 
-def log_axis(key: str, values: list[float]) -> bool:
-    if short_key(key) in LOG_KEYS:
-        return True
+def searched_scales(run_dir: Path) -> tuple[dict[str, str], list[str]]:
+    """key -> "log" | "linear" of the population's `population.ranges`, and a note when its
+    config.yaml cannot be read."""
+    from hns_train.agents.population import parse_ranges
+    from hns_train.config import ConfigError, flat_settings, load_config
+
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return {}, []
+    try:
+        cfg = load_config(path)
+        ranges = parse_ranges(cfg.population.ranges, flat_settings(cfg))
+    except (ConfigError, ValueError, OSError) as e:
+        return {}, [f"config.yaml: {str(e).splitlines()[0]}; axis scales guessed from values"]
+    return {k: r.scale for k, r in ranges.items()}, []
+
+
+def log_axis(key: str, values: list[float], scales: dict[str, str]) -> bool:
+    if key in scales:
+        return scales[key] == "log"
     positive = [v for v in values if v > 0]
     return len(positive) == len(values) > 0 and max(positive) / min(positive) >= LOG_SPAN
 
@@ -472,6 +488,7 @@ def plot_population(pop: Population, out: str | Path) -> Path:
     from hns_train.eval.replay import atomic_write
 
     schedule = hyper_schedule(pop.lineage)
+    scales, _ = searched_scales(pop.run_dir)
     keys = list(dict.fromkeys(k for per in schedule.values() for k in per))
     for v in pop.members.values():  # members whose join event is not (yet) in the lineage
         if isinstance(v.get("hyper"), dict):
@@ -522,7 +539,7 @@ def plot_population(pop: Population, out: str | Path) -> Path:
             if points:
                 series[m] = points
         values = [v for pts in series.values() for _, v in pts]
-        log = log_axis(key, values)
+        log = log_axis(key, values, scales)
         positive = [v for v in values if v > 0]
         floor = min(positive) / 10 if positive else 1.0
         note = ""
@@ -534,7 +551,8 @@ def plot_population(pop: Population, out: str | Path) -> Path:
                 if min(ys) <= 0:
                     note = f"; values <= 0 drawn at {floor:.3g} (marked v)"
                     low = [(x, floor) for x, y in zip(xs, ys, strict=True) if y <= 0]
-                    ax.plot(*zip(*low, strict=True), "v", color=colours[m], markersize=6)
+                    x_low, y_low = zip(*low, strict=True)
+                    ax.plot(x_low, y_low, "v", color=colours[m], markersize=7, clip_on=False)
                 ys = [max(y, floor) for y in ys]
             ax.step(xs, ys, where="post", color=colours[m], linewidth=1.6, label=m)
         if log and positive:
@@ -570,6 +588,7 @@ def plot_population(pop: Population, out: str | Path) -> Path:
 def population_view(run_dir: str | Path) -> int:
     run_dir = Path(run_dir)
     pop = load_population(run_dir)
+    pop.notes.extend(searched_scales(run_dir)[1])
     lines = member_lines(pop)
     ratings, problem = _open_ratings(run_dir)
     if ratings is None:

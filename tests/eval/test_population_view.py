@@ -1,6 +1,8 @@
 """`python -m hns_train.eval --run POP_DIR` on a population directory: the league DB written by
-`Ratings.update`, the manifest and JSON lines in the population design's formats; torn and
-missing files; a member's own directory keeps the run view."""
+`Ratings.update` (the untrained anchor fixed), the manifest by `save_manifest`, the lineage by
+`Lineage.append`, the status records in the population design's format; torn and missing
+files; a member's own directory keeps the run view. Then bench/population.py's arguments,
+training command and readers."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import torch
 
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import PolicyPool
+from hns_train.agents.population import Lineage, save_manifest
 from hns_train.config import CONFIG_DIR, load_config, save_config
 from hns_train.envs.observations import observation_shapes
 from hns_train.eval.cli import main
@@ -29,7 +32,9 @@ from hns_train.eval.population_view import (
     figure_size,
     first_exploit_version,
     hyper_schedule,
-    read_jsonl,
+    log_axis,
+    read_records,
+    searched_scales,
 )
 from hns_train.eval.ratings import Ratings
 from hns_train.train import parse_args as train_parse_args
@@ -45,7 +50,6 @@ JOIN = {
     "m3": {LR: 1e-4, ENT: 0.005},
 }
 AFTER = {LR: 2.4e-4, ENT: 0.013}  # m1 after copying m0 and perturbing
-T0 = 1_790_000_000.0
 # m2 wins every match it plays, in both roles; m1 loses every one.
 MATCHES = [
     ("m2", "m0", 0.9),
@@ -55,39 +59,40 @@ MATCHES = [
     ("m0", "m1", 0.8),
     ("m1", "m0", 0.1),
     ("m3", "m1", 0.7),
+    ("m2", "m3", 0.9),
+    ("m3", "m2", 0.0),
+    ("m2", "untrained", 0.9),
+    ("untrained", "m2", 0.1),
     ("m0.400", "untrained", 0.6),
     ("untrained", "m3", 0.5),
 ]
 
 
-def event(elapsed: float, kind: str, member: str, **extra) -> dict:
-    return {"time": T0 + elapsed, "elapsed_s": elapsed, "event": kind, "member": member, **extra}
-
-
-def lineage() -> list[dict]:
-    return [
-        *(event(0.0, "join", m, hyper=h) for m, h in JOIN.items()),
-        event(300.0, "restart", "m2", reason="heartbeat lost"),
-        event(
-            600.0,
-            "exploit",
-            "m1",
-            source="m0",
-            source_version=480,
-            win_probability=0.83,
-            version=480,
-        ),
-        event(
-            600.0,
-            "explore",
-            "m1",
-            hyper_before=JOIN["m0"],
-            hyper_after=AFTER,
-            how={LR: "x0.8", ENT: "resample"},
-        ),
-        event(900.0, "retire", "m3"),
-        event(1000.0, "resume", ""),
-    ]
+T0 = 1_790_000_000.0
+POPULATION = [  # the population's config: lr searched on a log range, ent_coef on a linear one
+    "population.members=4",
+    "population.overrides=['1:agent.ppo.lr=0']",
+    f'population.ranges={{"{LR}": [1e-5, 1e-2], "{ENT}": [0.0, 0.05, "linear"]}}',
+]
+# (event, member, elapsed_s, fields) as the controller appends them
+LINEAGE_EVENTS = [
+    *(("join", m, 0.0, {"hyper": h}) for m, h in JOIN.items()),
+    ("restart", "m2", 300.0, {"reason": "heartbeat lost"}),
+    (
+        "exploit",
+        "m1",
+        600.0,
+        {"source": "m0", "source_version": 480, "win_probability": 0.83, "version": 480},
+    ),
+    (
+        "explore",
+        "m1",
+        600.0,
+        {"hyper_before": JOIN["m0"], "hyper_after": AFTER, "how": {LR: "x0.8", ENT: "resample"}},
+    ),
+    ("retire", "m3", 900.0, {}),
+    ("resume", "", 1000.0, {}),
+]
 
 
 def status_records() -> list[dict]:
@@ -148,11 +153,13 @@ def write_jsonl(path, records) -> None:
 def pop_dir(tmp_path_factory):
     run = tmp_path_factory.mktemp("runs") / "pop"
     run.mkdir()
-    (run / "config.yaml").write_text("name: pop\npopulation:\n  members: 4\n")
-    (run / MANIFEST).write_text(json.dumps(manifest()))
-    write_jsonl(run / LINEAGE, lineage())
+    save_config(load_config(CONFIG_DIR / "chase.yaml", POPULATION), run / "config.yaml")
+    save_manifest(run / MANIFEST, manifest())
+    lineage = Lineage(run / LINEAGE)
+    for kind, member, elapsed, fields in LINEAGE_EVENTS:
+        lineage.append(kind, member, elapsed, **fields)
     write_jsonl(run / STATUS, status_records())
-    with Ratings(run / LEAGUE) as ratings:
+    with Ratings(run / LEAGUE, fixed={"untrained"}) as ratings:
         for hider, seeker, score in MATCHES:
             ratings.update(hider, seeker, score, {"hidden_fraction": score})
     member = run / "members" / "m0"
@@ -184,7 +191,7 @@ def test_population_view_prints_leaderboard_lineage_schedules_and_writes_the_plo
 
     # Every rated (policy, role) of the league, under its role, with the stored mu ± 3 sigma and
     # what the policy is.
-    with Ratings(copy / LEAGUE) as ratings:
+    with Ratings(copy / LEAGUE, fixed={"untrained"}) as ratings:
         board = {role: ratings.leaderboard(role) for role in ("hider", "seeker")}
     hider_part = out[out.index("  as hider") : out.index("  as seeker")]
     seeker_part = out[out.index("  as seeker") : out.index("\nlineage")]
@@ -202,7 +209,9 @@ def test_population_view_prints_leaderboard_lineage_schedules_and_writes_the_plo
             line = next(x for x in part.splitlines() if f" {r.policy} " in x)
             assert f"{r.mu:6.2f} ± {3 * r.sigma:5.2f}" in line and f" {role} " in line
             assert notes[r.policy] in line
-    assert board["hider"][0].policy == "m2" and board["seeker"][0].policy == "m2"
+    for role in board:  # the anchor (25 ± 3) ranks among them; m2 is the best member
+        assert [r.policy for r in board[role] if r.policy in JOIN][0] == "m2"
+    assert any(r.policy == "untrained" and r.games == 0 for r in board["hider"])
 
     # Lineage: the exploit and its explore in one row; restarts, retirements, resumes.
     row = next(x for x in out.splitlines() if "exploit+explore" in x)
@@ -239,10 +248,11 @@ def test_torn_last_lines_and_bad_lines_are_skipped_with_a_note(copy, capsys):
     assert main(["--run", str(copy)]) == 0
     captured = capsys.readouterr()
     assert "Traceback" not in captured.out + captured.err
-    assert f"{LINEAGE}: last line (line {len(lineage()) + 1}) cut short; skipped" in captured.out
+    torn = f"{LINEAGE}: last line (line {len(LINEAGE_EVENTS) + 1}) cut short; skipped"
+    assert torn in captured.out
     assert f"{STATUS}:2 is not a JSON object; skipped" in captured.out
     assert "copied m0 v480" in captured.out  # the lines before still count
-    records, notes = read_jsonl(copy / STATUS)
+    records, notes = read_records(copy / STATUS)
     assert len(records) == len(status_records()) and len(notes) == 1
     assert png_size(copy / PLOT) == figure_size(2)
 
@@ -264,7 +274,7 @@ def test_an_unreadable_league_database_or_manifest_is_a_message(copy, capsys):
     assert main(["--run", str(copy)]) == 0
     captured = capsys.readouterr()
     assert "league: league/pool.sqlite is unreadable" in captured.out
-    assert f"{MANIFEST}: not valid JSON" in captured.out
+    assert f"{MANIFEST}: the population manifest is not valid JSON" in captured.out
     assert "Traceback" not in captured.out + captured.err
     assert "copied m0 v480" in captured.out
 
@@ -297,12 +307,16 @@ def test_population_with_no_records_yet_still_plots(tmp_path, capsys):
 
 
 def test_readers_schedule_first_exploit_and_best_member(copy):
-    events, _ = read_jsonl(copy / LINEAGE)
+    events, _ = read_records(copy / LINEAGE)
     schedule = hyper_schedule(events)
     assert schedule["m1"][LR] == [(0.0, 0.0, "join"), (600.0, 2.4e-4, "exploit of m0")]
     assert schedule["m0"][LR] == [(0.0, 3e-4, "join")]
     assert first_exploit_version(events, "m1") == 480
     assert first_exploit_version(events, "m0") is None
+    assert searched_scales(copy) == ({LR: "log", ENT: "linear"}, [])
+    assert log_axis(LR, [0.0, 3e-4], {LR: "log"})  # searched on a log range: log, 0 included
+    assert not log_axis(ENT, [0.01, 0.5], {ENT: "linear"})
+    assert log_axis("pod.epochs", [1e-5, 1e-3], {}) and not log_axis("pod.epochs", [0, 4], {})
     assert best_member(copy) == "m2"  # from the league database
     shutil.rmtree(copy / LEAGUE)
     # without one, from the newest status record: m3 has the highest mean of (mu - 3 sigma)
@@ -351,8 +365,9 @@ def test_bench_arguments_and_the_training_command(capsys):
         CONFIG_DIR / "chase.yaml", 1, None, 25_600, "s", Path("/tmp/d"), []
     )
     assert "population.members=1" in single and not any("overrides" in a for a in single)
-    # the settings besides the population's are the run config's own keys
-    cfg = load_config(parsed.config, parsed.overrides[2:])
+    # every setting is a key of the run config, the population's included
+    cfg = load_config(parsed.config, parsed.overrides)
+    assert cfg.population.members == 4 and cfg.population.overrides == ("1:agent.ppo.lr=0",)
     assert cfg.pipeline.backend == "pod" and cfg.stop.frames == 25_600 and cfg.seed == 3
     assert cfg.name == "pop_chase" and cfg.logging.wandb == "disabled"
 
