@@ -25,9 +25,11 @@ too, naming the line; a missing or unreadable league database or manifest is a m
 output, not a traceback.
 
 Public API: `population_view(run_dir) -> int`, `load_population(run_dir) -> Population`,
-`read_records(path) -> (records, notes)`, `hyper_schedule(lineage)`, `first_exploit_version(
-lineage, member)`, `best_member(run_dir, manifest=None)`, `plot_population(pop, out)`,
-`figure_size(n_hyper)`, file names `MANIFEST`, `LINEAGE`, `STATUS`, `LEAGUE`, `PLOT`.
+`read_manifest(run_dir) -> (manifest, notes)`, `read_records(path) -> (records, notes)`,
+`hyper_schedule(lineage)`, `first_exploit_version(lineage, member)`, `best_member(run_dir,
+manifest=None)`, `searched_scales(run_dir)`, `log_axis(key, values, scales)`,
+`plot_population(pop, out)`, `figure_size(n_hyper)`, file names `MANIFEST`, `LINEAGE`, `STATUS`,
+`LEAGUE`, `PLOT`.
 """
 
 from __future__ import annotations
