@@ -11,6 +11,8 @@ Prints, from the run directory alone (no worker needs to be running):
   (`Ratings.outcome`: hidden fraction against 0.5 ± the draw margin); a draw counts half;
 - emergent phases reached (`phase` records of metrics.jsonl);
 - the newest `N_REPLAYS` replays under `replays/` with their videos.
+A population run directory (one with `population.json`) gets the population view instead
+(`hns_train.eval.population_view`); each of its members (`members/m<i>/`) is a run as above.
 
 Public API: `run_view(run_dir) -> int`, `win_rates(ratings, window) -> dict[str, WinRecord]`,
 `opponent_class(policy) -> str`, `newest_replays(run_dir, n)`.
@@ -25,6 +27,7 @@ from typing import Any
 
 from hns_train.agents.pool import LATEST, ROLES, policy_key
 from hns_train.agents.pool_index import DB_NAME
+from hns_train.eval.population_view import MANIFEST, population_view
 from hns_train.eval.ratings import Ratings
 
 WINDOW = 200  # newest rated matches per opponent class behind a win rate
@@ -128,6 +131,8 @@ def run_view(run_dir: str | Path) -> int:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ValueError(f"--run {run_dir}: no such directory")
+    if (run_dir / MANIFEST).is_file():
+        return population_view(run_dir)
     db = run_dir / "pool" / DB_NAME
     if not db.is_file():
         raise ValueError(
