@@ -48,6 +48,10 @@ MANIFEST = "population.json"
 LINEAGE = "lineage.jsonl"
 STATUS = "population.jsonl"
 LEAGUE = "league"
+# The league's fixed anchors (never re-rated): the untrained network of the population's seed
+# (`league/untrained.pt`) and the built-in random and no-op teams
+UNTRAINED = "untrained"
+ANCHORS = (UNTRAINED, "random", "noop")
 MANIFEST_FORMAT = 1
 MIN_PFSP_WEIGHT = 1e-3  # an opponent a member always beats is still met now and then
 
@@ -323,23 +327,37 @@ class Lineage:
         return record
 
     def read(self) -> list[dict]:
-        return read_jsonl(self.path)
+        return read_records(self.path)[0]
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """The records of a JSON-lines file; a line cut short by a crash (the last) is skipped."""
+def read_records(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The JSON objects of a JSONL file in order, and notes on what was skipped: a last line
+    cut short (a writer killed mid-line) or any other line that is not a JSON object.
+    A reader that resumes (`Lineage.read`) ignores the notes; a view shows them."""
     path = Path(path)
     if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
+        return [], [f"{path.name}: missing"]
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError as e:
+        return [], [f"{path.name}: unreadable ({e.strerror or e})"]
+    records: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
-            continue
+            if n == len(lines):
+                notes.append(f"{path.name}: last line (line {n}) cut short; skipped")
+                continue
+            record = None
         if isinstance(record, dict):
-            out.append(record)
-    return out
+            records.append(record)
+        else:
+            notes.append(f"{path.name}:{n} is not a JSON object; skipped")
+    return records, notes
 
 
 def save_manifest(path: str | os.PathLike, manifest: Mapping[str, Any]) -> None:

@@ -56,6 +56,7 @@ from tqdm import tqdm
 from hns_train.agents.checkpoint import CheckpointDir, load_checkpoint, save_checkpoint
 from hns_train.agents.pool import PolicyPool
 from hns_train.agents.population import (
+    ANCHORS,
     LEAGUE,
     LINEAGE,
     MANIFEST,
@@ -75,7 +76,7 @@ from hns_train.agents.population import (
 )
 from hns_train.config import RunConfig, apply_override, config_from_dict, flat_settings, save_config
 from hns_train.distributed.opponent_codes import pool_dir
-from hns_train.eval.league import ANCHORS, League
+from hns_train.eval.league import League
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5

@@ -26,15 +26,14 @@ import torch
 from hns_train.agents.checkpoint import load_checkpoint, save_checkpoint
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool_index import transaction
+from hns_train.agents.population import ANCHORS, UNTRAINED
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.eval.matches import MatchResult, PolicyController, play_matches
 from hns_train.eval.policies import named_controller
 from hns_train.eval.ratings import Rating, Ratings, win_probability
 
-UNTRAINED = "untrained"
-NAMED_ANCHORS = ("random", "noop")
-ANCHORS = (UNTRAINED, *NAMED_ANCHORS)
+NAMED_ANCHORS = tuple(a for a in ANCHORS if a != UNTRAINED)  # played by built-in controllers
 OTHER_ROLE = {"hider": "seeker", "seeker": "hider"}
 
 

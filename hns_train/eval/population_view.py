@@ -8,7 +8,7 @@ Reads only files (no worker needs to be running), in the formats of the populati
 - `population.jsonl`: a status record every `population.record_every_s` (per member: version,
   frames, hyperparameters, hider/seeker mu and sigma in the league);
 - `league/pool.sqlite`: the league's ratings (`Ratings(run_dir / "league")`, the untrained
-  network `ANCHOR` held fixed as the population rates it);
+  network `UNTRAINED` held fixed as the population rates it);
 - `config.yaml`: the population's config, for which hyperparameters are searched on a log scale.
 
 Prints the league leaderboard per role with each member's status and hyperparameters, the
@@ -34,7 +34,6 @@ manifest=None)`, `searched_scales(run_dir)`, `log_axis(key, values, scales)`,
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import sqlite3
@@ -45,13 +44,18 @@ from typing import Any
 
 from hns_train.agents.pool import ROLES
 from hns_train.agents.pool_index import DB_NAME
-from hns_train.agents.population import load_manifest
+from hns_train.agents.population import (
+    ANCHORS,
+    LEAGUE,
+    LINEAGE,
+    MANIFEST,
+    STATUS,
+    UNTRAINED,
+    load_manifest,
+    read_records,
+)
 
 # File names of a population run directory (the population design; written by the controller).
-MANIFEST = "population.json"
-LINEAGE = "lineage.jsonl"
-STATUS = "population.jsonl"
-LEAGUE = "league"
 PLOT = "population.png"
 
 LOG_SPAN = 10.0  # a key not searched gets a log axis when its positive values span this ratio
@@ -61,7 +65,6 @@ TEXT_WIDTH = 100  # columns the tables wrap to
 WIDTH, TOP_PX, PANEL_PX, DPI = 1400, 80, 260, 100  # the PNG's pixels: WIDTH x TOP + PANEL * n
 MAX_PANELS = 24  # hyperparameter panels drawn; beyond that the PNG grows past usefulness
 HOF = re.compile(r"^(m\d+)\.(\d+)$")  # a hall-of-fame policy: member m1 at version 400
-ANCHOR = "untrained"  # the league's fixed anchor: the untrained network (population design)
 ROLE_MU = {role: (f"{role}_mu", f"{role}_sigma") for role in ROLES}
 
 
@@ -80,36 +83,6 @@ class Population:
         return self.manifest.get("members") or {}
 
 
-def read_records(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """The JSON objects of a JSONL file in order, and notes on what was skipped: a last line
-    cut short (a writer killed mid-line) or any other line that is not a JSON object.
-    (`agents.population.read_jsonl` skips the same lines silently; a view has to say so.)"""
-    path = Path(path)
-    if not path.is_file():
-        return [], [f"{path.name}: missing"]
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError as e:
-        return [], [f"{path.name}: unreadable ({e.strerror or e})"]
-    records: list[dict[str, Any]] = []
-    notes: list[str] = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if n == len(lines):
-                notes.append(f"{path.name}: last line (line {n}) cut short; skipped")
-                continue
-            record = None
-        if isinstance(record, dict):
-            records.append(record)
-        else:
-            notes.append(f"{path.name}:{n} is not a JSON object; skipped")
-    return records, notes
-
-
 def read_manifest(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
     """population.json as a dict ({} and a note when it cannot be used); members that are not
     objects are dropped."""
@@ -119,8 +92,6 @@ def read_manifest(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
         return {}, [f"{e}; members and counters unknown"]
     except OSError as e:
         return {}, [f"{MANIFEST}: unreadable ({e.strerror or e}); members and counters unknown"]
-    except AttributeError:  # load_manifest on JSON that is not an object
-        return {}, [f"{MANIFEST}: not a JSON object; members and counters unknown"]
     members = data.get("members")
     if not isinstance(members, dict):
         return {}, [f"{MANIFEST}: 'members' is not an object; members and counters unknown"]
@@ -211,7 +182,7 @@ def _open_ratings(run_dir: Path):
             "writes it when it rates the first league match)"
         )
     try:
-        ratings = Ratings(run_dir / LEAGUE, fixed={ANCHOR})
+        ratings = Ratings(run_dir / LEAGUE, fixed=ANCHORS)
         ratings.conn.execute("SELECT COUNT(*) FROM ratings").fetchone()
     except sqlite3.DatabaseError as e:
         return None, f"league: {LEAGUE}/{DB_NAME} is unreadable ({e})"
@@ -306,7 +277,7 @@ def policy_note(policy: str, members: dict[str, dict[str, Any]]) -> str:
     hof = HOF.match(policy)
     if hof:
         return f"hall of fame: {hof.group(1)} at v{hof.group(2)}"
-    if policy == ANCHOR:
+    if policy == UNTRAINED:
         return "anchor: the untrained network"
     return ""
 

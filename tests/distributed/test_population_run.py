@@ -15,7 +15,7 @@ import yaml
 from hns_train import train
 from hns_train.agents.checkpoint import CheckpointDir, load_checkpoint
 from hns_train.agents.pool import PolicyPool
-from hns_train.agents.population import read_jsonl
+from hns_train.agents.population import read_records
 from hns_train.config import load_config
 from hns_train.distributed.population import PopulationController, request
 from hns_train.eval.ratings import Ratings
@@ -69,7 +69,7 @@ def checkpoints(run_dir, member):
 
 
 def events(run_dir, kind):
-    return [e for e in read_jsonl(run_dir / "lineage.jsonl") if e["event"] == kind]
+    return [e for e in read_records(run_dir / "lineage.jsonl")[0] if e["event"] == kind]
 
 
 def assert_same_tensors(a, b, where=""):
@@ -180,7 +180,7 @@ def test_population_replaces_a_crippled_member_restarts_one_and_resumes(tmp_path
     finally:
         resumed.shutdown()
         resumed.league.close()
-    assert [e["event"] for e in read_jsonl(run_dir / "lineage.jsonl")][-1] == "resume"
+    assert [e["event"] for e in read_records(run_dir / "lineage.jsonl")[0]][-1] == "resume"
 
 
 def test_population_of_one_is_the_plain_run(tmp_path):
