@@ -203,6 +203,7 @@ class PopulationController:
         self.stop_reason = ""
         self.error = ""
         self.resumed = resume
+        self.ray_address, self._owns_ray = "", False
         if resume:
             self._restore()
         self.start = time.monotonic()
@@ -231,6 +232,8 @@ class PopulationController:
         pool = data["pool"]
         pool.update(p_cross=self.p.p_cross, p_past=self.p.p_past)
         pipeline = data["pipeline"]  # guests and the league read checkpoints this often
+        if self.ray_address:  # members place their workers on the population's Ray
+            pipeline["ray_address"] = self.ray_address
         every = pipeline["checkpoint_every_s"]
         pipeline["checkpoint_every_s"] = min(every or np.inf, self.p.sync_every_s)
         cfg = config_from_dict(data, f"member {member.name}")
@@ -320,8 +323,27 @@ class PopulationController:
         self.league.close()
         return summary
 
+    def start_ray(self) -> None:
+        """On `pipeline.launcher=ray` without `ray_address`: one local Ray for every member (each
+        member's run still reserves its own placement groups on it)."""
+        p = self.cfg.pipeline
+        if p.launcher != "ray" or p.ray_address or self.ray_address:
+            return
+        try:
+            import ray
+        except ImportError:
+            raise ValueError(
+                "pipeline.launcher=ray needs Ray 2.60: pip install 'hns_train[cluster]'"
+            ) from None
+        ray.init(
+            num_cpus=p.ray_num_cpus or None, include_dashboard=False, logging_level=logging.WARNING
+        )
+        self.ray_address = ray.get_runtime_context().gcs_address
+        self._owns_ray = True
+
     def start_members(self) -> None:
         """Every member joins (a new population) and its run starts (or resumes)."""
+        self.start_ray()
         if not self.members:
             for _ in range(self.p.members):
                 self.join()
@@ -332,6 +354,11 @@ class PopulationController:
         """Every member stops with a final checkpoint; the manifest records the end."""
         self._stop_members()
         self.save()
+        if self._owns_ray:
+            import ray
+
+            ray.shutdown()
+            self._owns_ray, self.ray_address = False, ""
 
     def _on_signal(self, signum, frame) -> None:
         self.request_stop(f"signal {signal.Signals(signum).name}")

@@ -180,10 +180,8 @@ class RayLauncher:
             (f"samples{i}", f"trainer{i}", self._slot_ip[f"trainer{i}"])
             for i in range(p.n_trainers)
         ]
-        wanted += [
-            (f"inference{i}", f"policy{i}", self._slot_ip[f"policy{i}"])
-            for i in range(p.n_policy_workers)
-        ]
+        policies = self._names("policy")  # none for pods: they act in their own process
+        wanted += [(f"inference{i}", name, self._slot_ip[name]) for i, name in enumerate(policies)]
         by_ip: dict[str, list[str]] = defaultdict(list)
         node_of_ip = {}
         for key, worker, ip in wanted:
@@ -194,7 +192,7 @@ class RayLauncher:
         for ip, keys in by_ip.items():
             ports = self._ports_on(ip, node_of_ip.get(ip), len(keys))
             addr.update({k: f"tcp://{ip}:{port}" for k, port in zip(keys, ports, strict=True)})
-        return endpoints_from(addr, p.n_policy_workers, p.n_trainers)
+        return endpoints_from(addr, len(policies), p.n_trainers)
 
     def _ports_on(self, ip: str, node_id: str | None, count: int) -> list[int]:
         if ip == self.host or node_id is None:

@@ -221,3 +221,32 @@ def test_population_of_one_is_the_plain_run(tmp_path):
 def test_population_requests_refuse_what_is_not_a_population(tmp_path, capsys):
     assert train.main(["population", "add", str(tmp_path)]) == 2
     assert "not a population run" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_population_on_ray_gives_each_member_its_own_placement_group(tmp_path):
+    ray = pytest.importorskip("ray")
+    cfg = population_config(
+        tmp_path,
+        "population.members=2",
+        "population.overrides=[]",
+        "pipeline.launcher=ray",
+        "pipeline.ray_num_cpus=2",
+        "pod.worlds=8",
+    )
+    pop = PopulationController(cfg)
+    try:
+        pop.start_members()
+        address = pop.ray_address
+        assert address and ray.is_initialized()
+        tick_until(pop, lambda: all(m.frames > 0 for m in pop.members.values()), 180, "training")
+        groups = [g for g in ray.util.placement_group_table().values() if g["state"] == "CREATED"]
+        assert len(groups) >= 2  # one (the pod's) per member
+        for name in ("m0", "m1"):
+            member_cfg = yaml.safe_load((cfg.run_dir / "members" / f"{name}.yaml").read_text())
+            assert member_cfg["pipeline"]["ray_address"] == address
+    finally:
+        pop.shutdown()
+        pop.league.close()
+    assert not ray.is_initialized()
+    assert all(not r.alive() for r in pop.runs.values())
