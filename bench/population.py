@@ -53,7 +53,7 @@ from hns_train.eval.population_view import (  # noqa: E402
 )
 
 GAMES = ("chase", "quadrant_cpu")
-FRAMES, QUICK_FRAMES = 100_000, 12_800
+FRAMES, QUICK_FRAMES = 100_000, 25_600
 EVAL_EPISODES, QUICK_EVAL_EPISODES = 128, 8
 EVAL_WORLDS, QUICK_EVAL_WORLDS = 32, 4
 CRIPPLE = "agent.ppo.lr=0"  # a member that cannot learn

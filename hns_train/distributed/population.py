@@ -9,10 +9,11 @@ single `Controller`. It owns `runs/<name>/` (layout below) and, each tick:
   train on (at most `population.max_restarts` times);
 - plays the league (`hns_train.eval.league`): one round every `league_every_s`, members in turn,
   roles in turn, against another member's latest policy, a hall-of-fame entry or an anchor;
-- every `sync_every_s`: reads each member's newest checkpoint, makes hall-of-fame candidates
-  (one per `hof_every` versions of a member; the best `hall_of_fame` rated entries are kept, new
-  ones are kept until they have `ready_games` games), and writes the guests of every member's pool:
-  the other members' latest (cross) and the hall of fame (past), with PFSP weights;
+- reads each member's newest checkpoint as soon as it is written; every `sync_every_s`, makes
+  hall-of-fame candidates (one per `hof_every` versions of a member; the best `hall_of_fame`
+  rated entries are kept, new ones until they have `ready_games` games) and writes the guests of
+  every member's pool: the other members' latest (cross) and the hall of fame (past), with PFSP
+  weights;
 - exploit and explore (`hns_train.agents.population.choose_exploits`): the member is stopped (its
   run writes a final checkpoint), the source's newest checkpoint becomes its newest checkpoint
   (every tensor as the source wrote it; counters of frames and episodes stay the member's own),
@@ -204,6 +205,7 @@ class PopulationController:
         self.error = ""
         self.resumed = resume
         self.ray_address, self._owns_ray = "", False
+        self._fresh: set[str] = set()  # members with new weights since the last sync
         if resume:
             self._restore()
         self.start = time.monotonic()
@@ -370,8 +372,11 @@ class PopulationController:
         now = time.monotonic()
         self._watch_members()
         self._take_requests()
-        for run in self.runs.values():
+        for name in self.running():
+            run = self.runs[name]
             run.read_progress()
+            if run.refresh_state():  # a directory listing; a checkpoint is read only when new
+                self._fresh.add(name)
         if now - self._last["sync"] >= self.p.sync_every_s:
             self._last["sync"] = now
             self.sync()
@@ -535,8 +540,8 @@ class PopulationController:
     # ------------------------------------------------------------------ guests
     def sync(self) -> None:
         """Newest member weights; hall-of-fame candidates; every member's guests."""
-        changed = [m for m in self.running() if self.runs[m].refresh_state()]
-        for name in changed:
+        changed, self._fresh = self._fresh & set(self.running()), set()
+        for name in sorted(changed):
             run, member = self.runs[name], self.members[name]
             if member.version - run.hof_version >= self.p.hof_every:
                 self._add_to_hall_of_fame(name, member.version, run.state)
