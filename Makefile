@@ -28,6 +28,9 @@ $(STAMP): pyproject.toml
 train: $(STAMP)
 	$(BIN)/python -m hns_train.train $(ARGS)
 
+# The slowest tests are printed at the end of every run, to keep the suite's time in view.
+PYTEST_ARGS ?= --durations=30
+
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

@@ -157,3 +157,13 @@ def test_bad_input(tmp_path):
         log.log_table("t", ["a"], [[1, 2]])
     with pytest.raises(ValueError, match="does not exist"):
         log.log_video(tmp_path / "none.mp4", "v")
+
+
+def test_members_of_a_population_share_a_group(tmp_path):
+    """One wandb run per member, all in the population's group (compared side by side)."""
+    runs = []
+    for name in ("m0", "m1"):
+        with WandbLogger(tmp_path / name, {"name": name}, group="pop") as log:
+            runs.append((log.run.group, log.run.name, log.run_id))
+    assert [r[0] for r in runs] == ["pop", "pop"]
+    assert [r[1] for r in runs] == ["m0", "m1"] and runs[0][2] != runs[1][2]
