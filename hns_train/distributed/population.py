@@ -77,12 +77,14 @@ from hns_train.agents.population import (
 )
 from hns_train.config import RunConfig, apply_override, config_from_dict, flat_settings, save_config
 from hns_train.distributed.opponent_codes import pool_dir
+from hns_train.distributed.wandb_logger import WandbLogger
 from hns_train.eval.league import League
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5
 STOP_WAIT_S = 120.0  # a member asked to stop writes its final checkpoint within this
 REQUESTS = "requests"
+LINEAGE_COLUMNS = ["hours", "event", "member", "details"]
 
 
 class MemberRun:
@@ -213,6 +215,19 @@ class PopulationController:
         # spinning OpenMP threads on a busy host made a round 5x slower (3.1 s against 0.6 s).
         torch.set_num_threads(1)
         self.league = League(self.run_dir / LEAGUE, cfg, seed=cfg.seed)
+        lg = cfg.logging  # the population's own wandb run, in the group of its members' runs
+        self.wandb = WandbLogger(
+            self.run_dir,
+            cfg.to_dict(),
+            project=lg.project,
+            mode=lg.wandb,
+            resume=resume,
+            name=f"{cfg.name}/population",
+            group=cfg.name,
+        )
+        self._events: list[dict[str, Any]] = []
+        if resume:
+            self.event("resume", "")
         self._turn = 0
         self._last = {"league": -np.inf, "sync": -np.inf, "record": -np.inf}
 
@@ -259,8 +274,21 @@ class PopulationController:
         member = Member(index=index, seed=self.cfg.seed + index, hyper=hyper)
         self.members[member.name] = member
         fixed = self.fixed.get(index, [])  # settings that hold until its first exploit
-        self.lineage.append("join", member.name, self.elapsed_s(), hyper=hyper, fixed=fixed)
+        self.event("join", member.name, hyper=hyper, fixed=fixed)
         return member
+
+    def event(self, kind: str, member: str, **fields: Any) -> None:
+        """One lineage event: a line in lineage.jsonl, and the lineage table in wandb."""
+        record = self.lineage.append(kind, member, self.elapsed_s(), **fields)
+        self._events.append(record)
+        self.wandb.log_table(
+            "population/lineage",
+            LINEAGE_COLUMNS,
+            [
+                [e["elapsed_s"] / 3600, e["event"], e["member"], json.dumps(_details(e))]
+                for e in self._events
+            ],
+        )
 
     def _config_path(self, member: Member) -> Path:
         return self.run_dir / "members" / f"{member.name}.yaml"
@@ -287,7 +315,7 @@ class PopulationController:
         for other in self.running():
             with PolicyPool(pool_dir(self.runs[other].dir)) as pool:
                 pool.remove_guest(name)
-        self.lineage.append("retire", name, self.elapsed_s())
+        self.event("retire", name)
 
     def running(self) -> list[str]:
         return [n for n, m in self.members.items() if m.status == "running"]
@@ -322,8 +350,13 @@ class PopulationController:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         summary = self.summary()
-        self.league.close()
+        self.close()
         return summary
+
+    def close(self) -> None:
+        """The league database and the wandb run (after `shutdown`)."""
+        self.league.close()
+        self.wandb.finish(1 if self.error else 0)
 
     def start_ray(self) -> None:
         """On `pipeline.launcher=ray` without `ray_address`: one local Ray for every member (each
@@ -405,7 +438,7 @@ class PopulationController:
             self.counters["restarts"] += 1
             reason = f"its run ended with exit code {code}"
             log.warning("member %s: %s; restarting it from its newest checkpoint", name, reason)
-            self.lineage.append("restart", name, self.elapsed_s(), reason=reason)
+            self.event("restart", name, reason=reason)
             self.launch(member)
 
     def _take_requests(self) -> None:
@@ -518,19 +551,15 @@ class PopulationController:
         member.exploits += 1
         self.counters["exploits"] += 1
         run.checkpoint_step, run.state = None, None
-        elapsed = self.elapsed_s()
-        self.lineage.append(
+        self.event(
             "exploit",
             name,
-            elapsed,
             source=source,
             source_version=version,
             win_probability=win_probability,
             version=version,
         )
-        self.lineage.append(
-            "explore", name, elapsed, hyper_before=before, hyper_after=hyper, how=how
-        )
+        self.event("explore", name, hyper_before=before, hyper_after=hyper, how=how)
         log.warning(
             "member %s copied %s (p_win %.2f) at version %d", name, source, win_probability, version
         )
@@ -669,7 +698,6 @@ class PopulationController:
             run = MemberRun(self.run_dir, member)
             run.hof_version = int(manifest.get("hof_versions", {}).get(name, -1))
             self.runs[name] = run
-        self.lineage.append("resume", "", self.prior_s)
 
     def record(self) -> None:
         members = {}
@@ -688,6 +716,20 @@ class PopulationController:
         }
         with (self.run_dir / STATUS).open("a") as f:
             f.write(json.dumps(record) + "\n")
+        row = {
+            "episodes": sum(m.episodes for m in self.members.values()),
+            "frames": record["frames"],
+            "hours": record["elapsed_s"] / 3600,
+            "version": max((m.version for m in self.members.values()), default=0),
+            "population/members": len(members),
+            "population/exploits": self.counters["exploits"],
+            "population/restarts": self.counters["restarts"],
+        }
+        for name, values in members.items():
+            row.update({f"{name}/{k}": v for k, v in values.items() if k != "hyper"})
+            # wandb reads dots in a key as nesting: agent.ppo.lr is charted as agent/ppo/lr
+            row.update({f"{name}/{k.replace('.', '/')}": v for k, v in values["hyper"].items()})
+        self.wandb.log(row)
 
     def _postfix(self) -> str:
         return f"members {len(self.running())} exploits {self.counters['exploits']}"
@@ -746,3 +788,7 @@ def _stop_with_parent() -> None:
 
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGINT))
+
+
+def _details(event: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in event.items() if k not in ("time", "elapsed_s", "event", "member")}

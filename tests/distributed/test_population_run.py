@@ -152,7 +152,7 @@ def test_population_replaces_a_crippled_member_restarts_one_and_resumes(tmp_path
         before = pop.manifest()
     finally:
         pop.shutdown()
-        pop.league.close()
+        pop.close()
     with Ratings(run_dir / "league") as ratings:
         board = {(r.policy, r.role): (r.mu, r.sigma) for r in ratings.leaderboard()}
     assert all(not pop.runs[n].alive() for n in pop.runs)
@@ -179,7 +179,7 @@ def test_population_replaces_a_crippled_member_restarts_one_and_resumes(tmp_path
         assert resumed.members["m1"].version >= version  # from its checkpoint, not from 0
     finally:
         resumed.shutdown()
-        resumed.league.close()
+        resumed.close()
     assert [e["event"] for e in read_records(run_dir / "lineage.jsonl")[0]][-1] == "resume"
 
 
@@ -211,7 +211,7 @@ def test_population_of_one_is_the_plain_run(tmp_path):
     try:
         m0 = pop.member_config(pop.join())
     finally:
-        pop.league.close()
+        pop.close()
     assert m0.seed == cfg.seed and m0.agent == cfg.agent and m0.game == cfg.game
     assert m0.pod == cfg.pod and m0.population.members == 1
     own = {**cfg.pool.to_dict(), "p_cross": 0.25, "p_past": 0.25}
@@ -247,6 +247,34 @@ def test_population_on_ray_gives_each_member_its_own_placement_group(tmp_path):
             assert member_cfg["pipeline"]["ray_address"] == address
     finally:
         pop.shutdown()
-        pop.league.close()
+        pop.close()
     assert not ray.is_initialized()
     assert all(not r.alive() for r in pop.runs.values())
+
+
+def test_population_logs_members_and_lineage_to_its_own_wandb_run(tmp_path, monkeypatch):
+    """The population's wandb run (in the group of its members' runs) holds each member's
+    rating and settings over time and the lineage table."""
+    from hns_train.distributed.wandb_logger import offline_runs, read_offline_run
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)  # the suite's switch; offline writes files
+    for var in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb-home" / var.lower()))
+
+    cfg = population_config(tmp_path, "logging.wandb=offline", "population.overrides=[]")
+    pop = PopulationController(cfg)
+    try:
+        for _ in range(3):
+            pop.join()
+        pop.record()
+    finally:
+        pop.close()
+    (offline,) = offline_runs(cfg.run_dir)
+    run = read_offline_run(offline)
+    (row,) = [r for r in run["history"] if "population/members" in r]
+    assert row["population/members"] == 3 and row["frames"] == 0
+    assert row["m0/agent/ppo/lr"] == pytest.approx(3e-4)
+    assert LR_RANGE[0] <= row["m2/agent/ppo/lr"] <= LR_RANGE[1]
+    assert row["m1/seeker_mu"] == pytest.approx(25.0)
+    tables = [r for r in run["history"] if "population/lineage" in r]
+    assert len(tables) == 3 and tables[-1]["population/lineage"]["_type"] == "table-file"
