@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 from tqdm import tqdm
 
 from hns_train.agents.checkpoint import CheckpointDir, load_checkpoint, save_checkpoint
@@ -271,9 +272,13 @@ class PopulationController:
                 if index == 0
                 else sample_hyper(self.ranges, self.rng)
             )
+        fixed = self.fixed.get(index, [])  # settings that hold until its first exploit
+        for item in fixed:  # a fixed searched setting is what the member trains with
+            key, _, value = item.partition("=")
+            if key in self.ranges:
+                hyper = {**hyper, key: yaml.safe_load(value)}
         member = Member(index=index, seed=self.cfg.seed + index, hyper=hyper)
         self.members[member.name] = member
-        fixed = self.fixed.get(index, [])  # settings that hold until its first exploit
         self.event("join", member.name, hyper=hyper, fixed=fixed)
         return member
 

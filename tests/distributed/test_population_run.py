@@ -96,6 +96,7 @@ def test_population_replaces_a_crippled_member_restarts_one_and_resumes(tmp_path
         pop.start_members()
         assert pop.members["m0"].hyper["agent.ppo.lr"] == pytest.approx(3e-4)  # base settings
         assert events(run_dir, "join")[1]["fixed"] == ["agent.ppo.lr=0"]
+        assert pop.members["m1"].hyper["agent.ppo.lr"] == 0  # what it trains with
         m1_config = yaml.safe_load((run_dir / "members" / "m1.yaml").read_text())
         assert m1_config["agent"]["ppo"]["lr"] == 0.0  # the crippled member
 
