@@ -33,6 +33,7 @@ Env frames = environment steps summed over worlds; episodes = finished episodes.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import logging
@@ -44,6 +45,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -249,31 +251,23 @@ class Controller:
 
     # ------------------------------------------------------------------ run
     def run(self) -> Summary:
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, self._on_signal)
-        try:
-            self._open_logs()
-            for spec in self.specs():
-                self._start(spec)
-            while not self.stop_reason:
-                self.launcher.step()
-                self.tick()
-        except Exception as err:  # a controller bug must still stop every worker
-            self.error = f"{type(err).__name__}: {err}"
-            self.stop_reason = self.stop_reason or f"error: {self.error}"
-            raise
-        finally:
-            self._stop_workers()
-            self._record()
-            self.log.close()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        with stop_signals(self.request_stop):
+            try:
+                self._open_logs()
+                for spec in self.specs():
+                    self._start(spec)
+                while not self.stop_reason:
+                    self.launcher.step()
+                    self.tick()
+            except Exception as err:  # a controller bug must still stop every worker
+                self.error = f"{type(err).__name__}: {err}"
+                self.stop_reason = self.stop_reason or f"error: {self.error}"
+                raise
+            finally:
+                self._stop_workers()
+                self._record()
+                self.log.close()
         return self.summary()
-
-    def _on_signal(self, signum, frame) -> None:
-        self.request_stop(f"signal {signal.Signals(signum).name}")
 
     def request_stop(self, reason: str) -> None:
         """Stop the run after the current tick (safe from signal handlers and other threads)."""
@@ -555,6 +549,23 @@ class Controller:
             last_record=self.log.last,
             new_frames=self.frames - self.frames_at_start,
         )
+
+
+@contextlib.contextmanager
+def stop_signals(request_stop: Callable[[str], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM ask for a clean stop (`request_stop("signal SIGINT")`) while the
+    block runs, on the main thread (elsewhere Python cannot install handlers)."""
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(
+                sig, lambda signum, frame: request_stop(f"signal {signal.Signals(signum).name}")
+            )
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _rid(state: WorkerState) -> bytes:

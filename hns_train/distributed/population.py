@@ -44,7 +44,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -77,6 +76,7 @@ from hns_train.agents.population import (
     save_manifest,
 )
 from hns_train.config import RunConfig, apply_override, config_from_dict, flat_settings, save_config
+from hns_train.distributed.controller import stop_signals
 from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.wandb_logger import WandbLogger
 from hns_train.eval.league import League
@@ -327,41 +327,31 @@ class PopulationController:
 
     # ------------------------------------------------------------------ run
     def run(self) -> dict[str, Any]:
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, self._on_signal)
         bar = tqdm(
             total=self.cfg.stop.frames or None,
             unit="frame",
             desc=f"population {self.cfg.name}",
             disable=not self.cfg.logging.progress,
         )
-        try:
-            self.start_members()
-            while not self.stop_reason:
-                self.tick()
-                bar.n = self.total_frames()
-                bar.set_postfix_str(self._postfix(), refresh=False)
-                bar.refresh()
-                time.sleep(TICK_S)
-        except Exception as err:  # a controller bug must still stop every member
-            self.error = f"{type(err).__name__}: {err}"
-            self.stop_reason = self.stop_reason or f"error: {self.error}"
-            raise
-        finally:
-            bar.close()
-            self.shutdown()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        with stop_signals(self.request_stop):
+            try:
+                self.start_members()
+                while not self.stop_reason:
+                    self.tick()
+                    bar.n = self.total_frames()
+                    bar.set_postfix_str(self._postfix(), refresh=False)
+                    bar.refresh()
+                    time.sleep(TICK_S)
+            except Exception as err:  # a controller bug must still stop every member
+                self.error = f"{type(err).__name__}: {err}"
+                self.stop_reason = self.stop_reason or f"error: {self.error}"
+                raise
+            finally:
+                bar.close()
+                self.shutdown()
         summary = self.summary()
         self.close()
         return summary
-
-    def close(self) -> None:
-        """The league database and the wandb run (after `shutdown`)."""
-        self.league.close()
-        self.wandb.finish(1 if self.error else 0)
 
     def start_ray(self) -> None:
         """On `pipeline.launcher=ray` without `ray_address`: one local Ray for every member (each
@@ -399,9 +389,6 @@ class PopulationController:
 
             ray.shutdown()
             self._owns_ray, self.ray_address = False, ""
-
-    def _on_signal(self, signum, frame) -> None:
-        self.request_stop(f"signal {signal.Signals(signum).name}")
 
     def request_stop(self, reason: str) -> None:
         self.stop_reason = self.stop_reason or reason
