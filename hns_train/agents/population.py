@@ -111,6 +111,9 @@ class PopulationConfig:
     sync_every_s: float = 20.0  # how often guests (cross/past opponents) are refreshed
     record_every_s: float = 10.0  # population.jsonl status records
     max_restarts: int = 5  # of one member's run, before the population stops with an error
+    # Eval workers of each member's own run (`eval.n_workers` there): the league already rates
+    # members, so none by default; 1 gives each member its own replays and videos.
+    member_eval_workers: int = 0
 
     def __post_init__(self) -> None:
         if self.members < 1:
@@ -131,8 +134,10 @@ class PopulationConfig:
         for name in ("hall_of_fame", "hof_every", "league_worlds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.ready_versions < 0 or self.ready_games < 0 or self.max_restarts < 0:
+        if min(self.ready_versions, self.ready_games, self.max_restarts) < 0:
             raise ValueError("ready_versions, ready_games and max_restarts must be >= 0")
+        if self.member_eval_workers < 0:
+            raise ValueError(f"member_eval_workers must be >= 0, got {self.member_eval_workers}")
         if min(self.perturb_factors) <= 0:
             raise ValueError(f"perturb_factors must be > 0, got {self.perturb_factors}")
         for role in self.league_roles:

@@ -247,6 +247,7 @@ class PopulationController:
         )
         data["logging"] = {**data["logging"], "group": self.cfg.name, "progress": False}
         data["stop"] = {}  # the population decides when every member stops
+        data["eval"] = {**data["eval"], "n_workers": self.p.member_eval_workers}
         pool = data["pool"]
         pool.update(p_cross=self.p.p_cross, p_past=self.p.p_past)
         pipeline = data["pipeline"]  # guests and the league read checkpoints this often
