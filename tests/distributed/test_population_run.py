@@ -215,6 +215,7 @@ def test_population_of_one_is_the_plain_run(tmp_path):
         pop.close()
     assert m0.seed == cfg.seed and m0.agent == cfg.agent and m0.game == cfg.game
     assert m0.pod == cfg.pod and m0.population.members == 1
+    assert m0.eval.n_workers == 0  # the league rates members (population.member_eval_workers)
     own = {**cfg.pool.to_dict(), "p_cross": 0.25, "p_past": 0.25}
     assert m0.pool.to_dict() == own
 
