@@ -354,6 +354,11 @@ class PopulationController:
         self.close()
         return summary
 
+    def close(self) -> None:
+        """The league database and the wandb run (after `shutdown`)."""
+        self.league.close()
+        self.wandb.finish(1 if self.error else 0)
+
     def start_ray(self) -> None:
         """On `pipeline.launcher=ray` without `ray_address`: one local Ray for every member (each
         member's run still reserves its own placement groups on it)."""
