@@ -36,7 +36,7 @@ def test_pipeline_seeker_learns_to_keep_the_hider_in_sight(tmp_path):
     assert 0.25 < result["eval_random"] < 0.5
     # Measured around 0.76 at this budget; 0.2 above random leaves room for seeds and load.
     assert result["eval_trained"] > result["eval_random"] + 0.2
-    assert result["versions"] >= 25
+    assert result["versions"] >= 24
 
 
 @pytest.mark.slow
@@ -87,13 +87,14 @@ def test_pod_seeker_learns_like_the_pipeline(tmp_path):
 @pytest.mark.slow
 def test_warp_pod_seeker_learns(tmp_path):
     """A pod on the MuJoCo Warp game (Warp's CPU device): 16 worlds, 640 frames a rollout.
-    Measured: trained 0.758 against random 0.371 at 19.2k frames (30 versions, 6 min, load 2)."""
+    Measured: trained 0.758 against random 0.371 at 19.2k frames (30 versions, 6 min, load 2),
+    0.634 against 0.371 at 12.8k frames (20 versions); 16k frames sit between the two."""
     pytest.importorskip("mujoco_warp")
     result = learn_chase().main(
         [
             "--launcher=serial",
             "--minutes=0",
-            "--frames=19200",
+            "--frames=16000",
             "--eval-episodes=128",
             f"--runs-dir={tmp_path}",
             "--quiet",
@@ -104,4 +105,4 @@ def test_warp_pod_seeker_learns(tmp_path):
     )
     assert 0.25 < result["eval_random"] < 0.5
     assert result["eval_trained"] > result["eval_random"] + 0.2
-    assert result["versions"] >= 25
+    assert result["versions"] >= 24
