@@ -63,7 +63,7 @@ import numpy as np
 from hns_train.envs import contract as C
 from hns_train.envs import kernels as K
 from hns_train.envs import observations as O
-from hns_train.envs import rules
+from hns_train.envs import rays, rules
 from hns_train.envs.config import GameConfig
 from hns_train.envs.layout import ABSENT, sample_layout
 from hns_train.envs.stats import SURF_MIN_HEIGHT as SURF_LIFT
@@ -442,6 +442,11 @@ class HideAndSeekGame:
             self._qpos[w] = initial_qpos(self.cfg, self.layouts[w], idx, nq)
             self._body_pos[w] = m.body_pos[self._ent_body]
             self._geom_pos[w] = m.geom_pos[self._ent_geom]
+            if self._ray_fns is not None:  # what rays.cast reads of each world's model
+                self._model_ptr[w] = m._address
+                self._geom_type[w] = m.geom_type
+                self._geom_size[w] = m.geom_size
+                self._ray_ok[w] = rays.ray_geoms(m, self._ray_groups)
         g = self._geom_pos[ids]
         reach = (
             self.cfg.grab_range
@@ -528,6 +533,18 @@ class HideAndSeekGame:
         # mujoco.batch's C ray call with preallocated outputs; Batch.ray validates and allocates
         # on every call (tens of microseconds at one world). Same call, same results.
         self._ray_c = getattr(getattr(self.batch, "_b", None), "ray", None)
+        # one thread: the compiled ray loop of rays.py (same results, a fraction of the time);
+        # more threads: the batch's C call, which runs the worlds' rays on its threads
+        self._ray_fns = rays.FUNCTIONS if self.threads == 1 else None
+        if self._ray_fns is not None:
+            G = model.ngeom
+            self._ray_data = mujoco.MjData(model)  # scratch kinematics, any world's model
+            self._model_ptr = np.zeros(W, dtype=np.int64)
+            self._geom_type = np.zeros((W, G), dtype=np.int32)
+            self._geom_size = np.zeros((W, G, 3))
+            self._ray_ok = np.zeros((W, G), dtype=bool)
+            self._geom_body = model.geom_bodyid.astype(np.int64)
+            self._agent_body = idx.agent_body.astype(np.int64)
         self._ray_target_body = self._ent_body
         # body of each geom, and -1 for a miss (geom id -1 reads the appended last entry)
         self._hit_body = np.append(idx.geom_body, -1)
@@ -664,7 +681,33 @@ class HideAndSeekGame:
             self._ray_pnt,
             self._cone,
         )
-        if full and self._ray_c is not None:
+        if self._ray_fns is not None:
+            dist, geomid = self._ray_dist, self._ray_geom
+            data = self._ray_data
+            rays.cast(
+                worlds,
+                self._ray_fns,
+                self._model_ptr,
+                data._address,
+                data.qpos,
+                self._qpos,
+                data.geom_xpos,
+                data.geom_xmat,
+                self._geom_type,
+                self._geom_size,
+                self._ray_ok,
+                self._geom_body,
+                self._agent_body,
+                self.agent_present,
+                self._cone,
+                self._pair_ok,
+                self._ray_pnt,
+                self._ray_vec,
+                L,
+                dist,
+                geomid,
+            )
+        elif full and self._ray_c is not None:
             dist, geomid = self._ray_dist, self._ray_geom
             nfail = self._ray_c(
                 None,
