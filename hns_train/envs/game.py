@@ -316,38 +316,16 @@ class HideAndSeekGame:
             self._report_physics()
         self._push_live()
 
-        self._read_state()
-        self._cast_rays(self._all_worlds)
         reward = np.empty((self.n_worlds, self.n_agents), dtype=np.float32)
         truncated = np.empty(self.n_worlds, dtype=bool)
-        hiders, seekers = self._team_masks
+        if self._ray_fns is not None:
+            flags = self._sense_and_score(reward, truncated)
+        else:
+            self._read_state()
+            self._cast_rays(self._all_worlds)
+            flags = self._score(reward, truncated)
+            self._observe()
         stats = self.stats
-        flags = K.rewards_and_stats(
-            self.t,
-            self._prep_steps,
-            cfg.horizon,
-            self._lift_z,
-            self._seeker_present,
-            self._sees,
-            self._seeker_sees_hider,
-            self._team_sign_hidden,
-            self._team_sign_seen,
-            self._ent_pos,
-            cfg.oob_low,
-            cfg.oob_high,
-            cfg.oob_penalty,
-            cfg.penalise_objects_oob and self.n_objects > 0,
-            self.object_present,
-            self.agent_present,
-            *hiders,
-            *seekers,
-            stats.returns,
-            stats.play_steps,
-            stats.hidden_steps,
-            reward,
-            self._hiders_seen,
-            truncated,
-        )
         if flags & K.LIFTED:  # a seeker off the floor: box surfing is possible
             stats.add_surfing(
                 self.t - 1 < self._prep_steps,
@@ -374,8 +352,131 @@ class HideAndSeekGame:
             )
             for w, s in zip(done, finished, strict=True):
                 infos[w] = s
-        self._observe()
         return self.obs, reward, truncated, infos
+
+    def _score(self, reward, truncated) -> int:
+        """Rewards, running statistics, t += 1 and truncation (kernels.rewards_and_stats)."""
+        cfg = self.cfg
+        hiders, seekers = self._team_masks
+        stats = self.stats
+        return K.rewards_and_stats(
+            self.t,
+            self._prep_steps,
+            cfg.horizon,
+            self._lift_z,
+            self._seeker_present,
+            self._sees,
+            self._seeker_sees_hider,
+            self._team_sign_hidden,
+            self._team_sign_seen,
+            self._ent_pos,
+            cfg.oob_low,
+            cfg.oob_high,
+            cfg.oob_penalty,
+            cfg.penalise_objects_oob and self.n_objects > 0,
+            self.object_present,
+            self.agent_present,
+            *hiders,
+            *seekers,
+            stats.returns,
+            stats.play_steps,
+            stats.hidden_steps,
+            reward,
+            self._hiders_seen,
+            truncated,
+        )
+
+    def _sense_and_score(self, reward, truncated) -> int:
+        """One thread: what follows the physics up to the observations in one compiled call
+        (kernels.after_physics), after the trigonometry of the poses."""
+        cfg, obs = self.cfg, self.obs
+        agents, boxes, ramps = C.ENTITY_KEYS
+        hiders, seekers = self._team_masks
+        stats, data = self.stats, self._ray_data
+        self._pull_live()
+        K.yaw_angles(self._ent_q, self._angles)
+        np.cos(self._angles, out=self._cos2)
+        np.sin(self._angles, out=self._sin2)
+        return K.after_physics(
+            self._ent_q,
+            self._ent_qd,
+            self._body_pos,
+            self._geom_xy_a,
+            self._geom_xy_b,
+            self._geom_pos[..., 2],
+            self._cos2,
+            self._sin2,
+            self._angles,
+            self._xquat[:, 1:],
+            self._ent_pos,
+            self._ent_vel,
+            self._front,
+            self._rot,
+            self.entity_centre,
+            self._all_worlds,
+            self._cos_half_angle,
+            cfg.n_lidar,
+            self._sq_reach,
+            self._ray_vec,
+            self._ray_pnt,
+            self._cone,
+            self._ray_fns,
+            self._model_ptr,
+            data._address,
+            data.qpos,
+            self._qpos,
+            data.geom_xpos,
+            data.geom_xmat,
+            self._geom_type,
+            self._geom_size,
+            self._ray_ok,
+            self._geom_body,
+            self._agent_body,
+            self._pair_ok,
+            self._ray_dist,
+            self._ray_geom,
+            cfg.lidar_range,
+            self._hit_body,
+            self._ray_target_body,
+            self.lidar,
+            self._sees_flat,
+            self.t,
+            self._prep_steps,
+            cfg.horizon,
+            self._lift_z,
+            self._seeker_present,
+            self._seeker_sees_hider,
+            self._team_sign_hidden,
+            self._team_sign_seen,
+            cfg.oob_low,
+            cfg.oob_high,
+            cfg.oob_penalty,
+            cfg.penalise_objects_oob and self.n_objects > 0,
+            self.object_present,
+            self.agent_present,
+            *hiders,
+            *seekers,
+            stats.returns,
+            stats.play_steps,
+            stats.hidden_steps,
+            reward,
+            self._hiders_seen,
+            truncated,
+            self.is_hider,
+            self._self_rows,
+            self._other_rows,
+            self._other_sees,
+            self._box_live,
+            self._ramp_live,
+            obs[C.SELF_KEY],
+            obs[agents.key],
+            obs[agents.visible_mask],
+            obs[boxes.key],
+            obs[boxes.visible_mask],
+            obs[ramps.key],
+            obs[ramps.visible_mask],
+            obs[C.LIDAR_KEY],
+        )
 
     def _prepare_actions(self, actions) -> np.ndarray:
         """Checked (W, A, 5) int64 actions with the no-op where agents are idle (seekers during

@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from hns_train.envs import rays
+
 _OPTS = {"cache": True, "nogil": True, "error_model": "numpy", "boundscheck": False}
 
 
@@ -468,3 +470,128 @@ def decide_locks_and_grabs(
             if g != grabbed[w, a]:
                 changed |= 2
     return changed
+
+
+@njit(**_OPTS)
+def after_physics(
+    # poses (kinematics)
+    q,
+    qd,
+    body_pos,
+    geom_xy_a,
+    geom_xy_b,
+    geom_z,
+    cos2,
+    sin2,
+    angles,
+    xquat,
+    pos,
+    vel,
+    front,
+    rot,
+    centre,
+    # rays (aim_rays, rays.cast, read_rays)
+    worlds,
+    cos_half_angle,
+    L,
+    sq_reach,
+    ray_vec,
+    ray_pnt,
+    cone,
+    functions,
+    model_ptr,
+    data_ptr,
+    data_qpos,
+    qpos,
+    geom_xpos,
+    geom_xmat,
+    geom_type,
+    geom_size,
+    ray_ok,
+    geom_body,
+    agent_body,
+    pair_ok,
+    dist,
+    geomid,
+    lidar_range,
+    hit_body,
+    target_body,
+    lidar,
+    sees_flat,
+    # rewards and statistics (rewards_and_stats)
+    t,
+    prep_steps,
+    horizon,
+    lift_z,
+    seeker_present,
+    seeker_sees_hider,
+    sign_hidden,
+    sign_seen,
+    oob_low,
+    oob_high,
+    oob_penalty,
+    penalise_objects,
+    object_present,
+    agent_present,
+    hider_mask,
+    hider_count,
+    seeker_mask,
+    seeker_count,
+    returns,
+    play_steps,
+    hidden_steps,
+    reward,
+    hiders_seen,
+    truncated,
+    # observations (observe)
+    is_hider,
+    self_rows,
+    other_rows,
+    other_sees,
+    box_live,
+    ramp_live,
+    obs_self,
+    obs_others,
+    mask_aa,
+    box_obs,
+    mask_ab,
+    ramp_obs,
+    mask_ar,
+    obs_lidar,
+):
+    """A one-thread step after its physics and trigonometry, in one call: kinematics,
+    aim_rays, rays.cast, read_rays, rewards_and_stats and observe, in game.step's order and
+    with its arguments (sees is sees_flat without its trailing entry; the entity views of
+    game.py are slices here). Returns rewards_and_stats' flags."""
+    A = front.shape[1]
+    W, E = cone.shape[0], cone.shape[2]
+    sees = sees_flat[:-1].reshape((W, A, E))
+    kinematics(
+        q, qd, body_pos, geom_xy_a, geom_xy_b, geom_z, cos2, sin2, xquat, pos, vel, front, rot,
+        centre,
+    )  # fmt: skip
+    agent_pos = pos[:, :A]
+    aim_rays(
+        worlds, centre, agent_pos, front, cos_half_angle, L, sq_reach, ray_vec, ray_pnt, cone
+    )  # fmt: skip
+    rays.cast(
+        worlds, functions, model_ptr, data_ptr, data_qpos, qpos, geom_xpos, geom_xmat,
+        geom_type, geom_size, ray_ok, geom_body, agent_body, agent_present, cone, pair_ok,
+        ray_pnt, ray_vec, L, dist, geomid,
+    )  # fmt: skip
+    read_rays(
+        worlds, dist, geomid, L, lidar_range, agent_present, hit_body, target_body, cone,
+        pair_ok, lidar, sees,
+    )  # fmt: skip
+    flags = rewards_and_stats(
+        t, prep_steps, horizon, lift_z, seeker_present, sees, seeker_sees_hider, sign_hidden,
+        sign_seen, pos, oob_low, oob_high, oob_penalty, penalise_objects, object_present,
+        agent_present, hider_mask, hider_count, seeker_mask, seeker_count, returns, play_steps,
+        hidden_steps, reward, hiders_seen, truncated,
+    )  # fmt: skip
+    observe(
+        t, prep_steps, pos, angles[0, :, :A], vel, cos2[0], sin2[0], agent_present, is_hider,
+        self_rows, other_rows, sees_flat, other_sees, box_live, ramp_live, sees, lidar,
+        obs_self, obs_others, mask_aa, box_obs, mask_ab, ramp_obs, mask_ar, obs_lidar,
+    )  # fmt: skip
+    return flags
