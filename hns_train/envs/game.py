@@ -312,15 +312,17 @@ class HideAndSeekGame:
             self._apply_grabs(np.full_like(self.grabbed, -1))
 
         self.batch.step(nstep=cfg.substeps)
-        if (self._bad_counts != self._bad_seen).any():
-            self._report_physics()
-        self._push_live()
-
         reward = np.empty((self.n_worlds, self.n_agents), dtype=np.float32)
         truncated = np.empty(self.n_worlds, dtype=bool)
         if self._ray_fns is not None:
+            self._push_live()
             flags = self._sense_and_score(reward, truncated)
+            if flags & K.BAD_STATE:
+                self._report_physics()
         else:
+            if (self._bad_counts != self._bad_seen).any():
+                self._report_physics()
+            self._push_live()
             self._read_state()
             self._cast_rays(self._all_worlds)
             flags = self._score(reward, truncated)
@@ -389,15 +391,22 @@ class HideAndSeekGame:
     def _sense_and_score(self, reward, truncated) -> int:
         """One thread: what follows the physics up to the observations in one compiled call
         (kernels.after_physics), after the trigonometry of the poses."""
-        cfg, obs = self.cfg, self.obs
-        agents, boxes, ramps = C.ENTITY_KEYS
-        hiders, seekers = self._team_masks
-        stats, data = self.stats, self._ray_data
+        if self._after_args is None:
+            self._after_args = self._after_physics_args()
         self._pull_live()
         K.yaw_angles(self._ent_q, self._angles)
         np.cos(self._angles, out=self._cos2)
         np.sin(self._angles, out=self._sin2)
-        return K.after_physics(
+        return K.after_physics(*self._after_args, reward, truncated)
+
+    def _after_physics_args(self) -> tuple:
+        """kernels.after_physics' arguments but this step's outputs: arrays that live as long
+        as the episode tables (`_ent_tables` drops the tuple), and constants."""
+        cfg, obs = self.cfg, self.obs
+        agents, boxes, ramps = C.ENTITY_KEYS
+        hiders, seekers = self._team_masks
+        stats, data = self.stats, self._ray_data
+        return (
             self._ent_q,
             self._ent_qd,
             self._body_pos,
@@ -459,9 +468,7 @@ class HideAndSeekGame:
             stats.returns,
             stats.play_steps,
             stats.hidden_steps,
-            reward,
             self._hiders_seen,
-            truncated,
             self.is_hider,
             self._self_rows,
             self._other_rows,
@@ -476,6 +483,8 @@ class HideAndSeekGame:
             obs[ramps.key],
             obs[ramps.visible_mask],
             obs[C.LIDAR_KEY],
+            self._bad_counts,
+            self._bad_seen,
         )
 
     def _prepare_actions(self, actions) -> np.ndarray:
@@ -679,6 +688,7 @@ class HideAndSeekGame:
         W, A, Ob = self.n_worlds, self.n_agents, self.n_objects
         ap, op = self.agent_present, self.object_present
         E = A + Ob
+        self._after_args = None  # holds some of the tables below
         self.others[worlds] = O.others_table(ap[worlds])
         self._absent = ~ap
         self._is_seeker = ~self.is_hider[None, :]

@@ -215,6 +215,7 @@ def read_rays(
 
 
 LIFTED, PREP_END, TRUNCATED = 1, 2, 4  # flags returned by rewards_and_stats
+BAD_STATE = 8  # after_physics: MuJoCo counted a new bad-state warning
 
 
 @njit(**_OPTS)
@@ -540,9 +541,7 @@ def after_physics(
     returns,
     play_steps,
     hidden_steps,
-    reward,
     hiders_seen,
-    truncated,
     # observations (observe)
     is_hider,
     self_rows,
@@ -558,11 +557,18 @@ def after_physics(
     ramp_obs,
     mask_ar,
     obs_lidar,
+    # MuJoCo's bad-state warning counters (W, 3) and those already reported
+    bad_counts,
+    bad_seen,
+    # this step's outputs
+    reward,
+    truncated,
 ):
     """A one-thread step after its physics and trigonometry, in one call: kinematics,
     aim_rays, rays.cast, read_rays, rewards_and_stats and observe, in game.step's order and
     with its arguments (sees is sees_flat without its trailing entry; the entity views of
-    game.py are slices here). Returns rewards_and_stats' flags."""
+    game.py are slices here). Returns rewards_and_stats' flags, and BAD_STATE where a bad-state
+    counter differs from the reported one."""
     A = front.shape[1]
     W, E = cone.shape[0], cone.shape[2]
     sees = sees_flat[:-1].reshape((W, A, E))
@@ -594,4 +600,8 @@ def after_physics(
         self_rows, other_rows, sees_flat, other_sees, box_live, ramp_live, sees, lidar,
         obs_self, obs_others, mask_aa, box_obs, mask_ab, ramp_obs, mask_ar, obs_lidar,
     )  # fmt: skip
+    for w in range(bad_counts.shape[0]):
+        for k in range(bad_counts.shape[1]):
+            if bad_counts[w, k] != bad_seen[w, k]:
+                flags |= BAD_STATE
     return flags

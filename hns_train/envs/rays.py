@@ -117,30 +117,31 @@ def ray_geoms(model: mujoco.MjModel, groups: np.ndarray) -> np.ndarray:
 
 
 @njit(**_OPTS)
-def _slab(p, v, a, b, t0, t1):
-    """The ray's parameter interval [t0, t1] cut by one axis' slab [a, b] (empty: t0 > t1)."""
+def _slab(lo, hi, v, inv, t0, t1):
+    """The interval [t0, t1] of a ray from the origin cut by one axis' slab [lo, hi] (empty:
+    t0 > t1); inv = 1 / v (the padding dwarfs its rounding)."""
     if v == 0.0:
-        if p < a or p > b:
+        if lo > 0.0 or hi < 0.0:
             return 1.0, -1.0
         return t0, t1
-    ta = (a - p) / v
-    tb = (b - p) / v
+    ta = lo * inv
+    tb = hi * inv
     if ta > tb:
         ta, tb = tb, ta
     return (ta if ta > t0 else t0), (tb if tb < t1 else t1)
 
 
 @njit(**_OPTS)
-def _entry(px, py, pz, vx, vy, vz, lo, hi, g):
-    """Ray parameter where p + t v (t >= 0) enters box [lo[g], hi[g]], or -1 for a miss."""
-    t0, t1 = _slab(px, vx, lo[g, 0], hi[g, 0], 0.0, np.inf)
-    if t0 > t1:
-        return -1.0
-    t0, t1 = _slab(py, vy, lo[g, 1], hi[g, 1], t0, t1)
-    if t0 > t1:
-        return -1.0
-    t0, t1 = _slab(pz, vz, lo[g, 2], hi[g, 2], t0, t1)
-    return t0 if t0 <= t1 else -1.0
+def _entry(box, k, v, inv, axes):
+    """Ray parameter where a ray from the origin along v enters box k (rows: lo x y z, hi x y
+    z, relative to the origin) over the first `axes` axes, or -1 for a miss."""
+    t0 = 0.0
+    t1 = np.inf
+    for j in range(axes):
+        t0, t1 = _slab(box[k, j], box[k, 3 + j], v[j], inv[j], t0, t1)
+        if t0 > t1:
+            return -1.0
+    return t0
 
 
 @njit(**_OPTS)
@@ -180,6 +181,11 @@ def cast(
     hi = np.empty((G, 3))
     cand = np.empty(G, dtype=np.int64)
     start = np.empty(G)
+    box = np.empty((G, 6))
+    geoms = np.empty(G, dtype=np.int64)
+    flat = np.empty(G, dtype=np.int64)
+    v = np.empty(3)
+    inv = np.empty(3)
     # addresses as int64 (uintp + int64 would promote to float)
     xpos_adr = np.int64(geom_xpos.ctypes.data)
     xmat_adr = np.int64(geom_xmat.ctypes.data)
@@ -211,7 +217,22 @@ def cast(
                     dist[i, base + r] = -1.0
                     geomid[i, base + r] = -1
                 continue
+            # the geoms this agent's rays may hit, as boxes relative to its centre (where all
+            # its rays start); `flat`: those spanning its height, all a level ray can enter
             exclude = agent_body[a]
+            n_all = 0
+            n_flat = 0
+            for g in range(G):
+                if not ray_ok[w, g] or geom_body[g] == exclude:
+                    continue
+                for j in range(3):
+                    box[n_all, j] = lo[g, j] - ray_pnt[w, a, 0, j]
+                    box[n_all, 3 + j] = hi[g, j] - ray_pnt[w, a, 0, j]
+                geoms[n_all] = g
+                if box[n_all, 2] <= 0.0 and box[n_all, 5] >= 0.0:
+                    flat[n_flat] = n_all
+                    n_flat += 1
+                n_all += 1
             for r in range(R):
                 best = -1.0
                 best_g = -1
@@ -219,19 +240,16 @@ def cast(
                     dist[i, base + r] = best
                     geomid[i, base + r] = best_g
                     continue
-                px = ray_pnt[w, a, r, 0]
-                py = ray_pnt[w, a, r, 1]
-                pz = ray_pnt[w, a, r, 2]
-                vx = ray_vec[w, a, r, 0]
-                vy = ray_vec[w, a, r, 1]
-                vz = ray_vec[w, a, r, 2]
+                for j in range(3):
+                    v[j] = ray_vec[w, a, r, j]
+                    inv[j] = 1.0 / v[j] if v[j] != 0.0 else 0.0
                 n = 0
-                for g in range(G):
-                    if not ray_ok[w, g] or geom_body[g] == exclude:
-                        continue
-                    t = _entry(px, py, pz, vx, vy, vz, lo, hi, g)
+                level = v[2] == 0.0
+                for m in range(n_flat if level else n_all):
+                    k = flat[m] if level else m
+                    t = _entry(box, k, v, inv, 2 if level else 3)
                     if t >= 0.0:
-                        cand[n] = g
+                        cand[n] = geoms[k]
                         start[n] = t
                         n += 1
                 off = 24 * ((w * A + a) * R + r)
