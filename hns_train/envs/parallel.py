@@ -323,15 +323,13 @@ class HideAndSeekParallelEnv(ParallelEnv):
             self._check_agents(actions)  # raises, naming the agents
         live = self.agents
         given = [actions[a] for a in live]  # in slot order
-        # Integer actions of the right shape (what action_space.sample() gives) become one
-        # int64 array in one call and are range-checked by the game; anything else (floats,
-        # ragged or mis-shaped input, huge ints) is checked one by one here, naming the agent.
-        try:
-            rows = np.array(given)
-        except (ValueError, TypeError, OverflowError):
-            rows = None
-        if rows is None or rows.dtype is not _INT64 or rows.shape != (len(live), 5):
-            rows = np.array([self._check_action(a, v) for a, v in zip(live, given, strict=True)])
+        # int64 arrays of the right shape (what action_space.sample() gives) go in as they are
+        # and are range-checked by the game; anything else is checked one by one here
+        for action in given:
+            if not (type(action) is np.ndarray and action.dtype is _INT64 and action.shape == (5,)):
+                given = [self._check_action(a, v) for a, v in zip(live, given, strict=True)]
+                break
+        rows = np.array(given)
         if len(live) == self.game.n_agents:  # (the game copies the actions it is given)
             batch = rows[None]
         else:  # absent agents send the no-op
