@@ -39,6 +39,8 @@ descriptions; a test checks that every `GameConfig` field has one).
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
@@ -242,7 +244,8 @@ class HideAndSeekParallelEnv(ParallelEnv):
         self._noop_batch = np.broadcast_to(self.game.noop, (1, self.game.n_agents, 5)).copy()
         self._live_set: frozenset[str] = frozenset()
         self._live_slots = np.zeros(0, dtype=np.intp)
-        self._live_pairs: tuple[list[str], list[tuple[str, int]]] = ([], [])  # agents, pairs
+        # the live agents, their (agent, slot) and (agent, itemgetter((0, slot))) pairs
+        self._live_pairs: tuple[list[str], list, list] = ([], [], [])
         self._obs_keys = list(self.game.obs)
 
     # ------------------------------------------------------------------ spaces and MuJoCo
@@ -284,7 +287,8 @@ class HideAndSeekParallelEnv(ParallelEnv):
         self.agents = [a for a in self.possible_agents if present[self._slot[a]]]
         self._live_set = frozenset(self.agents)
         self._live_slots = np.array([self._slot[a] for a in self.agents], dtype=np.intp)
-        self._live_pairs = (self.agents, [(a, self._slot[a]) for a in self.agents])
+        pairs = [(a, self._slot[a]) for a in self.agents]
+        self._live_pairs = (self.agents, pairs, [(a, itemgetter((0, k))) for a, k in pairs])
         self._obs = obs
         if self.render_mode == "human":
             self.render()
@@ -405,7 +409,7 @@ class HideAndSeekParallelEnv(ParallelEnv):
 
     def _pairs(self, agents: list[str]) -> list[tuple[str, int]]:
         """(agent, slot) of each of `agents` (kept for the live list of this episode)."""
-        live, pairs = self._live_pairs
+        live, pairs, _ = self._live_pairs
         return pairs if agents is live else [(a, self._slot[a]) for a in agents]
 
     def _agent_obs(self, obs, agents=None) -> dict:
@@ -424,8 +428,11 @@ class HideAndSeekParallelEnv(ParallelEnv):
             return {a: rows[k] for a, k in self._pairs(agents)}
         keys = self._obs_keys
         copies = [v.copy() for v in obs.values()]
-        pairs = self._pairs(agents)
-        return {a: dict(zip(keys, [c[0, k] for c in copies], strict=True)) for a, k in pairs}
+        # itemgetter((0, slot)) takes each agent's view of every copy without a Python loop
+        live, _, getters = self._live_pairs
+        if agents is not live:
+            getters = [(a, itemgetter((0, self._slot[a]))) for a in agents]
+        return {a: dict(zip(keys, map(rows, copies), strict=True)) for a, rows in getters}
 
     def _agent_obs_from(self, agent: str, obs: dict[str, np.ndarray]):
         if self.flatten:
