@@ -86,6 +86,7 @@ BAD_STATE_NAMES = tuple(
     for k in range(BAD_STATE.start, BAD_STATE.stop)
 )  # QPOS, QVEL, QACC
 log = logging.getLogger(__name__)
+_INT64 = np.dtype(np.int64)  # the native one: `actions.dtype is _INT64`
 
 
 @dataclass
@@ -123,6 +124,7 @@ class HideAndSeekGame:
 
         self.is_hider = np.arange(A) < cfg.max_hiders
         self.team = np.where(self.is_hider, rules.HIDERS, rules.SEEKERS)
+        self._seeker_slot = ~self.is_hider
         self.lockable = np.array(
             [cfg.boxes_lockable] * cfg.max_boxes + [cfg.ramps_lockable] * cfg.n_ramps, dtype=bool
         )
@@ -266,8 +268,9 @@ class HideAndSeekGame:
         """
         if self.batch is None:
             raise RuntimeError("call reset() before step()")
-        self._pull_live()  # first: the live MjData's state holds controls, which come next
-        actions = self._prepare_actions(actions)
+        if self._live is not None:  # first: the live MjData's state holds controls
+            self._pull_live()
+        actions, work = self._prepare_actions(actions)
         cfg = self.cfg
 
         # Locks and grabs need an eligible object: seen on the previous step (sees_object holds
@@ -275,8 +278,8 @@ class HideAndSeekGame:
         # grab ends (choose_grabs binds only eligible objects); nothing held: nothing to do.
         # The box of an object lies within |half| of its body origin, which lies |geom offset|
         # from the centre the rays measured: farther than that plus the grab range, the box
-        # is out of reach (`_reach_sq`), and the exact distance is not needed.
-        work = K.grab_work(self.sees_object, self._sq_reach, self._reach_sq, self.grabbed)
+        # is out of reach (`_reach_sq`), and the exact distance is not needed (`work`:
+        # kernels.grab_work).
         if work == 1:
             locked, lock_team = np.empty_like(self.locked), np.empty_like(self.lock_team)
             lock_agent, grabbed = np.empty_like(self.lock_agent), np.empty_like(self.grabbed)
@@ -315,7 +318,8 @@ class HideAndSeekGame:
         reward = np.empty((self.n_worlds, self.n_agents), dtype=np.float32)
         truncated = np.empty(self.n_worlds, dtype=bool)
         if self._ray_fns is not None:
-            self._push_live()
+            if self._live is not None:
+                self._push_live()
             flags = self._sense_and_score(reward, truncated)
             if flags & K.BAD_STATE:
                 self._report_physics()
@@ -393,7 +397,8 @@ class HideAndSeekGame:
         (kernels.after_physics), after the trigonometry of the poses."""
         if self._after_args is None:
             self._after_args = self._after_physics_args()
-        self._pull_live()
+        if self._live is not None:
+            self._pull_live()
         K.yaw_angles(self._ent_q, self._angles)
         np.cos(self._angles, out=self._cos2)
         np.sin(self._angles, out=self._sin2)
@@ -487,28 +492,33 @@ class HideAndSeekGame:
             self._bad_seen,
         )
 
-    def _prepare_actions(self, actions) -> np.ndarray:
+    def _prepare_actions(self, actions) -> tuple[np.ndarray, int]:
         """Checked (W, A, 5) int64 actions with the no-op where agents are idle (seekers during
-        preparation, absent agents), and their controls written to the batch."""
+        preparation, absent agents), and their controls written to the batch; with
+        kernels.grab_work's answer (whether lock and grab decisions are needed)."""
         actions = np.asarray(actions)
-        if actions.dtype != np.int64 or actions.shape != self._action_shape:
+        if actions.dtype is not _INT64 or actions.shape != self._action_shape:
             actions = self.check_actions(actions)
         actions = actions.copy()  # the no-ops are written in place; the caller's array stays
-        ok = K.prepare_actions(
+        work = K.prepare_actions(
             actions,
             self.action_nvec,
             self.noop,
             self.t,
             self._prep_steps,
-            self._is_seeker[0],
+            self._seeker_slot,
             self._absent,
             self.ctrl_levels,
             self._ctrl,
             self._ctrl_adr,
+            self.sees_object,
+            self._sq_reach,
+            self._reach_sq,
+            self.grabbed,
         )
-        if not ok:
+        if work < 0:
             self.check_actions(actions)  # raises, naming the action out of range
-        return actions
+        return actions, work
 
     def check_actions(self, actions) -> np.ndarray:
         actions = np.asarray(actions)
@@ -691,7 +701,6 @@ class HideAndSeekGame:
         self._after_args = None  # holds some of the tables below
         self.others[worlds] = O.others_table(ap[worlds])
         self._absent = ~ap
-        self._is_seeker = ~self.is_hider[None, :]
         self._seeker_present = ap & ~self.is_hider
         hider_present = ap & self.is_hider
         self._seeker_sees_hider = self._seeker_present[:, :, None] & hider_present[:, None, :]

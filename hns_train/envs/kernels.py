@@ -39,17 +39,33 @@ def _min(a, b):
 
 
 @njit(**_OPTS)
-def prepare_actions(actions, nvec, noop, t, prep_steps, is_seeker, absent, levels, ctrl, ctrl_adr):
+def prepare_actions(
+    actions,
+    nvec,
+    noop,
+    t,
+    prep_steps,
+    is_seeker,
+    absent,
+    levels,
+    ctrl,
+    ctrl_adr,
+    sees_object,
+    sq_reach,
+    reach_sq,
+    grabbed,
+):
     """Range check, prep-phase / absent no-ops and controls, in place on `actions` (W, A, 5)
-    int64; writes ctrl[w, ctrl_adr[3a + k]] = levels[action k of agent a]. Returns False (and
-    changes nothing) when some action is outside [0, nvec): the caller then raises."""
+    int64; writes ctrl[w, ctrl_adr[3a + k]] = levels[action k of agent a]. Returns -1 (and
+    changes nothing) when some action is outside [0, nvec): the caller then raises; else
+    grab_work's answer for the step's lock and grab decisions."""
     W, A, D = actions.shape
     for w in range(W):
         for a in range(A):
             for k in range(D):
                 v = actions[w, a, k]
                 if v < 0 or v >= nvec[k]:
-                    return False
+                    return -1
     for w in range(W):
         prep = t[w] < prep_steps
         for a in range(A):
@@ -58,7 +74,7 @@ def prepare_actions(actions, nvec, noop, t, prep_steps, is_seeker, absent, level
                     actions[w, a, k] = noop[k]
             for k in range(3):
                 ctrl[w, ctrl_adr[3 * a + k]] = levels[actions[w, a, k]]
-    return True
+    return grab_work(sees_object, sq_reach, reach_sq, grabbed)
 
 
 @njit(**_OPTS)
