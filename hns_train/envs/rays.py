@@ -183,7 +183,8 @@ def cast(
     start = np.empty(G)
     box = np.empty((G, 6))
     geoms = np.empty(G, dtype=np.int64)
-    flat = np.empty(G, dtype=np.int64)
+    level = np.empty((5, G), dtype=np.int64)
+    n_level = np.zeros(5, dtype=np.int64)
     v = np.empty(3)
     inv = np.empty(3)
     # addresses as int64 (uintp + int64 would promote to float)
@@ -218,10 +219,13 @@ def cast(
                     geomid[i, base + r] = -1
                 continue
             # the geoms this agent's rays may hit, as boxes relative to its centre (where all
-            # its rays start); `flat`: those spanning its height, all a level ray can enter
+            # its rays start); `level[q]`: those spanning its height, all a level ray can enter,
+            # whose box reaches quadrant q (0: x > 0, y > 0, then counter-clockwise; 4: every
+            # quadrant, for level rays along an axis)
             exclude = agent_body[a]
             n_all = 0
-            n_flat = 0
+            for q in range(5):
+                n_level[q] = 0
             for g in range(G):
                 if not ray_ok[w, g] or geom_body[g] == exclude:
                     continue
@@ -230,8 +234,14 @@ def cast(
                     box[n_all, 3 + j] = hi[g, j] - ray_pnt[w, a, 0, j]
                 geoms[n_all] = g
                 if box[n_all, 2] <= 0.0 and box[n_all, 5] >= 0.0:
-                    flat[n_flat] = n_all
-                    n_flat += 1
+                    east, west = box[n_all, 3] >= 0.0, box[n_all, 0] <= 0.0
+                    north, south = box[n_all, 4] >= 0.0, box[n_all, 1] <= 0.0
+                    for q, ok in enumerate(
+                        (east and north, west and north, west and south, east and south, True)
+                    ):
+                        if ok:
+                            level[q, n_level[q]] = n_all
+                            n_level[q] += 1
                 n_all += 1
             for r in range(R):
                 best = -1.0
@@ -244,14 +254,24 @@ def cast(
                     v[j] = ray_vec[w, a, r, j]
                     inv[j] = 1.0 / v[j] if v[j] != 0.0 else 0.0
                 n = 0
-                level = v[2] == 0.0
-                for m in range(n_flat if level else n_all):
-                    k = flat[m] if level else m
-                    t = _entry(box, k, v, inv, 2 if level else 3)
-                    if t >= 0.0:
-                        cand[n] = geoms[k]
-                        start[n] = t
-                        n += 1
+                if v[2] == 0.0:  # level: x and y slabs of the boxes in its quadrant
+                    q = 4
+                    if v[0] != 0.0 and v[1] != 0.0:
+                        q = (0 if v[1] > 0.0 else 3) if v[0] > 0.0 else (1 if v[1] > 0.0 else 2)
+                    for m in range(n_level[q]):
+                        k = level[q, m]
+                        t = _entry(box, k, v, inv, 2)
+                        if t >= 0.0:
+                            cand[n] = geoms[k]
+                            start[n] = t
+                            n += 1
+                else:
+                    for k in range(n_all):
+                        t = _entry(box, k, v, inv, 3)
+                        if t >= 0.0:
+                            cand[n] = geoms[k]
+                            start[n] = t
+                            n += 1
                 off = 24 * ((w * A + a) * R + r)
                 while n > 0:  # nearest box first; none nearer than a hit: done
                     k = 0
