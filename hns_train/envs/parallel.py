@@ -427,7 +427,7 @@ class HideAndSeekParallelEnv(ParallelEnv):
             rows = list(flat)
             return {a: rows[k] for a, k in self._pairs(agents)}
         keys = self._obs_keys
-        copies = [v.copy() for v in obs.values()]
+        copies = list(map(np.ndarray.copy, obs.values()))
         # itemgetter((0, slot)) takes each agent's view of every copy without a Python loop
         live, _, getters = self._live_pairs
         if agents is not live:
