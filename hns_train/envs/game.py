@@ -19,23 +19,29 @@ One env step (spec §3-4):
 5. Rewards, statistics, observations; the episode is truncated (never terminated) at `horizon`.
 
 Physics runs in `mujoco.batch.Batch`: one C call steps every world (on `threads` threads, the
-results bit-identical at any thread count) and one C call casts every world's rays. Each world
+results bit-identical at any thread count). Rays: with one thread the compiled loop of `rays.py`
+casts every world's rays (MuJoCo's own per-geom intersections, only on the geoms a ray can
+reach, only the rays someone reads); with more, one C call of the batch casts them on its
+threads; both give `mj_ray`'s results. Each world
 keeps its own MjModel (`set_models`), because locks edit `jnt_range` and grabs edit `eq_data`;
 the batch reads those edits in place. Per-world state lives in the batch's state rows (no
 MjData per world); `datas[w]` is a `WorldState` of views into them for the lock/grab code, and
 `world_data(w)` materialises a real MjData for rendering. Body poses are computed from qpos
 (`_kinematics`): every movable body hangs off the world by slide x/y/z + hinge z with an
 identity frame, so its position is body_pos + qpos[xyz] (bit-identical to `mj_kinematics`) and
-its orientation the yaw quaternion; this spares a `mj_kinematics` or `mj_fwdPosition` per world.
+its orientation the yaw quaternion; this spares a `mj_kinematics` or `mj_fwdPosition` per world
+for the rules (the ray casts run `mj_kinematics` for the geoms' poses, as `Batch.ray` does).
 
 Per-step cost at one world is Python calls, not arithmetic, so the step makes few of them: the
-work around the physics and the ray call runs as compiled loops (`kernels.py`, numba: action
-checks and controls, poses, ray aims, lidar and sight, rewards and running statistics,
-observations), with trigonometry in numpy. Entity state is a view of the batch rows (agents then
-objects, bodies 1..E), per-episode tables (who is present, team masks, gather indices for other
-agents) are built at reset, observations are written into fixed buffers (constant parts at
-reset, lock flags when a lock changes), and work that cannot change anything is skipped (no
-eligible object: no lock or grab decision; no seeker off the floor: no surf test).
+work around the physics and the rays runs as compiled loops (`kernels.py`, numba: action
+checks and controls with the lock and grab pre-check, poses, ray aims, lidar and sight, rewards
+and running statistics, observations), with trigonometry in numpy; with one thread everything
+after the trigonometry is one call (`kernels.after_physics`, its arguments kept per episode).
+Entity state is a view of the batch rows (agents then objects, bodies 1..E), per-episode tables
+(who is present, team masks, gather indices for other agents) are built at reset, observations
+are written into fixed buffers (constant parts at reset, lock flags when a lock changes), and
+work that cannot change anything is skipped (no eligible object: no lock or grab decision; no
+seeker off the floor: no surf test).
 `tests/envs/test_fast_path.py` checks the results against the reference functions of
 rules.py / observations.py / stats.py and against rays cast from numpy-built directions.
 
@@ -782,7 +788,8 @@ class HideAndSeekGame:
         self._kinematics()
 
     def _cast_rays(self, worlds) -> None:
-        """Lidar and line of sight for the given worlds: one batched ray call for all of them."""
+        """Lidar and line of sight for the given worlds: one call for all of them (rays.cast with
+        one thread, the batch's C ray call with more)."""
         cfg = self.cfg
         full = worlds is self._all_worlds
         if not full:

@@ -14,6 +14,10 @@ Shapes: W worlds, A agent slots, E = A + Ob entities (agents, then boxes and ram
 rays, R = L + E rays per agent (the lidar fan, then one towards each entity centre). `worlds`
 lists the worlds to compute (rows of packed ray results follow its order).
 
+`after_physics` runs the kernels that follow the physics (poses to observations, with
+`rays.cast` between) as one call for a one-thread game, whose dispatch and Python around it cost
+about as much as the loops at one world.
+
 Compiled on first use and cached next to this file (`cache=True`): the first import on a
 machine costs a few seconds once.
 """
