@@ -10,7 +10,8 @@ For each preset it prints:
   kernels (numba's cache; on a machine's first run, their compilation): paid once per process
   and kept out of the per-step figures below;
 - single env: `HideAndSeekGame(cfg, 1)`, time per env step and its ratio to raw physics;
-- rays: CPU time of the game's ray casting alone (aims, the batched C call, lidar and sight),
+- rays: CPU time of the game's ray casting alone (aims, the ray call: envs/rays.py's compiled
+  loop at one thread, lidar and sight),
   repeated on the last state: a floor under the single env's cost beyond physics;
 - logic: CPU time of a single-env step whose physics call is skipped (rays, kernels, numpy,
   Python; the state stays put, so its caches stay warm);
@@ -139,7 +140,7 @@ def raw_physics(cfg, seed, n_steps, rng) -> tuple[float, float, float, float, di
     n = len(states) - 1
     arms = arm_contact_cost(models[:-1], states[:-1], cfg.substeps, game.index)
     c0 = time.process_time()
-    for _ in range(n):  # the game's rays on its last state: aims, the batched C call, results
+    for _ in range(n):  # the game's rays on its last state: aims, the ray call, results
         game._cast_rays(game._all_worlds)
     arms["rays_cpu_us"] = (time.process_time() - c0) / n * 1e6
     return raw / n, env_time / n_steps, raw_cpu / n, env_cpu / n_steps, arms

@@ -19,23 +19,29 @@ One env step (spec §3-4):
 5. Rewards, statistics, observations; the episode is truncated (never terminated) at `horizon`.
 
 Physics runs in `mujoco.batch.Batch`: one C call steps every world (on `threads` threads, the
-results bit-identical at any thread count) and one C call casts every world's rays. Each world
+results bit-identical at any thread count). Rays: with one thread the compiled loop of `rays.py`
+casts every world's rays (MuJoCo's own per-geom intersections, only on the geoms a ray can
+reach, only the rays someone reads); with more, one C call of the batch casts them on its
+threads; both give `mj_ray`'s results. Each world
 keeps its own MjModel (`set_models`), because locks edit `jnt_range` and grabs edit `eq_data`;
 the batch reads those edits in place. Per-world state lives in the batch's state rows (no
 MjData per world); `datas[w]` is a `WorldState` of views into them for the lock/grab code, and
 `world_data(w)` materialises a real MjData for rendering. Body poses are computed from qpos
 (`_kinematics`): every movable body hangs off the world by slide x/y/z + hinge z with an
 identity frame, so its position is body_pos + qpos[xyz] (bit-identical to `mj_kinematics`) and
-its orientation the yaw quaternion; this spares a `mj_kinematics` or `mj_fwdPosition` per world.
+its orientation the yaw quaternion; this spares a `mj_kinematics` or `mj_fwdPosition` per world
+for the rules (the ray casts run `mj_kinematics` for the geoms' poses, as `Batch.ray` does).
 
 Per-step cost at one world is Python calls, not arithmetic, so the step makes few of them: the
-work around the physics and the ray call runs as compiled loops (`kernels.py`, numba: action
-checks and controls, poses, ray aims, lidar and sight, rewards and running statistics,
-observations), with trigonometry in numpy. Entity state is a view of the batch rows (agents then
-objects, bodies 1..E), per-episode tables (who is present, team masks, gather indices for other
-agents) are built at reset, observations are written into fixed buffers (constant parts at
-reset, lock flags when a lock changes), and work that cannot change anything is skipped (no
-eligible object: no lock or grab decision; no seeker off the floor: no surf test).
+work around the physics and the rays runs as compiled loops (`kernels.py`, numba: action
+checks and controls with the lock and grab pre-check, poses, ray aims, lidar and sight, rewards
+and running statistics, observations), with trigonometry in numpy; with one thread everything
+after the trigonometry is one call (`kernels.after_physics`, its arguments kept per episode).
+Entity state is a view of the batch rows (agents then objects, bodies 1..E), per-episode tables
+(who is present, team masks, gather indices for other agents) are built at reset, observations
+are written into fixed buffers (constant parts at reset, lock flags when a lock changes), and
+work that cannot change anything is skipped (no eligible object: no lock or grab decision; no
+seeker off the floor: no surf test).
 `tests/envs/test_fast_path.py` checks the results against the reference functions of
 rules.py / observations.py / stats.py and against rays cast from numpy-built directions.
 
@@ -63,7 +69,7 @@ import numpy as np
 from hns_train.envs import contract as C
 from hns_train.envs import kernels as K
 from hns_train.envs import observations as O
-from hns_train.envs import rules
+from hns_train.envs import rays, rules
 from hns_train.envs.config import GameConfig
 from hns_train.envs.layout import ABSENT, sample_layout
 from hns_train.envs.stats import SURF_MIN_HEIGHT as SURF_LIFT
@@ -86,6 +92,7 @@ BAD_STATE_NAMES = tuple(
     for k in range(BAD_STATE.start, BAD_STATE.stop)
 )  # QPOS, QVEL, QACC
 log = logging.getLogger(__name__)
+_INT64 = np.dtype(np.int64)  # the native one: `actions.dtype is _INT64`
 
 
 @dataclass
@@ -123,6 +130,7 @@ class HideAndSeekGame:
 
         self.is_hider = np.arange(A) < cfg.max_hiders
         self.team = np.where(self.is_hider, rules.HIDERS, rules.SEEKERS)
+        self._seeker_slot = ~self.is_hider
         self.lockable = np.array(
             [cfg.boxes_lockable] * cfg.max_boxes + [cfg.ramps_lockable] * cfg.n_ramps, dtype=bool
         )
@@ -266,8 +274,9 @@ class HideAndSeekGame:
         """
         if self.batch is None:
             raise RuntimeError("call reset() before step()")
-        self._pull_live()  # first: the live MjData's state holds controls, which come next
-        actions = self._prepare_actions(actions)
+        if self._live is not None:  # first: the live MjData's state holds controls
+            self._pull_live()
+        actions, work = self._prepare_actions(actions)
         cfg = self.cfg
 
         # Locks and grabs need an eligible object: seen on the previous step (sees_object holds
@@ -275,8 +284,8 @@ class HideAndSeekGame:
         # grab ends (choose_grabs binds only eligible objects); nothing held: nothing to do.
         # The box of an object lies within |half| of its body origin, which lies |geom offset|
         # from the centre the rays measured: farther than that plus the grab range, the box
-        # is out of reach (`_reach_sq`), and the exact distance is not needed.
-        work = K.grab_work(self.sees_object, self._sq_reach, self._reach_sq, self.grabbed)
+        # is out of reach (`_reach_sq`), and the exact distance is not needed (`work`:
+        # kernels.grab_work).
         if work == 1:
             locked, lock_team = np.empty_like(self.locked), np.empty_like(self.lock_team)
             lock_agent, grabbed = np.empty_like(self.lock_agent), np.empty_like(self.grabbed)
@@ -312,42 +321,23 @@ class HideAndSeekGame:
             self._apply_grabs(np.full_like(self.grabbed, -1))
 
         self.batch.step(nstep=cfg.substeps)
-        if (self._bad_counts != self._bad_seen).any():
-            self._report_physics()
-        self._push_live()
-
-        self._read_state()
-        self._cast_rays(self._all_worlds)
         reward = np.empty((self.n_worlds, self.n_agents), dtype=np.float32)
         truncated = np.empty(self.n_worlds, dtype=bool)
-        hiders, seekers = self._team_masks
+        if self._ray_fns is not None:
+            if self._live is not None:
+                self._push_live()
+            flags = self._sense_and_score(reward, truncated)
+            if flags & K.BAD_STATE:
+                self._report_physics()
+        else:
+            if (self._bad_counts != self._bad_seen).any():
+                self._report_physics()
+            self._push_live()
+            self._read_state()
+            self._cast_rays(self._all_worlds)
+            flags = self._score(reward, truncated)
+            self._observe()
         stats = self.stats
-        flags = K.rewards_and_stats(
-            self.t,
-            self._prep_steps,
-            cfg.horizon,
-            self._lift_z,
-            self._seeker_present,
-            self._sees,
-            self._seeker_sees_hider,
-            self._team_sign_hidden,
-            self._team_sign_seen,
-            self._ent_pos,
-            cfg.oob_low,
-            cfg.oob_high,
-            cfg.oob_penalty,
-            cfg.penalise_objects_oob and self.n_objects > 0,
-            self.object_present,
-            self.agent_present,
-            *hiders,
-            *seekers,
-            stats.returns,
-            stats.play_steps,
-            stats.hidden_steps,
-            reward,
-            self._hiders_seen,
-            truncated,
-        )
         if flags & K.LIFTED:  # a seeker off the floor: box surfing is possible
             stats.add_surfing(
                 self.t - 1 < self._prep_steps,
@@ -374,31 +364,171 @@ class HideAndSeekGame:
             )
             for w, s in zip(done, finished, strict=True):
                 infos[w] = s
-        self._observe()
         return self.obs, reward, truncated, infos
 
-    def _prepare_actions(self, actions) -> np.ndarray:
+    def _score(self, reward, truncated) -> int:
+        """Rewards, running statistics, t += 1 and truncation (kernels.rewards_and_stats)."""
+        cfg = self.cfg
+        hiders, seekers = self._team_masks
+        stats = self.stats
+        return K.rewards_and_stats(
+            self.t,
+            self._prep_steps,
+            cfg.horizon,
+            self._lift_z,
+            self._seeker_present,
+            self._sees,
+            self._seeker_sees_hider,
+            self._team_sign_hidden,
+            self._team_sign_seen,
+            self._ent_pos,
+            cfg.oob_low,
+            cfg.oob_high,
+            cfg.oob_penalty,
+            cfg.penalise_objects_oob and self.n_objects > 0,
+            self.object_present,
+            self.agent_present,
+            *hiders,
+            *seekers,
+            stats.returns,
+            stats.play_steps,
+            stats.hidden_steps,
+            reward,
+            self._hiders_seen,
+            truncated,
+        )
+
+    def _sense_and_score(self, reward, truncated) -> int:
+        """One thread: what follows the physics up to the observations in one compiled call
+        (kernels.after_physics), after the trigonometry of the poses."""
+        if self._after_args is None:
+            self._after_args = self._after_physics_args()
+            args = (*self._after_args, reward, truncated)
+            kinds = _kinds(args)
+            if kinds != self._after_kinds:  # the first step, or tables of other types
+                self._after_fn, self._after_kinds = _entry_point(K.after_physics, args), kinds
+        if self._live is not None:
+            self._pull_live()
+        K.yaw_angles(self._ent_q, self._angles)
+        np.cos(self._angles, out=self._cos2)
+        np.sin(self._angles, out=self._sin2)
+        return self._after_fn(*self._after_args, reward, truncated)
+
+    def _after_physics_args(self) -> tuple:
+        """kernels.after_physics' arguments but this step's outputs: arrays that live as long
+        as the episode tables (`_ent_tables` drops the tuple), and constants."""
+        cfg, obs = self.cfg, self.obs
+        agents, boxes, ramps = C.ENTITY_KEYS
+        hiders, seekers = self._team_masks
+        stats, data = self.stats, self._ray_data
+        return (
+            self._ent_q,
+            self._ent_qd,
+            self._body_pos,
+            self._geom_xy_a,
+            self._geom_xy_b,
+            self._geom_pos[..., 2],
+            self._cos2,
+            self._sin2,
+            self._angles,
+            self._xquat[:, 1:],
+            self._ent_pos,
+            self._ent_vel,
+            self._front,
+            self._rot,
+            self.entity_centre,
+            self._all_worlds,
+            self._cos_half_angle,
+            cfg.n_lidar,
+            self._sq_reach,
+            self._ray_vec,
+            self._ray_pnt,
+            self._cone,
+            self._ray_fns,
+            self._model_ptr,
+            data._address,
+            data.qpos,
+            self._qpos,
+            data.geom_xpos,
+            data.geom_xmat,
+            self._geom_type,
+            self._geom_size,
+            self._ray_ok,
+            self._geom_body,
+            self._agent_body,
+            self._pair_ok,
+            self._ray_dist,
+            self._ray_geom,
+            cfg.lidar_range,
+            self._hit_body,
+            self._ray_target_body,
+            self.lidar,
+            self._sees_flat,
+            self.t,
+            self._prep_steps,
+            cfg.horizon,
+            self._lift_z,
+            self._seeker_present,
+            self._seeker_sees_hider,
+            self._team_sign_hidden,
+            self._team_sign_seen,
+            cfg.oob_low,
+            cfg.oob_high,
+            cfg.oob_penalty,
+            cfg.penalise_objects_oob and self.n_objects > 0,
+            self.object_present,
+            self.agent_present,
+            *hiders,
+            *seekers,
+            stats.returns,
+            stats.play_steps,
+            stats.hidden_steps,
+            self._hiders_seen,
+            self.is_hider,
+            self._self_rows,
+            self._other_rows,
+            self._other_sees,
+            self._box_live,
+            self._ramp_live,
+            obs[C.SELF_KEY],
+            obs[agents.key],
+            obs[agents.visible_mask],
+            obs[boxes.key],
+            obs[boxes.visible_mask],
+            obs[ramps.key],
+            obs[ramps.visible_mask],
+            obs[C.LIDAR_KEY],
+            self._bad_counts,
+            self._bad_seen,
+        )
+
+    def _prepare_actions(self, actions) -> tuple[np.ndarray, int]:
         """Checked (W, A, 5) int64 actions with the no-op where agents are idle (seekers during
-        preparation, absent agents), and their controls written to the batch."""
+        preparation, absent agents), and their controls written to the batch; with
+        kernels.grab_work's answer (whether lock and grab decisions are needed)."""
         actions = np.asarray(actions)
-        if actions.dtype != np.int64 or actions.shape != self._action_shape:
+        if actions.dtype is not _INT64 or actions.shape != self._action_shape:
             actions = self.check_actions(actions)
         actions = actions.copy()  # the no-ops are written in place; the caller's array stays
-        ok = K.prepare_actions(
+        work = K.prepare_actions(
             actions,
             self.action_nvec,
             self.noop,
             self.t,
             self._prep_steps,
-            self._is_seeker[0],
+            self._seeker_slot,
             self._absent,
             self.ctrl_levels,
             self._ctrl,
             self._ctrl_adr,
+            self.sees_object,
+            self._sq_reach,
+            self._reach_sq,
+            self.grabbed,
         )
-        if not ok:
+        if work < 0:
             self.check_actions(actions)  # raises, naming the action out of range
-        return actions
+        return actions, work
 
     def check_actions(self, actions) -> np.ndarray:
         actions = np.asarray(actions)
@@ -442,6 +572,11 @@ class HideAndSeekGame:
             self._qpos[w] = initial_qpos(self.cfg, self.layouts[w], idx, nq)
             self._body_pos[w] = m.body_pos[self._ent_body]
             self._geom_pos[w] = m.geom_pos[self._ent_geom]
+            if self._ray_fns is not None:  # what rays.cast reads of each world's model
+                self._model_ptr[w] = m._address
+                self._geom_type[w] = m.geom_type
+                self._geom_size[w] = m.geom_size
+                self._ray_ok[w] = rays.ray_geoms(m, self._ray_groups)
         g = self._geom_pos[ids]
         reach = (
             self.cfg.grab_range
@@ -528,6 +663,19 @@ class HideAndSeekGame:
         # mujoco.batch's C ray call with preallocated outputs; Batch.ray validates and allocates
         # on every call (tens of microseconds at one world). Same call, same results.
         self._ray_c = getattr(getattr(self.batch, "_b", None), "ray", None)
+        # one thread: the compiled ray loop of rays.py (same results, a fraction of the time);
+        # more threads: the batch's C call, which runs the worlds' rays on its threads
+        self._ray_fns = rays.FUNCTIONS if self.threads == 1 else None
+        self._after_kinds: tuple = ()  # argument kinds self._after_fn was resolved for
+        if self._ray_fns is not None:
+            G = model.ngeom
+            self._ray_data = mujoco.MjData(model)  # scratch kinematics, any world's model
+            self._model_ptr = np.zeros(W, dtype=np.int64)
+            self._geom_type = np.zeros((W, G), dtype=np.int32)
+            self._geom_size = np.zeros((W, G, 3))
+            self._ray_ok = np.zeros((W, G), dtype=bool)
+            self._geom_body = model.geom_bodyid.astype(np.int64)
+            self._agent_body = idx.agent_body.astype(np.int64)
         self._ray_target_body = self._ent_body
         # body of each geom, and -1 for a miss (geom id -1 reads the appended last entry)
         self._hit_body = np.append(idx.geom_body, -1)
@@ -561,9 +709,9 @@ class HideAndSeekGame:
         W, A, Ob = self.n_worlds, self.n_agents, self.n_objects
         ap, op = self.agent_present, self.object_present
         E = A + Ob
+        self._after_args = None  # holds some of the tables below
         self.others[worlds] = O.others_table(ap[worlds])
         self._absent = ~ap
-        self._is_seeker = ~self.is_hider[None, :]
         self._seeker_present = ap & ~self.is_hider
         hider_present = ap & self.is_hider
         self._seeker_sees_hider = self._seeker_present[:, :, None] & hider_present[:, None, :]
@@ -645,7 +793,8 @@ class HideAndSeekGame:
         self._kinematics()
 
     def _cast_rays(self, worlds) -> None:
-        """Lidar and line of sight for the given worlds: one batched ray call for all of them."""
+        """Lidar and line of sight for the given worlds: one call for all of them (rays.cast with
+        one thread, the batch's C ray call with more)."""
         cfg = self.cfg
         full = worlds is self._all_worlds
         if not full:
@@ -664,7 +813,33 @@ class HideAndSeekGame:
             self._ray_pnt,
             self._cone,
         )
-        if full and self._ray_c is not None:
+        if self._ray_fns is not None:
+            dist, geomid = self._ray_dist, self._ray_geom
+            data = self._ray_data
+            rays.cast(
+                worlds,
+                self._ray_fns,
+                self._model_ptr,
+                data._address,
+                data.qpos,
+                self._qpos,
+                data.geom_xpos,
+                data.geom_xmat,
+                self._geom_type,
+                self._geom_size,
+                self._ray_ok,
+                self._geom_body,
+                self._agent_body,
+                self.agent_present,
+                self._cone,
+                self._pair_ok,
+                self._ray_pnt,
+                self._ray_vec,
+                L,
+                dist,
+                geomid,
+            )
+        elif full and self._ray_c is not None:
             dist, geomid = self._ray_dist, self._ray_geom
             nfail = self._ray_c(
                 None,
@@ -776,6 +951,29 @@ class HideAndSeekGame:
     @property
     def object_yaw_sin(self) -> np.ndarray:
         return self._ent_sin[:, self.n_agents :]
+
+
+def _kinds(args: tuple) -> tuple:
+    """What numba's type of each argument depends on (dtype, dimensions, layout, flags; the
+    Python type of the others), read in a few microseconds where numba's typeof takes
+    milliseconds for 80 arguments."""
+    return tuple(
+        (a.dtype, a.ndim, a.flags.c_contiguous, a.flags.f_contiguous, a.flags.writeable,
+         a.flags.aligned)
+        if isinstance(a, np.ndarray)
+        else type(a)
+        for a in args
+    )  # fmt: skip
+
+
+def _entry_point(kernel, args: tuple):
+    """The compiled entry of numba `kernel` for the types of `args` (loaded or compiled now), or
+    the kernel itself where numba exposes none: calls with arguments of those same types skip
+    the dispatcher's type resolution, about 30 ns an argument (after_physics takes 82)."""
+    sig = tuple(kernel.typeof_pyval(a) for a in args)
+    if sig not in kernel.overloads:
+        kernel.compile(sig)
+    return getattr(kernel.overloads.get(sig), "entry_point", None) or kernel
 
 
 def weld_data(d: mujoco.MjData, body1: int, body2: int) -> np.ndarray:

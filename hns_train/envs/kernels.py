@@ -14,6 +14,10 @@ Shapes: W worlds, A agent slots, E = A + Ob entities (agents, then boxes and ram
 rays, R = L + E rays per agent (the lidar fan, then one towards each entity centre). `worlds`
 lists the worlds to compute (rows of packed ray results follow its order).
 
+`after_physics` runs the kernels that follow the physics (poses to observations, with
+`rays.cast` between) as one call for a one-thread game, whose dispatch and Python around it cost
+about as much as the loops at one world.
+
 Compiled on first use and cached next to this file (`cache=True`): the first import on a
 machine costs a few seconds once.
 """
@@ -22,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from hns_train.envs import rays
 
 _OPTS = {"cache": True, "nogil": True, "error_model": "numpy", "boundscheck": False}
 
@@ -37,17 +43,33 @@ def _min(a, b):
 
 
 @njit(**_OPTS)
-def prepare_actions(actions, nvec, noop, t, prep_steps, is_seeker, absent, levels, ctrl, ctrl_adr):
+def prepare_actions(
+    actions,
+    nvec,
+    noop,
+    t,
+    prep_steps,
+    is_seeker,
+    absent,
+    levels,
+    ctrl,
+    ctrl_adr,
+    sees_object,
+    sq_reach,
+    reach_sq,
+    grabbed,
+):
     """Range check, prep-phase / absent no-ops and controls, in place on `actions` (W, A, 5)
-    int64; writes ctrl[w, ctrl_adr[3a + k]] = levels[action k of agent a]. Returns False (and
-    changes nothing) when some action is outside [0, nvec): the caller then raises."""
+    int64; writes ctrl[w, ctrl_adr[3a + k]] = levels[action k of agent a]. Returns -1 (and
+    changes nothing) when some action is outside [0, nvec): the caller then raises; else
+    grab_work's answer for the step's lock and grab decisions."""
     W, A, D = actions.shape
     for w in range(W):
         for a in range(A):
             for k in range(D):
                 v = actions[w, a, k]
                 if v < 0 or v >= nvec[k]:
-                    return False
+                    return -1
     for w in range(W):
         prep = t[w] < prep_steps
         for a in range(A):
@@ -56,7 +78,7 @@ def prepare_actions(actions, nvec, noop, t, prep_steps, is_seeker, absent, level
                     actions[w, a, k] = noop[k]
             for k in range(3):
                 ctrl[w, ctrl_adr[3 * a + k]] = levels[actions[w, a, k]]
-    return True
+    return grab_work(sees_object, sq_reach, reach_sq, grabbed)
 
 
 @njit(**_OPTS)
@@ -213,6 +235,7 @@ def read_rays(
 
 
 LIFTED, PREP_END, TRUNCATED = 1, 2, 4  # flags returned by rewards_and_stats
+BAD_STATE = 8  # after_physics: MuJoCo counted a new bad-state warning
 
 
 @njit(**_OPTS)
@@ -468,3 +491,137 @@ def decide_locks_and_grabs(
             if g != grabbed[w, a]:
                 changed |= 2
     return changed
+
+
+@njit(**_OPTS)
+def after_physics(
+    # poses (kinematics)
+    q,
+    qd,
+    body_pos,
+    geom_xy_a,
+    geom_xy_b,
+    geom_z,
+    cos2,
+    sin2,
+    angles,
+    xquat,
+    pos,
+    vel,
+    front,
+    rot,
+    centre,
+    # rays (aim_rays, rays.cast, read_rays)
+    worlds,
+    cos_half_angle,
+    L,
+    sq_reach,
+    ray_vec,
+    ray_pnt,
+    cone,
+    functions,
+    model_ptr,
+    data_ptr,
+    data_qpos,
+    qpos,
+    geom_xpos,
+    geom_xmat,
+    geom_type,
+    geom_size,
+    ray_ok,
+    geom_body,
+    agent_body,
+    pair_ok,
+    dist,
+    geomid,
+    lidar_range,
+    hit_body,
+    target_body,
+    lidar,
+    sees_flat,
+    # rewards and statistics (rewards_and_stats)
+    t,
+    prep_steps,
+    horizon,
+    lift_z,
+    seeker_present,
+    seeker_sees_hider,
+    sign_hidden,
+    sign_seen,
+    oob_low,
+    oob_high,
+    oob_penalty,
+    penalise_objects,
+    object_present,
+    agent_present,
+    hider_mask,
+    hider_count,
+    seeker_mask,
+    seeker_count,
+    returns,
+    play_steps,
+    hidden_steps,
+    hiders_seen,
+    # observations (observe)
+    is_hider,
+    self_rows,
+    other_rows,
+    other_sees,
+    box_live,
+    ramp_live,
+    obs_self,
+    obs_others,
+    mask_aa,
+    box_obs,
+    mask_ab,
+    ramp_obs,
+    mask_ar,
+    obs_lidar,
+    # MuJoCo's bad-state warning counters (W, 3) and those already reported
+    bad_counts,
+    bad_seen,
+    # this step's outputs
+    reward,
+    truncated,
+):
+    """A one-thread step after its physics and trigonometry, in one call: kinematics,
+    aim_rays, rays.cast, read_rays, rewards_and_stats and observe, in game.step's order and
+    with its arguments (sees is sees_flat without its trailing entry; the entity views of
+    game.py are slices here). Returns rewards_and_stats' flags, and BAD_STATE where a bad-state
+    counter differs from the reported one."""
+    A = front.shape[1]
+    W, E = cone.shape[0], cone.shape[2]
+    sees = sees_flat[:-1].reshape((W, A, E))
+    kinematics(
+        q, qd, body_pos, geom_xy_a, geom_xy_b, geom_z, cos2, sin2, xquat, pos, vel, front, rot,
+        centre,
+    )  # fmt: skip
+    agent_pos = pos[:, :A]
+    aim_rays(
+        worlds, centre, agent_pos, front, cos_half_angle, L, sq_reach, ray_vec, ray_pnt, cone
+    )  # fmt: skip
+    rays.cast(
+        worlds, functions, model_ptr, data_ptr, data_qpos, qpos, geom_xpos, geom_xmat,
+        geom_type, geom_size, ray_ok, geom_body, agent_body, agent_present, cone, pair_ok,
+        ray_pnt, ray_vec, L, dist, geomid,
+    )  # fmt: skip
+    read_rays(
+        worlds, dist, geomid, L, lidar_range, agent_present, hit_body, target_body, cone,
+        pair_ok, lidar, sees,
+    )  # fmt: skip
+    flags = rewards_and_stats(
+        t, prep_steps, horizon, lift_z, seeker_present, sees, seeker_sees_hider, sign_hidden,
+        sign_seen, pos, oob_low, oob_high, oob_penalty, penalise_objects, object_present,
+        agent_present, hider_mask, hider_count, seeker_mask, seeker_count, returns, play_steps,
+        hidden_steps, reward, hiders_seen, truncated,
+    )  # fmt: skip
+    observe(
+        t, prep_steps, pos, angles[0, :, :A], vel, cos2[0], sin2[0], agent_present, is_hider,
+        self_rows, other_rows, sees_flat, other_sees, box_live, ramp_live, sees, lidar,
+        obs_self, obs_others, mask_aa, box_obs, mask_ab, ramp_obs, mask_ar, obs_lidar,
+    )  # fmt: skip
+    for w in range(bad_counts.shape[0]):
+        for k in range(bad_counts.shape[1]):
+            if bad_counts[w, k] != bad_seen[w, k]:
+                flags |= BAD_STATE
+    return flags

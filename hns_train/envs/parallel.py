@@ -39,6 +39,8 @@ descriptions; a test checks that every `GameConfig` field has one).
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
@@ -50,6 +52,7 @@ from hns_train.envs.observations import observation_space
 
 RENDER_MODES = ("rgb_array", "human")
 FLAT_DTYPE = np.float32
+_INT64 = np.dtype(np.int64)  # the native one: `rows.dtype is _INT64`
 
 # What each game keyword means (spec sections in brackets); help(parallel_env) lists them all.
 KEYWORDS: dict[str, str] = {
@@ -241,6 +244,9 @@ class HideAndSeekParallelEnv(ParallelEnv):
         self._noop_batch = np.broadcast_to(self.game.noop, (1, self.game.n_agents, 5)).copy()
         self._live_set: frozenset[str] = frozenset()
         self._live_slots = np.zeros(0, dtype=np.intp)
+        # the live agents, their (agent, slot) and (agent, itemgetter((0, slot))) pairs
+        self._live_pairs: tuple[list[str], list, list] = ([], [], [])
+        self._obs_keys = list(self.game.obs)
 
     # ------------------------------------------------------------------ spaces and MuJoCo
     def observation_space(self, agent: str) -> spaces.Dict | spaces.Box:
@@ -281,6 +287,8 @@ class HideAndSeekParallelEnv(ParallelEnv):
         self.agents = [a for a in self.possible_agents if present[self._slot[a]]]
         self._live_set = frozenset(self.agents)
         self._live_slots = np.array([self._slot[a] for a in self.agents], dtype=np.intp)
+        pairs = [(a, self._slot[a]) for a in self.agents]
+        self._live_pairs = (self.agents, pairs, [(a, itemgetter((0, k))) for a, k in pairs])
         self._obs = obs
         if self.render_mode == "human":
             self.render()
@@ -322,9 +330,7 @@ class HideAndSeekParallelEnv(ParallelEnv):
         # int64 arrays of the right shape (what action_space.sample() gives) go in as they are
         # and are range-checked by the game; anything else is checked one by one here
         for action in given:
-            if not (
-                type(action) is np.ndarray and action.dtype == np.int64 and action.shape == (5,)
-            ):
+            if not (type(action) is np.ndarray and action.dtype is _INT64 and action.shape == (5,)):
                 given = [self._check_action(a, v) for a, v in zip(live, given, strict=True)]
                 break
         rows = np.array(given)
@@ -345,8 +351,7 @@ class HideAndSeekParallelEnv(ParallelEnv):
         ended = bool(truncated[0])
         observations = self._agent_obs(obs, live)
         values = reward[0].tolist()
-        slot = self._slot
-        rewards = {a: values[slot[a]] for a in live}
+        rewards = {a: values[k] for a, k in self._pairs(live)}
         terminations = dict.fromkeys(live, False)
         truncations = dict.fromkeys(live, ended)
         stats = infos[0]
@@ -402,6 +407,11 @@ class HideAndSeekParallelEnv(ParallelEnv):
             )
         return a.astype(np.int64)
 
+    def _pairs(self, agents: list[str]) -> list[tuple[str, int]]:
+        """(agent, slot) of each of `agents` (kept for the live list of this episode)."""
+        live, pairs, _ = self._live_pairs
+        return pairs if agents is live else [(a, self._slot[a]) for a in agents]
+
     def _agent_obs(self, obs, agents=None) -> dict:
         """Each agent's observation, in new memory (the game reuses its buffers, and users keep
         what a step returned): one copy per key for all agents, each agent's entries views of
@@ -415,11 +425,14 @@ class HideAndSeekParallelEnv(ParallelEnv):
                 dtype=FLAT_DTYPE,
             )
             rows = list(flat)
-            return {a: rows[self._slot[a]] for a in agents}
-        keys = list(obs)
-        copies = [v.copy() for v in obs.values()]
-        slot = self._slot
-        return {a: dict(zip(keys, [c[0, slot[a]] for c in copies], strict=True)) for a in agents}
+            return {a: rows[k] for a, k in self._pairs(agents)}
+        keys = self._obs_keys
+        copies = list(map(np.ndarray.copy, obs.values()))
+        # itemgetter((0, slot)) takes each agent's view of every copy without a Python loop
+        live, _, getters = self._live_pairs
+        if agents is not live:
+            getters = [(a, itemgetter((0, self._slot[a]))) for a in agents]
+        return {a: dict(zip(keys, map(rows, copies), strict=True)) for a, rows in getters}
 
     def _agent_obs_from(self, agent: str, obs: dict[str, np.ndarray]):
         if self.flatten:

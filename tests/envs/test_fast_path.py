@@ -1,6 +1,7 @@
 """The game's step equals the reference rule functions it was fused from.
 
-The step runs as compiled loops (envs/kernels.py) around the physics and one batched ray call.
+The step runs as compiled loops (envs/kernels.py) around the physics; with one thread its rays
+are cast by the compiled loop of envs/rays.py, with more by one batched ray call.
 
 `HideAndSeekGame` writes observations into preallocated buffers, keeps per-episode tables and
 skips work that cannot change anything (no object within reach: no lock or grab decision, every
@@ -231,3 +232,38 @@ def test_compiled_rays_and_statistics_match_the_reference(preset, seed):
             ref.reset(done, game.object_pos[..., :2])
         np.testing.assert_array_equal(game.stats.values, ref.values)
     assert seen_steps > 0 and finished >= W
+
+
+@pytest.mark.parametrize("preset", ["quadrant", "randomwalls", "chase"])
+def test_compiled_rays_are_mj_rays_ray_by_ray(preset):
+    """Every ray rays.cast casts has Batch.ray's distance and geom, bit for bit (nearest hit,
+    lowest geom id among equals, misses -1), over episodes with absent agents, grabs and locks;
+    the rays it skips (absent agents, sight lines nobody reads) read as misses."""
+    params = {} if preset == "chase" else {"n_hiders": (1, 3), "n_seekers": (1, 2)}
+    cfg = make_config(preset, horizon=40, **params)
+    W, A, L = 3, cfg.max_agents, cfg.n_lidar
+    game = HideAndSeekGame(cfg, W, seed=4)
+    game.reset()
+    assert game._ray_fns is not None  # one thread: the compiled rays
+    R = game._nray
+    rng = np.random.default_rng(4)
+    cast = hits = skipped = 0
+    for _ in range(3 * cfg.horizon):
+        _, _, truncated, _ = game.step(rng.integers(0, game.action_nvec, size=(W, A, 5)))
+        dist, geomid = game._ray_dist.copy(), game._ray_geom.copy()
+        want_dist, want_geom = game.batch.ray(
+            game._ray_pnt_rows, game._ray_vec_rows, game._ray_groups, True, game._ray_exclude
+        )
+        used = np.zeros((W, A, R), dtype=bool)
+        used[:, :, :L] = game.agent_present[:, :, None]
+        used[:, :, L:] = game._cone & game._pair_ok
+        used = used.reshape(W, A * R)
+        np.testing.assert_array_equal(dist[used], want_dist[used])
+        np.testing.assert_array_equal(geomid[used], want_geom[used])
+        assert (geomid[~used] == -1).all() and (dist[~used] == -1).all()
+        cast += int(used.sum())
+        hits += int((geomid[used] >= 0).sum())
+        skipped += int((~used).sum())
+        if truncated.any():
+            game.reset(np.flatnonzero(truncated))
+    assert hits > 0.5 * cast and skipped > 0
