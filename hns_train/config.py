@@ -358,6 +358,35 @@ _RANGES: dict[str, tuple] = {
     "stop.frames": _NON_NEGATIVE,
     "stop.minutes": _NON_NEGATIVE,
     **{
+        f"population.{name}": _AT_LEAST_1
+        for name in ("members", "hall_of_fame", "hof_every", "league_worlds")
+    },
+    **{
+        f"population.{name}": _UNIT
+        for name in (
+            "p_cross",
+            "p_past",
+            "bottom_fraction",
+            "top_fraction",
+            "copy_win_probability",
+            "resample_probability",
+        )
+    },
+    **{
+        f"population.{name}": _NON_NEGATIVE
+        for name in (
+            "pfsp_power",
+            "ready_versions",
+            "ready_games",
+            "max_restarts",
+            "member_eval_workers",
+        )
+    },
+    **{
+        f"population.{name}": _POSITIVE
+        for name in ("league_every_s", "sync_every_s", "record_every_s")
+    },
+    **{
         f"agent.network.{name}": _AT_LEAST_1
         for name in (
             "lidar_filters",
