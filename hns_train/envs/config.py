@@ -30,6 +30,8 @@ Range = tuple[int, int]  # inclusive [low, high], sampled uniformly per episode
 @dataclass(frozen=True)
 class GameConfig:
     preset: str = "quadrant"
+    # "hide_and_seek" or a transfer task (tasks.py; its numbers below, its world in PRESETS)
+    task: str = "hide_and_seek"
 
     # Teams and episode
     n_hiders: Range = (2, 2)
@@ -147,8 +149,12 @@ class GameConfig:
                 errors.append(
                     f"{name}={getattr(self, name)} must be (low, high) with 0 <= low <= high"
                 )
-        if self.n_hiders[0] < 1 or self.n_seekers[0] < 1:
+        if self.task not in TASK_NAMES:
+            errors.append(f"task={self.task!r} is not one of {TASK_NAMES}")
+        elif self.task == "hide_and_seek" and (self.n_hiders[0] < 1 or self.n_seekers[0] < 1):
             errors.append("each team needs at least one agent (n_hiders, n_seekers low >= 1)")
+        elif self.n_hiders[0] + self.n_seekers[0] < 1:
+            errors.append("a task needs at least one agent (n_hiders + n_seekers low >= 1)")
         if self.walls not in WALL_MODES:
             errors.append(f"walls={self.walls!r} is not one of {WALL_MODES}")
         if self.placement not in PLACEMENT_MODES:
@@ -165,6 +171,14 @@ class GameConfig:
             raise ValueError("invalid game config: " + "; ".join(errors))
 
 
+TASK_NAMES = (
+    "hide_and_seek",
+    "lock_and_return",
+    "sequential_lock",
+    "blueprint",
+    "shelter",
+    "object_counting",
+)
 WALL_MODES = ("quadrant", "random", "none")
 PLACEMENT_MODES = ("quadrant", "uniform")
 
@@ -195,6 +209,50 @@ PRESETS: dict[str, dict] = {
         p_outer_walls=1.0,
         n_boxes=(0, 0),
         n_ramps=0,
+        placement="uniform",
+        penalise_objects_oob=False,
+    ),
+    # Transfer tasks (tasks.py; numbers from the original's example configs, docs/fidelity.md).
+    # One agent; no preparation phase; rewards are the task's, so no out-of-bounds rule.
+    "lock_and_return": dict(
+        task="lock_and_return",
+        n_hiders=(1, 1),
+        n_seekers=(0, 0),
+        horizon=120,
+        prep_fraction=0.0,
+        walls="random",
+        n_rooms=(6, 6),
+        wall_friction=1.0,
+        n_boxes=(1, 1),
+        n_ramps=0,
+        box_size_obs=True,
+        placement="uniform",
+        penalise_objects_oob=False,
+    ),
+    "blueprint": dict(
+        task="blueprint",
+        n_hiders=(0, 0),
+        n_seekers=(1, 1),
+        horizon=150,
+        prep_fraction=0.0,
+        walls="none",
+        n_boxes=(8, 8),
+        n_ramps=0,
+        box_size_obs=True,
+        placement="uniform",
+        penalise_objects_oob=False,
+    ),
+    "shelter": dict(
+        task="shelter",
+        n_hiders=(0, 0),
+        n_seekers=(1, 1),
+        horizon=240,
+        prep_fraction=0.0,
+        walls="none",
+        n_boxes=(8, 8),
+        n_elongated=(3, 3),
+        n_ramps=0,
+        box_size_obs=True,
         placement="uniform",
         penalise_objects_oob=False,
     ),

@@ -74,6 +74,7 @@ from hns_train.envs.config import GameConfig
 from hns_train.envs.layout import ABSENT, sample_layout
 from hns_train.envs.stats import SURF_MIN_HEIGHT as SURF_LIFT
 from hns_train.envs.stats import EpisodeStats
+from hns_train.envs.tasks import make_task
 from hns_train.envs.world import (
     FREE_RANGE,
     RAY_GROUPS,
@@ -195,6 +196,7 @@ class HideAndSeekGame:
         self.obs[C.SELF_KEY] = self._self_rows[:-1].reshape(W, A, C.SELF_DIM)
         self._cone = np.zeros((W, A, E), dtype=bool)  # entity inside each agent's vision cone
         self._ent_tables(np.arange(W))
+        self.task = make_task(cfg, self)  # None for hide-and-seek (tasks.py)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -264,6 +266,8 @@ class HideAndSeekGame:
         self._cast_rays(worlds)
         self.stats.reset(worlds, self.object_pos[:, :, :2])
         self._observe(worlds)
+        if self.task is not None:
+            self.task.reset(worlds)
         return self.obs
 
     def step(self, actions: np.ndarray):
@@ -276,6 +280,9 @@ class HideAndSeekGame:
             raise RuntimeError("call reset() before step()")
         if self._live is not None:  # first: the live MjData's state holds controls
             self._pull_live()
+        if self.task is not None:
+            actions = self.check_actions(actions).copy()
+            self.task.act(actions)
         actions, work = self._prepare_actions(actions)
         cfg = self.cfg
 
@@ -356,6 +363,8 @@ class HideAndSeekGame:
             stats.mark_prep_end(
                 self.t, self._prep_steps, self.object_pos[..., :2], self.object_present, self.locked
             )
+        if self.task is not None:
+            self.task.after_step(reward)
         infos: list[dict] = [{} for _ in range(self.n_worlds)]
         if flags & K.TRUNCATED:
             done = np.flatnonzero(truncated)
@@ -364,6 +373,8 @@ class HideAndSeekGame:
             )
             for w, s in zip(done, finished, strict=True):
                 infos[w] = s
+            if self.task is not None:
+                self.task.finish(done, infos)
         return self.obs, reward, truncated, infos
 
     def _score(self, reward, truncated) -> int:

@@ -56,6 +56,7 @@ _INT64 = np.dtype(np.int64)  # the native one: `rows.dtype is _INT64`
 
 # What each game keyword means (spec sections in brackets); help(parallel_env) lists them all.
 KEYWORDS: dict[str, str] = {
+    "task": "hide_and_seek, or a transfer task set by its preset (docs/transfer.md)",
     # teams and episode
     "n_hiders": "(low, high) hiders per episode, drawn uniformly at each reset [§1]",
     "n_seekers": "(low, high) seekers per episode, drawn uniformly at each reset [§1]",

@@ -14,6 +14,7 @@ Per world, over one episode:
   floor and within `SURF_MAX_GAP` of the height it would have resting on that top face, while the
   box moves (xy speed above `SURF_MIN_SPEED`) or is grabbed by that seeker. Each step counts once
   however many seekers surf. Ramps never count: their top is a slope, and climbing one is ramp use.
+- `task_score`: a transfer task's score of the episode (`tasks.py`); 0 in hide-and-seek.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ STAT_KEYS = (
     "seeker_return",
     "hidden_fraction",
     "num_box_surf",
+    "task_score",
 )
 
 # Box-surfing detection (see the module docstring); metres and metres per second.

@@ -1,0 +1,114 @@
+"""Transfer tasks: the paper's intelligence tests on the hide-and-seek bodies and contract.
+
+A task replaces the hide-and-seek reward and adds a score; everything else is the game of
+`game.py`: the same bodies, physics, locks and grabs, the same observation keys and action
+layout, so a hide-and-seek policy loads into a task unchanged (`hns_train/agents/transfer.py`).
+`GameConfig.task` names the task (`"hide_and_seek"`: none, the game's own reward); the presets of
+`config.py` set each task's world and numbers.
+
+A `Task` sees the game after every reset and step and may
+- filter the actions before they are applied (`act`, e.g. the order rule of sequential lock);
+- write its reward over the game's (`reward`: (W, A) float32, in place), which the game then
+  returns; the game's own per-team returns are replaced by the task's in the episode statistics;
+- give the episode's score at its end (`score`: (len(worlds),) float64), reported in `info` as
+  `task_score` (success 0/1, a count or a reward, per task; see docs/transfer.md), with any
+  extra per-task statistics (`extra_stats`).
+
+Every episode still runs to the horizon (truncation only, as the game's contract): where the
+original ended an episode on success, the task says how it treats the remaining steps.
+Tasks are single-agent here as in the original (one hider for the lock tasks, whose `is_hider`
+flag is 1 there; one seeker for the construction tasks, flag 0); the team that is absent has no
+slot, and the rows of other agents are empty.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from hns_train.envs.config import GameConfig
+
+if TYPE_CHECKING:
+    from hns_train.envs.game import HideAndSeekGame
+
+HIDE_AND_SEEK = "hide_and_seek"
+
+
+class Task:
+    """Base class: the hide-and-seek game's hooks, doing nothing; subclasses override."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, cfg: GameConfig, game: HideAndSeekGame) -> None:
+        self.cfg = cfg
+        self.game = game
+        W, A = game.n_worlds, game.n_agents
+        self.returns = np.zeros((W, A))  # each agent's summed task reward this episode
+
+    def reset(self, worlds: np.ndarray) -> None:
+        """New episodes in `worlds` (after the game drew and observed them)."""
+        self.returns[worlds] = 0.0
+
+    def act(self, actions: np.ndarray) -> None:
+        """Edit this step's checked (W, A, 5) int64 actions in place before they are applied."""
+
+    def reward(self, reward: np.ndarray) -> None:
+        """Write this step's (W, A) task reward into `reward` (after physics and observations)."""
+
+    def score(self, worlds: np.ndarray) -> np.ndarray:
+        """(len(worlds),) the task's score of the episodes ending now in `worlds`."""
+        return np.zeros(len(worlds))
+
+    def extra_stats(self, worlds: np.ndarray) -> dict[str, np.ndarray]:
+        """Per-task statistics of the ending episodes (name -> (len(worlds),))."""
+        return {}
+
+    # ------------------------------------------------------------------ used by the game
+    def after_step(self, reward: np.ndarray) -> None:
+        self.reward(reward)
+        present = self.game.agent_present
+        reward[~present] = 0.0
+        self.returns += reward
+
+    def finish(self, worlds: np.ndarray, infos: list[dict]) -> None:
+        """Task score, statistics and returns into the ending episodes' infos."""
+        g = self.game
+        scores = self.score(worlds)
+        extra = self.extra_stats(worlds)
+        for i, w in enumerate(worlds):
+            info = infos[w]
+            for team, key in ((True, "hider_return"), (False, "seeker_return")):
+                members = g.agent_present[w] & (g.is_hider == team)
+                info[key] = float(self.returns[w, members].mean()) if members.any() else 0.0
+            info["task_score"] = float(scores[i])
+            for name, values in extra.items():
+                info[name] = float(values[i])
+
+
+TASKS: dict[str, type[Task]] = {}
+# the module that defines each task (imported on first use: they import this one)
+TASK_MODULES = {
+    "lock_and_return": "locking",
+    "sequential_lock": "locking",
+    "blueprint": "construction",
+    "shelter": "construction",
+    "object_counting": "counting",
+}
+
+
+def register(cls: type[Task]) -> type[Task]:
+    """Class decorator: make a task available by its `name` (GameConfig.task)."""
+    TASKS[cls.name] = cls
+    return cls
+
+
+def make_task(cfg: GameConfig, game: HideAndSeekGame) -> Task | None:
+    """The task `cfg.task` names for `game` (None for hide-and-seek itself)."""
+    if cfg.task == HIDE_AND_SEEK:
+        return None
+    if cfg.task not in TASK_MODULES:
+        raise ValueError(f"unknown task {cfg.task!r}; allowed: {[HIDE_AND_SEEK, *TASK_MODULES]}")
+    importlib.import_module(f"hns_train.envs.{TASK_MODULES[cfg.task]}")
+    return TASKS[cfg.task](cfg, game)
