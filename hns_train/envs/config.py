@@ -178,6 +178,7 @@ TASK_NAMES = (
     "blueprint",
     "shelter",
     "object_counting",
+    "count_based",
 )
 WALL_MODES = ("quadrant", "random", "none")
 PLACEMENT_MODES = ("quadrant", "uniform")

@@ -95,6 +95,7 @@ TASK_MODULES = {
     "blueprint": "construction",
     "shelter": "construction",
     "object_counting": "counting",
+    "count_based": "intrinsic",  # pretraining: count-based exploration, no game reward
 }
 
 
