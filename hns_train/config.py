@@ -255,6 +255,12 @@ class RunConfig:
             and importlib.util.find_spec("mujoco_warp") is None
         ):
             problems.append("pod.physics='warp' needs the optional extra: pip install -e '.[warp]'")
+        warp_physics = p.backend == "warp" or (p.backend == "pod" and self.pod.physics == "warp")
+        if game.task != "hide_and_seek" and warp_physics:
+            problems.append(
+                f"game task {game.task!r} runs on the C game only: pipeline.backend 'c', or "
+                "'pod' with pod.physics 'c' or 'auto'"
+            )
         if p.transport not in ("ipc", "tcp"):
             problems.append(f"pipeline.transport={p.transport!r} is not one of ('ipc', 'tcp')")
         problems += _cluster_problems(p)

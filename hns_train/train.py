@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from hns_train.agents.transfer import resolve_init
 from hns_train.config import ConfigError, load_config
 
 
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = load_config(args.config or saved, [*args.overrides, *where])
         else:
             cfg = load_config(args.config, args.overrides)
+        cfg = resolve_init(cfg)  # a fine-tuning run: the task's rows fit the source network
         if cfg.population.members > 1:
             return _run_population(cfg, resume=args.resume is not None)
         from hns_train.distributed.controller import Controller

@@ -87,6 +87,9 @@ class AgentConfig:
 
     network: NetworkConfig = field(default_factory=NetworkConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    # a checkpoint file or run directory whose networks start this run ("": from scratch);
+    # fine-tuning for the transfer tasks, hns_train/agents/transfer.py
+    init: str = ""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> AgentConfig:

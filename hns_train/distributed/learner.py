@@ -4,7 +4,8 @@ chunks from actors) and the pod (pod_worker.py: simulates, acts and learns in on
 A learner is a worker of kind "trainer": rank `spec.index` of `pipeline.n_trainers` (DDP through
 ddp.py when there are several), on `pipeline.device`. It owns:
 - the model and its `PPO`, restored on start from the newest valid checkpoint (`--resume` and a
-  restarted learner continue with counters intact); every rank starts from rank 0's weights;
+  restarted learner continue with counters intact), else initialised from `agent.init` (a
+  fine-tuning run, agents/transfer.py); every rank starts from rank 0's weights;
 - guarded updates: an update that raises or leaves a non-finite weight, normaliser or optimiser
   moment is undone (the state before it is restored, the batch dropped, `skipped_updates`
   counted), so nothing non-finite is ever published, checkpointed or snapshotted;
@@ -30,6 +31,7 @@ from hns_train.agents.checkpoint import CheckpointDir, Counters, restore_trainin
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import PolicyPool
 from hns_train.agents.ppo import PPO
+from hns_train.agents.transfer import initialise
 from hns_train.config import PipelineConfig
 from hns_train.distributed.contract import ContractError, check_counters
 from hns_train.distributed.opponent_codes import pool_dir
@@ -82,6 +84,8 @@ class LearnerWorker(Worker):
             info = restore_training(latest, self.ppo, np_rng=self.rng)
             self.counters_from_controller = info.counters
             log.warning("resumed from %s at version %d", latest.path, self.ppo.version)
+        else:  # a fine-tuning run starts from another run's networks (agent.init)
+            initialise(self.model, cfg.agent.init)
         if self.ddp is not None:  # every rank starts from rank 0's weights and normalisers
             self.ddp.broadcast_state(self.model)
         self.pool = PolicyPool(pool_dir(spec.run_dir), cfg.pool) if self.is_main else None

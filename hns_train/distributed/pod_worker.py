@@ -136,8 +136,9 @@ def make_game(cfg, device: torch.device, seed, threads: int = 1):
     """The pod's worlds: MuJoCo Warp on `device` or the C game (`pod.physics`, auto: Warp on
     CUDA, C on a CPU)."""
     physics = cfg.pod.physics
-    if physics == "auto":
-        physics = "warp" if device.type == "cuda" else "c"
+    if physics == "auto":  # transfer tasks run on the C game only (envs/tasks.py)
+        on_gpu = device.type == "cuda" and cfg.game_config().task == "hide_and_seek"
+        physics = "warp" if on_gpu else "c"
     if physics == "warp":
         from hns_train.envs.warp.game import WarpGame  # the optional extra, only here
 

@@ -91,6 +91,7 @@ class GameConfig:
     boxes_lockable: bool = True
     ramps_lockable: bool = False
     box_size_obs: bool = False  # append the box's full size (x, y, z) to box_obs
+    ramp_lock_obs: bool = True  # lock flags in ramp_obs where ramps lock (contract.ramp_columns)
 
     # Placement on the grid
     placement: str = "quadrant"  # "quadrant" | "uniform"

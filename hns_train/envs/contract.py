@@ -28,9 +28,10 @@ Columns: observation_self and each agent_qpos_qvel row follow `SelfColumns` (cen
 yaw wrapped to [-pi, pi); vx, vy, vz; yaw rate; is_hider; prep progress = min(1, t / prep
 steps)); box and ramp rows start with `ObjectColumns` (centre x, y, z, cos yaw, sin yaw, vx, vy,
 vz, yaw rate), then the box's full size (x, y, z) when `box_size_obs`, then the lock flags
-(locked by me, by my team, at all) when the kind can be locked; ramps carry 3 zero pads in place
-of the size when boxes carry sizes and ramps lock, so box and ramp rows line up as in the
-original. `box_columns(cfg)` / `ramp_columns(cfg)` give those slices.
+(locked by me, by my team, at all) when the kind can be locked (for ramps: and `ramp_lock_obs`,
+which a fine-tuned network trained without them turns off); ramps carry 3 zero pads in place
+of the size when boxes carry sizes and ramp rows carry lock flags, so box and ramp rows line up
+as in the original. `box_columns(cfg)` / `ramp_columns(cfg)` give those slices.
 """
 
 from __future__ import annotations
@@ -159,11 +160,12 @@ def box_columns(cfg: GameConfig) -> RowColumns:
 
 def ramp_columns(cfg: GameConfig) -> RowColumns:
     col = OBJECT_BASE_DIM
-    pads = cfg.box_size_obs and cfg.ramps_lockable
+    flags = cfg.ramps_lockable and cfg.ramp_lock_obs
+    pads = cfg.box_size_obs and flags
     size = slice(col, col + 3) if pads else None
     col += 3 * pads
-    lock = slice(col, col + LOCK_FLAGS) if cfg.ramps_lockable else None
-    return RowColumns(col + LOCK_FLAGS * cfg.ramps_lockable, size, lock)
+    lock = slice(col, col + LOCK_FLAGS) if flags else None
+    return RowColumns(col + LOCK_FLAGS * flags, size, lock)
 
 
 def box_dim(cfg: GameConfig) -> int:

@@ -124,7 +124,7 @@ def assemble(
     if cfg.boxes_lockable:
         box = np.concatenate([box, flags[:, :, :nb]], axis=-1)
     ramp = per_agent(ramp_rows)
-    if cfg.ramps_lockable:
+    if cfg.ramps_lockable and cfg.ramp_lock_obs:
         if cfg.box_size_obs:
             ramp = np.concatenate([ramp, np.zeros((*ramp.shape[:3], 3))], axis=-1)
         ramp = np.concatenate([ramp, flags[:, :, nb:]], axis=-1)

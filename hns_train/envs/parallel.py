@@ -109,6 +109,7 @@ KEYWORDS: dict[str, str] = {
     "boxes_lockable": "whether the lock action can freeze boxes [§3]",
     "ramps_lockable": "whether the lock action can freeze ramps [§3]",
     "box_size_obs": "append a box's full size (x, y, z) to box_obs [§5]",
+    "ramp_lock_obs": "ramp rows carry lock flags where ramps lock (off: fine-tuning without them)",
     # placement
     "placement": "'quadrant' (boxes in the room, seekers outside it) or 'uniform' [§1]",
     "teammate_spread_cells": ">= 0: teammates within this many cells of the first one [§1]",

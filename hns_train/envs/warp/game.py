@@ -580,7 +580,7 @@ class WarpGame:
         box = torch.cat(parts, dim=-1)
         ramp = obj[:, None, nb:].expand(W, A, cfg.n_ramps, obj.shape[-1])
         parts = [ramp]
-        if cfg.ramps_lockable:
+        if cfg.ramps_lockable and cfg.ramp_lock_obs:
             if cfg.box_size_obs:
                 parts.append(ramp.new_zeros(W, A, cfg.n_ramps, 3))
             parts.append(flags[:, :, nb:])
