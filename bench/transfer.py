@@ -1,0 +1,224 @@
+"""Transfer: each task fine-tuned from a checkpoint against trained from scratch, on paired seeds.
+
+For every task (configs/transfer/<task>.yaml) and seed, one run from scratch and one from each
+given checkpoint (`--init`: a hide-and-seek run; `--init-count`: a count-based pretraining run),
+with the same config, seed and frame budget, through the ordinary pipeline (`Controller`). Each
+final checkpoint then plays `--episodes` fresh episodes (the same world seeds for every arm) and
+is scored by the task's metric (`task_score`: success, accuracy for object counting); the
+untrained network of the scratch run is scored the same way. Reported per task: the training
+curves (episode/task_score against frames, PNG), each arm's final score, and the difference of
+each pretrained arm from scratch: the mean over seeds of the per-seed differences and its
+standard error (with one seed: over the paired evaluation episodes).
+
+    python bench/transfer.py --init RUN_OR_CKPT [--init-count RUN_OR_CKPT] [--tasks T ...]
+        [--frames 20000] [--minutes 0] [--seeds 0 1] [--episodes 64] [--out DIR]
+        [section.key=value ...]
+
+Last line: `TRANSFER {json}` with a key per task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hns_train.agents.checkpoint import CheckpointDir  # noqa: E402
+from hns_train.agents.transfer import resolve_init  # noqa: E402
+from hns_train.config import CONFIG_DIR, load_config  # noqa: E402
+from hns_train.distributed.controller import Controller  # noqa: E402
+from hns_train.eval.phases import read_metrics  # noqa: E402
+from hns_train.eval.policies import load_policy_file, policy_controller  # noqa: E402
+from hns_train.eval.transfer import evaluate_task, paired_difference  # noqa: E402
+
+TASKS = ("lock_and_return", "sequential_lock", "blueprint", "shelter", "object_counting")
+SCRATCH = "scratch"
+
+
+def curve(run_dir: Path) -> list[dict]:
+    train, _ = read_metrics(run_dir / "metrics.jsonl")
+    return [
+        {"frames": r["frames"], "score": r["episode/task_score"]}
+        for r in train
+        if np.isfinite(r.get("episode/task_score", np.nan))
+    ]
+
+
+def train_and_score(task, arm, init, seed, args, runs_dir) -> dict:
+    cfg = load_config(
+        CONFIG_DIR / "transfer" / f"{task}.yaml",
+        [
+            f"runs_dir={runs_dir}",
+            f"name={task}_{arm}_s{seed}",
+            f"seed={seed}",
+            f"stop.frames={args.frames}",
+            f"stop.minutes={args.minutes}",
+            "logging.wandb=disabled",
+            f"logging.progress={str(not args.quiet).lower()}",
+            f"agent.init={init}",
+            *args.overrides,
+        ],
+    )
+    cfg = resolve_init(cfg)
+    summary = Controller(cfg).run()
+    run_dir = Path(summary.run_dir)
+    latest = CheckpointDir(run_dir / "checkpoints").latest()
+    if latest is None:
+        raise RuntimeError(f"{run_dir} wrote no checkpoint")
+    game = cfg.game_config()
+    eval_seed = 50_000 + 1_000 * seed
+
+    def score(path):
+        policy = policy_controller(load_policy_file(path), game, arm, deterministic=False)
+        return evaluate_task(game, policy, args.episodes, eval_seed)
+
+    out = {
+        "run": str(run_dir),
+        "frames": summary.frames,
+        "seconds": round(summary.hours * 3600, 1),
+        "curve": curve(run_dir),
+        "final": score(latest.path),
+    }
+    if arm == SCRATCH:
+        out["untrained"] = score(run_dir / "pool" / "snapshot_0000000000.pt")
+    return out
+
+
+def compare(runs: dict, arm: str) -> dict:
+    """Paired difference arm - scratch over seeds (over episodes with one seed)."""
+    seeds = sorted(runs[SCRATCH])
+    if len(seeds) > 1:
+        a = [runs[arm][s]["final"].score for s in seeds]
+        b = [runs[SCRATCH][s]["final"].score for s in seeds]
+    else:
+        a = list(runs[arm][seeds[0]]["final"].scores)
+        b = list(runs[SCRATCH][seeds[0]]["final"].scores)
+    mean, se = paired_difference(a, b)
+    return {
+        "diff": round(mean, 4),
+        "se": round(se, 4),
+        "over": "seeds" if len(seeds) > 1 else "episodes",
+    }
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(4 * len(results), 3.2), squeeze=False)
+    for ax, (task, runs) in zip(axes[0], results.items(), strict=True):
+        for arm, by_seed in runs.items():
+            for i, run in enumerate(by_seed.values()):
+                xs = [p["frames"] for p in run["curve"]]
+                ys = [p["score"] for p in run["curve"]]
+                ax.plot(
+                    xs,
+                    ys,
+                    color=f"C{list(runs).index(arm)}",
+                    alpha=0.8,
+                    label=arm if i == 0 else None,
+                )
+        ax.set_title(task)
+        ax.set_xlabel("env frames")
+        ax.set_ylabel("task score (training episodes)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--init", default="", help="hide-and-seek checkpoint or run directory")
+    parser.add_argument("--init-count", default="", help="count-based pretraining checkpoint")
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
+    parser.add_argument("--frames", type=int, default=20_000)
+    parser.add_argument("--minutes", type=float, default=0.0, help="per run (0: no limit)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--episodes", type=int, default=64, help="evaluation episodes per run")
+    parser.add_argument("--out", default="", help="runs and figures here (default: a temp dir)")
+    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("overrides", nargs="*", help="section.key=value for every run")
+    args = parser.parse_args(argv)
+    if args.frames <= 0 and args.minutes <= 0:
+        parser.error("give --frames or --minutes: a run needs a budget")
+
+    out = Path(args.out or tempfile.mkdtemp(prefix="hns-transfer-"))
+    out.mkdir(parents=True, exist_ok=True)
+    arms = {SCRATCH: ""}
+    if args.init:
+        arms["hide_and_seek"] = args.init
+    if args.init_count:
+        arms["count_based"] = args.init_count
+    load_start, started = os.getloadavg()[0], time.time()
+    results: dict = {}
+    for task in args.tasks:
+        results[task] = {arm: {} for arm in arms}
+        for seed in args.seeds:
+            for arm, init in arms.items():
+                results[task][arm][seed] = train_and_score(task, arm, init, seed, args, out)
+
+    summary: dict = {}
+    print(f"\n{'task':<16} {'arm':<14} {'final score':>12} {'return':>9} {'vs scratch':>18}")
+    for task, runs in results.items():
+        entry: dict = {}
+        seeds = sorted(runs[SCRATCH])
+        untrained = runs[SCRATCH][seeds[0]]["untrained"]
+        print(
+            f"{task:<16} {'untrained':<14} {untrained.score:>12.3f} {untrained.mean_return:>9.2f}"
+        )
+        entry["untrained"] = untrained.to_dict()
+        for arm, by_seed in runs.items():
+            finals = [by_seed[s]["final"] for s in seeds]
+            row = {
+                "score": round(float(np.mean([f.score for f in finals])), 4),
+                "return": round(float(np.mean([f.mean_return for f in finals])), 3),
+                "per_seed": [f.to_dict() for f in finals],
+                "frames": [by_seed[s]["frames"] for s in seeds],
+            }
+            versus = ""
+            if arm != SCRATCH:
+                row["vs_scratch"] = compare(runs, arm)
+                versus = f"{row['vs_scratch']['diff']:+.3f} ± {row['vs_scratch']['se']:.3f}"
+            print(f"{'':<16} {arm:<14} {row['score']:>12.3f} {row['return']:>9.2f} {versus:>18}")
+            entry[arm] = row
+        summary[task] = entry
+    plot(results, out / "transfer.png")
+    (out / "transfer.json").write_text(
+        json.dumps(
+            {
+                task: {arm: {str(s): r["curve"] for s, r in by.items()} for arm, by in runs.items()}
+                for task, runs in results.items()
+            }
+        )
+    )
+    summary["_run"] = {
+        "frames": args.frames,
+        "seeds": args.seeds,
+        "episodes": args.episodes,
+        "init": args.init,
+        "init_count": args.init_count,
+        "minutes": round((time.time() - started) / 60, 1),
+        "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "machine": f"{os.cpu_count()} cores ({platform.machine()})",
+        "load": [round(load_start, 2), round(os.getloadavg()[0], 2)],
+        "out": str(out),
+    }
+    print(f"curves: {out / 'transfer.png'}")
+    print("TRANSFER " + json.dumps(summary))
+    return summary
+
+
+if __name__ == "__main__":
+    main()

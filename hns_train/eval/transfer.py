@@ -1,0 +1,71 @@
+"""Scoring a policy on a transfer task (docs/transfer.md): fresh episodes, the task's own score.
+
+`evaluate_task(game_cfg, policy, episodes, seed)` plays `episodes` episodes of the task (worlds
+reset with seeds `seed`, `seed + 1`, ...), the policy playing the task's agent (whichever team
+its slot is on; the empty team gets the no-op), and returns each episode's `task_score` (the
+paper's per-task metric: success, or accuracy for object counting) and the agent's return.
+`paired_difference` is what the bench reports: the mean of per-seed differences of two
+arms and its standard error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hns_train.envs.config import GameConfig
+from hns_train.envs.game import HideAndSeekGame
+from hns_train.eval.matches import FixedController, play_matches
+
+
+@dataclass
+class TaskEval:
+    scores: np.ndarray  # (episodes,) task_score
+    returns: np.ndarray  # (episodes,) the agent's summed reward
+
+    @property
+    def score(self) -> float:
+        return float(self.scores.mean())
+
+    @property
+    def score_se(self) -> float:
+        return float(self.scores.std(ddof=1) / np.sqrt(len(self.scores)))
+
+    @property
+    def mean_return(self) -> float:
+        return float(self.returns.mean())
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "score": round(self.score, 4),
+            "score_se": round(self.score_se, 4),
+            "return": round(self.mean_return, 3),
+            "episodes": len(self.scores),
+        }
+
+
+def evaluate_task(
+    game_cfg: GameConfig, policy: Any, episodes: int, seed: int, worlds: int = 16
+) -> TaskEval:
+    """`policy` (a team controller, e.g. `policies.policy_controller`) on `episodes` episodes."""
+    if game_cfg.task == "hide_and_seek":
+        raise ValueError("evaluate_task scores a transfer task; the game's task is hide_and_seek")
+    game = HideAndSeekGame(game_cfg, n_worlds=min(worlds, episodes))
+    idle = FixedController("noop")
+    agent_is_hider = game_cfg.max_hiders > 0
+    hiders, seekers = (policy, idle) if agent_is_hider else (idle, policy)
+    results = play_matches(game, hiders, seekers, n_matches=episodes, seed=seed)
+    key = "hider_return" if agent_is_hider else "seeker_return"
+    return TaskEval(
+        scores=np.array([r.stats["task_score"] for r in results]),
+        returns=np.array([r.stats[key] for r in results]),
+    )
+
+
+def paired_difference(a: list[float], b: list[float]) -> tuple[float, float]:
+    """(mean, standard error) of a[i] - b[i] over paired seeds (se NaN with one pair)."""
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
+    return float(d.mean()), se
