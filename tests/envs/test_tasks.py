@@ -1,0 +1,76 @@
+"""The game's task hook: a task's action filter, reward, returns and score reach the caller."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hns_train.envs import contract, tasks
+from hns_train.envs.config import make_config
+from hns_train.envs.game import HideAndSeekGame
+
+
+class _Probe(tasks.Task):
+    """Reward 0.5 per step, forces the lock head to 0, scores the number of steps seen."""
+
+    name = "blueprint"
+
+    def reset(self, worlds):
+        super().reset(worlds)
+        self.steps = np.zeros(self.game.n_worlds)
+
+    def act(self, actions):
+        actions[..., contract.LOCK] = 0
+        self.last_actions = actions.copy()
+
+    def reward(self, reward):
+        reward[...] = 0.5
+        self.steps += 1
+
+    def score(self, worlds):
+        return self.steps[worlds]
+
+    def extra_stats(self, worlds):
+        return {"probe": self.steps[worlds] * 2}
+
+
+@pytest.fixture
+def probe(monkeypatch):
+    monkeypatch.setitem(tasks.TASK_MODULES, "blueprint", "tasks")
+    monkeypatch.setitem(tasks.TASKS, "blueprint", _Probe)
+
+
+def test_the_task_owns_reward_returns_and_score(probe):
+    cfg = make_config("blueprint", horizon=6)
+    game = HideAndSeekGame(cfg, n_worlds=2, seed=0)
+    assert isinstance(game.task, _Probe)
+    game.reset()
+    actions = np.ones((2, game.n_agents, 5), dtype=np.int64)
+    for _ in range(cfg.horizon):
+        _, reward, truncated, infos = game.step(actions)
+        assert np.all(reward == 0.5)
+        assert np.all(game.task.last_actions[..., contract.LOCK] == 0)
+        assert actions[0, 0, contract.LOCK] == 1  # the caller's array is not edited
+    assert truncated.all()
+    for info in infos:
+        assert info["task_score"] == cfg.horizon
+        assert info["probe"] == 2 * cfg.horizon
+        assert info["seeker_return"] == pytest.approx(0.5 * cfg.horizon)  # the agent's team
+        assert info["hider_return"] == 0.0  # no hider in a one-agent task
+
+
+def test_hide_and_seek_has_no_task_and_scores_zero():
+    cfg = make_config("chase", horizon=3)
+    game = HideAndSeekGame(cfg, n_worlds=1, seed=0)
+    assert game.task is None
+    game.reset()
+    for _ in range(3):
+        _, _, _, infos = game.step(np.full((1, 2, 5), 0, dtype=np.int64))
+    assert infos[0]["task_score"] == 0.0
+
+
+def test_bad_task_names_are_refused():
+    with pytest.raises(ValueError, match="task='fetch' is not one of"):
+        make_config("quadrant", task="fetch")
+    with pytest.raises(ValueError, match="each team needs at least one agent"):
+        make_config("quadrant", n_seekers=(0, 0))
