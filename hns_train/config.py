@@ -547,13 +547,14 @@ def apply_override(cfg: RunConfig, item: str) -> RunConfig:
 
 
 def find_config(path: str | Path) -> Path:
-    """`path` if it exists, else the shipped config it names (`chase`, `chase.yaml` or
-    `configs/chase.yaml`), so the shipped configs work from any folder after `pip install`, also
-    as the `base:` of a user's own YAML."""
+    """`path` if it exists, else the shipped config it names (`chase`, `chase.yaml`,
+    `configs/chase.yaml`, `configs/transfer/shelter.yaml`), so the shipped configs work from any
+    folder after `pip install`, also as the `base:` of a user's own YAML."""
     path = Path(path)
-    if path.exists() or path.parent not in (Path("."), Path("configs")):
+    if path.exists() or path.is_absolute() or ".." in path.parts:
         return path
-    for name in (path.name, f"{path.name}.yaml"):
+    rel = Path(*path.parts[1:]) if path.parts[:1] == ("configs",) else path
+    for name in (rel, rel.with_name(f"{rel.name}.yaml")):
         if (CONFIG_DIR / name).is_file():
             return CONFIG_DIR / name
     return path

@@ -40,7 +40,10 @@ def test_wheel_install_trains_with_shipped_configs(tmp_path):
     )  # fmt: skip
     (wheel,) = dist.glob("hns_train-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    shipped = {f"hns_train/configs/{p.name}" for p in (ROOT / "configs").glob("*.yaml")}
+    shipped = {
+        f"hns_train/configs/{p.relative_to(ROOT / 'configs')}"
+        for p in (ROOT / "configs").glob("**/*.yaml")
+    }
     packages = {
         str(p.parent.relative_to(ROOT)) + "/__init__.py" for p in ROOT.glob("hns_train/**/*.py")
     }  # every source package is listed in pyproject.toml
