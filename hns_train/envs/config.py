@@ -111,6 +111,13 @@ class GameConfig:
     n_lidar: int = 30
     lidar_range: float = 6.0
 
+    # Task: locking (locking.py; the original's LockObjectsTask, docs/fidelity.md)
+    lock_reward: float = 5.0  # for each box that becomes locked
+    unlock_penalty: float = 5.0  # for each box that becomes unlocked
+    lock_shaped_reward_scale: float = 0.5  # times the distance gained towards the target
+    lock_success_reward: float = 1.0  # every step the task is complete
+    lock_return_threshold: float = 0.1  # lock_and_return: largest distance to the spawn xy, m
+
     # Rendering
     render_width: int = 480
     render_height: int = 480
@@ -167,6 +174,12 @@ class GameConfig:
             errors.append(f"action_bins={self.action_bins} must be odd and >= 3 (middle bin = 0)")
         if self.n_rooms[0] < 1:
             errors.append("n_rooms low must be >= 1")
+        lock_numbers = ("lock_reward", "unlock_penalty", "lock_shaped_reward_scale")
+        for name in (*lock_numbers, "lock_success_reward", "lock_return_threshold"):
+            if not math.isfinite(getattr(self, name)):
+                errors.append(f"{name}={getattr(self, name)} must be finite")
+        if not self.lock_return_threshold >= 0.0:
+            errors.append(f"lock_return_threshold={self.lock_return_threshold} must be >= 0")
         if errors:
             raise ValueError("invalid game config: " + "; ".join(errors))
 

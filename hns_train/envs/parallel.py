@@ -126,6 +126,12 @@ KEYWORDS: dict[str, str] = {
     "grab_range": "largest distance from agent centre to an object it grabs or locks, m [§3]",
     "n_lidar": "lidar rays per agent [§5]",
     "lidar_range": "lidar range, m (the value of a ray that hits nothing) [§5]",
+    # task: locking
+    "lock_reward": "lock tasks: reward for each box that becomes locked [transfer]",
+    "unlock_penalty": "lock tasks: penalty for each box that becomes unlocked [transfer]",
+    "lock_shaped_reward_scale": "lock tasks: reward per metre gained towards the target [transfer]",
+    "lock_success_reward": "lock tasks: reward of every step the task is complete [transfer]",
+    "lock_return_threshold": "lock_and_return: largest distance to the spawn xy, m [transfer]",
     # rendering
     "render_width": "pixels of render() frames [render]",
     "render_height": "pixels of render() frames [render]",
