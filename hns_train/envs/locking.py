@@ -156,3 +156,20 @@ class LockAndReturn(LockObjectsTask):
 
     name = "lock_and_return"
     must_return = True
+
+
+@register
+class SequentialLock(LockObjectsTask):
+    """The original's sequential_lock.jsonnet: task 'order' with the fixed order 0, 1, 2, 3 over
+    4 boxes in the three closed rooms of the tri layout; only the next box in the order can be
+    locked."""
+
+    name = "sequential_lock"
+    in_order = True
+
+    def act(self, actions: np.ndarray) -> None:
+        # the order rule: no unlocked box after the first unlocked one may be locked this step
+        unlocked = self._unlocked(self._box_locked())
+        first = unlocked.argmax(axis=1)
+        later = unlocked & (np.arange(self.n_boxes) > first[:, None])
+        self.game.lockable[:, : self.n_boxes] = self.cfg.boxes_lockable & ~later

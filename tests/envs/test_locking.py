@@ -1,8 +1,9 @@
 """The lock tasks (envs/locking.py) in scripted scenes of the real game, and through PettingZoo.
 
 Scenes: one hider placed by qpos (tests/envs/hns_scene.py) next to a box it faces; the scene's
-spawn point is where it is placed (the task's reset hook is run again after placing). Lock and
-return scenes play without inner walls (`walls="none"`): the rewards do not depend on them.
+spawn point is where it is placed (the task's reset hook is run again after placing). Scenes
+play without inner walls (`walls="none"`): the rewards do not depend on them; the tri layout of
+sequential lock is checked on its own.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import hns_train.envs as E
 from hns_train.envs import contract as C
 from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
+from hns_train.envs.layout import sample_layout
 from tests.envs import hns_scene as S
 
 pytestmark = [
@@ -29,7 +31,7 @@ AGENT_XY, BOX_XY = (1.58, 4.2), (2.0, 4.2)  # the box face 0.17 m in front of th
 
 def _scene(preset="lock_and_return", agent=AGENT_XY, boxes=None, **params):
     """A one-world game of `preset`, the hider at `agent` facing +x, the boxes placed."""
-    params = {"walls": "none", **params} if preset == "lock_and_return" else params
+    params = {"walls": "none", **params}
     game = HideAndSeekGame(make_config(preset, **params), n_worlds=1, seed=0)
     game.reset()
     boxes = boxes if boxes is not None else {0: (*BOX_XY, 0.0)}
@@ -149,9 +151,108 @@ def test_bad_numbers_are_named():
         make_config("lock_and_return", lock_return_threshold=-0.1)
 
 
+# ---------------------------------------------------------------- sequential_lock
+
+# two boxes side by side in front of the agent at AGENT_XY, both 0.17 m away and seen
+PAIR = {0: (2.0, 4.47, 0.0), 1: (2.0, 3.93, 0.0)}
+SECOND_PAIR = {2: (4.0, 4.47, 0.0), 3: (4.0, 3.93, 0.0)}  # the same, 2 m to the east
+
+
+def _sequential_scene(boxes, **params):
+    far = {
+        o: (0.6 + 0.7 * k, 1.0, 0.0) for k, o in enumerate(o for o in range(4) if o not in boxes)
+    }
+    return _scene("sequential_lock", boxes={**far, **boxes}, **params)
+
+
+def test_a_box_out_of_order_cannot_be_locked():
+    game = _sequential_scene({1: (*BOX_XY, 0.0)})  # box 1 in front, box 0 elsewhere
+    assert game.sees_object[0, 0, 1]
+    d0 = _box_dist(game, 0)
+    for _ in range(3):
+        reward, _ = _step(game, STAY_LOCK)
+        assert not game.locked[0, 1] and not game.lockable[0, 1]
+        # no lock reward: the target is still box 0, which the agent neither nears nor leaves
+        assert reward == pytest.approx(SCALE * (d0 - _box_dist(game, 0)), abs=1e-5)
+        d0 = _box_dist(game, 0)
+    assert game.lockable[0, 0] and game.lockable[0, 4:].all()  # the next box and the ramps
+
+
+def test_boxes_lock_in_order_and_each_pays_5():
+    game = _sequential_scene(PAIR)
+    assert game.sees_object[0, 0, :2].all()
+    d0 = _box_dist(game, 0)
+    reward, _ = _step(game, STAY_LOCK)  # both in range: only box 0, the next one, locks
+    assert game.locked[0].tolist()[:4] == [True, False, False, False]
+    assert reward == pytest.approx(LOCK + SCALE * d0, abs=1e-5)
+    d1 = _box_dist(game, 1)
+    reward, _ = _step(game, STAY_LOCK)  # now box 1 is the next one
+    assert game.locked[0].tolist()[:4] == [True, True, False, False]
+    assert reward == pytest.approx(LOCK + SCALE * d1, abs=1e-5)
+
+    reward, _ = _step(game, STAY_UNLOCK)  # locked boxes can be unlocked whatever the order
+    assert not game.locked[0, :2].any()
+    assert reward == pytest.approx(-2 * LOCK - SCALE * _box_dist(game, 0), abs=1e-5)
+
+
+def test_all_four_locked_in_order_is_a_success():
+    game = _sequential_scene({**PAIR, **SECOND_PAIR}, horizon=6)
+    _step(game, STAY_LOCK)
+    _step(game, STAY_LOCK)
+    S.place(game, agents={0: (AGENT_XY[0] + 2, AGENT_XY[1], S.FACE_PX)}, park_objects=False)
+    # the teleport is no step: the target's distance paid is the one before it
+    paid = float(game.task.target_dist[0])
+    reward, _ = _step(game, STAY_LOCK)
+    assert game.locked[0, :4].tolist() == [True, True, True, False]
+    assert reward == pytest.approx(LOCK + SCALE * paid, abs=1e-5)
+    d3 = _box_dist(game, 3)
+    reward, _ = _step(game, STAY_LOCK)
+    assert game.locked[0, :4].all()
+    assert reward == pytest.approx(LOCK + SCALE * d3 + SUCCESS, abs=1e-5)
+    for _ in range(2):
+        reward, info = _step(game, STAY_LOCK)
+        assert reward == pytest.approx(SUCCESS, abs=1e-4)
+    assert info["task_score"] == 1.0 and info["boxes_locked"] == 4.0 and "returned" not in info
+
+
+def test_tri_layout_has_three_closed_rooms_with_a_ramp_in_each():
+    cfg = make_config("sequential_lock")
+    c, g = cfg.cell, cfg.grid_cells
+    orientations = set()
+    for seed in range(40):
+        layout = sample_layout(cfg, np.random.default_rng(seed))
+        inner = np.flatnonzero(layout.wall_present[4:]) + 4
+        assert len(inner) == 2, "two inner walls, each one segment: no doors"
+        pos, half = layout.wall_pos[inner], layout.wall_half[inner]
+        long_axis = half[:, :2].argmax(axis=1)  # 1: the wall runs along y (on an x line)
+        full = np.flatnonzero(2 * half[:, :2].max(axis=1) > cfg.floor_size - 2 * c)
+        assert len(full) == 1, "the first wall crosses the arena, the second ends on it"
+        first, second = full[0], 1 - full[0]
+        normal = 1 - long_axis[first]  # the first wall's line is at this coordinate
+        line = pos[first, normal]
+        assert 0.4 * g * c <= line <= 0.6 * g * c + c
+        assert long_axis[second] == normal  # perpendicular
+        # the second wall reaches from the first wall to the outer wall on one side
+        lo = pos[second, normal] - half[second, normal]
+        hi = pos[second, normal] + half[second, normal]
+        high = lo > line - c
+        assert (abs(lo - line) < c) if high else (abs(hi - line) < c)
+        orientations.add((int(normal), bool(high)))
+        # ramp k lies in room k % 3: the big room (away from the second wall), then the two
+        # small ones below and above the second wall
+        split = pos[second, 1 - normal]
+        for k, xy in enumerate(layout.ramp_xy):
+            side_high = xy[normal] > line
+            if k % 3 == 0:
+                assert side_high != high
+            else:
+                assert side_high == high and (xy[1 - normal] > split) == (k % 3 == 2)
+    assert len(orientations) == 4
+
+
 # ---------------------------------------------------------------- PettingZoo
 
-LOCK_PRESETS = ["lock_and_return"]
+LOCK_PRESETS = ["lock_and_return", "sequential_lock"]
 
 
 @pytest.mark.parametrize("preset", LOCK_PRESETS)
