@@ -47,12 +47,15 @@ class GameConfig:
     # Arena and walls
     floor_size: float = 6.0
     grid_cells: int = 30
-    walls: str = "quadrant"  # "quadrant" | "random" | "none"
+    walls: str = "quadrant"  # "quadrant" | "random" | "tri" | "none"
     room_cells: Range = (15, 15)  # quadrant room: inner walls on cell lines x=15 and y=15
     n_rooms: Range = (1, 4)  # random walls
     min_room_cells: int = 6
     door_width: float = 0.7
     p_one_wall_doorless: float = 0.5  # quadrant: one inner wall without a door
+    # tri: each inner wall's cell line is int(grid_cells * u), u uniform in this range
+    tri_split: tuple[float, float] = (0.4, 0.6)
+    tri_doors: bool = False  # tri: a door in each inner wall (sequential lock: none)
     p_outer_walls: float = 1.0
     wall_thickness: float = 0.1
     inner_wall_height: float = 0.5
@@ -112,6 +115,13 @@ class GameConfig:
     n_lidar: int = 30
     lidar_range: float = 6.0
 
+    # Task: locking (locking.py; the original's LockObjectsTask, docs/fidelity.md)
+    lock_reward: float = 5.0  # for each box that becomes locked
+    unlock_penalty: float = 5.0  # for each box that becomes unlocked
+    lock_shaped_reward_scale: float = 0.5  # times the distance gained towards the target
+    lock_success_reward: float = 1.0  # every step the task is complete
+    lock_return_threshold: float = 0.1  # lock_and_return: largest distance to the spawn xy, m
+
     # Rendering
     render_width: int = 480
     render_height: int = 480
@@ -168,6 +178,14 @@ class GameConfig:
             errors.append(f"action_bins={self.action_bins} must be odd and >= 3 (middle bin = 0)")
         if self.n_rooms[0] < 1:
             errors.append("n_rooms low must be >= 1")
+        if not 0.0 < self.tri_split[0] <= self.tri_split[1] < 1.0:
+            errors.append(f"tri_split={self.tri_split} must be (low, high), 0 < low <= high < 1")
+        lock_numbers = ("lock_reward", "unlock_penalty", "lock_shaped_reward_scale")
+        for name in (*lock_numbers, "lock_success_reward", "lock_return_threshold"):
+            if not math.isfinite(getattr(self, name)):
+                errors.append(f"{name}={getattr(self, name)} must be finite")
+        if not self.lock_return_threshold >= 0.0:
+            errors.append(f"lock_return_threshold={self.lock_return_threshold} must be >= 0")
         if errors:
             raise ValueError("invalid game config: " + "; ".join(errors))
 
@@ -181,7 +199,7 @@ TASK_NAMES = (
     "object_counting",
     "count_based",
 )
-WALL_MODES = ("quadrant", "random", "none")
+WALL_MODES = ("quadrant", "random", "tri", "none")
 PLACEMENT_MODES = ("quadrant", "uniform")
 
 PRESETS: dict[str, dict] = {
@@ -227,6 +245,22 @@ PRESETS: dict[str, dict] = {
         wall_friction=1.0,
         n_boxes=(1, 1),
         n_ramps=0,
+        box_size_obs=True,
+        placement="uniform",
+        penalise_objects_oob=False,
+    ),
+    # the original's sequential_lock.jsonnet: scenario var_tri_uniform, door_size 0
+    "sequential_lock": dict(
+        task="sequential_lock",
+        n_hiders=(1, 1),
+        n_seekers=(0, 0),
+        horizon=120,
+        prep_fraction=0.0,
+        walls="tri",
+        wall_friction=1.0,
+        n_boxes=(4, 4),
+        n_ramps=3,
+        ramps_lockable=True,
         box_size_obs=True,
         placement="uniform",
         penalise_objects_oob=False,

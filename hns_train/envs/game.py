@@ -132,8 +132,13 @@ class HideAndSeekGame:
         self.is_hider = np.arange(A) < cfg.max_hiders
         self.team = np.where(self.is_hider, rules.HIDERS, rules.SEEKERS)
         self._seeker_slot = ~self.is_hider
-        self.lockable = np.array(
-            [cfg.boxes_lockable] * cfg.max_boxes + [cfg.ramps_lockable] * cfg.n_ramps, dtype=bool
+        # (W, Ob) per world, so that a task may restrict it (sequential lock's order rule)
+        self.lockable = np.tile(
+            np.array(
+                [cfg.boxes_lockable] * cfg.max_boxes + [cfg.ramps_lockable] * cfg.n_ramps,
+                dtype=bool,
+            ),
+            (W, 1),
         )
         self.ctrl_levels = C.control_levels(cfg.action_bins, cfg.max_ctrl)
         self.action_nvec = np.array(C.action_nvec(cfg.action_bins))

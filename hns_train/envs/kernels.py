@@ -434,7 +434,8 @@ def decide_locks_and_grabs(
     """rules.obb_distance, the eligibility test (seen on the previous step and within
     grab_range of the oriented box), rules.update_locks and rules.choose_grabs in one pass.
     cos_yaw / sin_yaw (W, Ob) of the objects' yaw; actions (W, A, 5) with grab in column 3 and
-    lock in column 4. Writes new_*; returns 1 when some lock changed plus 2 when some grab did."""
+    lock in column 4; lockable (W, Ob). Writes new_*; returns 1 when some lock changed plus 2
+    when some grab did."""
     W, A, Ob = sees_object.shape
     dist = np.empty((A, Ob))
     eligible = np.empty((A, Ob), dtype=np.bool_)
@@ -460,7 +461,7 @@ def decide_locks_and_grabs(
             request = False
             locker = 0
             for a in range(A):
-                can = eligible[a, o] and lockable[o]
+                can = eligible[a, o] and lockable[w, o]
                 if can and actions[w, a, 4] == 1:
                     if not request:
                         locker = a

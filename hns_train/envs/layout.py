@@ -17,6 +17,12 @@ Conventions and choices (spec §1-2):
 - Random walls: 1-4 rooms by recursive axis-aligned splits of a random room along a random axis,
   each side at least `min_room_cells`; one door per inner wall; outer walls kept with
   probability `p_outer_walls`.
+- Tri (sequential lock; the original's 'var_tri'): a first inner wall across the whole arena on
+  cell line int(grid_cells * u), u uniform in `tri_split`, along x or y with probability 1/2
+  each; a second one, on its own such line, from the first wall to the outer wall on one side
+  (each side with probability 1/2): a big room and two small ones, without doors unless
+  `tri_doors`. Ramp k is placed in room k % 3 (big room first), its lower-left cell uniform in the
+  room's cell ranges as the original's `tri_placement` draws it; everything else is uniform.
 - Placement: rejection sampling of a footprint's lower-left cell on an occupancy grid (agent 2x2,
   cube 3x3, elongated 9x1 or 1x9, ramp 3x3; boundary cells and wall cells excluded, door cells
   free). `place_tries` tries per object, then the whole layout is drawn again.
@@ -69,7 +75,7 @@ class Layout:
 
 
 def n_wall_slots(cfg: GameConfig) -> int:
-    inner = {"quadrant": 2, "random": cfg.n_rooms[1] - 1, "none": 0}[cfg.walls]
+    inner = {"quadrant": 2, "random": cfg.n_rooms[1] - 1, "tri": 2, "none": 0}[cfg.walls]
     return 4 + 2 * inner
 
 
@@ -109,6 +115,9 @@ class _Walls:
     present: np.ndarray
     occupancy: np.ndarray
     room: tuple[int, int, int, int] | None  # quadrant room (x0, y0, x1, y1) in cell lines
+    # tri rooms: (x_start, x_stop, y_start, y_stop) ranges of an object's lower-left cell, stops
+    # exclusive and less the footprint (the original's tri_placement draw)
+    tri_rooms: list[tuple[int, int, int, int]] | None = None
 
 
 def _sample_walls(cfg: GameConfig, rng: np.random.Generator) -> _Walls:
@@ -132,6 +141,8 @@ def _sample_walls(cfg: GameConfig, rng: np.random.Generator) -> _Walls:
         doorless = int(rng.integers(2)) if rng.random() < cfg.p_one_wall_doorless else -1
         for k, (axis, line, a, b) in enumerate(inner):
             slot = _add_wall(cfg, rng, walls, slot, axis, line, a, b, door=k != doorless)
+    elif cfg.walls == "tri":
+        _tri_walls(cfg, rng, walls, slot)
     elif cfg.walls == "random":
         rooms = [(0, 0, g - 1, g - 1)]
         target = int(rng.integers(cfg.n_rooms[0], cfg.n_rooms[1] + 1))
@@ -156,6 +167,26 @@ def _sample_walls(cfg: GameConfig, rng: np.random.Generator) -> _Walls:
                 slot = _add_wall(cfg, rng, walls, slot, 1, s, x0, x1, door=True)
                 rooms += [(x0, y0, x1, s), (x0, s, x1, y1)]
     return walls
+
+
+def _tri_walls(cfg, rng, walls: _Walls, slot: int) -> None:
+    """The three rooms of the tri layout (module docstring) into `walls` and `walls.tri_rooms`."""
+    g = cfg.grid_cells
+    first, second = (int(g * rng.uniform(*cfg.tri_split)) for _ in range(2))
+    axis = 0 if rng.random() < 0.5 else 1  # 0: the first wall on an x line (vertical)
+    high = rng.random() >= 0.5  # the second wall on the first one's high side
+    slot = _add_wall(cfg, rng, walls, slot, axis, first, 0, g - 1, door=cfg.tri_doors)
+    a, b = (first, g - 1) if high else (0, first)
+    _add_wall(cfg, rng, walls, slot, 1 - axis, second, a, b, door=cfg.tri_doors)
+    # cell ranges: along the first wall's normal, then along the other axis
+    low_side, high_side = (1, first - 1), (first + 1, g - 1)
+    small_side, big_side = (high_side, low_side) if high else (low_side, high_side)
+    rooms = [
+        (big_side, (1, g - 1)),
+        (small_side, (1, second - 1)),
+        (small_side, (second + 1, g - 1)),
+    ]
+    walls.tri_rooms = [(*n, *o) if axis == 0 else (*o, *n) for n, o in rooms]
 
 
 def _add_wall(cfg, rng, walls: _Walls, slot: int, axis: int, line: int, a: int, b: int, door):
@@ -220,9 +251,12 @@ def _place_objects(cfg, rng, walls: _Walls, n_hiders, n_seekers, box_kind) -> La
         x0, _, _, y1 = room
         return i + w - 1 < x0 or j > y1
 
-    def place(w, h, ok=None, near=None):
+    def place(w, h, ok=None, near=None, region=None):
         for _ in range(cfg.place_tries):
-            if near is None:
+            if region is not None:
+                x0, x1, y0, y1 = region
+                i, j = rng.integers(x0, x1 - w), rng.integers(y0, y1 - h)
+            elif near is None:
                 i, j = rng.integers(1, g - 1 - w + 1), rng.integers(1, g - 1 - h + 1)
             else:
                 s = cfg.teammate_spread_cells
@@ -253,7 +287,8 @@ def _place_objects(cfg, rng, walls: _Walls, n_hiders, n_seekers, box_kind) -> La
 
     ramp_xy = np.zeros((cfg.n_ramps, 2))
     for k in range(cfg.n_ramps):
-        ij = place(cfg.ramp_cells, cfg.ramp_cells)
+        tri_room = walls.tri_rooms[k % 3] if walls.tri_rooms is not None else None
+        ij = place(cfg.ramp_cells, cfg.ramp_cells, region=tri_room)
         if ij is None:
             return None
         ramp_xy[k] = centre(ij, cfg.ramp_cells, cfg.ramp_cells)

@@ -69,12 +69,14 @@ KEYWORDS: dict[str, str] = {
     # arena and walls
     "floor_size": "side of the square floor, m (corner at the origin) [§1]",
     "grid_cells": "cells per side of the placement grid [§1]",
-    "walls": "'quadrant' (one room), 'random' (1-4 rooms) or 'none' [§1]",
+    "walls": "'quadrant' (one room), 'random' (1-4 rooms), 'tri' (3 rooms) or 'none' [§1]",
     "room_cells": "quadrant room: (x, y) grid lines of its inner walls [§1]",
     "n_rooms": "random walls: (low, high) rooms per episode [§1]",
     "min_room_cells": "random walls: smallest room side, cells [§1]",
     "door_width": "gap of a door in an inner wall, m [§1]",
     "p_one_wall_doorless": "quadrant: probability that one inner wall has no door [§1]",
+    "tri_split": "tri: (low, high) share of the grid at which each inner wall lies [transfer]",
+    "tri_doors": "tri: whether each inner wall has a door [transfer]",
     "p_outer_walls": "probability that the 4 outer walls exist this episode [§1]",
     "wall_thickness": "m [§2]",
     "inner_wall_height": "m [§2]",
@@ -127,6 +129,12 @@ KEYWORDS: dict[str, str] = {
     "grab_range": "largest distance from agent centre to an object it grabs or locks, m [§3]",
     "n_lidar": "lidar rays per agent [§5]",
     "lidar_range": "lidar range, m (the value of a ray that hits nothing) [§5]",
+    # task: locking
+    "lock_reward": "lock tasks: reward for each box that becomes locked [transfer]",
+    "unlock_penalty": "lock tasks: penalty for each box that becomes unlocked [transfer]",
+    "lock_shaped_reward_scale": "lock tasks: reward per metre gained towards the target [transfer]",
+    "lock_success_reward": "lock tasks: reward of every step the task is complete [transfer]",
+    "lock_return_threshold": "lock_and_return: largest distance to the spawn xy, m [transfer]",
     # rendering
     "render_width": "pixels of render() frames [render]",
     "render_height": "pixels of render() frames [render]",

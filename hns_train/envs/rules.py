@@ -92,9 +92,9 @@ def update_locks(
     """New (locked, lock_team, lock_agent) after one step of lock actions.
 
     locked (W, O) bool, lock_team / lock_agent (W, O) int, eligible (W, A, O), lock_action (W, A)
-    in {0, 1}, team (A,), lockable (O,).
+    in {0, 1}, team (A,), lockable (O,) or per world (W, O).
     """
-    can = eligible & lockable[None, None, :]
+    can = eligible & np.broadcast_to(lockable, locked.shape)[:, None, :]
     wants_lock = can & (lock_action[:, :, None] == 1)
     same_team = team[None, :, None] == lock_team[:, None, :]
     unlock = locked & (can & (lock_action[:, :, None] == 0) & same_team).any(axis=1)
