@@ -167,8 +167,15 @@ def _by_kind(state: dict[str, torch.Tensor], layout: ObsLayout) -> dict[str, tup
 
 
 def _kinds(names: list[str]) -> str:
-    parts = sorted({n.split(".")[2] if ".entity_embed." in n else n.split(".")[0] for n in names})
-    return ", ".join(parts) or "none"
+    """What a list of tensor names covers: entity kinds, normalised observation keys, modules."""
+    parts = set()
+    for n in names:
+        pieces = n.split(".")
+        if ".entity_embed." in n or n.startswith("obs_norm.stats."):
+            parts.add(pieces[2])
+        else:
+            parts.add(pieces[0])
+    return ", ".join(sorted(parts)) or "none"
 
 
 def initialise(model: torch.nn.Module, init: str) -> TransferReport | None:
