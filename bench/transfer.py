@@ -45,10 +45,12 @@ TASKS = ("lock_and_return", "sequential_lock", "blueprint", "shelter", "object_c
 SCRATCH = "scratch"
 
 
-def curve(run_dir: Path) -> list[dict]:
+def curve(run_dir: Path, agent_is_hider: bool) -> list[dict]:
+    """Training records: frames, task score and the agent's return (means over episodes)."""
     train, _ = read_metrics(run_dir / "metrics.jsonl")
+    key = "episode/hider_return" if agent_is_hider else "episode/seeker_return"
     return [
-        {"frames": r["frames"], "score": r["episode/task_score"]}
+        {"frames": r["frames"], "score": r["episode/task_score"], "return": r[key]}
         for r in train
         if np.isfinite(r.get("episode/task_score", np.nan))
     ]
@@ -86,7 +88,7 @@ def train_and_score(task, arm, init, seed, args, runs_dir) -> dict:
         "run": str(run_dir),
         "frames": summary.frames,
         "seconds": round(summary.hours * 3600, 1),
-        "curve": curve(run_dir),
+        "curve": curve(run_dir, game.max_hiders > 0),
         "final": score(latest.path),
     }
     if arm == SCRATCH:
@@ -95,47 +97,45 @@ def train_and_score(task, arm, init, seed, args, runs_dir) -> dict:
 
 
 def compare(runs: dict, arm: str) -> dict:
-    """Paired difference arm - scratch over seeds (over episodes with one seed)."""
+    """Paired differences arm - scratch of the score and the return, over seeds (over the
+    paired evaluation episodes with one seed)."""
     seeds = sorted(runs[SCRATCH])
-    if len(seeds) > 1:
-        a = [runs[arm][s]["final"].score for s in seeds]
-        b = [runs[SCRATCH][s]["final"].score for s in seeds]
-    else:
-        a = list(runs[arm][seeds[0]]["final"].scores)
-        b = list(runs[SCRATCH][seeds[0]]["final"].scores)
-    mean, se = paired_difference(a, b)
-    return {
-        "diff": round(mean, 4),
-        "se": round(se, 4),
-        "over": "seeds" if len(seeds) > 1 else "episodes",
-    }
+    out = {"over": "seeds" if len(seeds) > 1 else "episodes"}
+    for name, field in (("score", "scores"), ("return", "returns")):
+        if len(seeds) > 1:
+            pick = [
+                [getattr(r[s]["final"], field).mean() for s in seeds]
+                for r in (runs[arm], runs[SCRATCH])
+            ]
+        else:
+            pick = [list(getattr(r[seeds[0]]["final"], field)) for r in (runs[arm], runs[SCRATCH])]
+        mean, se = paired_difference(*pick)
+        out[name] = {"diff": round(mean, 4), "se": round(se, 4)}
+    return out
 
 
 def plot(results: dict, path: Path) -> None:
+    """Training curves: task score (top) and the agent's return (bottom), a column per task."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(results), figsize=(4 * len(results), 3.2), squeeze=False)
-    for ax, (task, runs) in zip(axes[0], results.items(), strict=True):
-        for arm, by_seed in runs.items():
-            for i, run in enumerate(by_seed.values()):
-                xs = [p["frames"] for p in run["curve"]]
-                ys = [p["score"] for p in run["curve"]]
-                ax.plot(
-                    xs,
-                    ys,
-                    color=f"C{list(runs).index(arm)}",
-                    alpha=0.8,
-                    label=arm if i == 0 else None,
-                )
-        ax.set_title(task)
-        ax.set_xlabel("env frames")
-        ax.set_ylabel("task score (training episodes)")
-        ax.legend(fontsize=8)
+    n = len(results)
+    fig, axes = plt.subplots(2, n, figsize=(4 * n, 6), squeeze=False)
+    for col, (task, runs) in enumerate(results.items()):
+        for row, metric in enumerate(("score", "return")):
+            ax = axes[row, col]
+            for k, (arm, by_seed) in enumerate(runs.items()):
+                for i, run in enumerate(by_seed.values()):
+                    xs = [p["frames"] for p in run["curve"]]
+                    ys = [p[metric] for p in run["curve"]]
+                    ax.plot(xs, ys, color=f"C{k}", alpha=0.8, label=arm if i == 0 else None)
+            ax.set_title(f"{task}: {'task score' if metric == 'score' else 'return'}")
+            ax.set_xlabel("env frames")
+            ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -170,7 +170,10 @@ def main(argv: list[str] | None = None) -> dict:
                 results[task][arm][seed] = train_and_score(task, arm, init, seed, args, out)
 
     summary: dict = {}
-    print(f"\n{'task':<16} {'arm':<14} {'final score':>12} {'return':>9} {'vs scratch':>18}")
+    print(
+        f"\n{'task':<16} {'arm':<14} {'final score':>12} {'return':>9} "
+        f"{'vs scratch: score, return':>28}"
+    )
     for task, runs in results.items():
         entry: dict = {}
         seeds = sorted(runs[SCRATCH])
@@ -190,8 +193,12 @@ def main(argv: list[str] | None = None) -> dict:
             versus = ""
             if arm != SCRATCH:
                 row["vs_scratch"] = compare(runs, arm)
-                versus = f"{row['vs_scratch']['diff']:+.3f} ± {row['vs_scratch']['se']:.3f}"
-            print(f"{'':<16} {arm:<14} {row['score']:>12.3f} {row['return']:>9.2f} {versus:>18}")
+                d = row["vs_scratch"]
+                versus = (
+                    f"{d['score']['diff']:+.3f}±{d['score']['se']:.3f} "
+                    f"{d['return']['diff']:+.2f}±{d['return']['se']:.2f}"
+                )
+            print(f"{'':<16} {arm:<14} {row['score']:>12.3f} {row['return']:>9.2f} {versus:>28}")
             entry[arm] = row
         summary[task] = entry
     plot(results, out / "transfer.png")

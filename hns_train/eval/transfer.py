@@ -37,11 +37,16 @@ class TaskEval:
     def mean_return(self) -> float:
         return float(self.returns.mean())
 
+    @property
+    def return_se(self) -> float:
+        return float(self.returns.std(ddof=1) / np.sqrt(len(self.returns)))
+
     def to_dict(self) -> dict[str, float]:
         return {
             "score": round(self.score, 4),
             "score_se": round(self.score_se, 4),
             "return": round(self.mean_return, 3),
+            "return_se": round(self.return_se, 3),
             "episodes": len(self.scores),
         }
 
