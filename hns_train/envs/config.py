@@ -122,6 +122,28 @@ class GameConfig:
     lock_success_reward: float = 1.0  # every step the task is complete
     lock_return_threshold: float = 0.1  # lock_and_return: largest distance to the spawn xy, m
 
+    # Task: construction (construction.py; numbers from the original's blueprint and shelter
+    # example configs, docs/fidelity.md). Zero sites / no cylinder: no change to the game.
+    # blueprint: construction sites, squares on the floor that boxes must cover
+    n_sites: Range = (0, 0)  # drawn per episode; max_sites = high (rows of site_obs)
+    site_size: float = 0.5  # side of a site (the original: the box size)
+    site_height: float = 0.25  # z of a site's centre and corners (box corners mid-height)
+    site_cells: int = 3  # footprint on the placement grid: ceil(site_size / cell)
+    site_area_fraction: float = 0.85  # sites in the middle 85% of the grid (away from walls)
+    site_activation_radius: float = 0.1  # box centre and corners this close: site done
+    site_smoothmin_alpha: float = -1.5  # dense reward: smooth-min over box corners (< 0)
+    site_dense_scale: float = 0.05  # dense reward = -scale * mean smooth-min distance
+    site_completed_reward: float = 3.0  # per site, once, when every site is done
+    # shelter: a static cylinder to shield from rays cast from the arena's edges
+    cylinder: bool = False
+    cylinder_diameter: tuple[float, float] = (1.5, 2.0)  # uniform per episode
+    cylinder_height: float = 0.5  # the original: the box size
+    cylinder_area_fraction: float = 0.7  # cylinder in the middle 70% of the grid
+    cylinder_friction: float = 1.0  # MuJoCo's default: the original sets none
+    shelter_rays_per_side: int = 25
+    shelter_ray_margin_cells: float = 1.01  # ray starts this many cells in from the floor edge
+    shelter_reward_scale: float = 0.001  # reward = -scale * rays reaching the cylinder
+
     # Rendering
     render_width: int = 480
     render_height: int = 480
@@ -148,13 +170,25 @@ class GameConfig:
         return self.n_boxes[1]
 
     @property
+    def max_sites(self) -> int:
+        return self.n_sites[1]
+
+    @property
     def cell(self) -> float:
         return self.floor_size / self.grid_cells
 
     def __post_init__(self) -> None:
         _check_types(self)
         errors = []
-        for name in ("n_hiders", "n_seekers", "n_boxes", "n_elongated", "n_rooms", "room_cells"):
+        for name in (
+            "n_hiders",
+            "n_seekers",
+            "n_boxes",
+            "n_elongated",
+            "n_rooms",
+            "room_cells",
+            "n_sites",
+        ):
             lo, hi = getattr(self, name)
             if lo < 0 or hi < lo:
                 errors.append(
@@ -186,6 +220,7 @@ class GameConfig:
                 errors.append(f"{name}={getattr(self, name)} must be finite")
         if not self.lock_return_threshold >= 0.0:
             errors.append(f"lock_return_threshold={self.lock_return_threshold} must be >= 0")
+        errors += _construction_errors(self)
         if errors:
             raise ValueError("invalid game config: " + "; ".join(errors))
 
@@ -277,6 +312,7 @@ PRESETS: dict[str, dict] = {
         box_size_obs=True,
         placement="uniform",
         penalise_objects_oob=False,
+        n_sites=(1, 4),
     ),
     "shelter": dict(
         task="shelter",
@@ -291,6 +327,7 @@ PRESETS: dict[str, dict] = {
         box_size_obs=True,
         placement="uniform",
         penalise_objects_oob=False,
+        cylinder=True,
     ),
 }
 
@@ -302,6 +339,41 @@ def make_config(preset: str = "quadrant", **overrides) -> GameConfig:
         raise ValueError(f"unknown preset {preset!r}; allowed presets: {sorted(PRESETS)}")
     values = {**PRESETS[preset], **overrides, "preset": preset}
     return from_dict(GameConfig, values, what="game parameter(s)")
+
+
+def _construction_errors(cfg: GameConfig) -> list[str]:
+    """The construction tasks' numbers (checked whatever the task: they shape the world)."""
+    errors = []
+    for name in ("site_size", "site_activation_radius", "cylinder_height"):
+        if not getattr(cfg, name) > 0:
+            errors.append(f"{name}={getattr(cfg, name)} must be > 0")
+    for name in ("site_area_fraction", "cylinder_area_fraction"):
+        if not 0 < getattr(cfg, name) <= 1:
+            errors.append(f"{name}={getattr(cfg, name)} must be in (0, 1]")
+    if cfg.site_cells < 1 or cfg.site_cells * cfg.cell < cfg.site_size - 1e-9:
+        errors.append(
+            f"site_cells={cfg.site_cells} must be >= 1 and cover site_size={cfg.site_size} m "
+            f"({cfg.cell} m cells)"
+        )
+    if not cfg.site_smoothmin_alpha < 0:
+        errors.append(f"site_smoothmin_alpha={cfg.site_smoothmin_alpha} must be < 0 (smooth-min)")
+    lo, hi = cfg.cylinder_diameter
+    if not 0 < lo <= hi:
+        errors.append(
+            f"cylinder_diameter={cfg.cylinder_diameter} must be (low, high), 0 < low <= high"
+        )
+    if cfg.shelter_rays_per_side < 1:
+        errors.append(f"shelter_rays_per_side={cfg.shelter_rays_per_side} must be >= 1")
+    if not 0 <= cfg.shelter_ray_margin_cells < cfg.grid_cells / 2:
+        errors.append(
+            f"shelter_ray_margin_cells={cfg.shelter_ray_margin_cells} must be in "
+            f"[0, grid_cells / 2)"
+        )
+    if cfg.task == "blueprint" and cfg.n_sites[0] < 1:
+        errors.append(f"the blueprint task needs n_sites low >= 1, got {cfg.n_sites}")
+    if cfg.task == "shelter" and not cfg.cylinder:
+        errors.append("the shelter task needs cylinder=True")
+    return errors
 
 
 def _check_types(cfg: GameConfig) -> None:

@@ -29,13 +29,20 @@ Conventions and choices (spec §1-2):
 - Positions are object centres (not the original's lower-corner joint coordinates).
 - Elongated boxes: their number is drawn from [low, min(high, n_boxes)], then how many of them
   lie along x is uniform in 0..that number (the original's draw), the rest along y.
+- Construction tasks (construction.py): a static cylinder (`cfg.cylinder`) is placed first, so
+  every object avoids it: diameter uniform in `cylinder_diameter`, footprint ceil(d / cell)
+  cells drawn as the original's `uniform_placement_middle(cylinder_area_fraction)`, the centre
+  at the footprint's centre. Construction sites (`cfg.max_sites` > 0, count uniform in
+  `n_sites`) are placed last, the same way with `site_area_fraction`, each on free cells; they
+  only mark cells, nothing collides with them. Configs without either draw nothing more.
 - Agents start with a uniform yaw; ramps with a yaw that is a multiple of 90 degrees (so they
   stay inside their footprint); boxes axis-aligned.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -61,17 +68,27 @@ class Layout:
     ramp_xy: np.ndarray  # (n_ramps, 2)
     ramp_yaw: np.ndarray  # (n_ramps,)
     occupancy: np.ndarray  # (grid, grid) bool, walls and placed objects
+    # construction tasks (empty / zero radius where the config has none)
+    site_xy: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))  # (max_sites, 2)
+    site_present: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    cylinder_xy: np.ndarray = field(default_factory=lambda: np.zeros(2))  # centre
+    cylinder_radius: float = 0.0  # 0: no cylinder
 
     def structure_key(self) -> tuple:
         """What the compiled MuJoCo model depends on besides poses (for model caching)."""
         walls = np.round(np.where(self.wall_present[:, None], self.wall_pos, 0.0), 6)
         halves = np.round(np.where(self.wall_present[:, None], self.wall_half, 0.0), 6)
-        return (
+        key = (
             walls.tobytes(),
             halves.tobytes(),
             self.agent_present.tobytes(),
             self.box_kind.tobytes(),
         )
+        if len(self.site_present) or self.cylinder_radius:  # static geoms placed per layout
+            sites = np.where(self.site_present[:, None], self.site_xy, 0.0)
+            cylinder = (*self.cylinder_xy, self.cylinder_radius)
+            key += (np.round(sites, 6).tobytes(), np.round(cylinder, 6).tobytes())
+        return key
 
 
 def n_wall_slots(cfg: GameConfig) -> int:
@@ -93,9 +110,12 @@ def sample_layout(cfg: GameConfig, rng: np.random.Generator) -> Layout:
         # as the original: the number of x-aligned ones is uniform in 0..n_long
         n_x = int(rng.integers(n_long + 1))
         box_kind[which] = np.where(np.arange(n_long) < n_x, LONG_X, LONG_Y)
+    # construction draws (none for other configs, so their random streams are unchanged)
+    n_sites = int(rng.integers(cfg.n_sites[0], cfg.n_sites[1] + 1)) if cfg.max_sites else 0
+    diameter = float(rng.uniform(*cfg.cylinder_diameter)) if cfg.cylinder else 0.0
     for _ in range(MAX_REBUILDS):
         walls = _sample_walls(cfg, rng)
-        placed = _place_objects(cfg, rng, walls, n_hiders, n_seekers, box_kind)
+        placed = _place_objects(cfg, rng, walls, n_hiders, n_seekers, box_kind, n_sites, diameter)
         if placed is not None:
             return placed
     raise RuntimeError(
@@ -237,7 +257,17 @@ def _add_segment(cfg, walls: _Walls, slot, axis, line, a, b, height, span=None):
 # Placement
 
 
-def _place_objects(cfg, rng, walls: _Walls, n_hiders, n_seekers, box_kind) -> Layout | None:
+def middle_range(g: int, n: int, fraction: float) -> tuple[int, int]:
+    """[low, high) of a footprint's first cell for `n` cells in the middle `fraction` of a grid
+    of `g` (the original's `uniform_placement_middle`, its int truncations included)."""
+    lo = int((g - n) * (1 - fraction) / 2 + fraction)
+    hi = int((g - n) * (1 + fraction) / 2 - fraction)
+    return lo, max(hi, lo + 1)
+
+
+def _place_objects(
+    cfg, rng, walls: _Walls, n_hiders, n_seekers, box_kind, n_sites=0, diameter=0.0
+) -> Layout | None:
     occ = walls.occupancy.copy()
     g = cfg.grid_cells
     quadrant = cfg.placement == "quadrant" and walls.room is not None
@@ -268,8 +298,25 @@ def _place_objects(cfg, rng, walls: _Walls, n_hiders, n_seekers, box_kind) -> La
             return int(i), int(j)
         return None
 
+    def place_middle(n, fraction):  # n x n cells in the middle of the grid
+        lo, hi = middle_range(g, n, fraction)
+        for _ in range(cfg.place_tries):
+            i, j = rng.integers(lo, hi), rng.integers(lo, hi)
+            if not occ[i : i + n, j : j + n].any():
+                occ[i : i + n, j : j + n] = True
+                return int(i), int(j)
+        return None
+
     def centre(ij, w, h):
         return np.array([(ij[0] + w / 2) * cfg.cell, (ij[1] + h / 2) * cfg.cell])
+
+    cylinder_xy = np.zeros(2)
+    if diameter:
+        n = math.ceil(diameter / cfg.cell - 1e-9)
+        ij = place_middle(n, cfg.cylinder_area_fraction)
+        if ij is None:
+            return None
+        cylinder_xy = centre(ij, n, n)
 
     box_xy = np.zeros((cfg.max_boxes, 2))
     for k, kind in enumerate(box_kind):
@@ -308,6 +355,13 @@ def _place_objects(cfg, rng, walls: _Walls, n_hiders, n_seekers, box_kind) -> La
             agent_xy[first_slot + k] = centre(ij, a, a)
             present[first_slot + k] = True
 
+    site_xy = np.zeros((cfg.max_sites, 2))
+    for k in range(n_sites):
+        ij = place_middle(cfg.site_cells, cfg.site_area_fraction)
+        if ij is None:
+            return None
+        site_xy[k] = centre(ij, cfg.site_cells, cfg.site_cells)
+
     return Layout(
         wall_pos=walls.pos,
         wall_half=walls.half,
@@ -322,4 +376,8 @@ def _place_objects(cfg, rng, walls: _Walls, n_hiders, n_seekers, box_kind) -> La
         ramp_xy=ramp_xy,
         ramp_yaw=rng.integers(0, 4, cfg.n_ramps) * (np.pi / 2),
         occupancy=occ,
+        site_xy=site_xy,
+        site_present=np.arange(cfg.max_sites) < n_sites,
+        cylinder_xy=cylinder_xy,
+        cylinder_radius=diameter / 2,
     )

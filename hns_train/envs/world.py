@@ -21,9 +21,13 @@ its slide joints, so qpos x/y is the body's centre and a new episode only writes
 Object joints are compiled as limited with a huge range: locking narrows the range to [q, q]
 at run time (spec §3), unlocking restores it.
 
-Geom groups: 0 solid (seen by rays: walls, agents and their arms, boxes, ramps), 1 the floor
-(rays skip it, so `mj_multiRay` can include static geoms without hitting the floor), 3 parked
-entities and unused wall slots (never drawn, never hit).
+Geom groups: 0 solid (seen by rays: walls, agents and their arms, boxes, ramps, the shelter
+task's cylinder), 1 the floor (rays skip it, so `mj_multiRay` can include static geoms without
+hitting the floor), 2 marks (the blueprint task's construction sites: thin squares on the floor
+that neither collide (contype = conaffinity = 0 always, so the collision tree keeps its size)
+nor stop rays, drawn only), 3 parked entities, unused wall slots and absent sites (never drawn,
+never hit). The cylinder (`cfg.cylinder`) is a static geom of the world like the walls: it
+blocks bodies and occludes lidar and vision; the layout sets its radius and place.
 
 `new_spec` builds the elements once per config and `apply_layout` writes what a layout changes,
 so `ModelCache` reuses one spec for every episode (a compile, no rebuild, per reset).
@@ -55,7 +59,7 @@ import numpy as np
 from hns_train.envs.config import GameConfig
 from hns_train.envs.layout import ABSENT, CUBE, LONG_X, Layout, n_wall_slots
 
-GROUP_SOLID, GROUP_FLOOR, GROUP_HIDDEN = 0, 1, 3
+GROUP_SOLID, GROUP_FLOOR, GROUP_MARK, GROUP_HIDDEN = 0, 1, 2, 3
 RAY_GROUPS = np.array([1, 0, 0, 0, 0, 0], dtype=np.uint8)  # solids only
 FREE_RANGE = 1e4  # joint range of an unlocked object (metres / radians)
 PARK_Z = -50.0  # absent entities wait here
@@ -69,6 +73,9 @@ RAMP_RGBA = (0.56, 0.36, 0.85, 1.0)
 WALL_RGBA = (0.42, 0.44, 0.48, 1.0)
 ARM_RGBA = (0.15, 0.15, 0.18, 1.0)
 FLOOR_RGBA = (0.86, 0.85, 0.8, 1.0)
+CYLINDER_RGBA = (0.95, 0.95, 0.95, 1.0)
+SITE_RGBA = (0.2, 0.6, 0.3, 0.6)
+SITE_MARK_HALF_HEIGHT = 0.002  # a site is drawn as a flat square just above the floor
 LOCKED_EMISSION = 1.0  # a locked object glows (the original set its material's emission to 1)
 
 
@@ -153,6 +160,8 @@ class SpecParts:
     agent_arms: list  # (left, right) arm spheres per agent (solid, like the main sphere)
     box_bodies: list
     box_geoms: list
+    cylinder: object = None  # the shelter task's static cylinder geom
+    sites: tuple = ()  # the blueprint task's site marks, one per slot
 
 
 def build_spec(cfg: GameConfig, layout: Layout) -> mujoco.MjSpec:
@@ -313,7 +322,37 @@ def new_spec(cfg: GameConfig) -> SpecParts:
                 active=False,
                 data=[0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0],
             )
-    return SpecParts(spec, walls, agent_bodies, agent_geoms, agent_arms, box_bodies, box_geoms)
+    cylinder = None
+    if cfg.cylinder:
+        cylinder = world.add_geom(
+            name="cylinder",
+            type=mujoco.mjtGeom.mjGEOM_CYLINDER,
+            friction=_friction(cfg.cylinder_friction),
+            rgba=CYLINDER_RGBA,
+        )
+    sites = tuple(
+        world.add_geom(
+            name=f"site{k}",
+            type=mujoco.mjtGeom.mjGEOM_BOX,
+            size=[cfg.site_size / 2, cfg.site_size / 2, SITE_MARK_HALF_HEIGHT],
+            contype=0,
+            conaffinity=0,
+            rgba=SITE_RGBA,
+            group=GROUP_MARK,
+        )
+        for k in range(cfg.max_sites)
+    )
+    return SpecParts(
+        spec,
+        walls,
+        agent_bodies,
+        agent_geoms,
+        agent_arms,
+        box_bodies,
+        box_geoms,
+        cylinder,
+        sites,
+    )
 
 
 def _show(geom, present: bool, contype: int = 1, conaffinity: int = 1, group: int = 0) -> None:
@@ -344,6 +383,18 @@ def apply_layout(parts: SpecParts, cfg: GameConfig, layout: Layout) -> None:
         parts.box_geoms[k].size = size / 2
         _show(parts.box_geoms[k], kind != ABSENT)
         parts.box_bodies[k].gravcomp = 1.0 if kind == ABSENT else 0.0
+    if parts.cylinder is not None:
+        r, h = layout.cylinder_radius, cfg.cylinder_height
+        present = r > 0  # a layout from before the task (a replay) has none
+        parts.cylinder.size = [r if present else 0.05, h / 2, 0]
+        x, y = layout.cylinder_xy if present else (-30.0, -10.0)
+        parts.cylinder.pos = [x, y, h / 2 if present else PARK_Z]
+        _show(parts.cylinder, present)
+    for k, geom in enumerate(parts.sites):
+        present = k < len(layout.site_present) and bool(layout.site_present[k])
+        x, y = layout.site_xy[k] if present else (-30.0 - k, 10.0)
+        geom.pos = [x, y, SITE_MARK_HALF_HEIGHT if present else PARK_Z]
+        geom.group = GROUP_MARK if present else GROUP_HIDDEN
 
 
 def set_locked_highlight(model: mujoco.MjModel, geom: int, locked: bool) -> None:
