@@ -7,14 +7,16 @@ Observations are dicts of float arrays keyed as in spec §5 (shapes without batc
     agent_qpos_qvel (NA, 10) with mask_aa_obs (NA,) and mask_aa_obs_spoof (NA,)
     box_obs (NB, DB)         with mask_ab_obs (NB,) and mask_ab_obs_spoof (NB,)
     ramp_obs (NR, DR)        with mask_ar_obs (NR,) and mask_ar_obs_spoof (NR,)
+    site_obs (NS, 15)        with mask_as_obs (NS,) and mask_as_obs_spoof (NS,)  (blueprint only)
 
 `mask_*_obs` = visible to this agent (what the policy may use); `mask_*_obs_spoof` = exists
 this episode (what the omniscient value function uses). Masks are 0/1 and are never normalised.
 
 An `ObsLayout` is built from a description of those shapes (a dict key -> shape, or a gymnasium
 `Dict` space), never hard-coded. An entity type whose count is 0, or whose keys are absent,
-simply does not exist for the network (the `chase` preset has no boxes or ramps). `lidar` is
-optional the same way. Unknown keys are an error, so a drifting env contract fails loudly.
+simply does not exist for the network (the `chase` preset has no boxes or ramps; only the
+blueprint task has construction sites). `lidar` is optional the same way. Unknown keys are an
+error, so a drifting env contract fails loudly.
 """
 
 from __future__ import annotations
@@ -26,16 +28,19 @@ from typing import Any
 import numpy as np
 
 from hns_train.envs.contract import (  # noqa: F401  (SELF_KEY, LIDAR_KEY, is_mask_key re-exported)
+    ALL_ENTITY_KEYS,
     ENTITY_KEYS,
     LIDAR_KEY,
     SELF_KEY,
+    SITE_DIM,
+    SITE_KEYS,
     EntityKeys,
     is_mask_key,
 )
 
 # the keys are the env's contract (hns_train/envs/contract.py); these names are its
 EntityType = EntityKeys
-ENTITY_TYPES = ENTITY_KEYS
+ENTITY_TYPES = ALL_ENTITY_KEYS  # agents, boxes, ramps, then the optional sites
 
 KNOWN_KEYS = frozenset(
     [SELF_KEY, LIDAR_KEY]
@@ -162,15 +167,19 @@ def obs_shapes(
     ramp_dim: int = 9,
     lidar_rays: int = 30,
     self_dim: int = 10,
+    n_sites: int = 0,
 ) -> dict[str, tuple[int, ...]]:
-    """The contract's shape dict for given entity counts (defaults: the quadrant preset)."""
+    """The contract's shape dict for given entity counts (defaults: the quadrant preset; sites
+    only where `n_sites` > 0, as the env)."""
     shapes: dict[str, tuple[int, ...]] = {SELF_KEY: (self_dim,), LIDAR_KEY: (lidar_rays,)}
-    for kind, count, dim in zip(
-        ENTITY_TYPES,
-        (n_other_agents, n_boxes, n_ramps),
-        (self_dim, box_dim, ramp_dim),
-        strict=True,
-    ):
+    kinds = [
+        (ENTITY_KEYS[0], n_other_agents, self_dim),
+        (ENTITY_KEYS[1], n_boxes, box_dim),
+        (ENTITY_KEYS[2], n_ramps, ramp_dim),
+    ]
+    if n_sites > 0:
+        kinds.append((SITE_KEYS, n_sites, SITE_DIM))
+    for kind, count, dim in kinds:
         shapes[kind.key] = (count, dim)
         shapes[kind.visible_mask] = (count,)
         shapes[kind.exists_mask] = (count,)

@@ -20,6 +20,13 @@ shapes from `observation_shapes(cfg)` (without batch dims):
     box_obs (max_boxes, box_dim(cfg))       mask_ab_obs (NB,)    mask_ab_obs_spoof (NB,)
     ramp_obs (n_ramps, ramp_dim(cfg))       mask_ar_obs (NR,)    mask_ar_obs_spoof (NR,)
 
+Construction sites (the blueprint task, `cfg.max_sites` > 0 only; every other config has none of
+these keys): `site_obs (max_sites, SITE_DIM)` with `mask_as_obs` and `mask_as_obs_spoof`, after
+the keys above. A row is the site's centre (x, y, z) then its 4 corners' (x, y, z) in the
+original's order (-x -y, -x +y, +x -y, +x +y; `SiteColumns`); both masks say the site exists
+(the original does not mask sites by vision). `SITE_KEYS` is not in `ENTITY_KEYS`, whose three
+kinds every game has; `ALL_ENTITY_KEYS` holds all four.
+
 `ENTITY_KEYS` pairs each entity key with its visible mask (`mask_*_obs`: in the vision cone and
 in line of sight, what the policy may use) and its exists mask (`mask_*_obs_spoof`: present this
 episode, what the omniscient critic uses). Masks hold 0.0 / 1.0.
@@ -102,15 +109,21 @@ ENTITY_KEYS = (
     EntityKeys("boxes", BOXES_KEY, "mask_ab_obs", "mask_ab_obs_spoof"),
     EntityKeys("ramps", RAMPS_KEY, "mask_ar_obs", "mask_ar_obs_spoof"),
 )
+SITES_KEY = "site_obs"
+SITE_KEYS = EntityKeys("sites", SITES_KEY, "mask_as_obs", "mask_as_obs_spoof")
+ALL_ENTITY_KEYS = (*ENTITY_KEYS, SITE_KEYS)  # the optional kinds last
 VISIBLE_MASK_KEYS = tuple(e.visible_mask for e in ENTITY_KEYS)
 EXISTS_MASK_KEYS = tuple(e.exists_mask for e in ENTITY_KEYS)
 MASK_KEYS = VISIBLE_MASK_KEYS + EXISTS_MASK_KEYS
 OBS_KEYS = (SELF_KEY, AGENTS_KEY, BOXES_KEY, RAMPS_KEY, LIDAR_KEY, *MASK_KEYS)
 
 
+ALL_MASK_KEYS = (*MASK_KEYS, SITE_KEYS.visible_mask, SITE_KEYS.exists_mask)
+
+
 def is_mask_key(key: str) -> bool:
     """Masks are 0/1 attention masks: never normalised."""
-    return key in MASK_KEYS
+    return key in ALL_MASK_KEYS
 
 
 class SelfColumns:
@@ -136,7 +149,17 @@ class ObjectColumns:
     DIM = 9
 
 
+class SiteColumns:
+    """Columns of each site_obs row."""
+
+    POS = slice(0, 3)  # centre x, y, z
+    CORNERS = slice(3, 15)  # 4 corners x (x, y, z): -x -y, -x +y, +x -y, +x +y
+    N_CORNERS = 4
+    DIM = 15
+
+
 SELF_DIM = SelfColumns.DIM
+SITE_DIM = SiteColumns.DIM
 OBJECT_BASE_DIM = ObjectColumns.DIM
 LOCK_FLAGS = 3  # locked by me, by my team, at all
 
@@ -177,7 +200,8 @@ def ramp_dim(cfg: GameConfig) -> int:
 
 
 def observation_shapes(cfg: GameConfig) -> dict[str, tuple[int, ...]]:
-    """Per-agent shape of every key (no batch dims), in `OBS_KEYS` order."""
+    """Per-agent shape of every key (no batch dims), in `OBS_KEYS` order, then the site keys
+    where the config has sites."""
     counts = (cfg.max_agents - 1, cfg.max_boxes, cfg.n_ramps)
     dims = (SELF_DIM, box_dim(cfg), ramp_dim(cfg))
     shapes: dict[str, tuple[int, ...]] = {SELF_KEY: (SELF_DIM,)}
@@ -188,6 +212,10 @@ def observation_shapes(cfg: GameConfig) -> dict[str, tuple[int, ...]]:
         shapes[kind.visible_mask] = (n,)
     for kind, n in zip(ENTITY_KEYS, counts, strict=True):
         shapes[kind.exists_mask] = (n,)
+    if cfg.max_sites > 0:
+        shapes[SITE_KEYS.key] = (cfg.max_sites, SITE_DIM)
+        shapes[SITE_KEYS.visible_mask] = (cfg.max_sites,)
+        shapes[SITE_KEYS.exists_mask] = (cfg.max_sites,)
     return shapes
 
 

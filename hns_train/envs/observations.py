@@ -23,6 +23,7 @@ from hns_train.envs.contract import (  # noqa: F401  (re-exported: the layout li
     OBS_DTYPE,
     SELF_DIM,
     box_dim,
+    is_mask_key,
     observation_shapes,
     ramp_dim,
 )
@@ -30,7 +31,7 @@ from hns_train.envs.contract import (  # noqa: F401  (re-exported: the layout li
 
 def observation_space(cfg: GameConfig) -> spaces.Dict:
     def box(key, shape):
-        if key in MASK_KEYS:
+        if is_mask_key(key):
             return spaces.Box(0.0, 1.0, shape, OBS_DTYPE)
         if key == LIDAR_KEY:
             return spaces.Box(0.0, cfg.lidar_range, shape, OBS_DTYPE)
