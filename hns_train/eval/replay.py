@@ -13,7 +13,10 @@ File format (`FORMAT_NAME`, version `FORMAT_VERSION`): a `.npz` written with
   (n_hiders, n_seekers), `seed`, `world`, `metadata` (free JSON: team names and policy
   versions under `hiders` / `seekers`, run name, ...), `episode_stats` (the game's end-of-episode
   info, or null), `mujoco_version`, `created_unix`.
-- `layout.<field>`: the `Layout` arrays (walls, which agents/boxes exist, box kinds, poses).
+- `layout.<field>`: the `Layout` arrays (walls, which agents/boxes exist, box kinds, poses),
+  `layout_arrays(cfg)`: `LAYOUT_ARRAYS`, plus the construction tasks' sites (`site_xy`,
+  `site_present`) where the config has sites and the cylinder (`cylinder_xy`, `cylinder_radius`)
+  where it has one, so every other config's files are as they were.
 - Frame arrays, F = n_frames = n_steps + 1 rows; frame 0 is the state after reset, frame t the
   state after t env steps: `t` (int32), `prep` (bool, t < prep_steps), `qpos`, `qvel`,
   `qacc_warmstart`, `time` (float64), `locked` (bool, O), `lock_team` (int8, O; -1 none,
@@ -103,11 +106,30 @@ LAYOUT_ARRAYS = (
     "ramp_yaw",
     "occupancy",
 )
+SITE_ARRAYS = ("site_xy", "site_present")
+CYLINDER_ARRAYS = ("cylinder_xy", "cylinder_radius")
+
+
+def layout_arrays(cfg: GameConfig) -> tuple[str, ...]:
+    """The `Layout` fields a replay of `cfg` holds (module docstring)."""
+    return (
+        LAYOUT_ARRAYS
+        + (SITE_ARRAYS if cfg.max_sites > 0 else ())
+        + (CYLINDER_ARRAYS if cfg.cylinder else ())
+    )
+
+
 SIZE_KEYS = ("n_frames", "n_steps", "nq", "nv", "nu", "n_agents", "n_objects")
 
 
 def _layout_shapes(cfg: GameConfig) -> dict[str, tuple[tuple, str]]:
     S, A, B, R, g = n_wall_slots(cfg), cfg.max_agents, cfg.max_boxes, cfg.n_ramps, cfg.grid_cells
+    optional = {
+        "site_xy": ((cfg.max_sites, 2), "f"),
+        "site_present": ((cfg.max_sites,), "b"),
+        "cylinder_xy": ((2,), "f"),
+        "cylinder_radius": ((), "f"),
+    }
     return {
         "wall_pos": ((S, 3), "f"),
         "wall_half": ((S, 3), "f"),
@@ -120,7 +142,7 @@ def _layout_shapes(cfg: GameConfig) -> dict[str, tuple[tuple, str]]:
         "ramp_xy": ((R, 2), "f"),
         "ramp_yaw": ((R,), "f"),
         "occupancy": ((g, g), "b"),
-    }
+    } | {name: optional[name] for name in layout_arrays(cfg) if name in optional}
 
 
 # ----------------------------------------------------------------------------- the replay
@@ -282,7 +304,7 @@ def save(replay: Replay, path) -> Path:
     except TypeError as e:
         raise ValueError(f"replay metadata must be JSON serialisable: {e}") from None
     members = {"header": np.frombuffer(header.encode(), dtype=np.uint8)}
-    for name in LAYOUT_ARRAYS:
+    for name in layout_arrays(replay.cfg):
         members[f"layout.{name}"] = np.asarray(getattr(replay.layout, name))
     members.update(replay.arrays)
     return atomic_write(path, lambda tmp: np.savez_compressed(tmp, **members), suffix=".npz")
@@ -458,6 +480,8 @@ def _read_layout(members, header, cfg, where) -> Layout:
         raise ReplayError(f"{where}: layout agent_present disagrees with layout_counts {counts}")
     if not np.isin(arrays["box_kind"], (0, 1, 2, 3)).all():
         raise ReplayError(f"{where}: layout.box_kind holds values outside 0..3")
+    if "cylinder_radius" in arrays:
+        arrays["cylinder_radius"] = float(arrays["cylinder_radius"])
     return Layout(**arrays, n_hiders=counts["n_hiders"], n_seekers=counts["n_seekers"])
 
 

@@ -476,3 +476,32 @@ def test_the_network_embeds_sites_as_a_fourth_entity_kind():
     assert out.actions.shape == (1, 5)
     quadrant = ObsLayout.from_shapes(C.observation_shapes(make_config("quadrant")))
     assert [s.kind.name for s in quadrant.entities] == ["agents", "boxes", "ramps"]
+
+
+@pytest.mark.parametrize("preset", TASKS)
+def test_replays_keep_the_sites_and_the_cylinder(preset, tmp_path):
+    from hns_train.eval import recorder
+    from hns_train.eval import replay as R
+
+    cfg = make_config(preset)
+    act = recorder.object_seeking_actions(cfg, seed=1)
+    replay = R.load(
+        R.save(recorder.record_episode(cfg, act, seed=3, n_steps=30), tmp_path / "e.npz")
+    )
+    game = game_of(preset, seed=None)
+    game.reset(seeds=[3])  # the recorded episode's world
+    names = R.layout_arrays(cfg)
+    assert set(names) - set(R.LAYOUT_ARRAYS) == (
+        {"site_xy", "site_present"} if preset == "blueprint" else {"cylinder_xy", "cylinder_radius"}
+    )
+    for name in names:
+        np.testing.assert_array_equal(getattr(replay.layout, name), getattr(game.layouts[0], name))
+    model, data = replay.rebuild()
+    for k in range(model.ngeom):
+        np.testing.assert_array_equal(model.geom_pos[k], game.model.geom_pos[k])
+        np.testing.assert_array_equal(model.geom_size[k], game.model.geom_size[k])
+    idx = replay.index(model)
+    for t in range(replay.n_steps):  # boxes pushed against the cylinder replay exactly too
+        replay.prepare_step(model, data, t, idx)
+        mujoco.mj_step(model, data, cfg.substeps)
+        np.testing.assert_array_equal(data.qpos, replay["qpos"][t + 1], err_msg=f"step {t}")
