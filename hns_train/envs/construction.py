@@ -34,6 +34,7 @@ episode's last step (1.0 = fully sheltered); `rays_hitting` is their number.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from hns_train.envs import contract as C
 from hns_train.envs.tasks import Task, register
@@ -53,24 +54,60 @@ def site_rows(site_xy: np.ndarray, site_size: float, site_height: float) -> np.n
     return np.concatenate([centre, corners.reshape(S, -1)], axis=1)
 
 
-def box_corners(pos: np.ndarray, cos: np.ndarray, sin: np.ndarray, half: np.ndarray) -> np.ndarray:
-    """(..., 4, 3) middles of the vertical edges of boxes with centres `pos` (..., 3), yaw
-    cos / sin (...,) and half sizes `half` (..., 3)."""
-    dx = CORNER_SIGNS[:, 0] * half[..., None, 0]
-    dy = CORNER_SIGNS[:, 1] * half[..., None, 1]
-    c, s = cos[..., None], sin[..., None]
-    out = np.repeat(pos[..., None, :], 4, axis=-2)
-    out[..., 0] += c * dx - s * dy
-    out[..., 1] += s * dx + c * dy
-    return out
-
-
-def smooth_min(dist: np.ndarray, alpha: float, valid: np.ndarray, axis: int) -> np.ndarray:
-    """sum(d exp(alpha d)) / sum(exp(alpha d)) over `axis`, over the `valid` entries only."""
-    weight = np.exp(alpha * dist) * valid
-    total = weight.sum(axis=axis)
-    num = (dist * weight).sum(axis=axis)
-    return np.divide(num, total, out=np.zeros_like(num), where=total > 0)
+@njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
+def site_progress(
+    site_corner, site_centre, site_present, pos, cos, sin, half, box_present, alpha, radius,
+    mean_out, done_out,
+):  # fmt: skip
+    """Every world's mean, over its present sites' corners, of the smooth-min (`alpha`) of the
+    corner's distances to the present boxes' corners (`mean_out` (W,)), and which sites are
+    done (`done_out` (W, S): a box centre and, for each site corner, a box corner closer than
+    `radius`). site_corner (W, S, 4, 3), site_centre (W, S, 3), site_present (W, S); box
+    centres `pos` (W, B, 3), yaw `cos` / `sin` (W, B), `half` sizes (W, B, 3), box_present
+    (W, B). A box's corners are the middles of its vertical edges (its centre's height)."""
+    W, S = site_present.shape
+    B = pos.shape[1]
+    for w in range(W):
+        total, count = 0.0, 0
+        for s in range(S):
+            done_out[w, s] = False
+            if not site_present[w, s]:
+                continue
+            near = np.inf
+            for b in range(B):
+                if box_present[w, b]:
+                    d = 0.0
+                    for k in range(3):
+                        d += (site_centre[w, s, k] - pos[w, b, k]) ** 2
+                    near = min(near, np.sqrt(d))
+            aligned = near < radius
+            for k in range(4):
+                sx, sy, sz = (
+                    site_corner[w, s, k, 0],
+                    site_corner[w, s, k, 1],
+                    site_corner[w, s, k, 2],
+                )
+                num, den, nearest = 0.0, 0.0, np.inf
+                for b in range(B):
+                    if not box_present[w, b]:
+                        continue
+                    c, sn = cos[w, b], sin[w, b]
+                    for j in range(4):
+                        dx = CORNER_SIGNS[j, 0] * half[w, b, 0]
+                        dy = CORNER_SIGNS[j, 1] * half[w, b, 1]
+                        ex = pos[w, b, 0] + c * dx - sn * dy - sx
+                        ey = pos[w, b, 1] + sn * dx + c * dy - sy
+                        ez = pos[w, b, 2] - sz
+                        d = np.sqrt(ex * ex + ey * ey + ez * ez)
+                        e = np.exp(alpha * d)
+                        num += d * e
+                        den += e
+                        nearest = min(nearest, d)
+                total += num / den if den > 0 else 0.0
+                count += 1
+                aligned = aligned and nearest < radius
+            done_out[w, s] = aligned
+        mean_out[w] = total / count if count else 0.0
 
 
 @register
@@ -85,6 +122,7 @@ class Blueprint(Task):
         self.site_corner = np.zeros((W, S, 4, 3))
         self.completed = np.zeros(W, dtype=bool)  # construction finished this episode
         self.done = np.zeros((W, S), dtype=bool)  # sites done at the latest step
+        self._mean = np.zeros(W)  # mean smooth-min site corner distance, latest step
 
     def reset(self, worlds: np.ndarray) -> None:
         super().reset(worlds)
@@ -105,45 +143,29 @@ class Blueprint(Task):
         self.completed[worlds] = False
         self.done[worlds] = False
 
-    def distances(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every world's (W, S, 4) smooth-min distance of each site corner to the box corners,
-        (W, S) distance of each site centre to its nearest box centre, (W, S, 4) of each site
-        corner to its nearest box corner (inf where no box is present)."""
-        g, nb = self.game, self.cfg.max_boxes
-        pos, half = g.object_pos[:, :nb], g.half[:, :nb]
-        corners = box_corners(pos, g.object_yaw_cos[:, :nb], g.object_yaw_sin[:, :nb], half)
-        box = g.object_present[:, :nb]  # (W, B)
-        # site corner (W, S, 4) x box corner (W, B, 4)
-        d = np.linalg.norm(
-            self.site_corner[:, :, :, None, None, :] - corners[:, None, None, :, :, :], axis=-1
-        )  # (W, S, 4, B, 4)
-        valid = np.broadcast_to(box[:, None, None, :, None], d.shape)
-        smooth = smooth_min(
-            d.reshape(*d.shape[:3], -1),
-            self.cfg.site_smoothmin_alpha,
-            valid.reshape(d.shape[:3] + (-1,)),
-            -1,
-        )
-        nearest_corner = np.where(valid, d, np.inf).min(axis=(-2, -1))
-        dc = np.linalg.norm(self.site_centre[:, :, None, :] - pos[:, None, :, :], axis=-1)
-        nearest_centre = np.where(box[:, None, :], dc, np.inf).min(axis=-1)
-        return smooth, nearest_centre, nearest_corner
-
     def reward(self, reward: np.ndarray) -> None:
-        cfg = self.cfg
-        smooth, centre, corner = self.distances()
-        present = self.site_present
-        n_sites = present.sum(axis=1)
-        corner_weight = np.repeat(present[:, :, None], 4, axis=2)
-        mean = (smooth * corner_weight).sum(axis=(1, 2)) / np.maximum(4 * n_sites, 1)
-        r = -cfg.site_dense_scale * mean
-        radius = cfg.site_activation_radius
-        self.done = (centre < radius) & (corner < radius).all(axis=-1) & present
-        complete = (self.done == present).all(axis=1) & (n_sites > 0)
+        cfg, g, nb = self.cfg, self.game, self.cfg.max_boxes
+        site_progress(
+            self.site_corner,
+            self.site_centre,
+            self.site_present,
+            g.object_pos[:, :nb],
+            g.object_yaw_cos[:, :nb],
+            g.object_yaw_sin[:, :nb],
+            g.half[:, :nb],
+            g.object_present[:, :nb],
+            cfg.site_smoothmin_alpha,
+            cfg.site_activation_radius,
+            self._mean,
+            self.done,
+        )
+        n_sites = self.site_present.sum(axis=1)
+        complete = (self.done == self.site_present).all(axis=1) & (n_sites > 0)
         first = complete & ~self.completed
-        r = r + np.where(first, cfg.site_completed_reward * n_sites, 0.0)
         self.completed |= complete
-        reward[...] = r[:, None].astype(reward.dtype)
+        r = np.where(first, cfg.site_completed_reward * n_sites, 0.0)
+        r -= cfg.site_dense_scale * self._mean
+        reward[...] = r[:, None]
 
     def score(self, worlds: np.ndarray) -> np.ndarray:
         return self.completed[worlds].astype(np.float64)
