@@ -60,7 +60,14 @@ def random_play(preset: str, n_worlds: int, episodes: int, seed: int) -> dict:
 
 @pytest.mark.parametrize(
     "preset, n_worlds, episodes, seed",
-    [("randomwalls", 8, 1, 3), ("randomwalls", 8, 1, 4), ("quadrant", 8, 2, 3), ("chase", 8, 4, 3)],
+    [
+        ("randomwalls", 8, 1, 3),
+        ("randomwalls", 8, 1, 4),
+        ("quadrant", 8, 2, 3),
+        ("chase", 8, 4, 3),
+        ("blueprint", 8, 1, 3),
+        ("shelter", 8, 1, 3),  # boxes pushed against the static cylinder
+    ],
 )
 def test_random_play_is_stable(preset, n_worlds, episodes, seed):
     out = random_play(preset, n_worlds, episodes, seed)
