@@ -342,15 +342,21 @@ def make_config(preset: str = "quadrant", **overrides) -> GameConfig:
 
 
 def _construction_errors(cfg: GameConfig) -> list[str]:
-    """The construction tasks' numbers (checked whatever the task: they shape the world)."""
+    """The construction tasks' numbers (checked whatever the task; the footprint of the sites
+    only where there are sites, so other grids need not fit them)."""
     errors = []
+    for name in ("site_dense_scale", "site_completed_reward", "shelter_reward_scale"):
+        if not math.isfinite(getattr(cfg, name)):
+            errors.append(f"{name}={getattr(cfg, name)} must be finite")
     for name in ("site_size", "site_activation_radius", "cylinder_height"):
         if not getattr(cfg, name) > 0:
             errors.append(f"{name}={getattr(cfg, name)} must be > 0")
     for name in ("site_area_fraction", "cylinder_area_fraction"):
         if not 0 < getattr(cfg, name) <= 1:
             errors.append(f"{name}={getattr(cfg, name)} must be in (0, 1]")
-    if cfg.site_cells < 1 or cfg.site_cells * cfg.cell < cfg.site_size - 1e-9:
+    if cfg.max_sites > 0 and (
+        cfg.site_cells < 1 or cfg.site_cells * cfg.cell < cfg.site_size - 1e-9
+    ):
         errors.append(
             f"site_cells={cfg.site_cells} must be >= 1 and cover site_size={cfg.site_size} m "
             f"({cfg.cell} m cells)"

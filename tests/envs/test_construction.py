@@ -131,6 +131,7 @@ def test_presets_carry_the_original_numbers():
         (dict(site_activation_radius=0.0), "site_activation_radius=0.0 must be > 0"),
         (dict(site_area_fraction=1.5), r"site_area_fraction=1.5 must be in \(0, 1\]"),
         (dict(site_cells=2), "site_cells=2 must be >= 1 and cover site_size=0.5"),
+        (dict(site_dense_scale=float("nan")), "site_dense_scale=nan must be finite"),
     ],
 )
 def test_bad_blueprint_numbers_are_rejected(params, message):
@@ -149,6 +150,12 @@ def test_bad_blueprint_numbers_are_rejected(params, message):
 def test_bad_shelter_numbers_are_rejected(params, message):
     with pytest.raises(ValueError, match=message):
         make_config("shelter", **params)
+
+
+def test_site_footprints_bind_only_configs_with_sites():
+    make_config("quadrant", grid_cells=60)  # 0.1 m cells: 3 of them would not hold a site
+    with pytest.raises(ValueError, match="site_cells=3 must be >= 1 and cover site_size=0.5"):
+        make_config("blueprint", grid_cells=60)
 
 
 def test_only_the_blueprint_has_site_keys():
