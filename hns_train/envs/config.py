@@ -47,7 +47,7 @@ class GameConfig:
     # Arena and walls
     floor_size: float = 6.0
     grid_cells: int = 30
-    walls: str = "quadrant"  # "quadrant" | "random" | "tri" | "none"
+    walls: str = "quadrant"  # "quadrant" | "random" | "tri" | "none" | "counting"
     room_cells: Range = (15, 15)  # quadrant room: inner walls on cell lines x=15 and y=15
     n_rooms: Range = (1, 4)  # random walls
     min_room_cells: int = 6
@@ -97,7 +97,7 @@ class GameConfig:
     ramp_lock_obs: bool = True  # lock flags in ramp_obs where ramps lock (contract.ramp_columns)
 
     # Placement on the grid
-    placement: str = "quadrant"  # "quadrant" | "uniform"
+    placement: str = "quadrant"  # "quadrant" | "uniform" | "counting"
     teammate_spread_cells: int = -1  # >= 0: teammates within this many cells of the first one
     place_tries: int = 10
     agent_cells: int = 2
@@ -143,6 +143,26 @@ class GameConfig:
     shelter_rays_per_side: int = 25
     shelter_ray_margin_cells: float = 1.01  # ray starts this many cells in from the floor edge
     shelter_reward_scale: float = 0.001  # reward = -scale * rays reaching the cylinder
+
+    # Task: counting (counting.py; the paper gives no numbers: every one is a choice,
+    # docs/fidelity.md). One pinned agent watches a row of boxes slide left or right out of
+    # sight behind two screen walls; its x-force bin on the last step is its count.
+    counting_show_steps: int = 10  # boxes stand still in view
+    counting_move_steps: int = 20  # boxes slide to their hiding spots
+    counting_hidden_steps: int = 10  # boxes hidden before the answer (horizon = the three sums)
+    counting_agent_y: float = 1.0  # pinned agent at (floor_size / 2, this), facing +y, m
+    counting_row_y: float = 3.0  # the boxes' lane: start row and hiding spots, m
+    counting_spacing: float = 0.55  # between box centres in the row and at the spots, m
+    counting_screen_y: float = 2.4  # line of the two screen walls, between agent and lane, m
+    counting_window: float = 2.2  # gap between the screen walls, centred on the agent, m
+    counting_spot_margin: float = 0.5  # outermost hiding spot's centre from the floor's edge, m
+    counting_correct_reward: float = 1.0  # on the last step, when the count is right
+    counting_wrong_reward: float = 0.0  # on the last step, when it is wrong
+
+    # Task: count_based (intrinsic.py): reward count_bonus_scale / sqrt(N(s)) every step
+    count_bonus_scale: float = 1.0
+    count_cell: float = 0.5  # grid of the discretised state, m
+    count_state: str = "objects"  # "objects" (boxes, ramps) | "objects_agents" (and agents)
 
     # Rendering
     render_width: int = 480
@@ -204,6 +224,7 @@ class GameConfig:
             errors.append(f"walls={self.walls!r} is not one of {WALL_MODES}")
         if self.placement not in PLACEMENT_MODES:
             errors.append(f"placement={self.placement!r} is not one of {PLACEMENT_MODES}")
+        errors += _task_errors(self)
         if self.horizon < 1 or self.substeps < 1:
             errors.append("horizon and substeps must be >= 1")
         if not 0.0 <= self.prep_fraction < 1.0:
@@ -225,6 +246,29 @@ class GameConfig:
             raise ValueError("invalid game config: " + "; ".join(errors))
 
 
+def _task_errors(cfg: GameConfig) -> list[str]:
+    """Range checks of the counting and count_based numbers."""
+    errors = []
+    for name in ("counting_show_steps", "counting_move_steps", "counting_hidden_steps"):
+        if getattr(cfg, name) < 1:
+            errors.append(f"{name}={getattr(cfg, name)} must be >= 1")
+    for name in ("counting_spacing", "counting_window", "count_bonus_scale", "count_cell"):
+        value = getattr(cfg, name)
+        if not (math.isfinite(value) and value > 0):
+            errors.append(f"{name}={value} must be finite and > 0")
+    for name in ("counting_correct_reward", "counting_wrong_reward"):
+        if not math.isfinite(getattr(cfg, name)):
+            errors.append(f"{name}={getattr(cfg, name)} must be finite")
+    if not 0 < cfg.counting_agent_y < cfg.counting_screen_y < cfg.counting_row_y:
+        errors.append(
+            "counting needs 0 < counting_agent_y < counting_screen_y < counting_row_y, got "
+            f"{cfg.counting_agent_y}, {cfg.counting_screen_y}, {cfg.counting_row_y}"
+        )
+    if cfg.count_state not in COUNT_STATES:
+        errors.append(f"count_state={cfg.count_state!r} is not one of {COUNT_STATES}")
+    return errors
+
+
 TASK_NAMES = (
     "hide_and_seek",
     "lock_and_return",
@@ -234,8 +278,9 @@ TASK_NAMES = (
     "object_counting",
     "count_based",
 )
-WALL_MODES = ("quadrant", "random", "tri", "none")
-PLACEMENT_MODES = ("quadrant", "uniform")
+WALL_MODES = ("quadrant", "random", "tri", "none", "counting")
+PLACEMENT_MODES = ("quadrant", "uniform", "counting")
+COUNT_STATES = ("objects", "objects_agents")
 
 PRESETS: dict[str, dict] = {
     "quadrant": {},
@@ -329,6 +374,24 @@ PRESETS: dict[str, dict] = {
         penalise_objects_oob=False,
         cylinder=True,
     ),
+    # A 10 m floor: the row of up to 6 boxes in view and, on each side, room for all of them
+    # behind a screen wall (the layout's "counting" walls and placement; counting.py).
+    "object_counting": dict(
+        task="object_counting",
+        n_hiders=(1, 1),
+        n_seekers=(0, 0),
+        horizon=40,  # counting_show_steps + counting_move_steps + counting_hidden_steps
+        prep_fraction=0.0,
+        floor_size=10.0,
+        walls="counting",
+        n_boxes=(1, 6),
+        n_ramps=0,
+        placement="counting",
+        penalise_objects_oob=False,
+    ),
+    # The quadrant world, 2 v 2, every agent rewarded by visit counts alone (intrinsic.py); no
+    # preparation phase: nobody is frozen, since there is no game to prepare for.
+    "count_based": dict(task="count_based", prep_fraction=0.0),
 }
 
 

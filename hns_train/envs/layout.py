@@ -35,6 +35,11 @@ Conventions and choices (spec §1-2):
   at the footprint's centre. Construction sites (`cfg.max_sites` > 0, count uniform in
   `n_sites`) are placed last, the same way with `site_area_fraction`, each on free cells; they
   only mark cells, nothing collides with them. Configs without either draw nothing more.
+- Counting (the object_counting task, counting.py): walls "counting" are the outer walls and two
+  screen walls on the line y = `counting_screen_y`, from the outer walls to a `counting_window`
+  gap centred on x = floor_size / 2; placement "counting" pins the one agent at
+  (floor_size / 2, `counting_agent_y`) facing +y and stands the n boxes in a row on
+  y = `counting_row_y`, centred on the same x, `counting_spacing` apart (`counting_row`).
 - Agents start with a uniform yaw; ramps with a yaw that is a multiple of 90 degrees (so they
   stay inside their footprint); boxes axis-aligned.
 """
@@ -92,8 +97,17 @@ class Layout:
 
 
 def n_wall_slots(cfg: GameConfig) -> int:
-    inner = {"quadrant": 2, "random": cfg.n_rooms[1] - 1, "tri": 2, "none": 0}[cfg.walls]
+    slots = {"quadrant": 2, "random": cfg.n_rooms[1] - 1, "tri": 2, "none": 0, "counting": 1}
+    inner = slots[cfg.walls]
     return 4 + 2 * inner
+
+
+FACING_Y = np.pi  # the yaw that faces +y (an agent's front is (sin yaw, -cos yaw))
+
+
+def counting_row(cfg: GameConfig, n: int) -> np.ndarray:
+    """(n,) x of the counting boxes' start row, left to right, centred on the floor."""
+    return cfg.floor_size / 2 + (np.arange(n) - (n - 1) / 2) * cfg.counting_spacing
 
 
 def sample_layout(cfg: GameConfig, rng: np.random.Generator) -> Layout:
@@ -163,6 +177,15 @@ def _sample_walls(cfg: GameConfig, rng: np.random.Generator) -> _Walls:
             slot = _add_wall(cfg, rng, walls, slot, axis, line, a, b, door=k != doorless)
     elif cfg.walls == "tri":
         _tri_walls(cfg, rng, walls, slot)
+    elif cfg.walls == "counting":
+        c, t, h = cfg.cell, cfg.wall_thickness, cfg.inner_wall_height
+        # from the outer walls' centre lines (cell lines 0 and g - 1) to the window
+        ends = ((0.5 * c, (cfg.floor_size - cfg.counting_window) / 2),
+                ((cfg.floor_size + cfg.counting_window) / 2, (g - 0.5) * c))  # fmt: skip
+        for k, (lo, hi) in enumerate(ends):
+            walls.pos[slot + k] = ((lo + hi) / 2, cfg.counting_screen_y, h / 2)
+            walls.half[slot + k] = ((hi - lo) / 2, t / 2, h / 2)
+            walls.present[slot + k] = True
     elif cfg.walls == "random":
         rooms = [(0, 0, g - 1, g - 1)]
         target = int(rng.integers(cfg.n_rooms[0], cfg.n_rooms[1] + 1))
@@ -268,6 +291,8 @@ def middle_range(g: int, n: int, fraction: float) -> tuple[int, int]:
 def _place_objects(
     cfg, rng, walls: _Walls, n_hiders, n_seekers, box_kind, n_sites=0, diameter=0.0
 ) -> Layout | None:
+    if cfg.placement == "counting":
+        return _place_counting(cfg, walls, n_hiders, n_seekers, box_kind)
     occ = walls.occupancy.copy()
     g = cfg.grid_cells
     quadrant = cfg.placement == "quadrant" and walls.room is not None
@@ -380,4 +405,39 @@ def _place_objects(
         site_present=np.arange(cfg.max_sites) < n_sites,
         cylinder_xy=cylinder_xy,
         cylinder_radius=diameter / 2,
+    )
+
+
+def _place_counting(cfg, walls: _Walls, n_hiders, n_seekers, box_kind) -> Layout:
+    """The counting scene: fixed poses, nothing random but the number of boxes."""
+    extras = cfg.n_ramps or cfg.max_sites or cfg.cylinder
+    if n_hiders + n_seekers != 1 or (box_kind > CUBE).any() or extras:
+        raise ValueError(
+            "placement 'counting' takes one agent and cubes only (n_hiders + n_seekers = 1, "
+            "n_elongated=(0, 0), n_ramps=0, n_sites=(0, 0), cylinder=False); got "
+            f"{n_hiders} hider(s), {n_seekers} seeker(s), box kinds {box_kind.tolist()}, "
+            f"n_ramps={cfg.n_ramps}, n_sites={cfg.n_sites}, cylinder={cfg.cylinder}"
+        )
+    present = np.zeros(cfg.max_agents, dtype=bool)
+    present[0 if n_hiders else cfg.max_hiders] = True
+    agent_xy = np.zeros((cfg.max_agents, 2))
+    agent_xy[present] = (cfg.floor_size / 2, cfg.counting_agent_y)
+    n = int((box_kind == CUBE).sum())
+    box_xy = np.zeros((cfg.max_boxes, 2))
+    box_xy[:n, 0] = counting_row(cfg, n)
+    box_xy[:n, 1] = cfg.counting_row_y
+    return Layout(
+        wall_pos=walls.pos,
+        wall_half=walls.half,
+        wall_present=walls.present,
+        n_hiders=n_hiders,
+        n_seekers=n_seekers,
+        agent_present=present,
+        agent_xy=agent_xy,
+        agent_yaw=np.full(cfg.max_agents, FACING_Y),
+        box_kind=box_kind,
+        box_xy=box_xy,
+        ramp_xy=np.zeros((0, 2)),
+        ramp_yaw=np.zeros(0),
+        occupancy=walls.occupancy,
     )

@@ -156,6 +156,24 @@ KEYWORDS: dict[str, str] = {
     # rendering
     "render_width": "pixels of render() frames [render]",
     "render_height": "pixels of render() frames [render]",
+    # task: counting
+    "counting_show_steps": "object_counting: steps the boxes stand in view [transfer]",
+    "counting_move_steps": "object_counting: steps the boxes slide out of sight [transfer]",
+    "counting_hidden_steps": "object_counting: steps every box is hidden before the answer "
+    "[transfer]",
+    "counting_agent_y": "object_counting: y of the pinned agent (x: floor centre), m [transfer]",
+    "counting_row_y": "object_counting: y of the boxes' row and hiding spots, m [transfer]",
+    "counting_spacing": "object_counting: between box centres, row and spots, m [transfer]",
+    "counting_screen_y": "object_counting: y of the two screen walls, m [transfer]",
+    "counting_window": "object_counting: gap between the screen walls, m [transfer]",
+    "counting_spot_margin": "object_counting: outermost spot's centre from the floor edge, m "
+    "[transfer]",
+    "counting_correct_reward": "object_counting: last-step reward of a right count [transfer]",
+    "counting_wrong_reward": "object_counting: last-step reward of a wrong count [transfer]",
+    # task: count_based
+    "count_bonus_scale": "count_based: reward scale / sqrt(visits of the state) [transfer]",
+    "count_cell": "count_based: grid the state's positions are rounded to, m [transfer]",
+    "count_state": "count_based: 'objects' (boxes, ramps) or 'objects_agents' [transfer]",
 }
 
 

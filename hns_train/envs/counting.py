@@ -1,0 +1,160 @@
+"""Object counting: the paper's memory test. A pinned agent watches boxes leave its sight to the
+left or to the right and must say how many went left.
+
+The paper describes the test in one sentence (the agent is pinned in place, boxes move left or
+right out of sight, the agent says how many went one way; the metric is accuracy) and gives no
+numbers, so the scene, timing and rewards below are our choices (docs/fidelity.md), every number
+a `GameConfig` field of the "Task: counting" block, set by the `object_counting` preset:
+
+- World (layout.py, walls and placement "counting"): a 10 m floor with its outer walls, one agent
+  (the hider slot) at (5, `counting_agent_y` 1.0) facing +y, and two screen walls (the inner wall
+  height, 0.5 m, above every vision ray) on y = `counting_screen_y` 2.4 with a
+  `counting_window` 2.2 m gap centred on the agent's line of sight. n boxes (cubes, n uniform in
+  `n_boxes` 1..6) stand in a row on y = `counting_row_y` 3.0, `counting_spacing` 0.55 m apart,
+  all seen through the window.
+- Each box tosses a fair coin: k ~ Binomial(n, 1/2) go left. The k leftmost boxes of the row are
+  the ones that go left, so that no two paths cross (boxes stay solid and never overlap): the
+  count has the fair coins' distribution, and which boxes leave is the split of the row.
+- Timing: `counting_show_steps` 10 steps standing still, then `counting_move_steps` 20 steps
+  sliding along the row's line, at constant speed, to the hiding spots, then
+  `counting_hidden_steps` 10 steps with every box hidden; the horizon is the sum (40).
+  Spots: `counting_spot_margin` 0.5 m from the floor's left (right) edge, then
+  `counting_spacing` apart inwards, in the row's order, so that the boxes keep their order and
+  spacing >= counting_spacing on the way. The screen hides every spot (checked when the task is
+  made, from the geometry of the agent's sight line to each box centre, which is what vision
+  tests).
+- Kinematics: every step, before the physics, the task writes the boxes' x, y and yaw (0) for
+  the end of the step and zeroes their velocities, and writes the agent's pinned x, y and yaw
+  with zero velocity; z is left to the physics (resting on the floor). The agent's movement,
+  grab and lock actions are replaced by the no-op.
+- Answer: the agent's x-force bin (0..action_bins - 1) on the last step is its count of boxes
+  that went left. Reward on the last step: `counting_correct_reward` (1) when right, else
+  `counting_wrong_reward` (0); 0 on every other step. `task_score` is 1 when right (the mean over
+  episodes is the accuracy); `boxes` (n), `went_left` (k) and `answer` go to the episode info.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hns_train.envs import contract as C
+from hns_train.envs.layout import CUBE, FACING_Y, counting_row
+from hns_train.envs.tasks import Task, register
+
+
+def hiding_spots(cfg, n: int, k: int) -> np.ndarray:
+    """(n,) x of each box's hiding spot, boxes in row order, the first k going left."""
+    j = np.arange(n)
+    left = cfg.counting_spot_margin + j * cfg.counting_spacing
+    right = cfg.floor_size - cfg.counting_spot_margin - (n - 1 - j) * cfg.counting_spacing
+    return np.where(j < k, left, right)
+
+
+def screen_crossing(cfg, x: np.ndarray) -> np.ndarray:
+    """|x offset| at which the sight line from the agent to a box centre at (x, counting_row_y)
+    crosses the screen walls' line: inside counting_window / 2 it passes the window."""
+    ratio = (cfg.counting_screen_y - cfg.counting_agent_y) / (
+        cfg.counting_row_y - cfg.counting_agent_y
+    )
+    return np.abs(np.asarray(x) - cfg.floor_size / 2) * ratio
+
+
+@register
+class ObjectCounting(Task):
+    name = "object_counting"
+
+    def __init__(self, cfg, game) -> None:
+        super().__init__(cfg, game)
+        _check_scene(cfg)
+        W, nb = game.n_worlds, cfg.max_boxes
+        self.agent = 0 if cfg.max_hiders else cfg.max_hiders  # the one agent's slot
+        self.n_boxes = np.zeros(W, dtype=np.int64)
+        self.went_left = np.zeros(W, dtype=np.int64)
+        self.answer = np.full(W, -1, dtype=np.int64)
+        self.correct = np.zeros(W, dtype=bool)
+        self.start = np.zeros((W, nb))  # x of each box in the row
+        self.end = np.zeros((W, nb))  # x of its hiding spot
+        self._pin = np.zeros((W, 2))  # the agent's xy
+        self._noop = np.asarray(C.noop_action(cfg.action_bins))
+
+    def reset(self, worlds: np.ndarray) -> None:
+        super().reset(worlds)
+        g, nb = self.game, self.cfg.max_boxes
+        idx = g.index  # known once the first world is built
+        self._box_q, self._box_v = idx.object_qpos[:nb], idx.object_qvel[:nb]
+        self._agent_q, self._agent_v = idx.agent_qpos[self.agent], idx.agent_qvel[self.agent]
+        for w in worlds:
+            layout = g.layouts[w]
+            n = int((layout.box_kind == CUBE).sum())
+            k = int(g.rngs[w].integers(0, 2, size=n).sum())  # a fair coin per box
+            self.n_boxes[w], self.went_left[w] = n, k
+            self.start[w, :n] = layout.box_xy[:n, 0]
+            self.end[w, :n] = hiding_spots(self.cfg, n, k)
+            self._pin[w] = layout.agent_xy[self.agent]
+        self.answer[worlds] = -1
+        self.correct[worlds] = False
+
+    def act(self, actions: np.ndarray) -> None:
+        cfg, g = self.cfg, self.game
+        self.answer[:] = actions[:, self.agent, 0]  # the x-force bin: the count, read at the end
+        actions[...] = self._noop
+        # where the boxes are at the end of this step (g.t steps are done before it)
+        frac = np.clip((g.t + 1 - cfg.counting_show_steps) / cfg.counting_move_steps, 0.0, 1.0)
+        box_x = self.start + frac[:, None] * (self.end - self.start)
+        bq, bv, aq, av = self._box_q, self._box_v, self._agent_q, self._agent_v
+        for w in range(g.n_worlds):
+            d, n = g.datas[w], self.n_boxes[w]
+            d.qpos[bq[:n, 0]] = box_x[w, :n]
+            d.qpos[bq[:n, 1]] = cfg.counting_row_y
+            d.qpos[bq[:n, 3]] = 0.0
+            d.qvel[bv[:n]] = 0.0
+            d.qpos[aq[[0, 1]]] = self._pin[w]
+            d.qpos[aq[3]] = FACING_Y
+            d.qvel[av] = 0.0
+
+    def reward(self, reward: np.ndarray) -> None:
+        cfg = self.cfg
+        reward[...] = 0.0
+        last = self.game.t == cfg.horizon
+        if last.any():
+            right = self.answer == self.went_left
+            self.correct[last] = right[last]
+            reward[last, self.agent] = np.where(
+                right[last], cfg.counting_correct_reward, cfg.counting_wrong_reward
+            )
+
+    def score(self, worlds: np.ndarray) -> np.ndarray:
+        return self.correct[worlds].astype(np.float64)
+
+    def extra_stats(self, worlds: np.ndarray) -> dict[str, np.ndarray]:
+        return {
+            "boxes": self.n_boxes[worlds].astype(np.float64),
+            "went_left": self.went_left[worlds].astype(np.float64),
+            "answer": self.answer[worlds].astype(np.float64),
+        }
+
+
+def _check_scene(cfg) -> None:
+    """The counting scene as counting.py describes it, or a ValueError naming what is off."""
+    errors = []
+    if (cfg.walls, cfg.placement) != ("counting", "counting"):
+        got = f"{cfg.walls!r}, {cfg.placement!r}"
+        errors.append(f"walls and placement must be 'counting', got {got}")
+    if cfg.n_hiders[0] + cfg.n_seekers[0] != 1 or cfg.max_agents != 1:
+        errors.append(f"one agent: got n_hiders={cfg.n_hiders}, n_seekers={cfg.n_seekers}")
+    if cfg.n_elongated != (0, 0) or cfg.n_ramps != 0:
+        errors.append(f"cubes only: got n_elongated={cfg.n_elongated}, n_ramps={cfg.n_ramps}")
+    steps = cfg.counting_show_steps + cfg.counting_move_steps + cfg.counting_hidden_steps
+    if cfg.horizon != steps:
+        errors.append(f"horizon={cfg.horizon} must be show + move + hidden steps = {steps}")
+    n = cfg.max_boxes
+    if n >= cfg.action_bins:
+        errors.append(f"n_boxes high={n} must be < action_bins={cfg.action_bins} (the answers)")
+    half = cfg.counting_window / 2
+    if n and screen_crossing(cfg, counting_row(cfg, n)).max() >= half:
+        errors.append(f"a row of {n} boxes is wider than the window lets the agent see")
+    inner = hiding_spots(cfg, n, n)[-1] if n else cfg.floor_size / 2
+    if n and screen_crossing(cfg, inner) <= half:
+        errors.append(f"the innermost of {n} hiding spots (x={inner:.2f}) is in sight")
+    if errors:
+        raise ValueError("object_counting: " + "; ".join(errors))
