@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from hns_train.envs import contract as C
-from hns_train.envs.layout import CUBE, FACING_Y, counting_row
+from hns_train.envs.layout import CUBE, counting_row
 from hns_train.envs.tasks import Task, register
 
 
@@ -74,23 +74,27 @@ class ObjectCounting(Task):
         self.correct = np.zeros(W, dtype=bool)
         self.start = np.zeros((W, nb))  # x of each box in the row
         self.end = np.zeros((W, nb))  # x of its hiding spot
-        self._pin = np.zeros((W, 2))  # the agent's xy
+        # what act writes each step: x, y, yaw of every box (absent ones: their parked pose)
+        # and of the agent, and which velocities it zeroes; the same addresses in every world
+        self._pose = np.zeros((W, nb + 1, 3))
         self._noop = np.asarray(C.noop_action(cfg.action_bins))
 
     def reset(self, worlds: np.ndarray) -> None:
         super().reset(worlds)
         g, nb = self.game, self.cfg.max_boxes
         idx = g.index  # known once the first world is built
-        self._box_q, self._box_v = idx.object_qpos[:nb], idx.object_qvel[:nb]
-        self._agent_q, self._agent_v = idx.agent_qpos[self.agent], idx.agent_qvel[self.agent]
+        q = np.concatenate([idx.object_qpos[:nb], idx.agent_qpos[self.agent][None]])
+        self._pose_q = q[:, [0, 1, 3]].ravel()
+        self._zero_v = np.concatenate([idx.object_qvel[:nb], idx.agent_qvel[self.agent][None]])
+        self._zero_v = self._zero_v.ravel()
         for w in worlds:
             layout = g.layouts[w]
             n = int((layout.box_kind == CUBE).sum())
             k = int(g.rngs[w].integers(0, 2, size=n).sum())  # a fair coin per box
             self.n_boxes[w], self.went_left[w] = n, k
-            self.start[w, :n] = layout.box_xy[:n, 0]
+            self._pose[w] = g.datas[w].qpos[self._pose_q].reshape(nb + 1, 3)  # the layout's
+            self.start[w] = self.end[w] = self._pose[w, :-1, 0]  # absent boxes stay parked
             self.end[w, :n] = hiding_spots(self.cfg, n, k)
-            self._pin[w] = layout.agent_xy[self.agent]
         self.answer[worlds] = -1
         self.correct[worlds] = False
 
@@ -100,17 +104,11 @@ class ObjectCounting(Task):
         actions[...] = self._noop
         # where the boxes are at the end of this step (g.t steps are done before it)
         frac = np.clip((g.t + 1 - cfg.counting_show_steps) / cfg.counting_move_steps, 0.0, 1.0)
-        box_x = self.start + frac[:, None] * (self.end - self.start)
-        bq, bv, aq, av = self._box_q, self._box_v, self._agent_q, self._agent_v
-        for w in range(g.n_worlds):
-            d, n = g.datas[w], self.n_boxes[w]
-            d.qpos[bq[:n, 0]] = box_x[w, :n]
-            d.qpos[bq[:n, 1]] = cfg.counting_row_y
-            d.qpos[bq[:n, 3]] = 0.0
-            d.qvel[bv[:n]] = 0.0
-            d.qpos[aq[[0, 1]]] = self._pin[w]
-            d.qpos[aq[3]] = FACING_Y
-            d.qvel[av] = 0.0
+        self._pose[:, :-1, 0] = self.start + frac[:, None] * (self.end - self.start)
+        pose = self._pose.reshape(g.n_worlds, -1)
+        for w, d in enumerate(g.datas):
+            d.qpos[self._pose_q] = pose[w]
+            d.qvel[self._zero_v] = 0.0
 
     def reward(self, reward: np.ndarray) -> None:
         cfg = self.cfg

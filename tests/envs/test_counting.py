@@ -96,6 +96,8 @@ def test_the_agent_does_not_move_and_boxes_slide_along_their_row(played):
     present = np.arange(cfg.max_boxes) < n[:, None]
     box_y = trace["box"][..., 1]
     np.testing.assert_allclose(box_y[:, present], cfg.counting_row_y, atol=1e-9)
+    parked = trace["box"][:, ~present]
+    assert np.array_equal(parked, np.broadcast_to(parked[0], parked.shape))  # absent: untouched
     x = trace["box"][..., 0]
     # still while shown, then monotone to the spot, never closer than the spacing
     assert np.all(x[: cfg.counting_show_steps] == x[0])
