@@ -20,8 +20,14 @@ from hns_train.config import load_config
 from hns_train.envs.config import PRESETS, make_config
 from hns_train.envs.contract import observation_shapes
 
-GAMES = ("quadrant", "randomwalls", "chase")
-TASKS = sorted(p for p, v in PRESETS.items() if v.get("task", "hide_and_seek") != "hide_and_seek")
+# sources: the games, and the count-based pretraining (bench/transfer.py's --init-count arm)
+GAMES = ("quadrant", "randomwalls", "chase", "count_based")
+# targets: the tasks a run fine-tunes on (count_based is a pretraining, never a target)
+TASKS = sorted(
+    p
+    for p, v in PRESETS.items()
+    if v.get("task", "hide_and_seek") not in ("hide_and_seek", "count_based")
+)
 
 
 def _checkpoint(tmp_path, preset: str):
