@@ -12,6 +12,9 @@ Presets (spec §1):
   horizon 240, out-of-bounds rect [-6, 12]^2.
 - `chase`: 1 v 1 in the empty 6 m arena, short horizon, no preparation phase: the smallest task
   that still exercises vision, for checking that a learner learns.
+- Transfer tasks (tasks.py), each with its world: `lock_and_return`, `sequential_lock`,
+  `blueprint`, `shelter`, `object_counting` (a pinned agent counts boxes that leave its sight,
+  counting.py), and `count_based`, the quadrant world rewarded by visit counts (intrinsic.py).
 
 Units: metres, seconds, radians. A "cell" is one cell of the 30 x 30 placement grid (0.2 m).
 """
