@@ -26,7 +26,8 @@ a `GameConfig` field of the "Task: counting" block, set by the `object_counting`
 - Kinematics: every step, before the physics, the task writes the boxes' x, y and yaw (0) for
   the end of the step and zeroes their velocities, and writes the agent's pinned x, y and yaw
   with zero velocity; z is left to the physics (resting on the floor). The agent's movement,
-  grab and lock actions are replaced by the no-op.
+  grab and lock actions are replaced by the no-op. Moving boxes are seen at their new
+  positions each step, with the zero velocity the task wrote.
 - Answer: the agent's x-force bin (0..action_bins - 1) on the last step is its count of boxes
   that went left. Reward on the last step: `counting_correct_reward` (1) when right, else
   `counting_wrong_reward` (0); 0 on every other step. `task_score` is 1 when right (the mean over
@@ -67,7 +68,7 @@ class ObjectCounting(Task):
         super().__init__(cfg, game)
         _check_scene(cfg)
         W, nb = game.n_worlds, cfg.max_boxes
-        self.agent = 0 if cfg.max_hiders else cfg.max_hiders  # the one agent's slot
+        self.agent = 0  # the one agent's slot (max_agents is 1)
         self.n_boxes = np.zeros(W, dtype=np.int64)
         self.went_left = np.zeros(W, dtype=np.int64)
         self.answer = np.full(W, -1, dtype=np.int64)
