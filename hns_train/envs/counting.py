@@ -152,6 +152,12 @@ def _check_scene(cfg) -> None:
     half = cfg.counting_window / 2
     if n and screen_crossing(cfg, counting_row(cfg, n)).max() >= half:
         errors.append(f"a row of {n} boxes is wider than the window lets the agent see")
+    wall_face = (cfg.cell + cfg.wall_thickness) / 2  # the outer walls' inner face, from the edge
+    if cfg.counting_spot_margin - cfg.box_size / 2 < wall_face:
+        errors.append(
+            f"counting_spot_margin={cfg.counting_spot_margin} puts the outermost box into the "
+            f"outer wall (it must be >= {wall_face + cfg.box_size / 2:.3f})"
+        )
     inner = hiding_spots(cfg, n, n)[-1] if n else cfg.floor_size / 2
     if n and screen_crossing(cfg, inner) <= half:
         errors.append(f"the innermost of {n} hiding spots (x={inner:.2f}) is in sight")

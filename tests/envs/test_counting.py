@@ -137,6 +137,7 @@ def test_pettingzoo_parallel_and_aec():
         (dict(counting_window=1.0), "wider than the window"),
         (dict(n_boxes=(1, 11)), "n_boxes high=11 must be < action_bins=11"),
         (dict(walls="none"), "walls and placement must be 'counting'"),
+        (dict(counting_spot_margin=0.3), "puts the outermost box into the outer wall"),
     ],
 )
 def test_a_scene_that_does_not_work_is_refused(overrides, message):
