@@ -73,5 +73,8 @@ def test_wheel_install_trains_with_shipped_configs(tmp_path):
     # the README's `--config configs/chase.yaml` from a folder without configs/
     check = "from hns_train.config import load_config as f; print(f('configs/chase.yaml').name)"
     assert run(python, "-c", check, cwd=work).strip() == "chase"
+    # a transfer task's config, whose base is one folder up
+    check = check.replace("configs/chase.yaml", "configs/transfer/count_based.yaml")
+    assert run(python, "-c", check, cwd=work).strip() == "count_based"
     out = run(bin_dir / "hns-eval", "compare", "latest", cwd=work)
     assert "Rapid" in out and "run mine" in out
