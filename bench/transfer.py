@@ -6,9 +6,10 @@ with the same config, seed and frame budget, through the ordinary pipeline (`Con
 final checkpoint then plays `--episodes` fresh episodes (the same world seeds for every arm) and
 is scored by the task's metric (`task_score`: success, accuracy for object counting); the
 untrained network of the scratch run is scored the same way. Reported per task: the training
-curves (episode/task_score against frames, PNG), each arm's final score, and the difference of
-each pretrained arm from scratch: the mean over seeds of the per-seed differences and its
-standard error (with one seed: over the paired evaluation episodes).
+curves (episode/task_score and the return against frames, PNG), each arm's final score and
+return, the difference of scratch from its untrained network (does the task learn at this
+budget?) and of each pretrained arm from scratch: the mean over seeds of the per-seed
+differences and its standard error (with one seed: over the paired evaluation episodes).
 
     python bench/transfer.py --init RUN_OR_CKPT [--init-count RUN_OR_CKPT] [--tasks T ...]
         [--frames 20000] [--minutes 0] [--seeds 0 1] [--episodes 64] [--out DIR]
@@ -96,21 +97,36 @@ def train_and_score(task, arm, init, seed, args, runs_dir) -> dict:
     return out
 
 
-def compare(runs: dict, arm: str) -> dict:
-    """Paired differences arm - scratch of the score and the return, over seeds (over the
-    paired evaluation episodes with one seed)."""
+def compare(runs: dict, arm: str, base: str = SCRATCH) -> dict:
+    """Paired differences arm - base of the score and the return, over seeds (over the paired
+    evaluation episodes with one seed). `base` "untrained": the scratch runs' untrained
+    networks, `arm` SCRATCH then reads their final ones."""
     seeds = sorted(runs[SCRATCH])
     out = {"over": "seeds" if len(seeds) > 1 else "episodes"}
+
+    def evals(name):
+        return [
+            runs[SCRATCH][s]["untrained"] if name == "untrained" else runs[name][s]["final"]
+            for s in seeds
+        ]
+
     for name, field in (("score", "scores"), ("return", "returns")):
+        a, b = ([getattr(e, field) for e in evals(n)] for n in (arm, base))
         if len(seeds) > 1:
-            pick = [
-                [getattr(r[s]["final"], field).mean() for s in seeds]
-                for r in (runs[arm], runs[SCRATCH])
-            ]
+            pick = [[x.mean() for x in a], [x.mean() for x in b]]
         else:
-            pick = [list(getattr(r[seeds[0]]["final"], field)) for r in (runs[arm], runs[SCRATCH])]
+            pick = [list(a[0]), list(b[0])]
         mean, se = paired_difference(*pick)
         out[name] = {"diff": round(mean, 4), "se": round(se, 4)}
+    return out
+
+
+def _record(run: dict) -> dict:
+    """A run's curve and its evaluations' per-episode scores and returns, for the JSON file."""
+    out = {"curve": run["curve"]}
+    for name in ("final", "untrained"):
+        if name in run:
+            out[name] = {"scores": run[name].scores.tolist(), "returns": run[name].returns.tolist()}
     return out
 
 
@@ -172,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
     summary: dict = {}
     print(
         f"\n{'task':<16} {'arm':<14} {'final score':>12} {'return':>9} "
-        f"{'vs scratch: score, return':>28}"
+        f"{'score, return vs untrained / scratch':>36}"
     )
     for task, runs in results.items():
         entry: dict = {}
@@ -190,22 +206,22 @@ def main(argv: list[str] | None = None) -> dict:
                 "per_seed": [f.to_dict() for f in finals],
                 "frames": [by_seed[s]["frames"] for s in seeds],
             }
-            versus = ""
-            if arm != SCRATCH:
-                row["vs_scratch"] = compare(runs, arm)
-                d = row["vs_scratch"]
-                versus = (
-                    f"{d['score']['diff']:+.3f}±{d['score']['se']:.3f} "
-                    f"{d['return']['diff']:+.2f}±{d['return']['se']:.2f}"
-                )
-            print(f"{'':<16} {arm:<14} {row['score']:>12.3f} {row['return']:>9.2f} {versus:>28}")
+            if arm == SCRATCH:
+                row["vs_untrained"] = d = compare(runs, SCRATCH, base="untrained")
+            else:
+                row["vs_scratch"] = d = compare(runs, arm)
+            versus = (
+                f"{d['score']['diff']:+.3f}±{d['score']['se']:.3f} "
+                f"{d['return']['diff']:+.2f}±{d['return']['se']:.2f}"
+            )
+            print(f"{'':<16} {arm:<14} {row['score']:>12.3f} {row['return']:>9.2f} {versus:>36}")
             entry[arm] = row
         summary[task] = entry
     plot(results, out / "transfer.png")
     (out / "transfer.json").write_text(
         json.dumps(
             {
-                task: {arm: {str(s): r["curve"] for s, r in by.items()} for arm, by in runs.items()}
+                task: {arm: {str(s): _record(r) for s, r in by.items()} for arm, by in runs.items()}
                 for task, runs in results.items()
             }
         )

@@ -76,6 +76,7 @@ def records(
             "seeker_return": -PLAY_STEPS * (2 * hidden - 1),
             "hidden_fraction": hidden,
             "num_box_surf": max(stat["num_box_surf"], 0.0),
+            "task_score": 0.0,  # hide-and-seek has no task score
         }
         assert set(values) == set(STAT_KEYS)
         out.append(
