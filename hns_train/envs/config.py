@@ -285,6 +285,12 @@ WALL_MODES = ("quadrant", "random", "tri", "none", "counting")
 PLACEMENT_MODES = ("quadrant", "uniform", "counting")
 COUNT_STATES = ("objects", "objects_agents")
 
+_ONE_AGENT_TASK = dict(
+    prep_fraction=0.0, box_size_obs=True, placement="uniform", penalise_objects_oob=False
+)
+_ONE_HIDER = dict(_ONE_AGENT_TASK, n_hiders=(1, 1), n_seekers=(0, 0))
+_ONE_SEEKER = dict(_ONE_AGENT_TASK, n_hiders=(0, 0), n_seekers=(1, 1))
+
 PRESETS: dict[str, dict] = {
     "quadrant": {},
     "randomwalls": dict(
@@ -316,81 +322,60 @@ PRESETS: dict[str, dict] = {
         penalise_objects_oob=False,
     ),
     # Transfer tasks (tasks.py; numbers from the original's example configs, docs/fidelity.md).
-    # One agent; no preparation phase; rewards are the task's, so no out-of-bounds rule.
+    # One agent (_HIDER / _SEEKER: the flag the original's observation gave it); no preparation
+    # phase; rewards are the task's, so no out-of-bounds rule.
     "lock_and_return": dict(
+        _ONE_HIDER,
         task="lock_and_return",
-        n_hiders=(1, 1),
-        n_seekers=(0, 0),
         horizon=120,
-        prep_fraction=0.0,
         walls="random",
         n_rooms=(6, 6),
         wall_friction=1.0,
         n_boxes=(1, 1),
         n_ramps=0,
-        box_size_obs=True,
-        placement="uniform",
-        penalise_objects_oob=False,
     ),
     # the original's sequential_lock.jsonnet: scenario var_tri_uniform, door_size 0
     "sequential_lock": dict(
+        _ONE_HIDER,
         task="sequential_lock",
-        n_hiders=(1, 1),
-        n_seekers=(0, 0),
         horizon=120,
-        prep_fraction=0.0,
         walls="tri",
         wall_friction=1.0,
         n_boxes=(4, 4),
         n_ramps=3,
         ramps_lockable=True,
-        box_size_obs=True,
-        placement="uniform",
-        penalise_objects_oob=False,
     ),
     "blueprint": dict(
+        _ONE_SEEKER,
         task="blueprint",
-        n_hiders=(0, 0),
-        n_seekers=(1, 1),
         horizon=150,
-        prep_fraction=0.0,
         walls="none",
         n_boxes=(8, 8),
         n_ramps=0,
-        box_size_obs=True,
-        placement="uniform",
-        penalise_objects_oob=False,
         n_sites=(1, 4),
     ),
     "shelter": dict(
+        _ONE_SEEKER,
         task="shelter",
-        n_hiders=(0, 0),
-        n_seekers=(1, 1),
         horizon=240,
-        prep_fraction=0.0,
         walls="none",
         n_boxes=(8, 8),
         n_elongated=(3, 3),
         n_ramps=0,
-        box_size_obs=True,
-        placement="uniform",
-        penalise_objects_oob=False,
         cylinder=True,
     ),
     # A 10 m floor: the row of up to 6 boxes in view and, on each side, room for all of them
     # behind a screen wall (the layout's "counting" walls and placement; counting.py).
     "object_counting": dict(
+        _ONE_HIDER,
         task="object_counting",
-        n_hiders=(1, 1),
-        n_seekers=(0, 0),
         horizon=40,  # counting_show_steps + counting_move_steps + counting_hidden_steps
-        prep_fraction=0.0,
         floor_size=10.0,
         walls="counting",
         n_boxes=(1, 6),
         n_ramps=0,
+        box_size_obs=False,
         placement="counting",
-        penalise_objects_oob=False,
     ),
     # The quadrant world, 2 v 2, every agent rewarded by visit counts alone (intrinsic.py); no
     # preparation phase: nobody is frozen, since there is no game to prepare for.
