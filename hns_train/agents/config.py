@@ -87,7 +87,7 @@ class AgentConfig:
 
     network: NetworkConfig = field(default_factory=NetworkConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
-    # a checkpoint file or run directory whose networks start this run ("": from scratch);
+    # a checkpoint file or run directory whose networks start this run ("" or "scratch": none);
     # fine-tuning for the transfer tasks, hns_train/agents/transfer.py
     init: str = ""
 

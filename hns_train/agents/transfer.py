@@ -1,12 +1,12 @@
 """Fine-tuning: a run that starts from another run's network (the transfer tests, docs/transfer.md).
 
 `agent.init` names a checkpoint: a training checkpoint file (`ckpt_<version>.pt`) or a run
-directory (its newest checkpoint); "" trains from scratch. Before the run starts,
-`resolve_init` reads the checkpoint's metadata (no weights) and sets the task's observation-only
-game settings so that every entity row the source network embeds has the width it was trained
-on (`match_observations`): box rows carry box sizes only if the source's did (`box_size_obs`),
-ramp rows carry lock flags only if the source's did (`ramp_lock_obs`). The settings go into the
-run's config, so a resume and every worker see the same layout.
+directory (its newest checkpoint); "" (the default) or "scratch" trains from scratch. Before
+the run starts, `resolve_init` reads the checkpoint's metadata (no weights) and sets the task's
+observation-only game settings so that every entity row the source network embeds has the width
+it was trained on (`match_observations`): box rows carry box sizes only if the source's did
+(`box_size_obs`), ramp rows carry lock flags only if the source's did (`ramp_lock_obs`). The
+settings go into the run's config, so a resume and every worker see the same layout.
 
 What the learner then loads (`load_pretrained`), before its first update:
 - both networks (policy and value) and the observation normaliser, parameter by parameter;
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 # Settings that change only what rows hold, never the world or its rules.
 OBS_FLAGS = ("box_size_obs", "ramp_lock_obs")
-SCRATCH = ""
+SCRATCH = ("", "scratch")  # agent.init values that train from scratch
 _EMBED = re.compile(r"^(policy_net|value_net)\.entity_embed\.(\d+)\.(.*)$")
 _NOT_TRANSFERRED = ("value_norm.",)
 
@@ -56,7 +56,7 @@ def checkpoint_path(init: str | Path) -> Path:
             return CheckpointDir(folder).path_for(steps[-1])
     raise ValueError(
         f"agent.init={str(init)!r}: no checkpoint there; give a checkpoint file (ckpt_*.pt) or a "
-        "run directory with checkpoints/, or '' to train from scratch"
+        "run directory with checkpoints/, or 'scratch' to train from scratch"
     )
 
 
@@ -102,7 +102,7 @@ def match_observations(task: GameConfig, source: GameConfig) -> dict[str, bool]:
 def resolve_init(cfg: Any) -> Any:
     """`cfg` (a RunConfig) with the game's observation flags matched to `agent.init`'s source;
     `cfg` itself when training from scratch."""
-    if cfg.agent.init == SCRATCH:
+    if cfg.agent.init in SCRATCH:
         return cfg
     path = checkpoint_path(cfg.agent.init)
     source = source_game(read_meta(path), str(path))
@@ -180,7 +180,7 @@ def _kinds(names: list[str]) -> str:
 
 def initialise(model: torch.nn.Module, init: str) -> TransferReport | None:
     """The learner's start: load `init` (agent.init) into `model`; None from scratch."""
-    if init == SCRATCH:
+    if init in SCRATCH:
         return None
     report = load_pretrained(model, load_checkpoint(checkpoint_path(init)))
     log.warning("%s", report.summary())
