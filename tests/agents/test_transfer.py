@@ -96,10 +96,9 @@ def test_resolve_init_writes_the_flags_into_the_run_config(tmp_path):
     assert resolved.agent.init == str(path)  # the run directory's newest checkpoint
     assert resolved.game["box_size_obs"] is False
     assert resolved.game_config().box_size_obs is False
-    assert (
-        resolve_init(dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, init="")))
-        is not cfg
-    )
+    for init in ("", "scratch"):  # from scratch: the config as it is
+        scratch = dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, init=init))
+        assert resolve_init(scratch) is scratch
 
 
 def test_a_missing_init_names_what_is_allowed(tmp_path):
