@@ -141,7 +141,12 @@ def test_trained_hiders_beat_the_untrained_policy_on_the_quadrant_game(tmp_path)
     Pure self-play shows nothing this early (both teams move together), so here every episode
     puts the learning policy on the hiders and the untrained policy (pool version 0; no later
     snapshot is due) on the seekers: all samples teach hiding from the policy it is measured
-    against. Measured over seeds in docs/reproduction.md (The CI-sized version)."""
+    against. Measured over seeds in docs/reproduction.md (The CI-sized version).
+
+    128 paired episodes instead of 256 halve the evaluation (28 s against 56 s). Seed 0,
+    2026-11-25 14:27-14:31, load 7-9: hider_gain +0.201 +- 0.027 over 128 episodes (7.5
+    standard errors), +0.214 +- 0.018 over 256 from the same checkpoint; 127 s of training.
+    64k frames gave +0.135 +- 0.025 (5.4), too close to 3 for a CI test: 100k stay."""
     result = load_reproduce().main(
         [
             "--runs-dir",
@@ -153,7 +158,7 @@ def test_trained_hiders_beat_the_untrained_policy_on_the_quadrant_game(tmp_path)
             "--minutes",
             "20",  # a cap for a very slow machine; the frame budget ends the run first
             "--eval-episodes",
-            "256",
+            "128",
             "--quiet",
             "eval.n_workers=0",
             "pool.p_latest=0.0",
@@ -171,7 +176,11 @@ def test_pod_hiders_beat_the_untrained_policy_on_the_quadrant_game(tmp_path):
     """The same reproduction with pods (`pipeline.backend=pod`): two pods of 32 worlds, one per
     core, train one policy as DDP ranks, the learner always hiding from the untrained policy.
     Measured before it went in: hider_gain +0.149 +- 0.018 at 102k frames in 6.0 minutes
-    (load 2-3); one pod of 64 worlds gave +0.279 +- 0.020 at 100k frames."""
+    (load 2-3); one pod of 64 worlds gave +0.279 +- 0.020 at 100k frames.
+
+    128 paired episodes instead of 256 halve the evaluation (28 s against 56 s). 2026-11-25
+    14:23-14:27, load 7-8: hider_gain +0.180 +- 0.030 over 128 episodes (6.0 standard errors),
+    +0.215 +- 0.019 over 256 from the same checkpoint; 152 s of training for 102k frames."""
     result = load_reproduce().main(
         [
             "--runs-dir",
@@ -183,7 +192,7 @@ def test_pod_hiders_beat_the_untrained_policy_on_the_quadrant_game(tmp_path):
             "--minutes",
             "20",
             "--eval-episodes",
-            "256",
+            "128",
             "--quiet",
             "eval.n_workers=0",
             "pool.p_latest=0.0",
