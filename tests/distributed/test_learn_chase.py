@@ -22,11 +22,14 @@ def learn_chase():
 
 @pytest.mark.slow
 def test_pipeline_seeker_learns_to_keep_the_hider_in_sight(tmp_path):
+    """Measured 2026-11-25 (seed 0, load 1-4): trained 0.809 against random 0.371 at 30,720
+    frames (24 versions, 43 s), 0.599 at 20,480 (16 versions; too close to random + 0.2);
+    earlier about 0.76 at 40,960."""
     result = learn_chase().main(
         [
             "--launcher=serial",
             "--minutes=0",
-            "--frames=40960",
+            "--frames=30720",
             "--eval-episodes=128",
             f"--runs-dir={tmp_path}",
             "--quiet",
@@ -34,9 +37,9 @@ def test_pipeline_seeker_learns_to_keep_the_hider_in_sight(tmp_path):
     )
     # A seeker turning at random sees the hider about 135/360 of the time.
     assert 0.25 < result["eval_random"] < 0.5
-    # Measured around 0.76 at this budget; 0.2 above random leaves room for seeds and load.
+    # 0.2 above random leaves room for seeds and load.
     assert result["eval_trained"] > result["eval_random"] + 0.2
-    assert result["versions"] >= 24
+    assert result["versions"] >= 20
 
 
 @pytest.mark.slow
