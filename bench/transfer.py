@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -170,6 +171,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.frames <= 0 and args.minutes <= 0:
         parser.error("give --frames or --minutes: a run needs a budget")
 
+    # scoring acts on 16 worlds at a time: extra intra-op threads only spin against the runs
+    torch.set_num_threads(1)
     out = Path(args.out or tempfile.mkdtemp(prefix="hns-transfer-"))
     out.mkdir(parents=True, exist_ok=True)
     arms = {SCRATCH: ""}
