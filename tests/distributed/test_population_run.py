@@ -94,9 +94,9 @@ def test_population_replaces_a_crippled_member_restarts_one_and_resumes(tmp_path
     """The league plays a round on every tick of the test (not every 2 s), so ratings firm up
     as fast as the members train; members are ready after 4 versions and 4 games, and copy
     only at p_win >= 0.9, which keeps learners from copying each other on early, noisy ratings
-    (the crippled member reaches 0.95-0.99). Alone, 2026-11-25: 36-55 s at load 8-9, where
-    the earlier settings (ready after 8 and 8, a round every 2 s, copy at 0.7) took 45-52 s at
-    load 4-6."""
+    (the crippled member reaches 0.95-0.99). 2026-11-25: 36-55 s alone at load 8-9 and 41 s in
+    the whole suite at load 1-3, where the earlier settings (ready after 8 and 8, a round every
+    2 s, copy at 0.7) took 45-52 s alone at load 4-6."""
     cfg = population_config(tmp_path)
     run_dir = cfg.run_dir
     pop = PopulationController(cfg)
