@@ -14,7 +14,8 @@ ddp.py when there are several), on `pipeline.device`. It owns:
   seconds and at the stop, and a pool snapshot every `pool.snapshot_every` versions (the untrained
   policy joins the pool as version 0 before any update);
 - the run's counters, which the controller owns and sends in `counters` control messages, with
-  the time left under `stop.minutes`: a learner starts no update it expects to end after that.
+  the time left under `stop.minutes`: a learner starts no update it expects to end after that,
+  nor one past `stop.versions` (the controller sees the version only at the next heartbeat).
 """
 
 from __future__ import annotations
@@ -123,7 +124,10 @@ class LearnerWorker(Worker):
         return self.ddp is None or self.agreed_stop
 
     def would_end_late(self) -> bool:
-        """An update now would still run when the run is due to stop."""
+        """An update now would go past the run's end: its version would pass `stop.versions`,
+        or it would still run when `stop.minutes` is up."""
+        if self.cfg.stop.versions and self.version >= self.cfg.stop.versions:
+            return True
         if self._stop_at is None or self._last_update_s is None:
             return False
         return time.monotonic() + self._last_update_s > self._stop_at
