@@ -3,21 +3,13 @@ than a random seeker does (bench/learn_chase.py, serial launcher, a fixed frame 
 the C backend's actors, with the Warp actor mode (simulation and policy in one process), and
 with pods (simulation, policy and PPO in one process) on the C and the Warp game."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "learn_chase.py"
+from tests.scripts import load_script
 
 
 def learn_chase():
-    spec = importlib.util.spec_from_file_location("learn_chase", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/learn_chase.py")
 
 
 @pytest.mark.slow

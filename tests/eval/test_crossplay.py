@@ -1,7 +1,6 @@
 """Cross-play bookkeeping: pairings on shared seeds, paired gains and their standard errors,
 and the `REPRODUCE` line of bench/reproduce.py on a tiny real run."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from hns_train.eval.crossplay import (
     paired_gain,
 )
 from hns_train.eval.matches import FixedController, ScriptedSeeker, play_matches
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 CHASE = make_config("chase", horizon=24)
@@ -78,10 +78,7 @@ def test_cross_play_rejects_missing_policies_and_single_episodes():
 
 
 def load_reproduce():
-    spec = importlib.util.spec_from_file_location("reproduce", ROOT / "bench" / "reproduce.py")
-    reproduce = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(reproduce)
-    return reproduce
+    return load_script("bench/reproduce.py")
 
 
 def test_reproduce_prints_the_json_line_of_a_tiny_run(tmp_path, capsys):

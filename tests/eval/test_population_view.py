@@ -6,7 +6,6 @@ training command and readers."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -38,8 +37,8 @@ from hns_train.eval.population_view import (
 )
 from hns_train.eval.ratings import Ratings
 from hns_train.train import parse_args as train_parse_args
+from tests.scripts import load_script
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "population.py"
 SMALL = {"embed_dim": 16, "attention_heads": 2, "dense_dim": 32, "lstm_dim": 16}
 
 LR, ENT = "agent.ppo.lr", "agent.ppo.ent_coef"
@@ -328,10 +327,7 @@ def test_readers_schedule_first_exploit_and_best_member(copy):
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("population_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/population.py", "population_bench")
 
 
 def test_bench_arguments_and_the_training_command(capsys):

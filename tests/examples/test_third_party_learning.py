@@ -6,14 +6,12 @@ parameters moved, every share in [0, 1]): they claim nothing about learning."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from tests.scripts import load_script
+
 Z = 3.0  # standard errors a learning claim needs
 
 pytestmark = [
@@ -23,11 +21,7 @@ pytestmark = [
 
 
 def example(name: str):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"examples/{name}.py")
 
 
 def check_ran(result: dict, frames: int) -> None:
