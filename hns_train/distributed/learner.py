@@ -66,6 +66,10 @@ class LearnerWorker(Worker):
                 cfg.pipeline.ddp_timeout_s,
             )
         self.is_main = self.rank == 0
+        # The run's seed decides the initial networks (rank 0's reach every rank) and a pod's
+        # sampled actions: torch's generator, per rank.
+        seed = np.random.SeedSequence([cfg.seed, 5, self.rank]).generate_state(1)[0]
+        torch.manual_seed(int(seed))
         self.model = ActorCritic(
             observation_shapes(cfg.game_config()), cfg.agent.network, device=self.device
         )

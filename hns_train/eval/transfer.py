@@ -1,9 +1,10 @@
 """Scoring a policy on a transfer task (docs/transfer.md): fresh episodes, the task's own score.
 
 `evaluate_task(game_cfg, policy, episodes, seed)` plays `episodes` episodes of the task (worlds
-reset with seeds `seed`, `seed + 1`, ...), the policy playing the task's agent (whichever team
-its slot is on; the empty team gets the no-op), and returns each episode's `task_score` (the
-paper's per-task metric: success, or accuracy for object counting) and the agent's return.
+reset with seeds `seed`, `seed + 1`, ...; torch's generator, which samples the actions, seeded
+with `seed` too), the policy playing the task's agent (whichever team its slot is on; the empty
+team gets the no-op), and returns each episode's `task_score` (the paper's per-task metric:
+success, or accuracy for object counting) and the agent's return.
 `paired_difference` is what the bench reports: the mean of per-seed differences of two
 arms and its standard error.
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from hns_train.envs.config import GameConfig
 from hns_train.envs.game import HideAndSeekGame
@@ -61,6 +63,7 @@ def evaluate_task(
     idle = FixedController("noop")
     agent_is_hider = game_cfg.max_hiders > 0
     hiders, seekers = (policy, idle) if agent_is_hider else (idle, policy)
+    torch.manual_seed(seed)  # sampled actions: the same stream for every network scored here
     results = play_matches(game, hiders, seekers, n_matches=episodes, seed=seed)
     key = "hider_return" if agent_is_hider else "seeker_return"
     return TaskEval(

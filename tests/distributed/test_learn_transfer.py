@@ -21,12 +21,12 @@ def transfer_bench():
 @pytest.mark.slow
 def test_lock_and_return_from_scratch_beats_its_untrained_network(tmp_path):
     """Scratch - untrained return over 128 paired evaluation episodes, measured 2026-11-25 (load
-    1.3-2.8). Training is not bit-reproducible (the serial launcher's threads), so the same seed
-    varies: at 51.2k frames, this test twice at once, +5.67 ± 0.23 and +3.73 ± 0.31 (68 s each);
-    at 38.4k, seed 0 +4.85 ± 0.28 and +3.66 ± 0.33, seed 1 +2.99 ± 0.35; at 25.6k, seed 0 +1.12
-    ± 0.27 and +0.32 ± 0.31 (under 3 standard errors), seeds 1 and 2 +1.76 ± 0.34 and +2.63 ±
-    0.30. With the default entropy bonus (0.01) at 25.6k: +1.35 ± 0.34, +2.93 ± 0.31, +0.42 ±
-    0.26."""
+    1-2.8). The run's seed fixes the initial network and the pod's sampled actions, and the
+    evaluation's actions are seeded too, so this test repeats itself: +2.23 ± 0.29 (7.6 standard
+    errors) in two runs at once, 56 s each. Before both were seeded the same command spread
+    from +3.73 ± 0.31 to +5.67 ± 0.23 over four runs, and at 25.6k frames from +0.32 ± 0.31 to
+    +1.12 ± 0.27 (seeds 1 and 2: +1.76 ± 0.34, +2.63 ± 0.30); with the default entropy bonus
+    (0.01) at 25.6k, seeds 0-2 gained +1.35 ± 0.34, +2.93 ± 0.31, +0.42 ± 0.26."""
     result = transfer_bench().main(
         [
             "--tasks=lock_and_return",

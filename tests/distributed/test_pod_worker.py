@@ -13,6 +13,7 @@ from hns_train.agents.checkpoint import CheckpointDir
 from hns_train.agents.pool import PolicyPool
 from hns_train.config import CONFIG_DIR, load_config
 from hns_train.distributed.controller import Controller
+from hns_train.eval.policies import load_policy_file
 
 SMOKE = CONFIG_DIR / "smoke.yaml"
 
@@ -66,3 +67,30 @@ def test_two_pods_train_one_policy(tmp_path):
     ckpt = CheckpointDir(tmp_path / "ddp" / "checkpoints").latest()
     weights = ckpt.state["ppo"]["model"]
     assert all(torch.isfinite(v).all() for v in weights.values() if v.is_floating_point())
+
+
+def test_the_seed_fixes_the_initial_network_and_the_whole_pod_run(tmp_path):
+    """A pod run repeats itself from its seed: initial weights, sampled actions, updates (and
+    stops at exactly stop.versions, however late the controller's heartbeat sees it)."""
+
+    def weights(name: str, seed: int) -> tuple[dict, dict]:
+        cfg = pod_config(
+            tmp_path, f"name={name}", f"seed={seed}", "pipeline.launcher=serial", "stop.versions=2"
+        )
+        Controller(cfg).run()
+        run = tmp_path / name
+        untrained = load_policy_file(run / "pool" / "snapshot_0000000000.pt").state_dict
+        [final] = CheckpointDir(run / "checkpoints").steps()
+        assert final == 2
+        trained = load_policy_file(CheckpointDir(run / "checkpoints").latest().path).state_dict
+        return untrained, trained
+
+    def same(a: dict, b: dict) -> bool:
+        return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    untrained, trained = weights("a", seed=5)
+    again_untrained, again_trained = weights("b", seed=5)
+    other_untrained, _ = weights("c", seed=6)
+    assert same(untrained, again_untrained) and same(trained, again_trained)
+    assert not same(trained, untrained)
+    assert not same(untrained, other_untrained)
