@@ -11,7 +11,8 @@ single `Controller`. It owns `runs/<name>/` (layout below) and, each tick:
   roles in turn, against another member's latest policy, a hall-of-fame entry or an anchor;
 - reads each member's newest checkpoint as soon as it is written; every `sync_every_s`, makes
   hall-of-fame candidates (one per `hof_every` versions of a member; the best `hall_of_fame`
-  rated entries are kept, new ones until they have `ready_games` games) and writes the guests of
+  rated entries are kept, new ones until they have `ready_games` games; the newest, where the
+  league does not play the hall of fame) and writes the guests of
   every member's pool: the other members' latest (cross) and the hall of fame (past), with PFSP
   weights;
 - exploit and explore (`hns_train.agents.population.choose_exploits`): the member is stopped (its
@@ -624,16 +625,21 @@ class PopulationController:
         )
 
     def _trim_hall_of_fame(self) -> None:
-        """Keep the best `hall_of_fame` rated entries; new entries stay until they are rated."""
-        roles = self.p.league_roles
-        rated = [
-            e for e in self.hall_of_fame if self.league.games(e["policy"]) >= self.p.ready_games
-        ]
+        """Keep the best `hall_of_fame` rated entries; new entries stay until they are rated.
+        Where the league does not play the hall of fame (`league_opponents`), no entry is ever
+        rated: the newest `hall_of_fame` entries are kept."""
         excess = len(self.hall_of_fame) - self.p.hall_of_fame
         if excess <= 0:
             return
-        worst = sorted(rated, key=lambda e: self.league.strength(e["policy"], roles))[:excess]
-        for entry in worst:
+        if "hall_of_fame" in self.p.league_opponents:
+            roles = self.p.league_roles
+            rated = [
+                e for e in self.hall_of_fame if self.league.games(e["policy"]) >= self.p.ready_games
+            ]
+            drop = sorted(rated, key=lambda e: self.league.strength(e["policy"], roles))[:excess]
+        else:
+            drop = self.hall_of_fame[:excess]  # oldest first
+        for entry in drop:
             self.hall_of_fame.remove(entry)
             (self.run_dir / entry["file"]).unlink(missing_ok=True)
 

@@ -230,6 +230,31 @@ def test_population_of_one_is_the_plain_run(tmp_path):
     assert m0.pool.to_dict() == own
 
 
+@pytest.mark.parametrize("rated_by_league", [False, True])
+def test_the_hall_of_fame_stays_at_its_size(tmp_path, rated_by_league):
+    """Entries the league plays stay until rated, then the worst go; where it never plays them
+    (no rating will come) the oldest go, so a long run keeps `hall_of_fame` files, not one per
+    `hof_every` versions of every member."""
+    opponents = "[hall_of_fame, random]" if rated_by_league else "[random]"
+    cfg = population_config(
+        tmp_path, "population.hall_of_fame=2", f"population.league_opponents={opponents}"
+    )
+    pop = PopulationController(cfg)
+    try:
+        for version in (4, 8, 12, 16):
+            pop._add_to_hall_of_fame("m0", version, {"w": torch.full((2,), float(version))})
+        pop._trim_hall_of_fame()
+        kept = [e["policy"] for e in pop.hall_of_fame]
+        files = sorted(p.name for p in (tmp_path / "pop" / "league").rglob("*.pt"))
+    finally:
+        pop.close()
+    if rated_by_league:  # none rated yet: all four wait for their games
+        assert kept == ["m0.4", "m0.8", "m0.12", "m0.16"] and len(files) >= 4
+    else:
+        assert kept == ["m0.12", "m0.16"]
+        assert len([f for f in files if "m0." in f]) == 2
+
+
 def test_population_requests_refuse_what_is_not_a_population(tmp_path, capsys):
     assert train.main(["population", "add", str(tmp_path)]) == 2
     assert "not a population run" in capsys.readouterr().err
