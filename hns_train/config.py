@@ -201,6 +201,8 @@ class PodConfig:
 @dataclass
 class RunConfig:
     name: str = "default"
+    # worlds, layouts and draws of every worker; the initial networks and a pod's sampled actions
+    # (learner.py); a pod run on the serial launcher repeats itself exactly
     seed: int = 0
     runs_dir: str = "runs"
     game: dict[str, Any] = field(default_factory=lambda: {"preset": "quadrant"})
