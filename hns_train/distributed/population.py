@@ -12,9 +12,8 @@ single `Controller`. It owns `runs/<name>/` (layout below) and, each tick:
 - reads each member's newest checkpoint as soon as it is written; every `sync_every_s`, makes
   hall-of-fame candidates (one per `hof_every` versions of a member; the best `hall_of_fame`
   rated entries are kept, new ones until they have `ready_games` games; the newest, where the
-  league does not play the hall of fame) and writes the guests of
-  every member's pool: the other members' latest (cross) and the hall of fame (past), with PFSP
-  weights;
+  league does not play the hall of fame) and writes the guests of every member's pool: the
+  other members' latest (cross) and the hall of fame (past), with PFSP weights;
 - exploit and explore (`hns_train.agents.population.choose_exploits`): the member is stopped (its
   run writes a final checkpoint), the source's newest checkpoint becomes its newest checkpoint
   (every tensor as the source wrote it; counters of frames and episodes stay the member's own),
