@@ -45,7 +45,6 @@ from hns_train.agents.pool import PolicyPool, SnapshotCache
 from hns_train.agents.ppo import PPO
 from hns_train.agents.rollout import RolloutBuffer
 from hns_train.envs import contract
-from hns_train.envs.stats import STAT_KEYS
 from hns_train.envs.vector import VectorGame
 
 # controller codes of one team in one world (the same as the pipeline's wire codes)
@@ -67,6 +66,7 @@ class DeviceGame:
         self.is_hider = np.arange(self.n_agents) < game.cfg.max_hiders
         self.nvec = torch.as_tensor(np.asarray(game.action_nvec), device=device)
         self.host_actions = isinstance(game, VectorGame)
+        self.stat_keys = tuple(game.stat_keys)  # the game's statistics, then its task's
 
     def _rows(self, x) -> torch.Tensor:
         x = torch.as_tensor(x, device=self.device)
@@ -136,7 +136,7 @@ class PodCounters:
     sim_s: float = 0.0
     act_s: float = 0.0
     learn_s: float = 0.0
-    stat_sums: list[float] = field(default_factory=lambda: [0.0] * len(STAT_KEYS))
+    stat_sums: list[float] = field(default_factory=list)  # one per `DeviceGame.stat_keys`
 
 
 class OpponentSlots:
@@ -240,7 +240,7 @@ class Pod:
         )
         self.t = 0  # step within the rollout
         self.counters = PodCounters()
-        self._stat_sums = torch.zeros(len(STAT_KEYS), dtype=torch.float64, device=self.device)
+        self._stat_sums = torch.zeros(len(g.stat_keys), dtype=torch.float64, device=self.device)
         self._noop = torch.as_tensor(contract.noop_action(int(g.nvec[0])), device=self.device)
         self._world_of_row = np.repeat(np.arange(g.n_worlds), g.n_agents)
         self.reset()
@@ -354,7 +354,10 @@ class Pod:
             final_values = self.model.value_tensors(final, state.index_select(0, rows))
             buf.store_truncation(t, rows, final_values)
             finished = torch.stack(
-                [torch.as_tensor(stats[k], device=self.device).to(torch.float64) for k in STAT_KEYS]
+                [
+                    torch.as_tensor(stats[k], device=self.device).to(torch.float64)
+                    for k in g.stat_keys
+                ]
             )
             self._stat_sums += finished.nan_to_num(0.0).sum(dim=1)
             self.counters.episodes += len(ended)

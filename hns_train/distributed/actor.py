@@ -49,7 +49,7 @@ from hns_train.distributed.shared_rows import SLOTS, RequestLayout, SharedBlock
 from hns_train.distributed.streams import InferenceClient, SampleSender
 from hns_train.distributed.worker import Worker, WorkerSpec
 from hns_train.envs.contract import observation_shapes
-from hns_train.envs.stats import STAT_KEYS
+from hns_train.envs.tasks import stat_keys
 from hns_train.envs.vector import VectorGame
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,7 @@ class ActorWorker(Worker):
         cfg = self.cfg
         p = cfg.pipeline
         self.game_cfg = cfg.game_config()
+        self.stat_keys = stat_keys(self.game_cfg)  # what `stat_sums` sums, in order
         self.inference = InferenceClient(
             spec.endpoints["inference"],
             identity=spec.routing_id,
@@ -140,7 +141,7 @@ class ActorWorker(Worker):
         self.pending_chunks: list[tuple[dict, dict]] = []
         self._frames = 0
         self._episodes = 0
-        self._stat_sums = np.zeros(len(STAT_KEYS))
+        self._stat_sums = np.zeros(len(self.stat_keys))
         self._chunks_sent = 0
         self._latest_version = -1
         self._resent = 0
@@ -252,7 +253,7 @@ class ActorWorker(Worker):
         if result.truncated.any():
             if not result.truncated.all():
                 raise RuntimeError("worlds of one group must end their episodes together")
-            self._stat_sums += [result.episode_stats[k].sum() for k in STAT_KEYS]
+            self._stat_sums += [result.episode_stats[k].sum() for k in self.stat_keys]
             self._episodes += W
             group.pending = step
             group.next_obs = _rows(result.obs)
@@ -328,7 +329,7 @@ class ActorWorker(Worker):
             "time": time.time(),
         }
         self._frames = self._episodes = self._chunks_sent = 0
-        self._stat_sums = np.zeros(len(STAT_KEYS))
+        self._stat_sums = np.zeros(len(self.stat_keys))
         return out
 
     def close_streams(self) -> None:

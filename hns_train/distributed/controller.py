@@ -62,7 +62,6 @@ from hns_train.distributed.reporting import RunLog, by_kind
 from hns_train.distributed.shared_rows import shared_folder
 from hns_train.distributed.streams import ControlServer
 from hns_train.distributed.worker import WorkerSpec
-from hns_train.envs.stats import STAT_KEYS
 
 log = logging.getLogger(__name__)
 STOP_GRACE_S = 60.0
@@ -304,7 +303,7 @@ class Controller:
             if message.kind == "hello":
                 check_hello(meta)
             elif message.kind == "heartbeat":
-                check_heartbeat(state.spec.kind, meta, self.run_dir, len(STAT_KEYS))
+                check_heartbeat(state.spec.kind, meta, self.run_dir, len(self.log.stat_keys))
             elif message.kind not in ("stopped", "busy"):
                 raise ContractError(f"unknown control message kind {message.kind!r}")
         except ContractError as err:

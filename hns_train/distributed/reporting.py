@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from hns_train.config import RunConfig
 from hns_train.distributed.costs import WorkCosts
-from hns_train.envs.stats import STAT_KEYS
+from hns_train.envs.tasks import stat_keys
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,10 @@ class RunLog:
         self.logger = None
         self.phases = None
         self.costs = WorkCosts(cfg.game_config().max_agents)
+        self.stat_keys = stat_keys(cfg.game_config())  # heartbeats' `stat_sums`, in this order
         self.eval_matches = 0  # rated matches reported by eval workers
         self.eval_latest: dict = {}  # newest eval heartbeat carrying a rating
-        self._stats = np.zeros(len(STAT_KEYS))  # episode statistics summed over the window
+        self._stats = np.zeros(len(self.stat_keys))  # episode statistics summed over the window
         self._episodes = 0
         self._frames = 0
 
@@ -92,7 +93,7 @@ class RunLog:
             self._episodes += int(meta.get("episodes", 0))
             self._frames += int(meta.get("frames", 0))
             sums = meta.get("stat_sums")
-            if sums is not None and len(sums) == len(STAT_KEYS):
+            if sums is not None and len(sums) == len(self.stat_keys):
                 self._stats += np.asarray(sums, float)
         elif kind == "eval":
             self._absorb_eval(meta)
@@ -121,7 +122,8 @@ class RunLog:
         record = {**base, "throughput/env_fps": self._frames / max(elapsed_s, 1e-9)}
         if self._episodes:
             means = self._stats / self._episodes
-            record.update({f"episode/{k}": float(v) for k, v in zip(STAT_KEYS, means, strict=True)})
+            keys = self.stat_keys
+            record.update({f"episode/{k}": float(v) for k, v in zip(keys, means, strict=True)})
         record.update(self._worker_metrics(last_by_kind))
         record.update(self.costs.metrics(elapsed_s))
         record.update(self._eval_metrics())

@@ -49,7 +49,6 @@ from hns_train.distributed.streams import ParamSubscriber, SampleSender
 from hns_train.distributed.wire import encode
 from hns_train.distributed.worker import Worker, WorkerSpec
 from hns_train.envs.observations import observation_shapes
-from hns_train.envs.stats import STAT_KEYS
 
 
 class WarpActorWorker(Worker):
@@ -98,7 +97,7 @@ class WarpActorWorker(Worker):
         self.ship_present = np.zeros(self.rows, bool)
         self.pending_chunks: list[tuple[dict, dict]] = []
         self._frames = self._episodes = self._chunks_sent = 0
-        self._stat_sums = np.zeros(len(STAT_KEYS))
+        self._stat_sums = np.zeros(len(self.game.stat_keys))
 
     def _seed(self, salt: int) -> list[int]:
         return [self.cfg.seed, 1, self.spec.index, self.spec.incarnation, salt]
@@ -146,7 +145,7 @@ class WarpActorWorker(Worker):
         truncated = result.truncated.cpu().numpy()
         ended = np.repeat(truncated, A)  # rows of the worlds whose episode ended
         if truncated.any():
-            stats = torch.stack([result.episode_stats[k] for k in STAT_KEYS])
+            stats = torch.stack([result.episode_stats[k] for k in self.game.stat_keys])
             self._stat_sums += torch.nansum(stats, dim=1).cpu().numpy()
             self._episodes += int(truncated.sum())
             # values of the final observations, continuing the finished episodes' states
@@ -216,7 +215,7 @@ class WarpActorWorker(Worker):
             "time": time.time(),
         }
         self._frames = self._episodes = self._chunks_sent = 0
-        self._stat_sums = np.zeros(len(STAT_KEYS))
+        self._stat_sums = np.zeros(len(self.game.stat_keys))
         return out
 
     def close_streams(self) -> None:

@@ -113,6 +113,7 @@ def site_progress(
 @register
 class Blueprint(Task):
     name = "blueprint"
+    stat_names = ("sites_activated",)
 
     def __init__(self, cfg, game) -> None:
         super().__init__(cfg, game)
@@ -197,6 +198,7 @@ def shelter_ray_starts(cfg) -> np.ndarray:
 @register
 class Shelter(Task):
     name = "shelter"
+    stat_names = ("rays_hitting",)
 
     def __init__(self, cfg, game) -> None:
         super().__init__(cfg, game)

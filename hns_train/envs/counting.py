@@ -63,6 +63,7 @@ def screen_crossing(cfg, x: np.ndarray) -> np.ndarray:
 @register
 class ObjectCounting(Task):
     name = "object_counting"
+    stat_names = ("boxes", "went_left", "answer")
 
     def __init__(self, cfg, game) -> None:
         super().__init__(cfg, game)

@@ -36,6 +36,7 @@ INDEX_DTYPE = np.int32  # cell indices: +-2^31 cells of 0.5 m covers any reachab
 @register
 class CountBased(Task):
     name = "count_based"
+    stat_names = ("states_seen",)
 
     def __init__(self, cfg, game) -> None:
         super().__init__(cfg, game)

@@ -156,6 +156,7 @@ class LockAndReturn(LockObjectsTask):
 
     name = "lock_and_return"
     must_return = True
+    stat_names = ("boxes_locked", "returned")
 
 
 @register
@@ -165,6 +166,7 @@ class SequentialLock(LockObjectsTask):
     locked."""
 
     name = "sequential_lock"
+    stat_names = ("boxes_locked",)
     in_order = True
 
     def act(self, actions: np.ndarray) -> None:

@@ -11,8 +11,10 @@ A `Task` sees the game after every reset and step and may
 - write its reward over the game's (`reward`: (W, A) float32, in place), which the game then
   returns; the game's own per-team returns are replaced by the task's in the episode statistics;
 - give the episode's score at its end (`score`: (len(worlds),) float64), reported in `info` as
-  `task_score` (success 0/1, a count or a reward, per task; see docs/transfer.md), with any
-  extra per-task statistics (`extra_stats`).
+  `task_score` (success 0/1, a count or a reward, per task; see docs/transfer.md), with the
+  task's own statistics (`extra_stats`, the keys `stat_names` lists). `stat_keys(cfg)` is every
+  statistic a game of `cfg` reports, the game's first: what actors and pods sum and a run logs
+  as `episode/<key>`.
 
 Every episode still runs to the horizon (truncation only, as the game's contract): where the
 original ended an episode on success, the task says how it treats the remaining steps.
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from hns_train.envs.config import GameConfig
+from hns_train.envs.stats import STAT_KEYS
 
 if TYPE_CHECKING:
     from hns_train.envs.game import HideAndSeekGame
@@ -40,6 +43,7 @@ class Task:
     """Base class: the hide-and-seek game's hooks, doing nothing; subclasses override."""
 
     name: ClassVar[str] = ""
+    stat_names: ClassVar[tuple[str, ...]] = ()  # the keys `extra_stats` returns, in order
 
     def __init__(self, cfg: GameConfig, game: HideAndSeekGame) -> None:
         self.cfg = cfg
@@ -62,7 +66,7 @@ class Task:
         return np.zeros(len(worlds))
 
     def extra_stats(self, worlds: np.ndarray) -> dict[str, np.ndarray]:
-        """Per-task statistics of the ending episodes (name -> (len(worlds),))."""
+        """Per-task statistics of the ending episodes (each of `stat_names` -> (len(worlds),))."""
         return {}
 
     # ------------------------------------------------------------------ used by the game
@@ -77,6 +81,11 @@ class Task:
         g = self.game
         scores = self.score(worlds)
         extra = self.extra_stats(worlds)
+        if tuple(extra) != self.stat_names:  # what a run logs is stat_keys(cfg), in that order
+            raise RuntimeError(
+                f"{type(self).__name__}.extra_stats gave {tuple(extra)}; "
+                f"its stat_names are {self.stat_names}"
+            )
         for i, w in enumerate(worlds):
             info = infos[w]
             for team, key in ((True, "hider_return"), (False, "seeker_return")):
@@ -105,11 +114,24 @@ def register(cls: type[Task]) -> type[Task]:
     return cls
 
 
+def task_class(name: str) -> type[Task]:
+    """The `Task` subclass of a task name (not hide-and-seek, which has none)."""
+    if name not in TASK_MODULES:
+        raise ValueError(f"unknown task {name!r}; allowed: {[HIDE_AND_SEEK, *TASK_MODULES]}")
+    importlib.import_module(f"hns_train.envs.{TASK_MODULES[name]}")
+    return TASKS[name]
+
+
 def make_task(cfg: GameConfig, game: HideAndSeekGame) -> Task | None:
     """The task `cfg.task` names for `game` (None for hide-and-seek itself)."""
     if cfg.task == HIDE_AND_SEEK:
         return None
-    if cfg.task not in TASK_MODULES:
-        raise ValueError(f"unknown task {cfg.task!r}; allowed: {[HIDE_AND_SEEK, *TASK_MODULES]}")
-    importlib.import_module(f"hns_train.envs.{TASK_MODULES[cfg.task]}")
-    return TASKS[cfg.task](cfg, game)
+    return task_class(cfg.task)(cfg, game)
+
+
+def stat_keys(cfg: GameConfig) -> tuple[str, ...]:
+    """Every episode statistic a game of `cfg` reports: the game's (`stats.STAT_KEYS`), then
+    its task's `stat_names`."""
+    if cfg.task == HIDE_AND_SEEK:
+        return STAT_KEYS
+    return STAT_KEYS + task_class(cfg.task).stat_names

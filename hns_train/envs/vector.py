@@ -9,8 +9,9 @@ sample-chunk format (`hns_train/agents/chunks.py`) relies on:
 - The finished episode's last observation is in `final_obs` (rows valid where `truncated`), with
   `final_agent_present`, so an actor can evaluate V(final obs) for `truncated_value`.
 - `rewards` are the finished step's rewards (of the old episode, for `final_agent_present`).
-- `episode_stats` holds the statistics of the episodes that ended this step (keys of
-  `stats.STAT_KEYS`, one value per world, NaN where the world did not finish): reported once.
+- `episode_stats` holds the statistics of the episodes that ended this step (the keys of
+  `stat_keys`: the game's, then its task's; one value per world, NaN where the world did not
+  finish): reported once.
 
 Seeding: `seed` spawns one `numpy.random.SeedSequence` per world (`world_seeds`); world w draws
 every episode's layout from one generator seeded with `world_seeds[w]`, so world w of a
@@ -34,7 +35,7 @@ import numpy as np
 
 from hns_train.envs.config import GameConfig, make_config
 from hns_train.envs.game import HideAndSeekGame
-from hns_train.envs.stats import STAT_KEYS
+from hns_train.envs.tasks import stat_keys
 
 
 class VectorStep(NamedTuple):
@@ -48,7 +49,7 @@ class VectorStep(NamedTuple):
     agent_present: np.ndarray  # (W, A) bool: agents of the episode `obs` belongs to
     final_obs: dict[str, np.ndarray]  # (W, A, ...) last observation of the finished episode
     final_agent_present: np.ndarray  # (W, A) bool: agents of the episode `rewards` belong to
-    episode_stats: dict[str, np.ndarray]  # STAT_KEYS -> (W,) float64, NaN where not truncated
+    episode_stats: dict[str, np.ndarray]  # stat keys -> (W,) float64, NaN where not truncated
 
 
 class VectorGame:
@@ -73,6 +74,7 @@ class VectorGame:
         self.game = HideAndSeekGame(cfg, n_worlds, threads=threads)
         self.n_agents = self.game.n_agents
         self.action_nvec = self.game.action_nvec
+        self.stat_keys = stat_keys(cfg)
         self._seed = seed
         self.world_seeds: tuple[np.random.SeedSequence, ...] = ()
         self._started = False
@@ -119,11 +121,11 @@ class VectorGame:
         obs, rewards, truncated, infos = self.game.step(actions)
         final_present = self.game.agent_present.copy()
         done = np.flatnonzero(truncated)
-        stats = {k: np.full(self.n_worlds, np.nan) for k in STAT_KEYS}
+        stats = {k: np.full(self.n_worlds, np.nan) for k in self.stat_keys}
         if done.size:
             final_obs = _copy(obs, final_out)
             for w in done:
-                for k in STAT_KEYS:
+                for k in self.stat_keys:
                     stats[k][w] = infos[w][k]
             obs = self.game.reset(done)
         elif final_out is not None:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import zlib
+
+import pytest
 
 from hns_train.config import CONFIG_DIR, load_config
 from hns_train.distributed.controller import Controller
 from hns_train.distributed.wandb_logger import offline_runs, read_offline_run
 from hns_train.envs.stats import STAT_KEYS
+from hns_train.envs.tasks import stat_keys
 from hns_train.eval.compare import run_compare
 
 AXES = ("episodes", "frames", "hours", "version")
@@ -52,3 +56,24 @@ def test_smoke_training_writes_an_offline_wandb_run_that_compare_reads(tmp_path,
     width, height = struct.unpack(">II", data[16:24])
     assert (width, height) == (640, 480)
     assert zlib.crc32(data[12:29]) == struct.unpack(">I", data[29:33])[0]
+
+
+@pytest.mark.parametrize("backend", ["c", "pod"])
+def test_a_tasks_own_statistics_reach_the_metrics(tmp_path, backend):
+    """Lock and return's `boxes_locked` and `returned` travel from the game's infos through the
+    actors' (or the pod's) heartbeats into metrics.jsonl, after the game's own statistics."""
+    cfg = load_config(
+        CONFIG_DIR / "smoke.yaml",
+        [f"runs_dir={tmp_path}", "name=task", f"pipeline.backend={backend}", "pod.worlds=4",
+         "game.preset=lock_and_return", "stop.versions=3"],
+    )  # fmt: skip
+    keys = stat_keys(cfg.game_config())
+    assert keys == (*STAT_KEYS, "boxes_locked", "returned")
+    assert Controller(cfg).run().version >= 3
+    lines = (tmp_path / "task" / "metrics.jsonl").read_text().splitlines()
+    train = [r for r in map(json.loads, lines) if r["kind"] == "train" and "episode/returned" in r]
+    assert train, "no record with the task's statistics"
+    for record in train:
+        assert 0.0 <= record["episode/returned"] <= 1.0
+        assert 0.0 <= record["episode/boxes_locked"] <= 1.0  # the task's one box
+        assert record["episode/hider_return"] == record["episode/hider_return"]  # not NaN

@@ -8,12 +8,15 @@ import pytest
 from hns_train.envs import contract, tasks
 from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
+from hns_train.envs.stats import STAT_KEYS
+from hns_train.envs.vector import VectorGame
 
 
 class _Probe(tasks.Task):
     """Reward 0.5 per step, forces the lock head to 0, scores the number of steps seen."""
 
     name = "blueprint"
+    stat_names = ("probe",)
 
     def reset(self, worlds):
         super().reset(worlds)
@@ -74,3 +77,30 @@ def test_bad_task_names_are_refused():
         make_config("quadrant", task="fetch")
     with pytest.raises(ValueError, match="each team needs at least one agent"):
         make_config("quadrant", n_seekers=(0, 0))
+
+
+@pytest.mark.parametrize("task", sorted(tasks.TASK_MODULES))
+def test_every_task_reports_the_statistics_it_names(task):
+    """An ended episode's statistics are exactly `stat_keys`: the game's, then the task's own,
+    every one a number (actors and pods sum them in this order, a run logs them)."""
+    cfg = make_config(task)  # each task's own horizon (object counting's is fixed by its phases)
+    keys = tasks.stat_keys(cfg)
+    assert keys[: len(STAT_KEYS)] == STAT_KEYS and len(keys) > len(STAT_KEYS)
+    game = VectorGame(cfg, n_worlds=2, seed=0)
+    game.reset()
+    noop = np.tile(contract.noop_action(cfg.action_bins), (2, game.n_agents, 1))
+    for _ in range(cfg.horizon):
+        step = game.step(noop)
+    assert step.truncated.all()
+    assert tuple(step.episode_stats) == keys
+    assert all(np.isfinite(v).all() for v in step.episode_stats.values())
+
+
+def test_a_task_whose_statistics_differ_from_its_names_is_caught(probe, monkeypatch):
+    monkeypatch.setattr(_Probe, "stat_names", ("probe", "other"))
+    game = HideAndSeekGame(make_config("blueprint", horizon=2), n_worlds=1, seed=0)
+    game.reset()
+    actions = np.ones((1, game.n_agents, 5), dtype=np.int64)
+    game.step(actions)
+    with pytest.raises(RuntimeError, match=r"extra_stats gave \('probe',\); its stat_names"):
+        game.step(actions)

@@ -57,6 +57,7 @@ from hns_train.envs import rules as R
 from hns_train.envs.config import GameConfig, make_config
 from hns_train.envs.layout import sample_layout
 from hns_train.envs.stats import STAT_KEYS
+from hns_train.envs.tasks import HIDE_AND_SEEK
 from hns_train.envs.vector import VectorStep
 from hns_train.envs.warp import rules as TR
 from hns_train.envs.warp.bank import BankConfig, LayoutBank
@@ -94,7 +95,10 @@ class WarpGame:
             cfg = make_config(cfg)
         if not isinstance(cfg, GameConfig):
             raise ValueError(f"cfg must be a GameConfig or a preset name, got {type(cfg)}")
+        if cfg.task != HIDE_AND_SEEK:
+            raise ValueError(f"game task {cfg.task!r} runs on the C game only (VectorGame)")
         self.cfg = cfg
+        self.stat_keys = STAT_KEYS  # no task: the game's own statistics
         self.n_worlds = W = n_worlds
         self.worlds = WarpWorlds(cfg, n_worlds, device=device, physics=physics)
         self.dev = dev = self.worlds.torch_device
