@@ -14,6 +14,9 @@ What the learner then loads (`load_pretrained`), before its first update:
   position in the network, since a kind with no rows in a world is absent from its network;
 - a kind the source never saw (the blueprint's sites; boxes, from a `chase` checkpoint) keeps its
   fresh initialisation, and a kind the task lacks (other agents, in one-agent tasks) is unused;
+- not the last dense layer (`head`) nor the LayerNorm before it (`lstm_norm`) of either
+  network: the paper reinitialises "the final dense layer and layernorm for both the policy and
+  value networks" for every test (section 6.2; `REINITIALISED`);
 - not the value normaliser (the task's returns have another scale than the game's), not the
   optimiser's moments and not the counters: the task run starts at version 0 with its own
   settings. The report lists what was loaded, what stayed fresh and what was unused.
@@ -41,7 +44,11 @@ log = logging.getLogger(__name__)
 OBS_FLAGS = ("box_size_obs", "ramp_lock_obs")
 SCRATCH = ("", "scratch")  # agent.init values that train from scratch
 _EMBED = re.compile(r"^(policy_net|value_net)\.entity_embed\.(\d+)\.(.*)$")
-_NOT_TRANSFERRED = ("value_norm.",)
+# the task network's own: its output layers (the paper's fine-tuning) and its returns' scale
+REINITIALISED = tuple(
+    f"{net}.{layer}." for net in ("policy_net", "value_net") for layer in ("head", "lstm_norm")
+)
+_NOT_TRANSFERRED = ("value_norm.", *REINITIALISED)
 
 
 def checkpoint_path(init: str | Path) -> Path:

@@ -10,6 +10,7 @@ import torch
 from hns_train.agents import PPO, ActorCritic, PPOConfig
 from hns_train.agents.checkpoint import Counters, load_checkpoint, save_checkpoint, training_state
 from hns_train.agents.transfer import (
+    REINITIALISED,
     checkpoint_path,
     load_pretrained,
     match_observations,
@@ -51,15 +52,21 @@ def test_a_checkpoint_of_every_game_loads_into_every_task(tmp_path, game, task):
     torch.manual_seed(2)
     model = ActorCritic(observation_shapes(cfg), device="cpu")
     fresh_value_norm = model.value_norm.biased_mean.clone()
+    fresh = {k: v.clone() for k, v in model.state_dict().items() if k.startswith(REINITIALISED)}
     report = load_pretrained(model, load_checkpoint(path))
 
     src, got = source.state_dict(), model.state_dict()
     for name in (
         "policy_net.self_embed.weight",
-        "value_net.head.weight",
+        "value_net.dense.weight",
         "policy_net.lstm.weight_hh",
     ):
         assert torch.equal(got[name], src[name]), name
+    # the paper's fine-tuning: both networks' last dense layer and LayerNorm start afresh
+    assert len(fresh) == 8  # weight and bias of head and lstm_norm, in both networks
+    for name, value in fresh.items():
+        assert torch.equal(got[name], value) and not torch.equal(got[name], src[name]), name
+        assert name in report.fresh
     assert torch.equal(
         got["obs_norm.stats.lidar.biased_mean"], src["obs_norm.stats.lidar.biased_mean"]
     )
