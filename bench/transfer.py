@@ -11,6 +11,13 @@ return, the difference of scratch from its untrained network (does the task lear
 budget?) and of each pretrained arm from scratch: the mean over seeds of the per-seed
 differences and its standard error (with one seed: over the paired evaluation episodes).
 
+Object counting is scored as the paper scores it, by a probe of the frozen network
+(`hns_train/eval/counting_probe.py`), not by fine-tuning: a linear head on the LSTM's hidden
+state, trained on `--probe-episodes` episodes, says how many boxes went left. Its score is the
+head's accuracy at the last step, its "return" column the accuracy over all the steps after the
+boxes are hidden; the scratch arm is the frozen random network (the paper's baseline) and
+"untrained" the most frequent count of the training episodes.
+
     python bench/transfer.py --init RUN_OR_CKPT [--init-count RUN_OR_CKPT] [--tasks T ...]
         [--frames 20000] [--minutes 0] [--seeds 0 1] [--episodes 64] [--out DIR]
         [section.key=value ...]
@@ -39,9 +46,10 @@ from hns_train.agents.checkpoint import CheckpointDir  # noqa: E402
 from hns_train.agents.transfer import resolve_init  # noqa: E402
 from hns_train.config import CONFIG_DIR, load_config  # noqa: E402
 from hns_train.distributed.controller import Controller  # noqa: E402
+from hns_train.eval.counting_probe import counting_probe  # noqa: E402
 from hns_train.eval.phases import read_metrics  # noqa: E402
 from hns_train.eval.policies import load_policy_file, policy_controller  # noqa: E402
-from hns_train.eval.transfer import evaluate_task, paired_difference  # noqa: E402
+from hns_train.eval.transfer import TaskEval, evaluate_task, paired_difference  # noqa: E402
 
 TASKS = ("lock_and_return", "sequential_lock", "blueprint", "shelter", "object_counting")
 SCRATCH = "scratch"
@@ -95,6 +103,29 @@ def train_and_score(task, arm, init, seed, args, runs_dir) -> dict:
     }
     if arm == SCRATCH:
         out["untrained"] = score(run_dir / "pool" / "snapshot_0000000000.pt")
+    return out
+
+
+def probe_and_score(arms: dict, seed: int, args) -> dict:
+    """Object counting: every arm's frozen network probed on the same episodes (module
+    docstring), as `train_and_score`'s records."""
+    started = time.time()
+    cfg = load_config(CONFIG_DIR / "transfer" / "object_counting.yaml", args.overrides)
+    game, eval_seed = cfg.game_config(), 50_000 + 1_000 * seed
+    results, prior = counting_probe(
+        game, cfg.agent.network, arms, args.probe_episodes, args.episodes, eval_seed
+    )
+    out = {}
+    for arm, result in results.items():
+        out[arm] = {
+            "run": "",
+            "frames": args.probe_episodes * game.horizon,  # watched, not trained on
+            "seconds": round(time.time() - started, 1),
+            "curve": [],
+            "final": TaskEval(scores=result.last_right, returns=result.accuracy),
+            "by_step": [round(float(a), 4) for a in result.by_step],
+        }
+    out[SCRATCH]["untrained"] = TaskEval(scores=prior.last_right, returns=prior.accuracy)
     return out
 
 
@@ -164,6 +195,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--minutes", type=float, default=0.0, help="per run (0: no limit)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--episodes", type=int, default=64, help="evaluation episodes per run")
+    parser.add_argument(
+        "--probe-episodes", type=int, default=1024, help="object counting: the head's training set"
+    )
     parser.add_argument("--out", default="", help="runs and figures here (default: a temp dir)")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("overrides", nargs="*", help="section.key=value for every run")
@@ -185,6 +219,10 @@ def main(argv: list[str] | None = None) -> dict:
     for task in args.tasks:
         results[task] = {arm: {} for arm in arms}
         for seed in args.seeds:
+            if task == "object_counting":
+                for arm, run in probe_and_score(arms, seed, args).items():
+                    results[task][arm][seed] = run
+                continue
             for arm, init in arms.items():
                 results[task][arm][seed] = train_and_score(task, arm, init, seed, args, out)
 
@@ -209,6 +247,8 @@ def main(argv: list[str] | None = None) -> dict:
                 "per_seed": [f.to_dict() for f in finals],
                 "frames": [by_seed[s]["frames"] for s in seeds],
             }
+            if "by_step" in by_seed[seeds[0]]:  # the counting probe: accuracy per hidden step
+                row["by_step"] = [by_seed[s]["by_step"] for s in seeds]
             if arm == SCRATCH:
                 row["vs_untrained"] = d = compare(runs, SCRATCH, base="untrained")
             else:
@@ -233,6 +273,7 @@ def main(argv: list[str] | None = None) -> dict:
         "frames": args.frames,
         "seeds": args.seeds,
         "episodes": args.episodes,
+        "probe_episodes": args.probe_episodes,
         "init": args.init,
         "init_count": args.init_count,
         "minutes": round((time.time() - started) / 60, 1),

@@ -147,8 +147,8 @@ class GameConfig:
     shelter_ray_margin_cells: float = 1.01  # ray starts this many cells in from the floor edge
     shelter_reward_scale: float = 0.001  # reward = -scale * rays reaching the cylinder
 
-    # Task: counting (counting.py; the paper gives no numbers: every one is a choice,
-    # docs/fidelity.md). One pinned agent watches a row of boxes slide left or right out of
+    # Task: counting (counting.py; the paper gives only its 6 boxes: every other number is a
+    # choice, docs/fidelity.md). One pinned agent watches a row of boxes slide left or right out of
     # sight behind two screen walls; its x-force bin on the last step is its count.
     counting_show_steps: int = 10  # boxes stand still in view
     counting_move_steps: int = 20  # boxes slide to their hiding spots
@@ -372,7 +372,7 @@ PRESETS: dict[str, dict] = {
         horizon=40,  # counting_show_steps + counting_move_steps + counting_hidden_steps
         floor_size=10.0,
         walls="counting",
-        n_boxes=(1, 6),
+        n_boxes=(6, 6),  # the paper's six boxes
         n_ramps=0,
         box_size_obs=False,
         placement="counting",

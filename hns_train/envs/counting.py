@@ -1,17 +1,20 @@
 """Object counting: the paper's memory test. A pinned agent watches boxes leave its sight to the
 left or to the right and must say how many went left.
 
-The paper describes the test in one sentence (the agent is pinned in place, boxes move left or
-right out of sight, the agent says how many went one way; the metric is accuracy) and gives no
-numbers, so the scene, timing and rewards below are our choices (docs/fidelity.md), every number
-a `GameConfig` field of the "Task: counting" block, set by the `object_counting` preset:
+The paper describes the test in a few sentences (section 6.2: the agent is pinned in place, 6
+boxes each move left or right until a wall hides them, and for many steps after it is asked how
+many went each way) and scores it by a classification head on the frozen policy's LSTM state
+(`hns_train/eval/counting_probe.py`). It gives no other numbers, so the scene, timing and
+rewards below are our choices (docs/fidelity.md), every number a `GameConfig` field of the
+"Task: counting" block, set by the `object_counting` preset. As a reinforcement-learning task,
+the agent answers with its x-force bin on the last step:
 
 - World (layout.py, walls and placement "counting"): a 10 m floor with its outer walls, one agent
   (the hider slot) at (5, `counting_agent_y` 1.0) facing +y, and two screen walls (the inner wall
   height, 0.5 m, above every vision ray) on y = `counting_screen_y` 2.4 with a
   `counting_window` 2.2 m gap centred on the agent's line of sight. n boxes (cubes, n uniform in
-  `n_boxes` 1..6) stand in a row on y = `counting_row_y` 3.0, `counting_spacing` 0.55 m apart,
-  all seen through the window.
+  `n_boxes`: the paper's 6, or fewer) stand in a row on y = `counting_row_y` 3.0,
+  `counting_spacing` 0.55 m apart, all seen through the window.
 - Each box tosses a fair coin: k ~ Binomial(n, 1/2) go left. The k leftmost boxes of the row are
   the ones that go left, so that no two paths cross (boxes stay solid and never overlap): the
   count has the fair coins' distribution, and which boxes leave is the split of the row.

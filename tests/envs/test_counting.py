@@ -17,14 +17,15 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:.*probably should be gymnasium.spaces"),
     pytest.mark.filterwarnings("ignore:Observation is not a NumPy array"),
 ]
-W = 12  # worlds: with seed 3 they hold 1..6 boxes and 0..5 going left
+W = 12  # worlds: with seed 3 and 1-6 boxes (the preset has the paper's 6) they cover 1..6 boxes
+VARIED = dict(n_boxes=(1, 6))
 
 
 @pytest.fixture(scope="module")
 def played():
     """Every world answers its count on the last step, with wild movement, grab and lock bins
     before; positions, masks and rewards of every step."""
-    cfg = make_config("object_counting")
+    cfg = make_config("object_counting", **VARIED)
     game = HideAndSeekGame(cfg, n_worlds=W, seed=3)
     obs = game.reset()
     rng = np.random.default_rng(0)
@@ -63,7 +64,7 @@ def test_the_right_count_gets_the_reward_and_the_score(played):
 
 @pytest.mark.parametrize("off_by", [1, -1])
 def test_a_wrong_count_gets_nothing(off_by):
-    cfg = make_config("object_counting", counting_wrong_reward=-0.25)
+    cfg = make_config("object_counting", counting_wrong_reward=-0.25, **VARIED)
     game = HideAndSeekGame(cfg, n_worlds=4, seed=5)
     game.reset()
     actions = np.tile(np.array(C.noop_action()), (4, 1, 1))
