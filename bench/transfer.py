@@ -156,6 +156,8 @@ def compare(runs: dict, arm: str, base: str = SCRATCH) -> dict:
 def _record(run: dict) -> dict:
     """A run's curve and its evaluations' per-episode scores and returns, for the JSON file."""
     out = {"curve": run["curve"]}
+    if "by_step" in run:
+        out["by_step"] = run["by_step"]
     for name in ("final", "untrained"):
         if name in run:
             out[name] = {"scores": run[name].scores.tolist(), "returns": run[name].returns.tolist()}
@@ -163,7 +165,8 @@ def _record(run: dict) -> dict:
 
 
 def plot(results: dict, path: Path) -> None:
-    """Training curves: task score (top) and the agent's return (bottom), a column per task."""
+    """Training curves: task score (top) and the agent's return (bottom), a column per task;
+    for the counting probe, its accuracy at each step after the boxes vanished (top)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -172,6 +175,18 @@ def plot(results: dict, path: Path) -> None:
     n = len(results)
     fig, axes = plt.subplots(2, n, figsize=(4 * n, 6), squeeze=False)
     for col, (task, runs) in enumerate(results.items()):
+        if task == "object_counting":
+            ax = axes[0, col]
+            for k, (arm, by_seed) in enumerate(runs.items()):
+                for i, run in enumerate(by_seed.values()):
+                    steps = range(1, len(run["by_step"]) + 1)
+                    label = arm if i == 0 else None
+                    ax.plot(steps, run["by_step"], "o-", color=f"C{k}", alpha=0.7, label=label)
+            ax.set_title(f"{task}: probe accuracy")
+            ax.set_xlabel("steps since the boxes vanished")
+            ax.legend(fontsize=8)
+            axes[1, col].axis("off")
+            continue
         for row, metric in enumerate(("score", "return")):
             ax = axes[row, col]
             for k, (arm, by_seed) in enumerate(runs.items()):

@@ -98,3 +98,4 @@ def test_the_bench_scores_object_counting_by_the_probe(tmp_path):
         assert len(entry[arm]["by_step"][0]) == make_config("object_counting").counting_hidden_steps
         assert 0.0 <= entry[arm]["score"] <= 1.0
     assert "vs_scratch" in entry["hide_and_seek"]
+    assert (tmp_path / "out" / "transfer.png").stat().st_size > 10_000  # the accuracy by step
