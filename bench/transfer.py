@@ -173,7 +173,8 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     n = len(results)
-    fig, axes = plt.subplots(2, n, figsize=(4 * n, 6), squeeze=False)
+    rows = 1 if set(results) == {"object_counting"} else 2  # the probe has no return row
+    fig, axes = plt.subplots(rows, n, figsize=(4 * n, 3 * rows), squeeze=False)
     for col, (task, runs) in enumerate(results.items()):
         if task == "object_counting":
             ax = axes[0, col]
@@ -185,7 +186,8 @@ def plot(results: dict, path: Path) -> None:
             ax.set_title(f"{task}: probe accuracy")
             ax.set_xlabel("steps since the boxes vanished")
             ax.legend(fontsize=8)
-            axes[1, col].axis("off")
+            if rows == 2:
+                axes[1, col].axis("off")
             continue
         for row, metric in enumerate(("score", "return")):
             ax = axes[row, col]
