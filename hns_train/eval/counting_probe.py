@@ -52,11 +52,11 @@ from hns_train.config import config_from_dict
 from hns_train.envs import contract
 from hns_train.envs.config import GameConfig
 from hns_train.envs.contract import observation_shapes
+from hns_train.envs.counting import ObjectCounting
 from hns_train.envs.game import HideAndSeekGame
 
-PROBE_EPOCHS = (
-    300  # full-batch Adam steps: the loss has flattened well before (a few thousand rows)
-)
+# full-batch Adam steps: the loss has flattened well before (a few thousand rows)
+PROBE_EPOCHS = 300
 PROBE_LR = 0.05
 PROBE_WEIGHT_DECAY = 1e-3  # on standardised features: keeps 256 inputs from memorising the set
 
@@ -68,7 +68,7 @@ class Watched:
 
 
 def _check_task(cfg: GameConfig) -> None:
-    if cfg.task != "object_counting":
+    if cfg.task != ObjectCounting.name:
         raise ValueError(f"the counting probe watches the object_counting test, not {cfg.task!r}")
 
 
@@ -212,12 +212,20 @@ def counting_probe(
     _check_task(cfg)
     classes = cfg.max_boxes + 1
     test_seed = seed + train_episodes
-    results = {}
+    # networks whose rows need the same observation settings watch the episodes together
+    groups: list[tuple[GameConfig, dict[str, ActorCritic]]] = []
     for arm, init in inits.items():
         net, own = frozen_network(cfg, network, init, seed)
-        train = watch(own, {arm: net}, train_episodes, seed)
-        test = watch(own, {arm: net}, test_episodes, test_seed)
-        probe = train_probe(train.features[arm], train.labels, classes, seed)
-        results[arm] = probe_scores(probe, test.features[arm], test.labels)
+        members = next((m for c, m in groups if c == own), None)
+        if members is None:
+            groups.append((own, members := {}))
+        members[arm] = net
+    results = {}
+    for own, members in groups:
+        train = watch(own, members, train_episodes, seed)
+        test = watch(own, members, test_episodes, test_seed)
+        for arm in members:
+            probe = train_probe(train.features[arm], train.labels, classes, seed)
+            results[arm] = probe_scores(probe, test.features[arm], test.labels)
     prior = prior_scores(train.labels, test.labels, cfg.counting_hidden_steps)
-    return results, prior
+    return {arm: results[arm] for arm in inits}, prior
