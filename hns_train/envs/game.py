@@ -36,7 +36,9 @@ Per-step cost at one world is Python calls, not arithmetic, so the step makes fe
 work around the physics and the rays runs as compiled loops (`kernels.py`, numba: action
 checks and controls with the lock and grab pre-check, poses, ray aims, lidar and sight, rewards
 and running statistics, observations), with trigonometry in numpy; with one thread everything
-after the trigonometry is one call (`kernels.after_physics`, its arguments kept per episode).
+after the trigonometry is one call (`kernels.after_physics`). The kernels read and write the
+game's buffers through a few bundles (`kernels.Poses`, `Rules`, `Views`, `rays.Scene`,
+`rays.Sight`), built once and again at each reset for the per-episode tables they hold.
 Entity state is a view of the batch rows (agents then objects, bodies 1..E), per-episode tables
 (who is present, team masks, gather indices for other agents) are built at reset, observations
 are written into fixed buffers (constant parts at reset, lock flags when a lock changes), and
@@ -267,6 +269,7 @@ class HideAndSeekGame:
         self.physics_warnings[worlds] = 0  # the batch's reset cleared their counters
         self._bad_seen[worlds] = 0
         self._ent_tables(worlds)
+        self._pack_tables()
         self._read_state(worlds)
         self._cast_rays(worlds)
         self.stats.reset(worlds, self.object_pos[:, :, :2])
@@ -384,139 +387,107 @@ class HideAndSeekGame:
 
     def _score(self, reward, truncated) -> int:
         """Rewards, running statistics, t += 1 and truncation (kernels.rewards_and_stats)."""
-        cfg = self.cfg
-        hiders, seekers = self._team_masks
-        stats = self.stats
-        return K.rewards_and_stats(
-            self.t,
-            self._prep_steps,
-            cfg.horizon,
-            self._lift_z,
-            self._seeker_present,
-            self._sees,
-            self._seeker_sees_hider,
-            self._team_sign_hidden,
-            self._team_sign_seen,
-            self._ent_pos,
-            cfg.oob_low,
-            cfg.oob_high,
-            cfg.oob_penalty,
-            cfg.penalise_objects_oob and self.n_objects > 0,
-            self.object_present,
-            self.agent_present,
-            *hiders,
-            *seekers,
-            stats.returns,
-            stats.play_steps,
-            stats.hidden_steps,
-            reward,
-            self._hiders_seen,
-            truncated,
+        return self._compiled(
+            K.rewards_and_stats, self._rules, self._sees, self._ent_pos, reward, truncated
         )
 
     def _sense_and_score(self, reward, truncated) -> int:
         """One thread: what follows the physics up to the observations in one compiled call
         (kernels.after_physics), after the trigonometry of the poses."""
-        if self._after_args is None:
-            self._after_args = self._after_physics_args()
-            args = (*self._after_args, reward, truncated)
-            kinds = _kinds(args)
-            if kinds != self._after_kinds:  # the first step, or tables of other types
-                self._after_fn, self._after_kinds = _entry_point(K.after_physics, args), kinds
         if self._live is not None:
             self._pull_live()
-        K.yaw_angles(self._ent_q, self._angles)
-        np.cos(self._angles, out=self._cos2)
-        np.sin(self._angles, out=self._sin2)
-        return self._after_fn(*self._after_args, reward, truncated)
+        self._trigonometry()
+        return self._compiled(
+            K.after_physics,
+            self._all_worlds,
+            self._poses,
+            self._scene,
+            self._sight,
+            self._rules,
+            self._views,
+            self._bad_counts,
+            self._bad_seen,
+            reward,
+            truncated,
+        )
 
-    def _after_physics_args(self) -> tuple:
-        """kernels.after_physics' arguments but this step's outputs: arrays that live as long
-        as the episode tables (`_ent_tables` drops the tuple), and constants."""
+    def _compiled(self, kernel, *args):
+        """`kernel(*args)` through its compiled entry for the types of `args`, resolved at its
+        first call with the current buffers (`_pack_tables`). Every call passes the game's own
+        buffers, whose types are fixed when they are made; numba's dispatcher would take
+        microseconds per call to type the bundles again."""
+        entry = self._entries.get(kernel)
+        if entry is None:
+            entry = self._entries[kernel] = _entry_point(kernel, args)
+        return entry(*args)
+
+    def _pack_tables(self) -> None:
+        """The compiled step's buffers that hold this episode's tables (`_ent_tables`); the
+        kernels' entries are resolved anew where their types changed."""
         cfg, obs = self.cfg, self.obs
         agents, boxes, ramps = C.ENTITY_KEYS
         hiders, seekers = self._team_masks
-        stats, data = self.stats, self._ray_data
-        return (
-            self._ent_q,
-            self._ent_qd,
-            self._body_pos,
-            self._geom_xy_a,
-            self._geom_xy_b,
-            self._geom_pos[..., 2],
-            self._cos2,
-            self._sin2,
-            self._angles,
-            self._xquat[:, 1:],
-            self._ent_pos,
-            self._ent_vel,
-            self._front,
-            self._rot,
-            self.entity_centre,
-            self._all_worlds,
-            self._cos_half_angle,
-            cfg.n_lidar,
-            self._sq_reach,
-            self._ray_vec,
-            self._ray_pnt,
-            self._cone,
-            self._ray_fns,
-            self._model_ptr,
-            data._address,
-            data.qpos,
-            self._qpos,
-            data.geom_xpos,
-            data.geom_xmat,
-            self._geom_type,
-            self._geom_size,
-            self._ray_ok,
-            self._geom_body,
-            self._agent_body,
-            self._pair_ok,
-            self._ray_dist,
-            self._ray_geom,
-            cfg.lidar_range,
-            self._hit_body,
-            self._ray_target_body,
-            self.lidar,
-            self._sees_flat,
-            self.t,
-            self._prep_steps,
-            cfg.horizon,
-            self._lift_z,
-            self._seeker_present,
-            self._seeker_sees_hider,
-            self._team_sign_hidden,
-            self._team_sign_seen,
-            cfg.oob_low,
-            cfg.oob_high,
-            cfg.oob_penalty,
-            cfg.penalise_objects_oob and self.n_objects > 0,
-            self.object_present,
-            self.agent_present,
-            *hiders,
-            *seekers,
-            stats.returns,
-            stats.play_steps,
-            stats.hidden_steps,
-            self._hiders_seen,
-            self.is_hider,
-            self._self_rows,
-            self._other_rows,
-            self._other_sees,
-            self._box_live,
-            self._ramp_live,
-            obs[C.SELF_KEY],
-            obs[agents.key],
-            obs[agents.visible_mask],
-            obs[boxes.key],
-            obs[boxes.visible_mask],
-            obs[ramps.key],
-            obs[ramps.visible_mask],
-            obs[C.LIDAR_KEY],
-            self._bad_counts,
-            self._bad_seen,
+        stats = self.stats
+        self._sight = rays.Sight(
+            L=cfg.n_lidar,
+            cos_half_angle=self._cos_half_angle,
+            lidar_range=cfg.lidar_range,
+            agent_present=self.agent_present,
+            pair_ok=self._pair_ok,
+            ray_vec=self._ray_vec,
+            ray_pnt=self._ray_pnt,
+            sq_reach=self._sq_reach,
+            cone=self._cone,
+            dist=self._ray_dist,
+            geomid=self._ray_geom,
+            hit_body=self._hit_body,
+            target_body=self._ent_body,
+            lidar=self.lidar,
+            sees_flat=self._sees_flat,
         )
+        self._rules = K.Rules(
+            t=self.t,
+            prep_steps=self._prep_steps,
+            horizon=cfg.horizon,
+            lift_z=self._lift_z,
+            seeker_present=self._seeker_present,
+            seeker_sees_hider=self._seeker_sees_hider,
+            sign_hidden=self._team_sign_hidden,
+            sign_seen=self._team_sign_seen,
+            oob_low=cfg.oob_low,
+            oob_high=cfg.oob_high,
+            oob_penalty=cfg.oob_penalty,
+            penalise_objects=cfg.penalise_objects_oob and self.n_objects > 0,
+            object_present=self.object_present,
+            agent_present=self.agent_present,
+            hider_mask=hiders[0],
+            hider_count=hiders[1],
+            seeker_mask=seekers[0],
+            seeker_count=seekers[1],
+            returns=stats.returns,
+            play_steps=stats.play_steps,
+            hidden_steps=stats.hidden_steps,
+            hiders_seen=self._hiders_seen,
+        )
+        self._views = K.Views(
+            is_hider=self.is_hider,
+            self_rows=self._self_rows,
+            other_rows=self._other_rows,
+            other_sees=self._other_sees,
+            box_live=self._box_live,
+            ramp_live=self._ramp_live,
+            obs_self=obs[C.SELF_KEY],
+            obs_others=obs[agents.key],
+            mask_aa=obs[agents.visible_mask],
+            box_obs=obs[boxes.key],
+            mask_ab=obs[boxes.visible_mask],
+            ramp_obs=obs[ramps.key],
+            mask_ar=obs[ramps.visible_mask],
+            obs_lidar=obs[C.LIDAR_KEY],
+        )
+        kinds = _kinds((self._poses, self._scene, self._sight, self._rules, self._views))
+        if kinds != self._buffer_kinds:  # the first episode, or tables of other types
+            self._buffer_kinds, self._entries = kinds, {}
 
     def _prepare_actions(self, actions) -> tuple[np.ndarray, int]:
         """Checked (W, A, 5) int64 actions with the no-op where agents are idle (seekers during
@@ -588,11 +559,12 @@ class HideAndSeekGame:
             self._qpos[w] = initial_qpos(self.cfg, self.layouts[w], idx, nq)
             self._body_pos[w] = m.body_pos[self._ent_body]
             self._geom_pos[w] = m.geom_pos[self._ent_geom]
-            if self._ray_fns is not None:  # what rays.cast reads of each world's model
-                self._model_ptr[w] = m._address
-                self._geom_type[w] = m.geom_type
-                self._geom_size[w] = m.geom_size
-                self._ray_ok[w] = rays.ray_geoms(m, self._ray_groups)
+            scene = self._scene
+            if scene is not None:  # what rays.cast reads of each world's model
+                scene.model_ptr[w] = m._address
+                scene.geom_type[w] = m.geom_type
+                scene.geom_size[w] = m.geom_size
+                scene.ray_ok[w] = rays.ray_geoms(m, self._ray_groups)
         g = self._geom_pos[ids]
         reach = (
             self.cfg.grab_range
@@ -654,7 +626,6 @@ class HideAndSeekGame:
         self._geom_pos = np.zeros((W, E, 3))
         self._geom_xy_a = np.zeros((W, E, 2))  # (g_x, g_x) and (-g_y, g_y): see _kinematics
         self._geom_xy_b = np.zeros((W, E, 2))
-        self._rot = np.zeros((W, E, 3))  # cos, sin, cos of each entity's yaw (half-angle form)
         self.datas = [
             WorldState(
                 self._qpos[w], self._qvel[w], self._eq_active[w], self._xpos[w], self._xquat[w]
@@ -682,20 +653,45 @@ class HideAndSeekGame:
         # one thread: the compiled ray loop of rays.py (same results, a fraction of the time);
         # more threads: the batch's C call, which runs the worlds' rays on its threads
         self._ray_fns = rays.FUNCTIONS if self.threads == 1 else None
-        self._after_kinds: tuple = ()  # argument kinds self._after_fn was resolved for
+        self._poses = K.Poses(
+            q=self._ent_q,
+            qd=self._ent_qd,
+            body_pos=self._body_pos,
+            geom_xy_a=self._geom_xy_a,
+            geom_xy_b=self._geom_xy_b,
+            geom_z=self._geom_pos[..., 2],
+            angles=self._angles,
+            cos2=self._cos2,
+            sin2=self._sin2,
+            xquat=self._xquat[:, 1:],
+            pos=self._ent_pos,
+            vel=self._ent_vel,
+            front=self._front,
+            centre=self.entity_centre,
+        )
+        self._scene = None
         if self._ray_fns is not None:
             G = model.ngeom
-            self._ray_data = mujoco.MjData(model)  # scratch kinematics, any world's model
-            self._model_ptr = np.zeros(W, dtype=np.int64)
-            self._geom_type = np.zeros((W, G), dtype=np.int32)
-            self._geom_size = np.zeros((W, G, 3))
-            self._ray_ok = np.zeros((W, G), dtype=bool)
-            self._geom_body = model.geom_bodyid.astype(np.int64)
-            self._agent_body = idx.agent_body.astype(np.int64)
-        self._ray_target_body = self._ent_body
+            data = mujoco.MjData(model)  # scratch kinematics, any world's model
+            self._scene = rays.Scene(
+                functions=self._ray_fns,
+                model_ptr=np.zeros(W, dtype=np.int64),
+                data_ptr=data._address,
+                data_qpos=data.qpos,
+                geom_xpos=data.geom_xpos,
+                geom_xmat=data.geom_xmat,
+                qpos=self._qpos,
+                geom_type=np.zeros((W, G), dtype=np.int32),
+                geom_size=np.zeros((W, G, 3)),
+                ray_ok=np.zeros((W, G), dtype=bool),
+                geom_body=model.geom_bodyid.astype(np.int64),
+                agent_body=idx.agent_body.astype(np.int64),
+            )
+            self._scratch = data  # the MjData the scene's pointers point into
         # body of each geom, and -1 for a miss (geom id -1 reads the appended last entry)
         self._hit_body = np.append(idx.geom_body, -1)
-        self._self_target = (np.arange(A), np.arange(A))
+        self._buffer_kinds: tuple = ()  # the buffers' types that `_entries` were resolved for
+        self._entries: dict = {}  # kernel -> its compiled entry (`_compiled`)
 
     def _report_physics(self) -> None:
         """Count and log the bad-state warnings MuJoCo raised in this step's physics."""
@@ -725,7 +721,6 @@ class HideAndSeekGame:
         W, A, Ob = self.n_worlds, self.n_agents, self.n_objects
         ap, op = self.agent_present, self.object_present
         E = A + Ob
-        self._after_args = None  # holds some of the tables below
         self.others[worlds] = O.others_table(ap[worlds])
         self._absent = ~ap
         self._seeker_present = ap & ~self.is_hider
@@ -780,27 +775,16 @@ class HideAndSeekGame:
 
     def _kinematics(self, worlds=None) -> None:
         """Poses of agents and objects from qpos (see the module docstring), every world."""
-        K.yaw_angles(self._ent_q, self._angles)
+        self._trigonometry()
+        self._compiled(K.kinematics, self._poses)
+
+    def _trigonometry(self) -> None:
+        """Each entity's yaw and half yaw, and their cos / sin (numpy's: one call each for all):
+        the yaw quaternion (cos, 0, 0, sin of half the yaw) and its rotation (mju_quat2Mat:
+        cos = c^2 - s^2, sin = 2cs) that kernels.kinematics builds the poses from."""
+        self._compiled(K.yaw_angles, self._poses)
         np.cos(self._angles, out=self._cos2)
         np.sin(self._angles, out=self._sin2)
-        # the yaw quaternion (cos, 0, 0, sin of half the yaw), its rotation (mju_quat2Mat:
-        # cos = c^2 - s^2, sin = 2cs) and geom centres = pos + R g
-        K.kinematics(
-            self._ent_q,
-            self._ent_qd,
-            self._body_pos,
-            self._geom_xy_a,
-            self._geom_xy_b,
-            self._geom_pos[..., 2],
-            self._cos2,
-            self._sin2,
-            self._xquat[:, 1:],
-            self._ent_pos,
-            self._ent_vel,
-            self._front,
-            self._rot,
-            self.entity_centre,
-        )
 
     def _read_state(self, worlds=None) -> None:
         """Entity state from the batch rows, for every world (unchanged worlds read the same
@@ -811,50 +795,14 @@ class HideAndSeekGame:
     def _cast_rays(self, worlds) -> None:
         """Lidar and line of sight for the given worlds: one call for all of them (rays.cast with
         one thread, the batch's C ray call with more)."""
-        cfg = self.cfg
         full = worlds is self._all_worlds
         if not full:
             worlds = np.unique(np.asarray(worlds, dtype=np.int64))  # the batch takes sorted ids
             full = len(worlds) == self.n_worlds
-        L = cfg.n_lidar
-        K.aim_rays(
-            worlds,
-            self.entity_centre,
-            self.agent_pos,
-            self._front,
-            self._cos_half_angle,
-            L,
-            self._sq_reach,
-            self._ray_vec,
-            self._ray_pnt,
-            self._cone,
-        )
+        self._compiled(K.aim_rays, worlds, self._poses, self._sight)
         if self._ray_fns is not None:
             dist, geomid = self._ray_dist, self._ray_geom
-            data = self._ray_data
-            rays.cast(
-                worlds,
-                self._ray_fns,
-                self._model_ptr,
-                data._address,
-                data.qpos,
-                self._qpos,
-                data.geom_xpos,
-                data.geom_xmat,
-                self._geom_type,
-                self._geom_size,
-                self._ray_ok,
-                self._geom_body,
-                self._agent_body,
-                self.agent_present,
-                self._cone,
-                self._pair_ok,
-                self._ray_pnt,
-                self._ray_vec,
-                L,
-                dist,
-                geomid,
-            )
+            self._compiled(rays.cast, worlds, self._scene, self._sight)
         elif full and self._ray_c is not None:
             dist, geomid = self._ray_dist, self._ray_geom
             nfail = self._ray_c(
@@ -880,20 +828,10 @@ class HideAndSeekGame:
                 self._ray_exclude[:n],
                 ids=None if full else worlds,
             )
-        K.read_rays(
-            worlds,
-            dist,
-            geomid,
-            L,
-            cfg.lidar_range,
-            self.agent_present,
-            self._hit_body,
-            self._ray_target_body,
-            self._cone,
-            self._pair_ok,
-            self.lidar,
-            self._sees,
-        )
+        if dist is self._ray_dist:
+            self._compiled(K.read_rays, worlds, dist, geomid, self._sight)
+        else:  # the batch's new arrays: the dispatcher checks their types
+            K.read_rays(worlds, dist, geomid, self._sight)
 
     def data_geom_centres(self, w: int) -> np.ndarray:
         """(A+Ob, 3) centre of each entity's main geom: the point vision rays aim at."""
@@ -930,35 +868,7 @@ class HideAndSeekGame:
         `observations.assemble` is the reference these writes must equal). Constant parts
         (presence masks, box sizes) are written at reset, lock flags when locks change; rows of
         absent entities stay zero."""
-        obs = self.obs
-        agents, boxes, ramps = C.ENTITY_KEYS
-        K.observe(
-            self.t,
-            self._prep_steps,
-            self._ent_pos,
-            self.agent_yaw,
-            self._ent_vel,
-            self._ent_cos,
-            self._ent_sin,
-            self.agent_present,
-            self.is_hider,
-            self._self_rows,
-            self._other_rows,
-            self._sees_flat,
-            self._other_sees,
-            self._box_live,
-            self._ramp_live,
-            self._sees,
-            self.lidar,
-            obs[C.SELF_KEY],
-            obs[agents.key],
-            obs[agents.visible_mask],
-            obs[boxes.key],
-            obs[boxes.visible_mask],
-            obs[ramps.key],
-            obs[ramps.visible_mask],
-            obs[C.LIDAR_KEY],
-        )
+        self._compiled(K.observe, self._rules, self._poses, self._sight, self._views)
 
     @property
     def object_yaw_cos(self) -> np.ndarray:
@@ -971,12 +881,13 @@ class HideAndSeekGame:
 
 def _kinds(args: tuple) -> tuple:
     """What numba's type of each argument depends on (dtype, dimensions, layout, flags; the
-    Python type of the others), read in a few microseconds where numba's typeof takes
-    milliseconds for 80 arguments."""
+    fields of a tuple; the Python type of the others), read in a few microseconds where numba's
+    typeof takes milliseconds for the step's 80 arrays."""
     return tuple(
         (a.dtype, a.ndim, a.flags.c_contiguous, a.flags.f_contiguous, a.flags.writeable,
          a.flags.aligned)
         if isinstance(a, np.ndarray)
+        else (type(a), _kinds(a)) if isinstance(a, tuple)
         else type(a)
         for a in args
     )  # fmt: skip
@@ -985,7 +896,7 @@ def _kinds(args: tuple) -> tuple:
 def _entry_point(kernel, args: tuple):
     """The compiled entry of numba `kernel` for the types of `args` (loaded or compiled now), or
     the kernel itself where numba exposes none: calls with arguments of those same types skip
-    the dispatcher's type resolution, about 30 ns an argument (after_physics takes 82)."""
+    the dispatcher's type resolution (tens of ns an array, more for an array in a bundle)."""
     sig = tuple(kernel.typeof_pyval(a) for a in args)
     if sig not in kernel.overloads:
         kernel.compile(sig)

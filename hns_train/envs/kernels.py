@@ -14,6 +14,11 @@ Shapes: W worlds, A agent slots, E = A + Ob entities (agents, then boxes and ram
 rays, R = L + E rays per agent (the lidar fan, then one towards each entity centre). `worlds`
 lists the worlds to compute (rows of packed ray results follow its order).
 
+The arrays they read and write are the game's buffers, passed as a few named bundles, each
+listed once: `Poses` (entity poses), `rays.Scene` and `rays.Sight` (what the rays need and give),
+`Rules` (rewards and running statistics) and `Views` (observations). The game builds them when
+it builds its batch and, for the per-episode tables they hold, at every reset.
+
 `after_physics` runs the kernels that follow the physics (poses to observations, with
 `rays.cast` between) as one call for a one-thread game, whose dispatch and Python around it cost
 about as much as the loops at one world.
@@ -23,6 +28,8 @@ machine costs a few seconds once.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -98,10 +105,31 @@ def grab_work(sees_object, sq_reach, reach_sq, grabbed):
     return 0
 
 
+class Poses(NamedTuple):
+    """Entity poses read from the batch rows (`kinematics`); the game fills it once, when it
+    builds its batch. Entities: agents, then boxes and ramps."""
+
+    q: np.ndarray  # (W, E, 4) qpos x, y, z, yaw of each entity: a view of the batch rows
+    qd: np.ndarray  # (W, E, 4) their qvel
+    body_pos: np.ndarray  # (W, E, 3) each entity body's position in its world's model
+    geom_xy_a: np.ndarray  # (W, E, 2) (g_x, g_x) of its main geom's offset g
+    geom_xy_b: np.ndarray  # (W, E, 2) (-g_y, g_y)
+    geom_z: np.ndarray  # (W, E) g_z
+    angles: np.ndarray  # (2, W, E) yaw and half yaw (`yaw_angles`)
+    cos2: np.ndarray  # (2, W, E) their cos and sin (numpy's, written by the caller)
+    sin2: np.ndarray
+    xquat: np.ndarray  # (W, E, 4) the yaw quaternion
+    pos: np.ndarray  # (W, E, 3)
+    vel: np.ndarray  # (W, E, 4)
+    front: np.ndarray  # (W, A, 1, 2) agents' facing directions
+    centre: np.ndarray  # (W, E, 3) main geom centres: what vision rays aim at
+
+
 @njit(**_OPTS)
-def yaw_angles(q, angles):
+def yaw_angles(poses):
     """angles[0] = yaw (q[..., 3]) and angles[1] = 0.5 * yaw, (W, E) each, for one cos and one
     sin call over both."""
+    q, angles = poses.q, poses.angles
     W, E = angles.shape[1:]
     for w in range(W):
         for e in range(E):
@@ -111,162 +139,148 @@ def yaw_angles(q, angles):
 
 
 @njit(**_OPTS)
-def kinematics(
-    q,
-    qd,
-    body_pos,
-    geom_xy_a,
-    geom_xy_b,
-    geom_z,
-    cos2,
-    sin2,
-    xquat,
-    pos,
-    vel,
-    front,
-    rot,
-    centre,
-):
+def kinematics(p):
     """Entity poses from qpos (game._kinematics): pos = body_pos + q[:3]; velocities; agents'
-    fronts (sin yaw, -cos yaw); the yaw quaternion (c, 0, 0, s) of the half angle and its
-    rotation; main geom centres pos + R g. cos2 / sin2 (2, W, E): of the yaw, of half the yaw."""
-    W, E = cos2.shape[1:]
-    A = front.shape[1]
+    fronts (sin yaw, -cos yaw); the yaw quaternion (c, 0, 0, s) of the half angle; main geom
+    centres pos + R g, R its rotation (cos = c^2 - s^2, sin = 2cs). `p`: Poses, its cos2 /
+    sin2 written."""
+    W, E = p.cos2.shape[1:]
+    A = p.front.shape[1]
     for w in range(W):
         for e in range(E):
             for k in range(3):
-                pos[w, e, k] = body_pos[w, e, k] + q[w, e, k]
+                p.pos[w, e, k] = p.body_pos[w, e, k] + p.q[w, e, k]
             for k in range(4):
-                vel[w, e, k] = qd[w, e, k]
-            c = cos2[1, w, e]
-            s = sin2[1, w, e]
-            xquat[w, e, 0] = c
-            xquat[w, e, 3] = s
+                p.vel[w, e, k] = p.qd[w, e, k]
+            c = p.cos2[1, w, e]
+            s = p.sin2[1, w, e]
+            p.xquat[w, e, 0] = c
+            p.xquat[w, e, 3] = s
             r0 = c * c - s * s
             r1 = (2.0 * c) * s
-            rot[w, e, 0] = r0
-            rot[w, e, 1] = r1
-            rot[w, e, 2] = r0
-            tx = r0 * geom_xy_a[w, e, 0]
-            tx += r1 * geom_xy_b[w, e, 0]
-            ty = r1 * geom_xy_a[w, e, 1]
-            ty += r0 * geom_xy_b[w, e, 1]
-            centre[w, e, 0] = pos[w, e, 0] + tx
-            centre[w, e, 1] = pos[w, e, 1] + ty
-            centre[w, e, 2] = pos[w, e, 2] + geom_z[w, e]
+            tx = r0 * p.geom_xy_a[w, e, 0]
+            tx += r1 * p.geom_xy_b[w, e, 0]
+            ty = r1 * p.geom_xy_a[w, e, 1]
+            ty += r0 * p.geom_xy_b[w, e, 1]
+            p.centre[w, e, 0] = p.pos[w, e, 0] + tx
+            p.centre[w, e, 1] = p.pos[w, e, 1] + ty
+            p.centre[w, e, 2] = p.pos[w, e, 2] + p.geom_z[w, e]
         for a in range(A):
-            front[w, a, 0, 0] = sin2[0, w, a]
-            front[w, a, 0, 1] = -cos2[0, w, a]
+            p.front[w, a, 0, 0] = p.sin2[0, w, a]
+            p.front[w, a, 0, 1] = -p.cos2[0, w, a]
 
 
 @njit(**_OPTS)
-def aim_rays(worlds, centre, pos, front, cos_half_angle, L, sq_reach, ray_vec, ray_pnt, cone):
+def aim_rays(worlds, poses, sight):
     """Vision rays of game._cast_rays: direction from each agent to each entity centre
     (normalised; straight up towards itself), the cone test on the unnormalised offsets
-    (rules.cone_from_front), squared agent -> object centre distances, and every ray's origin."""
-    A = front.shape[1]
-    E = centre.shape[1]
-    R = ray_vec.shape[2]
+    (rules.cone_from_front), squared agent -> object centre distances, and every ray's origin.
+    Writes sight's ray_vec (the sight lines), ray_pnt, cone and sq_reach."""
+    L = sight.L
+    A = poses.front.shape[1]
+    E = poses.centre.shape[1]
+    R = sight.ray_vec.shape[2]
     for w in worlds:
         for a in range(A):
-            ox = pos[w, a, 0]
-            oy = pos[w, a, 1]
-            oz = pos[w, a, 2]
-            fx = front[w, a, 0, 0]
-            fy = front[w, a, 0, 1]
+            ox = poses.pos[w, a, 0]
+            oy = poses.pos[w, a, 1]
+            oz = poses.pos[w, a, 2]
+            fx = poses.front[w, a, 0, 0]
+            fy = poses.front[w, a, 0, 1]
             for e in range(E):
-                dx = centre[w, e, 0] - ox
-                dy = centre[w, e, 1] - oy
-                dz = centre[w, e, 2] - oz
+                dx = poses.centre[w, e, 0] - ox
+                dy = poses.centre[w, e, 1] - oy
+                dz = poses.centre[w, e, 2] - oz
                 norm2 = np.sqrt(dx * dx + dy * dy)
-                cone[w, a, e] = (dx * fx + dy * fy) / _max(norm2, 1e-9) >= cos_half_angle
+                sight.cone[w, a, e] = (dx * fx + dy * fy) / _max(
+                    norm2, 1e-9
+                ) >= sight.cos_half_angle
                 sq = dx * dx + dy * dy
                 sq += dz * dz
                 if e >= A:
-                    sq_reach[w, a, e - A] = sq
+                    sight.sq_reach[w, a, e - A] = sq
                 n = _max(np.sqrt(sq), 1e-9)
                 if e == a:
                     dx, dy, dz = 0.0, 0.0, 1.0
                 else:
                     dx, dy, dz = dx / n, dy / n, dz / n
-                ray_vec[w, a, L + e, 0] = dx
-                ray_vec[w, a, L + e, 1] = dy
-                ray_vec[w, a, L + e, 2] = dz
+                sight.ray_vec[w, a, L + e, 0] = dx
+                sight.ray_vec[w, a, L + e, 1] = dy
+                sight.ray_vec[w, a, L + e, 2] = dz
             for r in range(R):
-                ray_pnt[w, a, r, 0] = ox
-                ray_pnt[w, a, r, 1] = oy
-                ray_pnt[w, a, r, 2] = oz
+                sight.ray_pnt[w, a, r, 0] = ox
+                sight.ray_pnt[w, a, r, 1] = oy
+                sight.ray_pnt[w, a, r, 2] = oz
 
 
 @njit(**_OPTS)
-def read_rays(
-    worlds,
-    dist,
-    geomid,
-    L,
-    lidar_range,
-    agent_present,
-    hit_body,
-    target_body,
-    cone,
-    pair_ok,
-    lidar,
-    sees,
-):
+def read_rays(worlds, dist, geomid, sight):
     """Lidar (range where nothing is hit, zero for absent agents) and who sees what: the ray
     towards an entity first hits a geom of that entity's body, inside the cone, both present.
-    dist / geomid (len(worlds), A * R) in `worlds` order."""
-    A = cone.shape[1]
-    E = cone.shape[2]
+    dist / geomid (len(worlds), A * R) in `worlds` order (sight's own, or the batch's)."""
+    L = sight.L
+    A = sight.cone.shape[1]
+    E = sight.cone.shape[2]
     R = L + E
-    nh = hit_body.shape[0]
+    sees = _sees(sight)
+    nh = sight.hit_body.shape[0]
     for i in range(worlds.shape[0]):
         w = worlds[i]
         for a in range(A):
-            scale = 1.0 if agent_present[w, a] else 0.0
+            scale = 1.0 if sight.agent_present[w, a] else 0.0
             base = a * R
             for k in range(L):
-                d = dist[i, base + k] if geomid[i, base + k] >= 0 else lidar_range
-                lidar[w, a, k] = _min(d, lidar_range) * scale
+                d = dist[i, base + k] if geomid[i, base + k] >= 0 else sight.lidar_range
+                sight.lidar[w, a, k] = _min(d, sight.lidar_range) * scale
             for e in range(E):
                 g = geomid[i, base + L + e]
-                body = hit_body[g if g >= 0 else nh + g]
-                sees[w, a, e] = body == target_body[e] and cone[w, a, e] and pair_ok[w, a, e]
+                body = sight.hit_body[g if g >= 0 else nh + g]
+                sees[w, a, e] = (
+                    body == sight.target_body[e] and sight.cone[w, a, e] and sight.pair_ok[w, a, e]
+                )
+
+
+@njit(**_OPTS)
+def _sees(sight):
+    """(W, A, E) view of sight.sees_flat without its trailing entry."""
+    W, A, E = sight.cone.shape
+    return sight.sees_flat[:-1].reshape((W, A, E))
 
 
 LIFTED, PREP_END, TRUNCATED = 1, 2, 4  # flags returned by rewards_and_stats
 BAD_STATE = 8  # after_physics: MuJoCo counted a new bad-state warning
 
 
+class Rules(NamedTuple):
+    """What `rewards_and_stats` reads and sums: the clock, the rules' numbers, the episode
+    tables built at reset and the running statistics (stats.EpisodeStats' arrays)."""
+
+    t: np.ndarray  # (W,) env steps done this episode
+    prep_steps: int
+    horizon: int
+    lift_z: float  # a seeker's centre this high is off the floor (box surfing)
+    seeker_present: np.ndarray  # (W, A)
+    seeker_sees_hider: np.ndarray  # (W, A, A) seeker a present, hider b present
+    sign_hidden: np.ndarray  # (1, A) each agent's reward while no hider is seen
+    sign_seen: np.ndarray  # (1, A) and while one is
+    oob_low: float
+    oob_high: float
+    oob_penalty: float
+    penalise_objects: bool  # objects out of bounds penalise every agent
+    object_present: np.ndarray  # (W, Ob)
+    agent_present: np.ndarray  # (W, A)
+    hider_mask: np.ndarray  # (W, A) present hiders, (W,) their count (at least 1)
+    hider_count: np.ndarray
+    seeker_mask: np.ndarray  # (W, A) present seekers, (W,) their count (at least 1)
+    seeker_count: np.ndarray
+    returns: np.ndarray  # (W, 2) per-team returns
+    play_steps: np.ndarray  # (W,)
+    hidden_steps: np.ndarray  # (W,)
+    hiders_seen: np.ndarray  # (W,) the latest step's
+
+
 @njit(**_OPTS)
-def rewards_and_stats(
-    t,
-    prep_steps,
-    horizon,
-    lift_z,
-    seeker_present,
-    sees,
-    seeker_sees_hider,
-    sign_hidden,
-    sign_seen,
-    pos,
-    oob_low,
-    oob_high,
-    oob_penalty,
-    penalise_objects,
-    object_present,
-    agent_present,
-    hider_mask,
-    hider_count,
-    seeker_mask,
-    seeker_count,
-    returns,
-    play_steps,
-    hidden_steps,
-    reward,
-    hiders_seen,
-    truncated,
-):
+def rewards_and_stats(rules, sees, pos, reward, truncated):
     """The end of a step: rules.rewards (with the per-episode masks of game.py), the running
     sums of stats.EpisodeStats.step (team returns, play and hidden steps), t += 1 and the
     truncation at the horizon. in_prep is t < prep_steps before the increment. Returns the
@@ -275,122 +289,128 @@ def rewards_and_stats(
     episode ended)."""
     W, A = reward.shape
     E = pos.shape[1]
+    lo = rules.oob_low
+    hi = rules.oob_high
     flags = 0
     for w in range(W):
-        prep = t[w] < prep_steps
+        prep = rules.t[w] < rules.prep_steps
         seen = False
         for a in range(A):
             for b in range(A):
-                if sees[w, a, b] and seeker_sees_hider[w, a, b]:
+                if sees[w, a, b] and rules.seeker_sees_hider[w, a, b]:
                     seen = True
-        hiders_seen[w] = seen
+        rules.hiders_seen[w] = seen
         bad = False
-        if penalise_objects:
+        if rules.penalise_objects:
             for e in range(A, E):
                 x = pos[w, e, 0]
                 y = pos[w, e, 1]
-                out = x < oob_low or x > oob_high or y < oob_low or y > oob_high
-                if out and object_present[w, e - A]:
+                out = x < lo or x > hi or y < lo or y > hi
+                if out and rules.object_present[w, e - A]:
                     bad = True
         h_sum = np.float32(0.0)
         s_sum = np.float32(0.0)
         for a in range(A):
-            r = sign_seen[0, a] if seen else sign_hidden[0, a]
+            r = rules.sign_seen[0, a] if seen else rules.sign_hidden[0, a]
             x = pos[w, a, 0]
             y = pos[w, a, 1]
-            if bad or x < oob_low or x > oob_high or y < oob_low or y > oob_high:
-                r = oob_penalty
-            if not agent_present[w, a] or prep:
+            if bad or x < lo or x > hi or y < lo or y > hi:
+                r = rules.oob_penalty
+            if not rules.agent_present[w, a] or prep:
                 r = 0.0
-            if seeker_present[w, a] and pos[w, a, 2] >= lift_z:
+            if rules.seeker_present[w, a] and pos[w, a, 2] >= rules.lift_z:
                 flags |= LIFTED
             r32 = np.float32(r)
             reward[w, a] = r32
-            h_sum += r32 * np.float32(hider_mask[w, a])
-            s_sum += r32 * np.float32(seeker_mask[w, a])
-        returns[w, 0] += np.float64(h_sum) / np.float64(hider_count[w])
-        returns[w, 1] += np.float64(s_sum) / np.float64(seeker_count[w])
+            h_sum += r32 * np.float32(rules.hider_mask[w, a])
+            s_sum += r32 * np.float32(rules.seeker_mask[w, a])
+        rules.returns[w, 0] += np.float64(h_sum) / np.float64(rules.hider_count[w])
+        rules.returns[w, 1] += np.float64(s_sum) / np.float64(rules.seeker_count[w])
         if not prep:
-            play_steps[w] += 1.0
+            rules.play_steps[w] += 1.0
             if not seen:
-                hidden_steps[w] += 1.0
-        t[w] += 1
-        if t[w] == prep_steps:
+                rules.hidden_steps[w] += 1.0
+        rules.t[w] += 1
+        if rules.t[w] == rules.prep_steps:
             flags |= PREP_END
-        truncated[w] = t[w] >= horizon
+        truncated[w] = rules.t[w] >= rules.horizon
         if truncated[w]:
             flags |= TRUNCATED
     return flags
 
 
+class Views(NamedTuple):
+    """The observation buffers (`game.obs`' arrays and observation_self's rows) and the
+    per-episode gather tables `observe` fills them by."""
+
+    is_hider: np.ndarray  # (A,)
+    self_rows: np.ndarray  # (W * A + 1, SELF_DIM) observation_self rows, a trailing zero row
+    other_rows: np.ndarray  # (W, A, A - 1) row of each agent's k-th other (the zero row: none)
+    other_sees: np.ndarray  # (W, A, A - 1) index into sight.sees_flat: i sees its k-th other
+    box_live: np.ndarray  # (W, A, nb, 1) observer and box present
+    ramp_live: np.ndarray  # (W, A, nr, 1)
+    obs_self: np.ndarray  # the observation arrays (contract.py)
+    obs_others: np.ndarray
+    mask_aa: np.ndarray
+    box_obs: np.ndarray
+    mask_ab: np.ndarray
+    ramp_obs: np.ndarray
+    mask_ar: np.ndarray
+    obs_lidar: np.ndarray
+
+
 @njit(**_OPTS)
-def observe(
-    t,
-    prep_steps,
-    pos,
-    yaw,
-    vel,
-    cos_yaw,
-    sin_yaw,
-    agent_present,
-    is_hider,
-    self_rows,
-    other_rows,
-    sees_flat,
-    other_sees,
-    box_live,
-    ramp_live,
-    sees,
-    lidar,
-    obs_self,
-    obs_others,
-    mask_aa,
-    box_obs,
-    mask_ab,
-    ramp_obs,
-    mask_ar,
-    obs_lidar,
-):
+def observe(rules, poses, sight, views):
     """game._observe: observation_self (the contract's SelfColumns; rows of absent agents keep
     their zeros), other agents' rows and masks by the per-episode gather tables, object rows
     (ObjectColumns) where the object and the observer are present, visibility masks, lidar."""
+    t = rules.t
+    prep_steps = rules.prep_steps
+    agent_present = rules.agent_present
+    pos = poses.pos
+    vel = poses.vel
+    cos_yaw = poses.cos2[0]
+    sin_yaw = poses.sin2[0]
+    sees_flat = sight.sees_flat
+    sees = _sees(sight)
+    lidar = sight.lidar
     W, A = agent_present.shape
     E = pos.shape[1]
-    nb = box_obs.shape[2]
-    nr = ramp_obs.shape[2]
+    nb = views.box_obs.shape[2]
+    nr = views.ramp_obs.shape[2]
     two_pi = 2 * np.pi
     for w in range(W):
         prep = _min(1.0, t[w] / prep_steps) if prep_steps else 1.0
         for a in range(A):
             if not agent_present[w, a]:
                 continue
-            row = obs_self[w, a]
+            row = views.obs_self[w, a]
             for k in range(3):
                 row[k] = pos[w, a, k]
-            row[3] = (yaw[w, a] + np.pi) % two_pi - np.pi
+            row[3] = (poses.angles[0, w, a] + np.pi) % two_pi - np.pi
             for k in range(4):
                 row[4 + k] = vel[w, a, k]
-            row[8] = 1.0 if is_hider[a] else 0.0
+            row[8] = 1.0 if views.is_hider[a] else 0.0
             row[9] = prep
-    n_rows = self_rows.shape[0]
+    n_rows = views.self_rows.shape[0]
     n_sees = sees_flat.shape[0]
     for w in range(W):
         for a in range(A):
-            for k in range(other_rows.shape[2]):
-                src = _clip(other_rows[w, a, k], n_rows)
-                for c in range(self_rows.shape[1]):
-                    obs_others[w, a, k, c] = self_rows[src, c]
-                mask_aa[w, a, k] = sees_flat[_clip(other_sees[w, a, k], n_sees)]
+            for k in range(views.other_rows.shape[2]):
+                src = _clip(views.other_rows[w, a, k], n_rows)
+                for c in range(views.self_rows.shape[1]):
+                    views.obs_others[w, a, k, c] = views.self_rows[src, c]
+                views.mask_aa[w, a, k] = sees_flat[_clip(views.other_sees[w, a, k], n_sees)]
             for o in range(nb):
-                if box_live[w, a, o, 0]:
-                    _object_row(box_obs[w, a, o], pos, cos_yaw, sin_yaw, vel, w, A + o)
-                mask_ab[w, a, o] = sees[w, a, A + o]
+                if views.box_live[w, a, o, 0]:
+                    _object_row(views.box_obs[w, a, o], pos, cos_yaw, sin_yaw, vel, w, A + o)
+                views.mask_ab[w, a, o] = sees[w, a, A + o]
             for o in range(nr):
-                if ramp_live[w, a, o, 0]:
-                    _object_row(ramp_obs[w, a, o], pos, cos_yaw, sin_yaw, vel, w, A + nb + o)
-                mask_ar[w, a, o] = sees[w, a, A + nb + o]
+                if views.ramp_live[w, a, o, 0]:
+                    _object_row(views.ramp_obs[w, a, o], pos, cos_yaw, sin_yaw, vel, w, A + nb + o)
+                views.mask_ar[w, a, o] = sees[w, a, A + nb + o]
             for k in range(lidar.shape[2]):
-                obs_lidar[w, a, k] = lidar[w, a, k]
+                views.obs_lidar[w, a, k] = lidar[w, a, k]
     return E
 
 
@@ -496,131 +516,19 @@ def decide_locks_and_grabs(
 
 @njit(**_OPTS)
 def after_physics(
-    # poses (kinematics)
-    q,
-    qd,
-    body_pos,
-    geom_xy_a,
-    geom_xy_b,
-    geom_z,
-    cos2,
-    sin2,
-    angles,
-    xquat,
-    pos,
-    vel,
-    front,
-    rot,
-    centre,
-    # rays (aim_rays, rays.cast, read_rays)
-    worlds,
-    cos_half_angle,
-    L,
-    sq_reach,
-    ray_vec,
-    ray_pnt,
-    cone,
-    functions,
-    model_ptr,
-    data_ptr,
-    data_qpos,
-    qpos,
-    geom_xpos,
-    geom_xmat,
-    geom_type,
-    geom_size,
-    ray_ok,
-    geom_body,
-    agent_body,
-    pair_ok,
-    dist,
-    geomid,
-    lidar_range,
-    hit_body,
-    target_body,
-    lidar,
-    sees_flat,
-    # rewards and statistics (rewards_and_stats)
-    t,
-    prep_steps,
-    horizon,
-    lift_z,
-    seeker_present,
-    seeker_sees_hider,
-    sign_hidden,
-    sign_seen,
-    oob_low,
-    oob_high,
-    oob_penalty,
-    penalise_objects,
-    object_present,
-    agent_present,
-    hider_mask,
-    hider_count,
-    seeker_mask,
-    seeker_count,
-    returns,
-    play_steps,
-    hidden_steps,
-    hiders_seen,
-    # observations (observe)
-    is_hider,
-    self_rows,
-    other_rows,
-    other_sees,
-    box_live,
-    ramp_live,
-    obs_self,
-    obs_others,
-    mask_aa,
-    box_obs,
-    mask_ab,
-    ramp_obs,
-    mask_ar,
-    obs_lidar,
-    # MuJoCo's bad-state warning counters (W, 3) and those already reported
-    bad_counts,
-    bad_seen,
-    # this step's outputs
-    reward,
-    truncated,
+    worlds, poses, scene, sight, rules, views, bad_counts, bad_seen, reward, truncated
 ):
     """A one-thread step after its physics and trigonometry, in one call: kinematics,
-    aim_rays, rays.cast, read_rays, rewards_and_stats and observe, in game.step's order and
-    with its arguments (sees is sees_flat without its trailing entry; the entity views of
-    game.py are slices here). Returns rewards_and_stats' flags, and BAD_STATE where a bad-state
-    counter differs from the reported one."""
-    A = front.shape[1]
-    W, E = cone.shape[0], cone.shape[2]
-    sees = sees_flat[:-1].reshape((W, A, E))
-    kinematics(
-        q, qd, body_pos, geom_xy_a, geom_xy_b, geom_z, cos2, sin2, xquat, pos, vel, front, rot,
-        centre,
-    )  # fmt: skip
-    agent_pos = pos[:, :A]
-    aim_rays(
-        worlds, centre, agent_pos, front, cos_half_angle, L, sq_reach, ray_vec, ray_pnt, cone
-    )  # fmt: skip
-    rays.cast(
-        worlds, functions, model_ptr, data_ptr, data_qpos, qpos, geom_xpos, geom_xmat,
-        geom_type, geom_size, ray_ok, geom_body, agent_body, agent_present, cone, pair_ok,
-        ray_pnt, ray_vec, L, dist, geomid,
-    )  # fmt: skip
-    read_rays(
-        worlds, dist, geomid, L, lidar_range, agent_present, hit_body, target_body, cone,
-        pair_ok, lidar, sees,
-    )  # fmt: skip
-    flags = rewards_and_stats(
-        t, prep_steps, horizon, lift_z, seeker_present, sees, seeker_sees_hider, sign_hidden,
-        sign_seen, pos, oob_low, oob_high, oob_penalty, penalise_objects, object_present,
-        agent_present, hider_mask, hider_count, seeker_mask, seeker_count, returns, play_steps,
-        hidden_steps, reward, hiders_seen, truncated,
-    )  # fmt: skip
-    observe(
-        t, prep_steps, pos, angles[0, :, :A], vel, cos2[0], sin2[0], agent_present, is_hider,
-        self_rows, other_rows, sees_flat, other_sees, box_live, ramp_live, sees, lidar,
-        obs_self, obs_others, mask_aa, box_obs, mask_ab, ramp_obs, mask_ar, obs_lidar,
-    )  # fmt: skip
+    aim_rays, rays.cast, read_rays, rewards_and_stats and observe, in game.step's order.
+    bad_counts: MuJoCo's bad-state warning counters (W, 3), bad_seen: those already reported.
+    Returns rewards_and_stats' flags, and BAD_STATE where a bad-state counter differs from the
+    reported one."""
+    kinematics(poses)
+    aim_rays(worlds, poses, sight)
+    rays.cast(worlds, scene, sight)
+    read_rays(worlds, sight.dist, sight.geomid, sight)
+    flags = rewards_and_stats(rules, _sees(sight), poses.pos, reward, truncated)
+    observe(rules, poses, sight, views)
     for w in range(bad_counts.shape[0]):
         for k in range(bad_counts.shape[1]):
             if bad_counts[w, k] != bad_seen[w, k]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+from typing import NamedTuple
 
 import mujoco
 import numpy as np
@@ -144,39 +145,56 @@ def _entry(box, k, v, inv, axes):
     return t0
 
 
+class Scene(NamedTuple):
+    """What `cast` reads of the worlds' models, and the scratch MjData its kinematics run on;
+    the game fills it once, when it builds its batch."""
+
+    functions: np.ndarray  # `FUNCTIONS`
+    model_ptr: np.ndarray  # (W,) each world's MjModel `_address`
+    data_ptr: int  # the scratch MjData's `_address`
+    data_qpos: np.ndarray  # (nq,) its qpos, geom_xpos (G, 3) and geom_xmat (G, 9)
+    geom_xpos: np.ndarray
+    geom_xmat: np.ndarray
+    qpos: np.ndarray  # (W, nq) the batch's state rows
+    geom_type: np.ndarray  # (W, G) of each world's model
+    geom_size: np.ndarray  # (W, G, 3)
+    ray_ok: np.ndarray  # (W, G) `ray_geoms`
+    geom_body: np.ndarray  # (G,) every world's: one build order
+    agent_body: np.ndarray  # (A,) the body each agent's rays exclude
+
+
+class Sight(NamedTuple):
+    """The game's rays: their aims, their results and what they mean (lidar, who sees what),
+    with the per-episode tables that say which of them anyone reads. Shapes as in
+    kernels.py: W worlds, A agents, E entities, L lidar rays, R = L + E rays per agent."""
+
+    L: int
+    cos_half_angle: float  # of the vision cone
+    lidar_range: float
+    agent_present: np.ndarray  # (W, A)
+    pair_ok: np.ndarray  # (W, A, E) both present, not the agent itself
+    ray_vec: np.ndarray  # (W, A, R, 3) unit directions: the lidar fan, then each entity
+    ray_pnt: np.ndarray  # (W, A, R, 3) origins: the agent's centre
+    sq_reach: np.ndarray  # (W, A, Ob) squared distance agent -> object centre
+    cone: np.ndarray  # (W, A, E) entity inside the agent's vision cone
+    dist: np.ndarray  # (W, A * R) `cast`'s results: distance (-1: miss) and geom id
+    geomid: np.ndarray
+    hit_body: np.ndarray  # (G + 1,) body of each geom, -1 last (geom id -1 reads it)
+    target_body: np.ndarray  # (E,) each entity's body
+    lidar: np.ndarray  # (W, A, L)
+    sees_flat: np.ndarray  # (W * A * E + 1,) who sees which entity, a trailing False
+
+
 @njit(**_OPTS)
-def cast(
-    worlds,
-    functions,
-    model_ptr,
-    data_ptr,
-    data_qpos,
-    qpos,
-    geom_xpos,
-    geom_xmat,
-    geom_type,
-    geom_size,
-    ray_ok,
-    geom_body,
-    agent_body,
-    agent_present,
-    cone,
-    pair_ok,
-    ray_pnt,
-    ray_vec,
-    L,
-    dist,
-    geomid,
-):
-    """Rays of game._cast_rays for `worlds` into dist / geomid (rows in `worlds` order, A * R
-    columns: agent a's lidar then its sight lines). functions: `FUNCTIONS`; data_qpos,
-    geom_xpos, geom_xmat: arrays of the scratch MjData at `data_ptr`; geom_type / geom_size /
-    ray_ok: (W, G) per world's model (`model_ptr`); the rest as in kernels.aim_rays /
-    read_rays."""
-    A = ray_pnt.shape[1]
-    R = ray_pnt.shape[2]
-    G = geom_body.shape[0]
-    nq = data_qpos.shape[0]
+def cast(worlds, scene, sight):
+    """Rays of game._cast_rays for `worlds` into sight.dist / sight.geomid (rows in `worlds`
+    order, A * R columns: agent a's lidar then its sight lines), after `mj_kinematics` of each
+    world on the scratch MjData of `scene`."""
+    A = sight.ray_pnt.shape[1]
+    R = sight.ray_pnt.shape[2]
+    L = sight.L
+    G = scene.geom_body.shape[0]
+    nq = scene.data_qpos.shape[0]
     lo = np.empty((G, 3))
     hi = np.empty((G, 3))
     cand = np.empty(G, dtype=np.int64)
@@ -188,50 +206,50 @@ def cast(
     v = np.empty(3)
     inv = np.empty(3)
     # addresses as int64 (uintp + int64 would promote to float)
-    xpos_adr = np.int64(geom_xpos.ctypes.data)
-    xmat_adr = np.int64(geom_xmat.ctypes.data)
-    size_adr = np.int64(geom_size.ctypes.data)
-    pnt_adr = np.int64(ray_pnt.ctypes.data)
-    vec_adr = np.int64(ray_vec.ctypes.data)
+    xpos_adr = np.int64(scene.geom_xpos.ctypes.data)
+    xmat_adr = np.int64(scene.geom_xmat.ctypes.data)
+    size_adr = np.int64(scene.geom_size.ctypes.data)
+    pnt_adr = np.int64(sight.ray_pnt.ctypes.data)
+    vec_adr = np.int64(sight.ray_vec.ctypes.data)
     for i in range(worlds.shape[0]):
         w = worlds[i]
         for k in range(nq):
-            data_qpos[k] = qpos[w, k]
-        _kinematics(functions[0], model_ptr[w], data_ptr)
+            scene.data_qpos[k] = scene.qpos[w, k]
+        _kinematics(scene.functions[0], scene.model_ptr[w], scene.data_ptr)
         for g in range(G):  # world-aligned boxes around each geom, padded
-            kind = geom_type[w, g]
+            kind = scene.geom_type[w, g]
             for j in range(3):
                 if kind == GEOM_SPHERE:
-                    half = geom_size[w, g, 0]
+                    half = scene.geom_size[w, g, 0]
                 elif kind in (GEOM_BOX, GEOM_MESH):  # a mesh's box: mj_rayMesh's test
                     half = 0.0
                     for c in range(3):
-                        half += abs(geom_xmat[g, 3 * j + c]) * geom_size[w, g, c]
+                        half += abs(scene.geom_xmat[g, 3 * j + c]) * scene.geom_size[w, g, c]
                 else:
                     half = np.inf  # other shapes: always tested
-                lo[g, j] = geom_xpos[g, j] - half - PAD
-                hi[g, j] = geom_xpos[g, j] + half + PAD
+                lo[g, j] = scene.geom_xpos[g, j] - half - PAD
+                hi[g, j] = scene.geom_xpos[g, j] + half + PAD
         for a in range(A):
             base = a * R
-            if not agent_present[w, a]:
+            if not sight.agent_present[w, a]:
                 for r in range(R):
-                    dist[i, base + r] = -1.0
-                    geomid[i, base + r] = -1
+                    sight.dist[i, base + r] = -1.0
+                    sight.geomid[i, base + r] = -1
                 continue
             # the geoms this agent's rays may hit, as boxes relative to its centre (where all
             # its rays start); `level[q]`: those spanning its height, all a level ray can enter,
             # whose box reaches quadrant q (0: x > 0, y > 0, then counter-clockwise; 4: every
             # quadrant, for level rays along an axis)
-            exclude = agent_body[a]
+            exclude = scene.agent_body[a]
             n_all = 0
             for q in range(5):
                 n_level[q] = 0
             for g in range(G):
-                if not ray_ok[w, g] or geom_body[g] == exclude:
+                if not scene.ray_ok[w, g] or scene.geom_body[g] == exclude:
                     continue
                 for j in range(3):
-                    box[n_all, j] = lo[g, j] - ray_pnt[w, a, 0, j]
-                    box[n_all, 3 + j] = hi[g, j] - ray_pnt[w, a, 0, j]
+                    box[n_all, j] = lo[g, j] - sight.ray_pnt[w, a, 0, j]
+                    box[n_all, 3 + j] = hi[g, j] - sight.ray_pnt[w, a, 0, j]
                 geoms[n_all] = g
                 if box[n_all, 2] <= 0.0 and box[n_all, 5] >= 0.0:
                     east, west = box[n_all, 3] >= 0.0, box[n_all, 0] <= 0.0
@@ -246,12 +264,12 @@ def cast(
             for r in range(R):
                 best = -1.0
                 best_g = -1
-                if r >= L and not (cone[w, a, r - L] and pair_ok[w, a, r - L]):
-                    dist[i, base + r] = best
-                    geomid[i, base + r] = best_g
+                if r >= L and not (sight.cone[w, a, r - L] and sight.pair_ok[w, a, r - L]):
+                    sight.dist[i, base + r] = best
+                    sight.geomid[i, base + r] = best_g
                     continue
                 for j in range(3):
-                    v[j] = ray_vec[w, a, r, j]
+                    v[j] = sight.ray_vec[w, a, r, j]
                     inv[j] = 1.0 / v[j] if v[j] != 0.0 else 0.0
                 n = 0
                 if v[2] == 0.0:  # level: x and y slabs of the boxes in its quadrant
@@ -284,23 +302,28 @@ def cast(
                     n -= 1
                     cand[k] = cand[n]
                     start[k] = start[n]
-                    if geom_type[w, g] == GEOM_MESH:
+                    if scene.geom_type[w, g] == GEOM_MESH:
                         x = _ray_mesh(
-                            functions[2], model_ptr[w], data_ptr, g, pnt_adr + off, vec_adr + off
+                            scene.functions[2],
+                            scene.model_ptr[w],
+                            scene.data_ptr,
+                            g,
+                            pnt_adr + off,
+                            vec_adr + off,
                         )
                     else:
                         x = _ray_geom(
-                            functions[1],
+                            scene.functions[1],
                             xpos_adr + 24 * g,
                             xmat_adr + 72 * g,
                             size_adr + 24 * (w * G + g),
                             pnt_adr + off,
                             vec_adr + off,
-                            np.int64(geom_type[w, g]),
+                            np.int64(scene.geom_type[w, g]),
                         )
                     # mj_ray's loop in id order keeps the nearest, the lowest id among equals
                     if x >= 0.0 and (best < 0.0 or x < best or (x == best and g < best_g)):
                         best = x
                         best_g = g
-                dist[i, base + r] = best
-                geomid[i, base + r] = best_g
+                sight.dist[i, base + r] = best
+                sight.geomid[i, base + r] = best_g
