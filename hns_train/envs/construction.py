@@ -38,7 +38,6 @@ from numba import njit
 
 from hns_train.envs import contract as C
 from hns_train.envs.tasks import Task, register
-from hns_train.envs.world import RAY_GROUPS
 
 # corner signs (x, y) of a site or a box, in the original's order
 CORNER_SIGNS = np.array([[-1.0, -1.0], [-1.0, 1.0], [1.0, -1.0], [1.0, 1.0]])
@@ -123,12 +122,13 @@ class Blueprint(Task):
         self.site_corner = np.zeros((W, S, 4, 3))
         self.completed = np.zeros(W, dtype=bool)  # construction finished this episode
         self.done = np.zeros((W, S), dtype=bool)  # sites done at the latest step
+        self.site_obs = np.zeros((W, game.n_agents, S, C.SITE_DIM))  # site_obs rows
+        self.site_seen = np.zeros((W, game.n_agents, S), dtype=bool)  # its masks
         self._mean = np.zeros(W)  # mean smooth-min site corner distance, latest step
 
     def reset(self, worlds: np.ndarray) -> None:
         super().reset(worlds)
         cfg, g = self.cfg, self.game
-        key = C.SITE_KEYS
         for w in worlds:
             layout = g.layouts[w]
             present = np.asarray(layout.site_present, dtype=bool)
@@ -138,11 +138,14 @@ class Blueprint(Task):
             self.site_centre[w] = rows[:, C.SiteColumns.POS]
             self.site_corner[w] = rows[:, C.SiteColumns.CORNERS].reshape(-1, 4, 3)
             seen = g.agent_present[w][:, None] & present[None, :]  # (A, S)
-            g.obs[key.key][w] = np.where(seen[..., None], rows[None], 0.0)
-            g.obs[key.visible_mask][w] = seen
-            g.obs[key.exists_mask][w] = seen
+            self.site_obs[w] = np.where(seen[..., None], rows[None], 0.0)
+            self.site_seen[w] = seen
         self.completed[worlds] = False
         self.done[worlds] = False
+
+    def observations(self, worlds: np.ndarray) -> dict[str, np.ndarray]:
+        key, seen = C.SITE_KEYS, self.site_seen[worlds]
+        return {key.key: self.site_obs[worlds], key.visible_mask: seen, key.exists_mask: seen}
 
     def reward(self, reward: np.ndarray) -> None:
         cfg, g, nb = self.cfg, self.game, self.cfg.max_boxes
@@ -207,7 +210,6 @@ class Shelter(Task):
         R = len(self.starts)
         self.pnt = np.ascontiguousarray(np.broadcast_to(self.starts, (W, R, 3)))
         self.vec = np.zeros((W, R, 3))
-        self.groups = np.ascontiguousarray(RAY_GROUPS, dtype=np.uint8)
         self.hitting = np.zeros(W, dtype=np.int64)  # rays reaching the cylinder, latest step
         self.cylinder_geom = -1
 
@@ -218,7 +220,7 @@ class Shelter(Task):
     def reset(self, worlds: np.ndarray) -> None:
         super().reset(worlds)
         g, h = self.game, self.cfg.cylinder_height
-        self.cylinder_geom = g.models[worlds[0]].geom("cylinder").id
+        self.cylinder_geom = g.geom_id("cylinder")
         for w in worlds:
             target = np.array([*g.layouts[w].cylinder_xy, h / 2])
             v = target - self.starts
@@ -227,8 +229,7 @@ class Shelter(Task):
 
     def count_hits(self) -> np.ndarray:
         """(W,) rays of every world whose first hit is the cylinder (current state)."""
-        _, geom = self.game.batch.ray(self.pnt, self.vec, self.groups, True, -1)
-        return (geom == self.cylinder_geom).sum(axis=1)
+        return (self.game.first_hits(self.pnt, self.vec) == self.cylinder_geom).sum(axis=1)
 
     def reward(self, reward: np.ndarray) -> None:
         self.hitting = self.count_hits()

@@ -26,9 +26,9 @@ the agent answers with its x-force bin on the last step:
   spacing >= counting_spacing on the way. The screen hides every spot (checked when the task is
   made, from the geometry of the agent's sight line to each box centre, which is what vision
   tests).
-- Kinematics: every step, before the physics, the task writes the boxes' x, y and yaw (0) for
-  the end of the step and zeroes their velocities, and writes the agent's pinned x, y and yaw
-  with zero velocity; z is left to the physics (resting on the floor). The agent's movement,
+- Kinematics: every step, before the physics, the task pins (tasks.Pins) the boxes' x, y and yaw
+  (0) for the end of the step and the agent's x, y and yaw, all at rest; z is left to the
+  physics (resting on the floor). The agent's movement,
   grab and lock actions are replaced by the no-op. Moving boxes are seen at their new
   positions each step, with the zero velocity the task wrote.
 - Answer: the agent's x-force bin (0..action_bins - 1) on the last step is its count of boxes
@@ -43,7 +43,7 @@ import numpy as np
 
 from hns_train.envs import contract as C
 from hns_train.envs.layout import CUBE, counting_row
-from hns_train.envs.tasks import Task, register
+from hns_train.envs.tasks import Pins, Task, register
 
 
 def hiding_spots(cfg, n: int, k: int) -> np.ndarray:
@@ -79,41 +79,37 @@ class ObjectCounting(Task):
         self.correct = np.zeros(W, dtype=bool)
         self.start = np.zeros((W, nb))  # x of each box in the row
         self.end = np.zeros((W, nb))  # x of its hiding spot
-        # what act writes each step: x, y, yaw of every box (absent ones: their parked pose)
-        # and of the agent, and which velocities it zeroes; the same addresses in every world
+        # what the task pins each step: x, y, yaw of every box (absent ones: their parked pose)
+        # and of the agent
+        A = game.n_agents
+        self._pinned = np.array([*range(A, A + nb), self.agent])  # entities: boxes, the agent
         self._pose = np.zeros((W, nb + 1, 3))
         self._noop = np.asarray(C.noop_action(cfg.action_bins))
 
     def reset(self, worlds: np.ndarray) -> None:
         super().reset(worlds)
-        g, nb = self.game, self.cfg.max_boxes
-        idx = g.index  # known once the first world is built
-        q = np.concatenate([idx.object_qpos[:nb], idx.agent_qpos[self.agent][None]])
-        self._pose_q = q[:, [0, 1, 3]].ravel()
-        self._zero_v = np.concatenate([idx.object_qvel[:nb], idx.agent_qvel[self.agent][None]])
-        self._zero_v = self._zero_v.ravel()
+        g = self.game
         for w in worlds:
             layout = g.layouts[w]
             n = int((layout.box_kind == CUBE).sum())
             k = int(g.rngs[w].integers(0, 2, size=n).sum())  # a fair coin per box
             self.n_boxes[w], self.went_left[w] = n, k
-            self._pose[w] = g.datas[w].qpos[self._pose_q].reshape(nb + 1, 3)  # the layout's
+            self._pose[w] = g.entity_qpos[w, self._pinned][:, [0, 1, 3]]  # the layout's
             self.start[w] = self.end[w] = self._pose[w, :-1, 0]  # absent boxes stay parked
             self.end[w, :n] = hiding_spots(self.cfg, n, k)
         self.answer[worlds] = -1
         self.correct[worlds] = False
 
     def act(self, actions: np.ndarray) -> None:
-        cfg, g = self.cfg, self.game
         self.answer[:] = actions[:, self.agent, 0]  # the x-force bin: the count, read at the end
         actions[...] = self._noop
+
+    def pins(self) -> Pins:
+        cfg, g = self.cfg, self.game
         # where the boxes are at the end of this step (g.t steps are done before it)
         frac = np.clip((g.t + 1 - cfg.counting_show_steps) / cfg.counting_move_steps, 0.0, 1.0)
         self._pose[:, :-1, 0] = self.start + frac[:, None] * (self.end - self.start)
-        pose = self._pose.reshape(g.n_worlds, -1)
-        for w, d in enumerate(g.datas):
-            d.qpos[self._pose_q] = pose[w]
-            d.qvel[self._zero_v] = 0.0
+        return Pins(self._pinned, self._pose)
 
     def reward(self, reward: np.ndarray) -> None:
         cfg = self.cfg

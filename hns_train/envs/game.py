@@ -134,8 +134,9 @@ class HideAndSeekGame:
         self.is_hider = np.arange(A) < cfg.max_hiders
         self.team = np.where(self.is_hider, rules.HIDERS, rules.SEEKERS)
         self._seeker_slot = ~self.is_hider
-        # (W, Ob) per world, so that a task may restrict it (sequential lock's order rule)
-        self.lockable = np.tile(
+        # the objects that may be locked this step, (W, Ob) per world: the config's, or what the
+        # task allows (sequential lock's order rule)
+        self.lockable = self._default_lockable = np.tile(
             np.array(
                 [cfg.boxes_lockable] * cfg.max_boxes + [cfg.ramps_lockable] * cfg.n_ramps,
                 dtype=bool,
@@ -276,6 +277,8 @@ class HideAndSeekGame:
         self._observe(worlds)
         if self.task is not None:
             self.task.reset(worlds)
+            for key, rows in self.task.observations(worlds).items():
+                self.obs[key][worlds] = rows
         return self.obs
 
     def step(self, actions: np.ndarray):
@@ -291,6 +294,10 @@ class HideAndSeekGame:
         if self.task is not None:
             actions = self.check_actions(actions).copy()
             self.task.act(actions)
+            self.lockable = self.task.lockable(self._default_lockable)
+            pins = self.task.pins()
+            if pins is not None:
+                self._pin(pins)
         actions, work = self._prepare_actions(actions)
         cfg = self.cfg
 
@@ -832,6 +839,31 @@ class HideAndSeekGame:
             self._compiled(K.read_rays, worlds, dist, geomid, self._sight)
         else:  # the batch's new arrays: the dispatcher checks their types
             K.read_rays(worlds, dist, geomid, self._sight)
+
+    def _pin(self, pins) -> None:
+        """A task's entities at their x, y and yaw for the end of the step, at rest (tasks.Pins);
+        z stays the physics'."""
+        ents, poses = pins
+        for col, k in ((0, 0), (1, 1), (3, 2)):
+            self._ent_q[:, ents, col] = poses[:, :, k]
+        self._ent_qd[:, ents] = 0.0
+
+    @property
+    def entity_qpos(self) -> np.ndarray:
+        """(W, E, 4) joints x, y, z, yaw of each entity (agents, then objects): a view of the
+        batch's state rows."""
+        return self._ent_q
+
+    def first_hits(self, pnt: np.ndarray, vec: np.ndarray) -> np.ndarray:
+        """(W, R) the geom each of the (W, R, 3) rays from `pnt` along unit `vec` hits first
+        (-1: none), in the current state: MuJoCo's rays (`Batch.ray`), static geoms included,
+        the floor's group excluded as for the game's own rays, no body excluded."""
+        _, geom = self.batch.ray(pnt, vec, self._ray_groups, True, -1)
+        return geom
+
+    def geom_id(self, name: str) -> int:
+        """The id of geom `name` (every world's model is built in the same order)."""
+        return self.models[0].geom(name).id
 
     def data_geom_centres(self, w: int) -> np.ndarray:
         """(A+Ob, 3) centre of each entity's main geom: the point vision rays aim at."""

@@ -18,8 +18,8 @@ its joint coordinates, which are the bodies' lower corners: docs/fidelity.md). T
 is the agent's xy after the reset.
 
 `sequential_lock` also keeps the order rule of the original, which zeroed the lock action for
-every unlocked box after the first unlocked one: those boxes are not lockable this step
-(`HideAndSeekGame.lockable`, per world), while locked boxes can still be unlocked.
+every unlocked box after the first unlocked one: those boxes are not lockable this step (the
+task's `lockable`, per world), while locked boxes can still be unlocked.
 
 An episode runs to the horizon as the original's did (success never ends it); `task_score` is 1
 when the task is complete on the last step, else 0; `boxes_locked` (locked boxes on the last
@@ -169,9 +169,11 @@ class SequentialLock(LockObjectsTask):
     stat_names = ("boxes_locked",)
     in_order = True
 
-    def act(self, actions: np.ndarray) -> None:
+    def lockable(self, default: np.ndarray) -> np.ndarray:
         # the order rule: no unlocked box after the first unlocked one may be locked this step
         unlocked = self._unlocked(self._box_locked())
         first = unlocked.argmax(axis=1)
         later = unlocked & (np.arange(self.n_boxes) > first[:, None])
-        self.game.lockable[:, : self.n_boxes] = self.cfg.boxes_lockable & ~later
+        allowed = default.copy()
+        allowed[:, : self.n_boxes] &= ~later
+        return allowed

@@ -6,8 +6,15 @@ layout, so a hide-and-seek policy loads into a task unchanged (`hns_train/agents
 `GameConfig.task` names the task (`"hide_and_seek"`: none, the game's own reward); the presets of
 `config.py` set each task's world and numbers.
 
-A `Task` sees the game after every reset and step and may
-- filter the actions before they are applied (`act`, e.g. the order rule of sequential lock);
+A task is a part of the game that the game calls; it reads the game through `GameView` (the
+state a task may read) and never writes it: what a task changes, it says through its hooks,
+and the game applies it. At every reset and step a task may
+- add observation rows of its own keys for the new episodes (`observations`, e.g. the sites of
+  blueprint), which the game writes;
+- filter the actions before they are applied (`act`, its own copy of the checked actions);
+- say which objects may be locked this step (`lockable`, e.g. the order rule of sequential
+  lock) and which entities it moves itself (`pins`: their poses at the end of the step, e.g.
+  the boxes of object counting), which the game applies before the physics;
 - write its reward over the game's (`reward`: (W, A) float32, in place), which the game then
   returns; the game's own per-team returns are replaced by the task's in the episode statistics;
 - give the episode's score at its end (`score`: (len(worlds),) float64), reported in `info` as
@@ -26,17 +33,60 @@ slot, and the rows of other agents are empty.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, NamedTuple, Protocol
 
 import numpy as np
 
 from hns_train.envs.config import GameConfig
 from hns_train.envs.stats import STAT_KEYS
 
-if TYPE_CHECKING:
-    from hns_train.envs.game import HideAndSeekGame
-
 HIDE_AND_SEEK = "hide_and_seek"
+
+
+class GameView(Protocol):
+    """What a task may read of the game (`HideAndSeekGame` has it all), current after every
+    reset and step. Shapes: W worlds, A agent slots, Ob objects (boxes, then ramps), E = A + Ob
+    entities (agents, then objects)."""
+
+    n_worlds: int
+    n_agents: int
+    t: np.ndarray  # (W,) env steps done this episode
+    is_hider: np.ndarray  # (A,)
+    agent_present: np.ndarray  # (W, A)
+    object_present: np.ndarray  # (W, Ob)
+    agent_pos: np.ndarray  # (W, A, 3)
+    object_pos: np.ndarray  # (W, Ob, 3)
+    entity_centre: np.ndarray  # (W, E, 3) main geom centres: what vision rays aim at
+    half: np.ndarray  # (W, Ob, 3) half sizes of the objects
+    locked: np.ndarray  # (W, Ob)
+    layouts: list  # each world's layout.Layout
+    rngs: list  # each world's generator (a task's draws for an episode come from it)
+
+    @property
+    def object_yaw_cos(self) -> np.ndarray: ...  # (W, Ob)
+
+    @property
+    def object_yaw_sin(self) -> np.ndarray: ...  # (W, Ob)
+
+    @property
+    def entity_qpos(self) -> np.ndarray: ...  # (W, E, 4) joints x, y, z, yaw of each entity
+
+    def first_hits(self, pnt: np.ndarray, vec: np.ndarray) -> np.ndarray:
+        """(W, R) geom that each of the (W, R, 3) rays hits first (-1: none)."""
+        ...
+
+    def geom_id(self, name: str) -> int:
+        """The id of the geom `name` (every world's model has the same)."""
+        ...
+
+
+class Pins(NamedTuple):
+    """Entities a task moves itself in a step: the game writes their x, y and yaw joints
+    (`entity_qpos` columns 0, 1, 3) for the end of the step and zeroes their velocities; z is
+    left to the physics."""
+
+    entities: np.ndarray  # (n,) entity indices
+    poses: np.ndarray  # (W, n, 3) x, y, yaw
 
 
 class Task:
@@ -45,7 +95,7 @@ class Task:
     name: ClassVar[str] = ""
     stat_names: ClassVar[tuple[str, ...]] = ()  # the keys `extra_stats` returns, in order
 
-    def __init__(self, cfg: GameConfig, game: HideAndSeekGame) -> None:
+    def __init__(self, cfg: GameConfig, game: GameView) -> None:
         self.cfg = cfg
         self.game = game
         W, A = game.n_worlds, game.n_agents
@@ -55,8 +105,22 @@ class Task:
         """New episodes in `worlds` (after the game drew and observed them)."""
         self.returns[worlds] = 0.0
 
+    def observations(self, worlds: np.ndarray) -> dict[str, np.ndarray]:
+        """Rows of the task's own observation keys (contract.py) for the new episodes in
+        `worlds`, each (len(worlds), A, ...), constant through the episode; after `reset`."""
+        return {}
+
     def act(self, actions: np.ndarray) -> None:
         """Edit this step's checked (W, A, 5) int64 actions in place before they are applied."""
+
+    def lockable(self, default: np.ndarray) -> np.ndarray:
+        """(W, Ob) the objects that may be locked this step (after `act`); `default`: the
+        config's (boxes_lockable, ramps_lockable), which the task must not edit."""
+        return default
+
+    def pins(self) -> Pins | None:
+        """The entities the task moves itself this step (after `act`), or None."""
+        return None
 
     def reward(self, reward: np.ndarray) -> None:
         """Write this step's (W, A) task reward into `reward` (after physics and observations)."""
@@ -122,7 +186,7 @@ def task_class(name: str) -> type[Task]:
     return TASKS[name]
 
 
-def make_task(cfg: GameConfig, game: HideAndSeekGame) -> Task | None:
+def make_task(cfg: GameConfig, game: GameView) -> Task | None:
     """The task `cfg.task` names for `game` (None for hide-and-seek itself)."""
     if cfg.task == HIDE_AND_SEEK:
         return None

@@ -104,3 +104,45 @@ def test_a_task_whose_statistics_differ_from_its_names_is_caught(probe, monkeypa
     game.step(actions)
     with pytest.raises(RuntimeError, match=r"extra_stats gave \('probe',\); its stat_names"):
         game.step(actions)
+
+
+class _ReadOnly:
+    """The game as a task must use it: its arrays (and those of its dicts) read-only views, and
+    no attribute can be set."""
+
+    def __init__(self, game):
+        object.__setattr__(self, "_game", game)
+
+    def __getattr__(self, name):
+        value = getattr(self._game, name)
+        if isinstance(value, dict):
+            return {k: _read_only(v) for k, v in value.items()}
+        return _read_only(value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"a task set game.{name}")
+
+
+def _read_only(value):
+    if not isinstance(value, np.ndarray):
+        return value
+    view = value.view()
+    view.flags.writeable = False
+    return view
+
+
+@pytest.mark.parametrize("preset", sorted(set(tasks.TASK_MODULES)))
+def test_tasks_only_read_the_game(preset):
+    """Every task runs whole episodes seeing the game read-only: what it changes (locks it
+    allows, entities it moves, observation rows) goes through its hooks, which the game applies."""
+    short = {} if preset == "object_counting" else {"horizon": 6}  # counting fixes its horizon
+    cfg = make_config(preset, **short)
+    game = HideAndSeekGame(cfg, n_worlds=2, seed=0)
+    game.task.game = _ReadOnly(game)
+    game.reset()
+    rng = np.random.default_rng(0)
+    for _ in range(cfg.horizon):
+        _, _, truncated, infos = game.step(
+            rng.integers(0, game.action_nvec, size=(2, game.n_agents, 5))
+        )
+    assert truncated.all() and all("task_score" in info for info in infos)
