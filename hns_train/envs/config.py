@@ -1,7 +1,13 @@
 """Game configuration: every number of the hide-and-seek spec as a named, typed parameter.
 
-`GameConfig` is flat on purpose: any field can be overridden by keyword
-(`parallel_env(preset="quadrant", horizon=120)`) or from YAML. `make_config(preset, **overrides)`
+`GameConfig` is flat for the game itself: any field can be overridden by keyword
+(`parallel_env(preset="quadrant", horizon=120)`) or from YAML. The transfer tasks' own numbers
+live in one section per task (`lock`, `blueprint`, `shelter`, `counting`, `count_based`: the
+dataclasses below), overridden as a mapping (`counting={"show_steps": 5}`; in a run's YAML
+`game: {counting: {show_steps: 5}}`, on the command line `game.counting.show_steps=5`). The
+world a task plays in (sites, the cylinder, walls and placement) is the game's, in `GameConfig`.
+The flat names these numbers had before (`counting_show_steps`, `lock_reward`, ...: `MOVED`)
+are still read by `make_config` and mean the same setting. `make_config(preset, **overrides)`
 starts from a named preset and rejects unknown presets and unknown or ill-typed parameters with a
 `ValueError` that names what was wrong and what is allowed.
 
@@ -23,11 +29,142 @@ from __future__ import annotations
 
 import math
 import typing
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
-from hns_train.typed_config import fits, from_dict
+from hns_train.typed_config import FieldError, fits, from_dict
 
 Range = tuple[int, int]  # inclusive [low, high], sampled uniformly per episode
+
+
+@dataclass(frozen=True)
+class LockTaskConfig:
+    """Section `lock`: lock_and_return and sequential_lock (locking.py; the original's
+    LockObjectsTask, docs/fidelity.md)."""
+
+    reward: float = 5.0  # for each box that becomes locked
+    unlock_penalty: float = 5.0  # for each box that becomes unlocked
+    shaped_reward_scale: float = 0.5  # times the distance gained towards the target
+    success_reward: float = 1.0  # every step the task is complete
+    return_threshold: float = 0.1  # lock_and_return: largest distance to the spawn xy, m
+
+    def __post_init__(self) -> None:
+        errors = _not_finite(self, "lock", ("reward", "unlock_penalty", "shaped_reward_scale"))
+        errors += _not_finite(self, "lock", ("success_reward", "return_threshold"))
+        if not self.return_threshold >= 0.0:
+            errors.append(f"lock.return_threshold={self.return_threshold} must be >= 0")
+        _raise(errors)
+
+
+@dataclass(frozen=True)
+class BlueprintConfig:
+    """Section `blueprint`: its rewards (construction.py; numbers from the original's blueprint
+    example config, docs/fidelity.md). The sites themselves are the world's (`n_sites`,
+    `site_*` of GameConfig)."""
+
+    activation_radius: float = 0.1  # box centre and corners this close: site done
+    smoothmin_alpha: float = -1.5  # dense reward: smooth-min over box corners (< 0)
+    dense_scale: float = 0.05  # dense reward = -scale * mean smooth-min distance
+    completed_reward: float = 3.0  # per site, once, when every site is done
+
+    def __post_init__(self) -> None:
+        errors = _not_finite(self, "blueprint", ("dense_scale", "completed_reward"))
+        if not self.activation_radius > 0:
+            errors.append(f"blueprint.activation_radius={self.activation_radius} must be > 0")
+        if not self.smoothmin_alpha < 0:
+            errors.append(
+                f"blueprint.smoothmin_alpha={self.smoothmin_alpha} must be < 0 (smooth-min)"
+            )
+        _raise(errors)
+
+
+@dataclass(frozen=True)
+class ShelterConfig:
+    """Section `shelter`: the rays cast at the cylinder and its reward (construction.py). The
+    cylinder itself is the world's (`cylinder*` of GameConfig)."""
+
+    rays_per_side: int = 25
+    ray_margin_cells: float = 1.01  # ray starts this many cells in from the floor edge
+    reward_scale: float = 0.001  # reward = -scale * rays reaching the cylinder
+
+    def __post_init__(self) -> None:
+        errors = _not_finite(self, "shelter", ("reward_scale",))
+        if self.rays_per_side < 1:
+            errors.append(f"shelter.rays_per_side={self.rays_per_side} must be >= 1")
+        if not self.ray_margin_cells >= 0:
+            errors.append(f"shelter.ray_margin_cells={self.ray_margin_cells} must be >= 0")
+        _raise(errors)
+
+
+@dataclass(frozen=True)
+class CountingConfig:
+    """Section `counting`: object counting (counting.py; the paper gives only its 6 boxes: every
+    other number is a choice, docs/fidelity.md). One pinned agent watches a row of boxes slide
+    left or right out of sight behind two screen walls; its x-force bin on the last step is its
+    count. Its scene is the `counting` walls and placement of layout.py."""
+
+    show_steps: int = 10  # boxes stand still in view
+    move_steps: int = 20  # boxes slide to their hiding spots
+    hidden_steps: int = 10  # boxes hidden before the answer (horizon = the three sums)
+    agent_y: float = 1.0  # pinned agent at (floor_size / 2, this), facing +y, m
+    row_y: float = 3.0  # the boxes' lane: start row and hiding spots, m
+    spacing: float = 0.55  # between box centres in the row and at the spots, m
+    screen_y: float = 2.4  # line of the two screen walls, between agent and lane, m
+    window: float = 2.2  # gap between the screen walls, centred on the agent, m
+    spot_margin: float = 0.5  # outermost hiding spot's centre from the floor's edge, m
+    correct_reward: float = 1.0  # on the last step, when the count is right
+    wrong_reward: float = 0.0  # on the last step, when it is wrong
+
+    def __post_init__(self) -> None:
+        errors = []
+        for name in ("show_steps", "move_steps", "hidden_steps"):
+            if getattr(self, name) < 1:
+                errors.append(f"counting.{name}={getattr(self, name)} must be >= 1")
+        for name in ("spacing", "window"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                errors.append(f"counting.{name}={value} must be finite and > 0")
+        errors += _not_finite(self, "counting", ("correct_reward", "wrong_reward"))
+        if not 0 < self.agent_y < self.screen_y < self.row_y:
+            errors.append(
+                "counting needs 0 < agent_y < screen_y < row_y, got "
+                f"{self.agent_y}, {self.screen_y}, {self.row_y}"
+            )
+        _raise(errors)
+
+
+COUNT_STATES = ("objects", "objects_agents")
+
+
+@dataclass(frozen=True)
+class CountBasedConfig:
+    """Section `count_based` (intrinsic.py): reward bonus_scale / sqrt(N(s)) every step."""
+
+    bonus_scale: float = 1.0
+    cell: float = 0.5  # grid of the discretised state, m
+    state: str = "objects"  # "objects" (boxes, ramps) | "objects_agents" (and agents)
+
+    def __post_init__(self) -> None:
+        errors = []
+        for name in ("bonus_scale", "cell"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                errors.append(f"count_based.{name}={value} must be finite and > 0")
+        if self.state not in COUNT_STATES:
+            errors.append(f"count_based.state={self.state!r} is not one of {COUNT_STATES}")
+        _raise(errors)
+
+
+def _not_finite(section, name: str, keys: tuple[str, ...]) -> list[str]:
+    return [
+        f"{name}.{k}={getattr(section, k)} must be finite"
+        for k in keys
+        if not math.isfinite(getattr(section, k))
+    ]
+
+
+def _raise(errors: list[str]) -> None:
+    if errors:
+        raise ValueError("; ".join(errors))
 
 
 @dataclass(frozen=True)
@@ -118,54 +255,27 @@ class GameConfig:
     n_lidar: int = 30
     lidar_range: float = 6.0
 
-    # Task: locking (locking.py; the original's LockObjectsTask, docs/fidelity.md)
-    lock_reward: float = 5.0  # for each box that becomes locked
-    unlock_penalty: float = 5.0  # for each box that becomes unlocked
-    lock_shaped_reward_scale: float = 0.5  # times the distance gained towards the target
-    lock_success_reward: float = 1.0  # every step the task is complete
-    lock_return_threshold: float = 0.1  # lock_and_return: largest distance to the spawn xy, m
-
-    # Task: construction (construction.py; numbers from the original's blueprint and shelter
-    # example configs, docs/fidelity.md). Zero sites / no cylinder: no change to the game.
+    # The construction tasks' worlds (construction.py; numbers from the original's blueprint and
+    # shelter example configs, docs/fidelity.md). Zero sites / no cylinder: no change to the game.
     # blueprint: construction sites, squares on the floor that boxes must cover
     n_sites: Range = (0, 0)  # drawn per episode; max_sites = high (rows of site_obs)
     site_size: float = 0.5  # side of a site (the original: the box size)
     site_height: float = 0.25  # z of a site's centre and corners (box corners mid-height)
     site_cells: int = 3  # footprint on the placement grid: ceil(site_size / cell)
     site_area_fraction: float = 0.85  # sites in the middle 85% of the grid (away from walls)
-    site_activation_radius: float = 0.1  # box centre and corners this close: site done
-    site_smoothmin_alpha: float = -1.5  # dense reward: smooth-min over box corners (< 0)
-    site_dense_scale: float = 0.05  # dense reward = -scale * mean smooth-min distance
-    site_completed_reward: float = 3.0  # per site, once, when every site is done
     # shelter: a static cylinder to shield from rays cast from the arena's edges
     cylinder: bool = False
     cylinder_diameter: tuple[float, float] = (1.5, 2.0)  # uniform per episode
     cylinder_height: float = 0.5  # the original: the box size
     cylinder_area_fraction: float = 0.7  # cylinder in the middle 70% of the grid
     cylinder_friction: float = 1.0  # MuJoCo's default: the original sets none
-    shelter_rays_per_side: int = 25
-    shelter_ray_margin_cells: float = 1.01  # ray starts this many cells in from the floor edge
-    shelter_reward_scale: float = 0.001  # reward = -scale * rays reaching the cylinder
 
-    # Task: counting (counting.py; the paper gives only its 6 boxes: every other number is a
-    # choice, docs/fidelity.md). One pinned agent watches a row of boxes slide left or right out of
-    # sight behind two screen walls; its x-force bin on the last step is its count.
-    counting_show_steps: int = 10  # boxes stand still in view
-    counting_move_steps: int = 20  # boxes slide to their hiding spots
-    counting_hidden_steps: int = 10  # boxes hidden before the answer (horizon = the three sums)
-    counting_agent_y: float = 1.0  # pinned agent at (floor_size / 2, this), facing +y, m
-    counting_row_y: float = 3.0  # the boxes' lane: start row and hiding spots, m
-    counting_spacing: float = 0.55  # between box centres in the row and at the spots, m
-    counting_screen_y: float = 2.4  # line of the two screen walls, between agent and lane, m
-    counting_window: float = 2.2  # gap between the screen walls, centred on the agent, m
-    counting_spot_margin: float = 0.5  # outermost hiding spot's centre from the floor's edge, m
-    counting_correct_reward: float = 1.0  # on the last step, when the count is right
-    counting_wrong_reward: float = 0.0  # on the last step, when it is wrong
-
-    # Task: count_based (intrinsic.py): reward count_bonus_scale / sqrt(N(s)) every step
-    count_bonus_scale: float = 1.0
-    count_cell: float = 0.5  # grid of the discretised state, m
-    count_state: str = "objects"  # "objects" (boxes, ramps) | "objects_agents" (and agents)
+    # Transfer tasks: each one's own numbers (the sections above)
+    lock: LockTaskConfig = field(default_factory=LockTaskConfig)
+    blueprint: BlueprintConfig = field(default_factory=BlueprintConfig)
+    shelter: ShelterConfig = field(default_factory=ShelterConfig)
+    counting: CountingConfig = field(default_factory=CountingConfig)
+    count_based: CountBasedConfig = field(default_factory=CountBasedConfig)
 
     # Rendering
     render_width: int = 480
@@ -227,7 +337,6 @@ class GameConfig:
             errors.append(f"walls={self.walls!r} is not one of {WALL_MODES}")
         if self.placement not in PLACEMENT_MODES:
             errors.append(f"placement={self.placement!r} is not one of {PLACEMENT_MODES}")
-        errors += _task_errors(self)
         if self.horizon < 1 or self.substeps < 1:
             errors.append("horizon and substeps must be >= 1")
         if not 0.0 <= self.prep_fraction < 1.0:
@@ -238,38 +347,9 @@ class GameConfig:
             errors.append("n_rooms low must be >= 1")
         if not 0.0 < self.tri_split[0] <= self.tri_split[1] < 1.0:
             errors.append(f"tri_split={self.tri_split} must be (low, high), 0 < low <= high < 1")
-        lock_numbers = ("lock_reward", "unlock_penalty", "lock_shaped_reward_scale")
-        for name in (*lock_numbers, "lock_success_reward", "lock_return_threshold"):
-            if not math.isfinite(getattr(self, name)):
-                errors.append(f"{name}={getattr(self, name)} must be finite")
-        if not self.lock_return_threshold >= 0.0:
-            errors.append(f"lock_return_threshold={self.lock_return_threshold} must be >= 0")
         errors += _construction_errors(self)
         if errors:
             raise ValueError("invalid game config: " + "; ".join(errors))
-
-
-def _task_errors(cfg: GameConfig) -> list[str]:
-    """Range checks of the counting and count_based numbers."""
-    errors = []
-    for name in ("counting_show_steps", "counting_move_steps", "counting_hidden_steps"):
-        if getattr(cfg, name) < 1:
-            errors.append(f"{name}={getattr(cfg, name)} must be >= 1")
-    for name in ("counting_spacing", "counting_window", "count_bonus_scale", "count_cell"):
-        value = getattr(cfg, name)
-        if not (math.isfinite(value) and value > 0):
-            errors.append(f"{name}={value} must be finite and > 0")
-    for name in ("counting_correct_reward", "counting_wrong_reward"):
-        if not math.isfinite(getattr(cfg, name)):
-            errors.append(f"{name}={getattr(cfg, name)} must be finite")
-    if not 0 < cfg.counting_agent_y < cfg.counting_screen_y < cfg.counting_row_y:
-        errors.append(
-            "counting needs 0 < counting_agent_y < counting_screen_y < counting_row_y, got "
-            f"{cfg.counting_agent_y}, {cfg.counting_screen_y}, {cfg.counting_row_y}"
-        )
-    if cfg.count_state not in COUNT_STATES:
-        errors.append(f"count_state={cfg.count_state!r} is not one of {COUNT_STATES}")
-    return errors
 
 
 TASK_NAMES = (
@@ -283,8 +363,6 @@ TASK_NAMES = (
 )
 WALL_MODES = ("quadrant", "random", "tri", "none", "counting")
 PLACEMENT_MODES = ("quadrant", "uniform", "counting")
-COUNT_STATES = ("objects", "objects_agents")
-
 _ONE_AGENT_TASK = dict(
     prep_fraction=0.0, box_size_obs=True, placement="uniform", penalise_objects_oob=False
 )
@@ -383,23 +461,56 @@ PRESETS: dict[str, dict] = {
 }
 
 
+# The flat names the tasks' numbers had before their sections: old name -> (section, field)
+MOVED: dict[str, tuple[str, str]] = {
+    **{f"lock_{k}": ("lock", k) for k in ("reward", "success_reward", "return_threshold")},
+    "unlock_penalty": ("lock", "unlock_penalty"),
+    "lock_shaped_reward_scale": ("lock", "shaped_reward_scale"),
+    **{
+        f"site_{k}": ("blueprint", k)
+        for k in ("activation_radius", "smoothmin_alpha", "dense_scale", "completed_reward")
+    },
+    **{
+        f"shelter_{k}": ("shelter", k)
+        for k in ("rays_per_side", "ray_margin_cells", "reward_scale")
+    },
+    **{f"counting_{f.name}": ("counting", f.name) for f in fields(CountingConfig)},
+    **{f"count_{k}": ("count_based", k) for k in ("bonus_scale", "cell", "state")},
+}
+
+
 def make_config(preset: str = "quadrant", **overrides) -> GameConfig:
     """The named preset with `overrides` applied; unknown presets and unknown or ill-typed
-    parameters raise ValueError (`hns_train.typed_config`: lists become tuples, ints floats)."""
+    parameters raise ValueError (`hns_train.typed_config`: lists become tuples, ints floats).
+    A task's section is given as a mapping of its fields; the flat names of `MOVED` are read
+    into their sections."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; allowed presets: {sorted(PRESETS)}")
-    values = {**PRESETS[preset], **overrides, "preset": preset}
+    values = {**PRESETS[preset], **nest_moved(overrides), "preset": preset}
     return from_dict(GameConfig, values, what="game parameter(s)")
 
 
+def nest_moved(values: dict) -> dict:
+    """`values` with each flat name of `MOVED` put into its section's mapping (a section given
+    as a mapping too keeps its other fields; a field given both ways is an error)."""
+    out = {k: v for k, v in values.items() if k not in MOVED}
+    for old, (section, name) in MOVED.items():
+        if old not in values:
+            continue
+        given = out.get(section) or {}
+        if not isinstance(given, dict):
+            raise FieldError(f"{section} must be a mapping of its fields, got {given!r}")
+        if name in given:
+            raise FieldError(f"{old} and {section}.{name} name the same setting: give one")
+        out[section] = {**given, name: values[old]}
+    return out
+
+
 def _construction_errors(cfg: GameConfig) -> list[str]:
-    """The construction tasks' numbers (checked whatever the task; the footprint of the sites
+    """The construction tasks' worlds (checked whatever the task; the footprint of the sites
     only where there are sites, so other grids need not fit them)."""
     errors = []
-    for name in ("site_dense_scale", "site_completed_reward", "shelter_reward_scale"):
-        if not math.isfinite(getattr(cfg, name)):
-            errors.append(f"{name}={getattr(cfg, name)} must be finite")
-    for name in ("site_size", "site_activation_radius", "cylinder_height"):
+    for name in ("site_size", "cylinder_height"):
         if not getattr(cfg, name) > 0:
             errors.append(f"{name}={getattr(cfg, name)} must be > 0")
     for name in ("site_area_fraction", "cylinder_area_fraction"):
@@ -412,19 +523,14 @@ def _construction_errors(cfg: GameConfig) -> list[str]:
             f"site_cells={cfg.site_cells} must be >= 1 and cover site_size={cfg.site_size} m "
             f"({cfg.cell} m cells)"
         )
-    if not cfg.site_smoothmin_alpha < 0:
-        errors.append(f"site_smoothmin_alpha={cfg.site_smoothmin_alpha} must be < 0 (smooth-min)")
     lo, hi = cfg.cylinder_diameter
     if not 0 < lo <= hi:
         errors.append(
             f"cylinder_diameter={cfg.cylinder_diameter} must be (low, high), 0 < low <= high"
         )
-    if cfg.shelter_rays_per_side < 1:
-        errors.append(f"shelter_rays_per_side={cfg.shelter_rays_per_side} must be >= 1")
-    if not 0 <= cfg.shelter_ray_margin_cells < cfg.grid_cells / 2:
+    if not cfg.shelter.ray_margin_cells < cfg.grid_cells / 2:
         errors.append(
-            f"shelter_ray_margin_cells={cfg.shelter_ray_margin_cells} must be in "
-            f"[0, grid_cells / 2)"
+            f"shelter.ray_margin_cells={cfg.shelter.ray_margin_cells} must be < grid_cells / 2"
         )
     if cfg.task == "blueprint" and cfg.n_sites[0] < 1:
         errors.append(f"the blueprint task needs n_sites low >= 1, got {cfg.n_sites}")

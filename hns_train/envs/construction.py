@@ -7,12 +7,12 @@ Blueprint (horizon 150). 1-4 construction sites, squares of `site_size` 0.5 m (o
 by layout.py in the middle 85% of the arena. A site has a centre and 4 corners at z
 `site_height` 0.25; a box has 4 corners, the middles of its vertical edges (its centre
 height). Each step:
-- dense reward -`site_dense_scale` (0.05) x the mean, over every corner of every site, of the
-  smooth-min (alpha `site_smoothmin_alpha` -1.5) of its distances to every box corner:
+- dense reward -`blueprint.dense_scale` (0.05) x the mean, over every corner of every site, of the
+  smooth-min (alpha `blueprint.smoothmin_alpha` -1.5) of its distances to every box corner:
   sum(d exp(alpha d)) / sum(exp(alpha d)) over the corners of the present boxes;
-- a site is done when some box centre lies within `site_activation_radius` 0.1 of its centre
+- a site is done when some box centre lies within `blueprint.activation_radius` 0.1 of its centre
   and each of its corners has a box corner within 0.1 (strictly closer, as the original);
-  when every site is done: +`site_completed_reward` 3 per site.
+  when every site is done: +`blueprint.completed_reward` 3 per site.
 The original ends the episode on completion; our contract runs every episode to its horizon,
 so the completion reward is paid once, on the first step every site is done, and the episode
 goes on with the dense reward only (undoing and redoing it pays nothing more).
@@ -21,10 +21,10 @@ fraction of sites done at its last step. The agent sees the sites in `site_obs` 
 written at reset: they do not move.
 
 Shelter (horizon 240). A static cylinder, diameter uniform in [1.5, 2] m, height 0.5 m, placed
-by layout.py in the middle 70% of the arena. Rays: `shelter_rays_per_side` 25 start points per
-side of the floor, `shelter_ray_margin_cells` 1.01 cells in from its edge (inside the outer
+by layout.py in the middle 70% of the arena. Rays: `shelter.rays_per_side` 25 start points per
+side of the floor, `shelter.ray_margin_cells` 1.01 cells in from its edge (inside the outer
 walls), at z 0, each aimed at the cylinder's centre (z = half its height), 100 in all. Each
-step the reward is -`shelter_reward_scale` (0.001) x the number of rays whose first hit is the
+step the reward is -`shelter.reward_scale` (0.001) x the number of rays whose first hit is the
 cylinder. Rays are MuJoCo's (`mujoco.batch.Batch.ray`, what the game casts with more threads):
 static geoms included, the floor's group excluded as for the game's rays, no body excluded;
 walls, boxes and the agent block them. `task_score` is the fraction of rays blocked at the
@@ -158,8 +158,8 @@ class Blueprint(Task):
             g.object_yaw_sin[:, :nb],
             g.half[:, :nb],
             g.object_present[:, :nb],
-            cfg.site_smoothmin_alpha,
-            cfg.site_activation_radius,
+            cfg.blueprint.smoothmin_alpha,
+            cfg.blueprint.activation_radius,
             self._mean,
             self.done,
         )
@@ -167,8 +167,8 @@ class Blueprint(Task):
         complete = (self.done == self.site_present).all(axis=1) & (n_sites > 0)
         first = complete & ~self.completed
         self.completed |= complete
-        r = np.where(first, cfg.site_completed_reward * n_sites, 0.0)
-        r -= cfg.site_dense_scale * self._mean
+        r = np.where(first, cfg.blueprint.completed_reward * n_sites, 0.0)
+        r -= cfg.blueprint.dense_scale * self._mean
         reward[...] = r[:, None]
 
     def score(self, worlds: np.ndarray) -> np.ndarray:
@@ -182,9 +182,9 @@ class Blueprint(Task):
 def shelter_ray_starts(cfg) -> np.ndarray:
     """(4 * rays_per_side, 3) ray start points along the floor's edges at z 0, in the
     original's order: for each step along a side, one point on each side, going round."""
-    lo = cfg.shelter_ray_margin_cells * cfg.cell
+    lo = cfg.shelter.ray_margin_cells * cfg.cell
     hi = cfg.floor_size - lo
-    n = cfg.shelter_rays_per_side
+    n = cfg.shelter.rays_per_side
     off = np.arange(n) / n * (hi - lo)
     pts = np.stack(
         [
@@ -233,7 +233,7 @@ class Shelter(Task):
 
     def reward(self, reward: np.ndarray) -> None:
         self.hitting = self.count_hits()
-        r = -self.cfg.shelter_reward_scale * self.hitting
+        r = -self.cfg.shelter.reward_scale * self.hitting
         reward[...] = r[:, None].astype(reward.dtype)
 
     def score(self, worlds: np.ndarray) -> np.ndarray:

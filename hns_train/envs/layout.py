@@ -36,10 +36,10 @@ Conventions and choices (spec §1-2):
   `n_sites`) are placed last, the same way with `site_area_fraction`, each on free cells; they
   only mark cells, nothing collides with them. Configs without either draw nothing more.
 - Counting (the object_counting task, counting.py): walls "counting" are the outer walls and two
-  screen walls on the line y = `counting_screen_y`, from the outer walls to a `counting_window`
+  screen walls on the line y = `counting.screen_y`, from the outer walls to a `counting.window`
   gap centred on x = floor_size / 2; placement "counting" pins the one agent at
-  (floor_size / 2, `counting_agent_y`) facing +y and stands the n boxes in a row on
-  y = `counting_row_y`, centred on the same x, `counting_spacing` apart (`counting_row`).
+  (floor_size / 2, `counting.agent_y`) facing +y and stands the n boxes in a row on
+  y = `counting.row_y`, centred on the same x, `counting.spacing` apart (`counting_row`).
 - Agents start with a uniform yaw; ramps with a yaw that is a multiple of 90 degrees (so they
   stay inside their footprint); boxes axis-aligned.
 """
@@ -107,7 +107,7 @@ FACING_Y = np.pi  # the yaw that faces +y (an agent's front is (sin yaw, -cos ya
 
 def counting_row(cfg: GameConfig, n: int) -> np.ndarray:
     """(n,) x of the counting boxes' start row, left to right, centred on the floor."""
-    return cfg.floor_size / 2 + (np.arange(n) - (n - 1) / 2) * cfg.counting_spacing
+    return cfg.floor_size / 2 + (np.arange(n) - (n - 1) / 2) * cfg.counting.spacing
 
 
 def sample_layout(cfg: GameConfig, rng: np.random.Generator) -> Layout:
@@ -180,10 +180,10 @@ def _sample_walls(cfg: GameConfig, rng: np.random.Generator) -> _Walls:
     elif cfg.walls == "counting":
         c, t, h = cfg.cell, cfg.wall_thickness, cfg.inner_wall_height
         # from the outer walls' centre lines (cell lines 0 and g - 1) to the window
-        ends = ((0.5 * c, (cfg.floor_size - cfg.counting_window) / 2),
-                ((cfg.floor_size + cfg.counting_window) / 2, (g - 0.5) * c))  # fmt: skip
+        ends = ((0.5 * c, (cfg.floor_size - cfg.counting.window) / 2),
+                ((cfg.floor_size + cfg.counting.window) / 2, (g - 0.5) * c))  # fmt: skip
         for k, (lo, hi) in enumerate(ends):
-            walls.pos[slot + k] = ((lo + hi) / 2, cfg.counting_screen_y, h / 2)
+            walls.pos[slot + k] = ((lo + hi) / 2, cfg.counting.screen_y, h / 2)
             walls.half[slot + k] = ((hi - lo) / 2, t / 2, h / 2)
             walls.present[slot + k] = True
     elif cfg.walls == "random":
@@ -421,11 +421,11 @@ def _place_counting(cfg, walls: _Walls, n_hiders, n_seekers, box_kind) -> Layout
     present = np.zeros(cfg.max_agents, dtype=bool)
     present[0 if n_hiders else cfg.max_hiders] = True
     agent_xy = np.zeros((cfg.max_agents, 2))
-    agent_xy[present] = (cfg.floor_size / 2, cfg.counting_agent_y)
+    agent_xy[present] = (cfg.floor_size / 2, cfg.counting.agent_y)
     n = int((box_kind == CUBE).sum())
     box_xy = np.zeros((cfg.max_boxes, 2))
     box_xy[:n, 0] = counting_row(cfg, n)
-    box_xy[:n, 1] = cfg.counting_row_y
+    box_xy[:n, 1] = cfg.counting.row_y
     return Layout(
         wall_pos=walls.pos,
         wall_half=walls.half,

@@ -1,16 +1,16 @@
 """Lock tasks: the original's LockObjectsTask, as `lock_and_return` and `sequential_lock`.
 
 One agent (a hider, `is_hider` 1) must lock the boxes; its reward each step is the sum of
-- `lock_reward` (5) for each box that became locked this step, minus `unlock_penalty` (5) for
+- `lock.reward` (5) for each box that became locked this step, minus `lock.unlock_penalty` (5) for
   each that became unlocked;
-- a shaped reward, `lock_shaped_reward_scale` (0.5) times the distance gained towards the target:
+- a shaped reward, `lock.shaped_reward_scale` (0.5) times the distance gained towards the target:
   the next box to lock (the closest unlocked one, or in `sequential_lock` the first unlocked one
   in the fixed order 0, 1, 2, ...), then, once every box is locked, the agent's spawn point
   (`lock_and_return` only). When the target changes the original's rule applies: the target
   just locked pays its whole previous distance, a new target after an unlock (or a change of
   closest box) costs its whole new distance;
-- `lock_success_reward` (1) on every step the task is complete: every box locked and, in
-  `lock_and_return`, the agent within `lock_return_threshold` (0.1 m) of its spawn xy.
+- `lock.success_reward` (1) on every step the task is complete: every box locked and, in
+  `lock_and_return`, the agent within `lock.return_threshold` (0.1 m) of its spawn xy.
 
 Distances are in the floor plane, between the agent's centre and the box centres the game uses
 everywhere else (`entity_centre`, the point vision rays aim at; the original measured between
@@ -105,11 +105,11 @@ class LockObjectsTask(Task):
 
     def reward(self, reward: np.ndarray) -> None:
         cfg = self.cfg
-        scale = cfg.lock_shaped_reward_scale
+        scale = cfg.lock.shaped_reward_scale
         box_locked = self._box_locked()
         newly = (box_locked & ~self.was_locked).sum(axis=1)
         unlocked_now = (~box_locked & self.was_locked).sum(axis=1)
-        r = cfg.lock_reward * newly - cfg.unlock_penalty * unlocked_now
+        r = cfg.lock.reward * newly - cfg.lock.unlock_penalty * unlocked_now
 
         unlocked = self._unlocked(box_locked)
         target, target_dist = self._next_target(unlocked)
@@ -128,8 +128,8 @@ class LockObjectsTask(Task):
 
         complete = ~unlocked.any(axis=1)
         if self.must_return:
-            complete &= spawn_dist <= cfg.lock_return_threshold
-        r = r + cfg.lock_success_reward * complete
+            complete &= spawn_dist <= cfg.lock.return_threshold
+        r = r + cfg.lock.success_reward * complete
 
         self.was_locked = box_locked
         self.target, self.target_dist = target, target_dist
@@ -144,7 +144,7 @@ class LockObjectsTask(Task):
     def extra_stats(self, worlds: np.ndarray) -> dict[str, np.ndarray]:
         stats = {"boxes_locked": self.was_locked[worlds].sum(axis=1).astype(np.float64)}
         if self.must_return:
-            returned = self.spawn_dist[worlds] <= self.cfg.lock_return_threshold
+            returned = self.spawn_dist[worlds] <= self.cfg.lock.return_threshold
             stats["returned"] = returned.astype(np.float64)
         return stats
 

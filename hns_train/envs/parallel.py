@@ -130,50 +130,52 @@ KEYWORDS: dict[str, str] = {
     "n_lidar": "lidar rays per agent [§5]",
     "lidar_range": "lidar range, m (the value of a ray that hits nothing) [§5]",
     # task: locking
-    "lock_reward": "lock tasks: reward for each box that becomes locked [transfer]",
-    "unlock_penalty": "lock tasks: penalty for each box that becomes unlocked [transfer]",
-    "lock_shaped_reward_scale": "lock tasks: reward per metre gained towards the target [transfer]",
-    "lock_success_reward": "lock tasks: reward of every step the task is complete [transfer]",
-    "lock_return_threshold": "lock_and_return: largest distance to the spawn xy, m [transfer]",
+    "lock.reward": "lock tasks: reward for each box that becomes locked [transfer]",
+    "lock.unlock_penalty": "lock tasks: penalty for each box that becomes unlocked [transfer]",
+    "lock.shaped_reward_scale": "lock tasks: reward per metre gained towards the target [transfer]",
+    "lock.success_reward": "lock tasks: reward of every step the task is complete [transfer]",
+    "lock.return_threshold": "lock_and_return: largest distance to the spawn xy, m [transfer]",
     # task: construction (construction.py, docs/fidelity.md)
     "n_sites": "blueprint: (low, high) sites per episode; 0: no site_obs [transfer]",
     "site_size": "blueprint: side of a square site, m [transfer]",
     "site_height": "blueprint: z of a site's centre and corners, m [transfer]",
     "site_cells": "blueprint: a site's footprint, grid cells per side [transfer]",
     "site_area_fraction": "blueprint: sites lie in this middle share of the grid [transfer]",
-    "site_activation_radius": "blueprint: box centre and corners this close: done, m [transfer]",
-    "site_smoothmin_alpha": "blueprint: smooth-min exponent of the dense reward, < 0 [transfer]",
-    "site_dense_scale": "blueprint: dense reward = -scale * mean corner distance [transfer]",
-    "site_completed_reward": "blueprint: reward per site, once, when all are done [transfer]",
+    "blueprint.activation_radius": "blueprint: box centre and corners this close: done, m "
+    "[transfer]",
+    "blueprint.smoothmin_alpha": "blueprint: smooth-min exponent of the dense reward, < 0 "
+    "[transfer]",
+    "blueprint.dense_scale": "blueprint: dense reward = -scale * mean corner distance [transfer]",
+    "blueprint.completed_reward": "blueprint: reward per site, once, when all are done [transfer]",
     "cylinder": "shelter: a static cylinder in the arena [transfer]",
     "cylinder_diameter": "shelter: (low, high) cylinder diameter, m, per episode [transfer]",
     "cylinder_height": "shelter: cylinder height, m [transfer]",
     "cylinder_area_fraction": "shelter: the cylinder lies in this middle share [transfer]",
     "cylinder_friction": "shelter: friction of the cylinder [transfer]",
-    "shelter_rays_per_side": "shelter: rays cast at the cylinder per floor side [transfer]",
-    "shelter_ray_margin_cells": "shelter: ray starts lie this many cells in [transfer]",
-    "shelter_reward_scale": "shelter: reward = -scale * rays reaching the cylinder [transfer]",
+    "shelter.rays_per_side": "shelter: rays cast at the cylinder per floor side [transfer]",
+    "shelter.ray_margin_cells": "shelter: ray starts lie this many cells in [transfer]",
+    "shelter.reward_scale": "shelter: reward = -scale * rays reaching the cylinder [transfer]",
     # rendering
     "render_width": "pixels of render() frames [render]",
     "render_height": "pixels of render() frames [render]",
     # task: counting
-    "counting_show_steps": "object_counting: steps the boxes stand in view [transfer]",
-    "counting_move_steps": "object_counting: steps the boxes slide out of sight [transfer]",
-    "counting_hidden_steps": "object_counting: steps every box is hidden before the answer "
+    "counting.show_steps": "object_counting: steps the boxes stand in view [transfer]",
+    "counting.move_steps": "object_counting: steps the boxes slide out of sight [transfer]",
+    "counting.hidden_steps": "object_counting: steps every box is hidden before the answer "
     "[transfer]",
-    "counting_agent_y": "object_counting: y of the pinned agent (x: floor centre), m [transfer]",
-    "counting_row_y": "object_counting: y of the boxes' row and hiding spots, m [transfer]",
-    "counting_spacing": "object_counting: between box centres, row and spots, m [transfer]",
-    "counting_screen_y": "object_counting: y of the two screen walls, m [transfer]",
-    "counting_window": "object_counting: gap between the screen walls, m [transfer]",
-    "counting_spot_margin": "object_counting: outermost spot's centre from the floor edge, m "
+    "counting.agent_y": "object_counting: y of the pinned agent (x: floor centre), m [transfer]",
+    "counting.row_y": "object_counting: y of the boxes' row and hiding spots, m [transfer]",
+    "counting.spacing": "object_counting: between box centres, row and spots, m [transfer]",
+    "counting.screen_y": "object_counting: y of the two screen walls, m [transfer]",
+    "counting.window": "object_counting: gap between the screen walls, m [transfer]",
+    "counting.spot_margin": "object_counting: outermost spot's centre from the floor edge, m "
     "[transfer]",
-    "counting_correct_reward": "object_counting: last-step reward of a right count [transfer]",
-    "counting_wrong_reward": "object_counting: last-step reward of a wrong count [transfer]",
+    "counting.correct_reward": "object_counting: last-step reward of a right count [transfer]",
+    "counting.wrong_reward": "object_counting: last-step reward of a wrong count [transfer]",
     # task: count_based
-    "count_bonus_scale": "count_based: reward scale / sqrt(visits of the state) [transfer]",
-    "count_cell": "count_based: grid the state's positions are rounded to, m [transfer]",
-    "count_state": "count_based: 'objects' (boxes, ramps) or 'objects_agents' [transfer]",
+    "count_based.bonus_scale": "count_based: reward scale / sqrt(visits of the state) [transfer]",
+    "count_based.cell": "count_based: grid the state's positions are rounded to, m [transfer]",
+    "count_based.state": "count_based: 'objects' (boxes, ramps) or 'objects_agents' [transfer]",
 }
 
 
@@ -184,7 +186,7 @@ def agent_names(max_hiders: int, max_seekers: int) -> list[str]:
 
 
 def _keyword_help() -> str:
-    from dataclasses import fields
+    from dataclasses import fields, is_dataclass
 
     from hns_train.envs.config import PRESETS, GameConfig
 
@@ -200,6 +202,11 @@ def _keyword_help() -> str:
     ]
     for f in fields(GameConfig):
         if f.name == "preset":
+            continue
+        if is_dataclass(f.default_factory):  # a task's section: one line a field
+            for sub in fields(f.default_factory):
+                key = f"{f.name}.{sub.name}"
+                lines.append(f"    {key} = {sub.default!r}: {KEYWORDS[key]}")
             continue
         changed = [p for p, over in PRESETS.items() if f.name in over]
         note = f"  (set by {', '.join(changed)})" if changed else ""

@@ -9,7 +9,7 @@ parameters. Here:
 - `watch` runs `episodes` episodes of the test (world seeds `seed`, `seed + 1`, ...) and feeds
   every network the agent's observations, step by step, through its observation normaliser and
   policy network; it keeps the LSTM's hidden state h (before the LayerNorm and head, which
-  fine-tuning replaces) at each of the last `counting_hidden_steps` steps, when every box is
+  fine-tuning replaces) at each of the last `counting.hidden_steps` steps, when every box is
   hidden. The agent cannot move and its actions are discarded, so what it sees does not depend
   on the network: every network watches the same episodes.
 - `train_probe` fits the head: one linear layer from h, standardised by the training set's mean
@@ -84,7 +84,7 @@ def watch(
     _check_task(cfg)
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
-    hidden = cfg.counting_hidden_steps
+    hidden = cfg.counting.hidden_steps
     features = {name: [] for name in networks}
     labels = []
     for first in range(0, episodes, worlds):
@@ -227,5 +227,5 @@ def counting_probe(
         for arm in members:
             probe = train_probe(train.features[arm], train.labels, classes, seed)
             results[arm] = probe_scores(probe, test.features[arm], test.labels)
-    prior = prior_scores(train.labels, test.labels, cfg.counting_hidden_steps)
+    prior = prior_scores(train.labels, test.labels, cfg.counting.hidden_steps)
     return {arm: results[arm] for arm in inits}, prior

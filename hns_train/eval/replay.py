@@ -50,7 +50,7 @@ import mujoco
 import numpy as np
 
 from hns_train.envs import contract, rules
-from hns_train.envs.config import GameConfig, make_config
+from hns_train.envs.config import GameConfig, make_config, nest_moved
 from hns_train.envs.layout import Layout, n_wall_slots
 from hns_train.envs.world import (
     FREE_RANGE,
@@ -421,7 +421,10 @@ def _read_header(members, where) -> dict:
 
 
 def _read_config(header, where) -> GameConfig:
-    values = dict(header["game_config"])
+    try:  # replays written before the tasks' sections name their numbers flat
+        values = nest_moved(dict(header["game_config"]))
+    except ValueError as e:
+        raise ReplayError(f"{where}: invalid game config: {e}") from None
     known = {f.name for f in fields(GameConfig)}
     unknown = sorted(set(values) - known)
     if unknown:

@@ -86,13 +86,13 @@ def hand_dense(game: HideAndSeekGame) -> tuple[float, list[bool]]:
         for sx, sy in ((-1, -1), (-1, 1), (1, -1), (1, 1)):
             corner = np.array([x + sx * h, y + sy * h, cfg.site_height])
             d = [float(np.linalg.norm(corner - np.array(b))) for b in box_corners]
-            w = [math.exp(cfg.site_smoothmin_alpha * v) for v in d]
+            w = [math.exp(cfg.blueprint.smoothmin_alpha * v) for v in d]
             means.append(sum(a * b for a, b in zip(d, w, strict=True)) / sum(w))
-            aligned &= min(d) < cfg.site_activation_radius
+            aligned &= min(d) < cfg.blueprint.activation_radius
         centre = np.array([x, y, cfg.site_height])
         near = min(float(np.linalg.norm(centre - b)) for b in box_centres)
-        done.append(near < cfg.site_activation_radius and aligned)
-    return -cfg.site_dense_scale * sum(means) / len(means), done
+        done.append(near < cfg.blueprint.activation_radius and aligned)
+    return -cfg.blueprint.dense_scale * sum(means) / len(means), done
 
 
 def far_corner(game: HideAndSeekGame) -> tuple[float, float]:
@@ -108,8 +108,12 @@ def test_presets_carry_the_original_numbers():
     assert (bp.task, bp.horizon, bp.n_boxes, bp.n_elongated, bp.n_sites) == (
         "blueprint", 150, (8, 8), (0, 0), (1, 4)
     )  # fmt: skip
-    assert (bp.site_size, bp.site_activation_radius, bp.site_smoothmin_alpha) == (0.5, 0.1, -1.5)
-    assert (bp.site_dense_scale, bp.site_completed_reward, bp.site_area_fraction) == (
+    assert (bp.site_size, bp.blueprint.activation_radius, bp.blueprint.smoothmin_alpha) == (
+        0.5,
+        0.1,
+        -1.5,
+    )
+    assert (bp.blueprint.dense_scale, bp.blueprint.completed_reward, bp.site_area_fraction) == (
         0.05, 3.0, 0.85
     )  # fmt: skip
     assert (sh.task, sh.horizon, sh.n_boxes, sh.n_elongated, sh.cylinder) == (
@@ -118,7 +122,7 @@ def test_presets_carry_the_original_numbers():
     assert (sh.cylinder_diameter, sh.cylinder_height, sh.cylinder_area_fraction) == (
         (1.5, 2.0), 0.5, 0.7
     )  # fmt: skip
-    assert (sh.shelter_rays_per_side, sh.shelter_reward_scale) == (25, 0.001)
+    assert (sh.shelter.rays_per_side, sh.shelter.reward_scale) == (25, 0.001)
     for cfg in (bp, sh):  # one agent in the seeker slot
         assert (cfg.n_hiders, cfg.n_seekers, cfg.prep_fraction) == ((0, 0), (1, 1), 0.0)
 
@@ -127,11 +131,11 @@ def test_presets_carry_the_original_numbers():
     "params, message",
     [
         (dict(n_sites=(0, 2)), "blueprint task needs n_sites low >= 1"),
-        (dict(site_smoothmin_alpha=0.5), "site_smoothmin_alpha=0.5 must be < 0"),
-        (dict(site_activation_radius=0.0), "site_activation_radius=0.0 must be > 0"),
+        (dict(blueprint={"smoothmin_alpha": 0.5}), r"blueprint\.smoothmin_alpha=0.5 must be < 0"),
+        (dict(site_activation_radius=0.0), r"blueprint\.activation_radius=0.0 must be > 0"),
         (dict(site_area_fraction=1.5), r"site_area_fraction=1.5 must be in \(0, 1\]"),
         (dict(site_cells=2), "site_cells=2 must be >= 1 and cover site_size=0.5"),
-        (dict(site_dense_scale=float("nan")), "site_dense_scale=nan must be finite"),
+        (dict(blueprint={"dense_scale": float("nan")}), r"blueprint\.dense_scale=nan must be"),
     ],
 )
 def test_bad_blueprint_numbers_are_rejected(params, message):
@@ -144,7 +148,7 @@ def test_bad_blueprint_numbers_are_rejected(params, message):
     [
         (dict(cylinder=False), "shelter task needs cylinder=True"),
         (dict(cylinder_diameter=(2.0, 1.0)), "cylinder_diameter=.* 0 < low <= high"),
-        (dict(shelter_rays_per_side=0), "shelter_rays_per_side=0 must be >= 1"),
+        (dict(shelter={"rays_per_side": 0}), r"shelter\.rays_per_side=0 must be >= 1"),
     ],
 )
 def test_bad_shelter_numbers_are_rejected(params, message):

@@ -56,7 +56,7 @@ def test_the_right_count_gets_the_reward_and_the_score(played):
     assert np.array_equal(left, by_hand)
     assert set(n) == set(range(1, 7)) and len(set(left)) > 2  # the worlds cover the cases
     assert np.all(trace["reward"][:-1] == 0.0)
-    assert np.all(trace["reward"][-1] == cfg.counting_correct_reward)
+    assert np.all(trace["reward"][-1] == cfg.counting.correct_reward)
     assert all(i["task_score"] == 1.0 and i["answer"] == i["went_left"] for i in infos)
     assert all(i["hider_return"] == 1.0 for i in infos)
     assert game.physics_warnings_total == 0
@@ -80,30 +80,30 @@ def test_boxes_are_seen_at_the_start_and_hidden_at_the_end(played):
     n = np.array([i["boxes"] for i in infos])
     present = np.arange(cfg.max_boxes) < n[:, None]
     mask = trace["mask"]  # (1 + horizon, W, boxes): after the reset, then after each step
-    in_view = mask[: cfg.counting_show_steps + 1]
+    in_view = mask[: cfg.counting.show_steps + 1]
     assert np.array_equal(in_view, np.broadcast_to(present, in_view.shape))
-    hidden = mask[cfg.counting_show_steps + cfg.counting_move_steps :]
+    hidden = mask[cfg.counting.show_steps + cfg.counting.move_steps :]
     assert not hidden.any()
-    moving = mask[cfg.counting_show_steps + 1 : cfg.counting_show_steps + cfg.counting_move_steps]
+    moving = mask[cfg.counting.show_steps + 1 : cfg.counting.show_steps + cfg.counting.move_steps]
     assert moving.any() and not moving.all()  # they leave during the move
 
 
 def test_the_agent_does_not_move_and_boxes_slide_along_their_row(played):
     cfg, _, trace, infos = played
-    pin = np.array([cfg.floor_size / 2, cfg.counting_agent_y])
+    pin = np.array([cfg.floor_size / 2, cfg.counting.agent_y])
     np.testing.assert_allclose(trace["agent"][..., :2], np.broadcast_to(pin, (40, W, 2)), atol=1e-9)
     np.testing.assert_allclose(np.cos(trace["yaw"] - FACING_Y), 1.0, atol=1e-12)
     n = np.array([i["boxes"] for i in infos])
     present = np.arange(cfg.max_boxes) < n[:, None]
     box_y = trace["box"][..., 1]
-    np.testing.assert_allclose(box_y[:, present], cfg.counting_row_y, atol=1e-9)
+    np.testing.assert_allclose(box_y[:, present], cfg.counting.row_y, atol=1e-9)
     parked = trace["box"][:, ~present]
     assert np.array_equal(parked, np.broadcast_to(parked[0], parked.shape))  # absent: untouched
     x = trace["box"][..., 0]
     # still while shown, then monotone to the spot, never closer than the spacing
-    assert np.all(x[: cfg.counting_show_steps] == x[0])
+    assert np.all(x[: cfg.counting.show_steps] == x[0])
     gaps = np.diff(x, axis=2)[:, present[:, 1:]]
-    assert gaps.min() >= cfg.counting_spacing - 1e-9
+    assert gaps.min() >= cfg.counting.spacing - 1e-9
 
 
 def test_seeding_is_reproducible_and_the_count_varies():
@@ -134,8 +134,8 @@ def test_pettingzoo_parallel_and_aec():
     "overrides, message",
     [
         (dict(horizon=41), "horizon=41 must be show"),
-        (dict(counting_window=3.0), "hiding spots .* is in sight"),
-        (dict(counting_window=1.0), "wider than the window"),
+        (dict(counting={"window": 3.0}), "hiding spots .* is in sight"),
+        (dict(counting={"window": 1.0}), "wider than the window"),
         (dict(n_boxes=(1, 11)), "n_boxes high=11 must be < action_bins=11"),
         (dict(walls="none"), "walls and placement must be 'counting'"),
         (dict(counting_spot_margin=0.3), "puts the outermost box into the outer wall"),
@@ -147,9 +147,9 @@ def test_a_scene_that_does_not_work_is_refused(overrides, message):
 
 
 def test_bad_counting_numbers_are_refused():
-    with pytest.raises(ValueError, match="counting_move_steps=0 must be >= 1"):
-        make_config("object_counting", counting_move_steps=0)
-    with pytest.raises(ValueError, match="counting_agent_y < counting_screen_y"):
-        make_config("object_counting", counting_screen_y=3.5)
+    with pytest.raises(ValueError, match=r"counting\.move_steps=0 must be >= 1"):
+        make_config("object_counting", counting={"move_steps": 0})
+    with pytest.raises(ValueError, match="agent_y < screen_y"):
+        make_config("object_counting", counting={"screen_y": 3.5})
     with pytest.raises(ValueError, match="placement 'counting' takes one agent"):
         HideAndSeekGame(make_config("quadrant", walls="counting", placement="counting")).reset()

@@ -148,8 +148,8 @@ def test_score_and_statistics_at_the_episode_end():
 
 
 def test_bad_numbers_are_named():
-    with pytest.raises(ValueError, match="lock_return_threshold"):
-        make_config("lock_and_return", lock_return_threshold=-0.1)
+    with pytest.raises(ValueError, match=r"lock\.return_threshold=-0.1 must be >= 0"):
+        make_config("lock_and_return", lock={"return_threshold": -0.1})
 
 
 # ---------------------------------------------------------------- sequential_lock

@@ -146,3 +146,15 @@ def test_tasks_only_read_the_game(preset):
             rng.integers(0, game.action_nvec, size=(2, game.n_agents, 5))
         )
     assert truncated.all() and all("task_score" in info for info in infos)
+
+
+def test_task_numbers_live_in_their_sections_and_old_names_still_read():
+    cfg = make_config("object_counting", counting={"wrong_reward": -0.5}, lock_reward=2.0)
+    assert (cfg.counting.wrong_reward, cfg.lock.reward) == (-0.5, 2.0)
+    assert cfg.counting.show_steps == 10  # the section's other fields keep their defaults
+    flat = make_config("count_based", count_cell=0.25, count_state="objects_agents")
+    assert flat == make_config("count_based", count_based={"cell": 0.25, "state": "objects_agents"})
+    with pytest.raises(ValueError, match="count_cell and count_based.cell name the same setting"):
+        make_config("count_based", count_cell=0.25, count_based={"cell": 0.5})
+    with pytest.raises(ValueError, match=r"unknown CountingConfig fields \['counting.show'\]"):
+        make_config("object_counting", counting={"show": 5})

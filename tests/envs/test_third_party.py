@@ -5,7 +5,7 @@ sizes); and the keyword documentation that help() shows."""
 from __future__ import annotations
 
 import pydoc
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 
 import numpy as np
 import pytest
@@ -126,7 +126,10 @@ def test_absent_agents_are_still_errors_by_default():
 def test_help_shows_every_keyword():
     text = pydoc.render_doc(E.parallel_env, renderer=pydoc.plaintext)
     for f in fields(GameConfig):
-        if f.name != "preset":
+        if is_dataclass(f.default_factory):  # a task's section: each of its fields
+            for sub in fields(f.default_factory):
+                assert f"    {f.name}.{sub.name} = {sub.default!r}: " in text, f.name
+        elif f.name != "preset":
             assert f"    {f.name} = {f.default!r}: " in text, f.name
     for keyword in ("preset", "seed", "render_mode", "flatten", "max_cycles", "pad_absent"):
         assert f"    {keyword}: " in text, keyword

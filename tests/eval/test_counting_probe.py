@@ -41,7 +41,7 @@ def test_every_network_watches_the_same_episodes_and_keeps_the_hidden_steps():
     torch.manual_seed(0)
     nets = {n: ActorCritic(observation_shapes(cfg), SMALL, device="cpu") for n in ("a", "b")}
     seen = watch(cfg, nets, episodes=10, seed=4, worlds=4)  # three batches of worlds
-    assert seen.features["a"].shape == (10, cfg.counting_hidden_steps, SMALL.lstm_dim)
+    assert seen.features["a"].shape == (10, cfg.counting.hidden_steps, SMALL.lstm_dim)
     assert not np.array_equal(seen.features["a"], seen.features["b"])
     assert seen.labels.min() >= 0 and seen.labels.max() <= cfg.max_boxes == 6
     again = watch(cfg, {"a": nets["a"]}, episodes=10, seed=4, worlds=10)
@@ -95,7 +95,7 @@ def test_the_bench_scores_object_counting_by_the_probe(tmp_path):
     entry = result["object_counting"]
     assert set(entry) == {"untrained", "scratch", "hide_and_seek"}
     for arm in ("scratch", "hide_and_seek"):
-        assert len(entry[arm]["by_step"][0]) == make_config("object_counting").counting_hidden_steps
+        assert len(entry[arm]["by_step"][0]) == make_config("object_counting").counting.hidden_steps
         assert 0.0 <= entry[arm]["score"] <= 1.0
     assert "vs_scratch" in entry["hide_and_seek"]
     assert (tmp_path / "out" / "transfer.png").stat().st_size > 10_000  # the accuracy by step
