@@ -223,3 +223,20 @@ def test_flipped_bytes_inside_a_member_are_caught(saved, tmp_path):
     bad.write_bytes(bytes(raw))
     with pytest.raises(R.ReplayError, match="truncated or corrupt"):
         R.load(bad)
+
+
+def test_replays_with_the_tasks_flat_names_of_older_files_still_load(saved, tmp_path):
+    """Files written before the tasks' numbers had sections name them flat (lock_reward, ...):
+    they load, each number in its section; new files write the sections as mappings."""
+
+    def flat_names(members):
+        header = json.loads(members["header"].tobytes())
+        game_config = header["game_config"]
+        assert game_config["counting"]["show_steps"] == 10  # a section, as a mapping
+        del game_config["lock"], game_config["counting"]
+        game_config.update(lock_reward=2.5, counting_show_steps=7)
+        members["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
+
+    loaded = R.load(_rewrite(saved, tmp_path / "flat.npz", flat_names))
+    assert (loaded.cfg.lock.reward, loaded.cfg.counting.show_steps) == (2.5, 7)
+    assert loaded.cfg.lock.unlock_penalty == 5.0  # the rest of the section: its defaults
