@@ -1,11 +1,12 @@
 """Per-step cost of a transfer task's hook in the game, against the same world without the task.
 
 For each task preset: steps of `HideAndSeekGame` with random actions at N worlds (one thread),
-timing the whole step and, separately, the task's own calls (`act` and `after_step`, wrapped
-with a timer). The plain run is the task's world with `task="hide_and_seek"` where that world
-is a game (count_based: the quadrant world with the same prep_fraction 0); object_counting has
-no game of its own, so only its hook time is shown. Rounds alternate task and plain runs so that
-both see the same machine load; the median round is printed.
+timing the whole step and, separately, the task's own calls (`act`, `lockable`, `pins` and
+`after_step`, each wrapped with a timer; applying what they return is the game's step). The
+plain run is the task's world with `task="hide_and_seek"` where that world is a game
+(count_based: the quadrant world with the same prep_fraction 0); object_counting has no game of
+its own, so only its hook time is shown. Rounds alternate task and plain runs so that both see
+the same machine load; the median round is printed.
 
     python bench/task_cost.py [--tasks count_based object_counting] [--worlds 1 16]
 """
@@ -44,9 +45,9 @@ def run(preset: str, worlds: int, steps: int, seed: int, **overrides) -> tuple[f
     for a in actions[: cfg.horizon]:  # warm-up: compiled kernels, first episode
         game.step(a)
     hook = [0.0]
-    if game.task is not None:
-        game.task.act = _timed(game.task.act, hook)
-        game.task.after_step = _timed(game.task.after_step, hook)
+    if game.task is not None:  # the hooks the game calls every step
+        for name in ("act", "lockable", "pins", "after_step"):
+            setattr(game.task, name, _timed(getattr(game.task, name), hook))
     t0 = time.perf_counter()
     for a in actions:
         _, _, truncated, _ = game.step(a)
