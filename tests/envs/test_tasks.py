@@ -106,14 +106,22 @@ def test_a_task_whose_statistics_differ_from_its_names_is_caught(probe, monkeypa
         game.step(actions)
 
 
+# what tasks.GameView lists: the only names a task may read of the game
+_VIEW = set(tasks.GameView.__annotations__) | {
+    n for n in vars(tasks.GameView) if not n.startswith("_")
+}
+
+
 class _ReadOnly:
-    """The game as a task must use it: its arrays (and those of its dicts) read-only views, and
-    no attribute can be set."""
+    """The game as a task must use it: only the names of `tasks.GameView`, its arrays (and
+    those of its dicts) read-only views, and no attribute can be set."""
 
     def __init__(self, game):
         object.__setattr__(self, "_game", game)
 
     def __getattr__(self, name):
+        if name not in _VIEW:
+            raise AttributeError(f"a task read game.{name}, which tasks.GameView does not list")
         value = getattr(self._game, name)
         if isinstance(value, dict):
             return {k: _read_only(v) for k, v in value.items()}
@@ -133,8 +141,9 @@ def _read_only(value):
 
 @pytest.mark.parametrize("preset", sorted(set(tasks.TASK_MODULES)))
 def test_tasks_only_read_the_game(preset):
-    """Every task runs whole episodes seeing the game read-only: what it changes (locks it
-    allows, entities it moves, observation rows) goes through its hooks, which the game applies."""
+    """Every task runs whole episodes seeing the game read-only, through GameView's names alone:
+    what it changes (locks it allows, entities it moves, observation rows) goes through its
+    hooks, which the game applies."""
     short = {} if preset == "object_counting" else {"horizon": 6}  # counting fixes its horizon
     cfg = make_config(preset, **short)
     game = HideAndSeekGame(cfg, n_worlds=2, seed=0)
