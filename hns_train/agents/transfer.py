@@ -35,7 +35,7 @@ import torch
 
 from hns_train.agents.checkpoint import Checkpoint, CheckpointDir, load_checkpoint, read_meta
 from hns_train.agents.observations import ObsLayout
-from hns_train.envs.config import GameConfig, make_config
+from hns_train.envs.config import GameConfig, make_config, nest_moved
 from hns_train.envs.contract import observation_shapes
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def checkpoint_path(init: str | Path) -> Path:
 def source_game(meta: dict[str, Any], where: str = "checkpoint") -> GameConfig:
     """The game a checkpoint's network was trained on, from its metadata."""
     config = meta.get("config") or {}
-    game = dict(config.get("game") or {})
+    game = nest_moved(dict(config.get("game") or {}))  # older runs name task numbers flat
     if not game:
         raise ValueError(f"{where} has no game config in its metadata: not a training checkpoint")
     preset = game.pop("preset", "quadrant")
