@@ -4,7 +4,8 @@ A task replaces the hide-and-seek reward and adds a score; everything else is th
 `game.py`: the same bodies, physics, locks and grabs, the same observation keys and action
 layout, so a hide-and-seek policy loads into a task unchanged (`hns_train/agents/transfer.py`).
 `GameConfig.task` names the task (`"hide_and_seek"`: none, the game's own reward); the presets of
-`config.py` set each task's world and numbers.
+`config.py` set each task's world, and its numbers are its own section of the config
+(`cfg.lock`, `cfg.blueprint`, `cfg.shelter`, `cfg.counting`, `cfg.count_based`).
 
 A task is a part of the game that the game calls; it reads the game through `GameView` (the
 state a task may read) and never writes it: what a task changes, it says through its hooks,
