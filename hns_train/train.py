@@ -82,18 +82,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     # Log lines of this process go through tqdm so that they do not break the progress bar.
-    with logging_redirect_tqdm():
-        summary = controller.run()
+    try:
+        with logging_redirect_tqdm():
+            summary = controller.run()
+    except (OSError, ValueError) as err:  # the workers are stopped; say why in one line
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     print("\n".join(summary.lines()))
-    return 1 if controller.error else 0
+    if controller.error:
+        print(f"error: {controller.error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _run_population(cfg, resume: bool) -> int:
     from hns_train.distributed.population import PopulationController, summary_lines
 
     controller = PopulationController(cfg, resume=resume)
-    with logging_redirect_tqdm():
-        summary = controller.run()
+    try:
+        with logging_redirect_tqdm():
+            summary = controller.run()
+    except (OSError, ValueError) as err:  # the members are stopped; say why in one line
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     print("\n".join(summary_lines(summary, cfg.run_dir)))
     return 1 if controller.error else 0
 

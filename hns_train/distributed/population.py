@@ -80,6 +80,7 @@ from hns_train.distributed.controller import stop_signals
 from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.wandb_logger import WandbLogger
 from hns_train.eval.league import League
+from hns_train.jsonl import append_record
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5
@@ -157,8 +158,8 @@ class MemberRun:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
-                continue
-            if record.get("kind") in ("train", "resume"):
+                continue  # a line cut short: the records after it still count
+            if isinstance(record, dict) and record.get("kind") in ("train", "resume"):
                 m = self.member
                 m.version = int(record.get("version", m.version))
                 m.frames = int(record.get("frames", m.frames))
@@ -717,8 +718,7 @@ class PopulationController:
             "frames": self.total_frames(),
             "members": members,
         }
-        with (self.run_dir / STATUS).open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_record(self.run_dir / STATUS, record)
         row = {
             "episodes": sum(m.episodes for m in self.members.values()),
             "frames": record["frames"],

@@ -29,6 +29,7 @@ the controller's own process, where none of this applies.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import os
 import signal
@@ -82,6 +83,9 @@ class WorkerSpec:
             endpoints=self.endpoints if endpoints is None else endpoints,
             token=token,
         )
+
+
+NO_ROOM_EXIT = 75  # a worker found no room on the disk (a write failed with ENOSPC)
 
 
 class ControllerGone(RuntimeError):
@@ -246,13 +250,20 @@ def run_worker(spec: WorkerSpec) -> None:
     import torch
 
     torch.set_num_threads(max(1, int(spec.config["pipeline"]["torch_threads"])))
-    worker = build_worker(spec)
     try:
-        while not worker.stopped:
-            worker.step()
-            worker.poll_control()
-            parent.check()
+        worker = build_worker(spec)
+        try:
+            while not worker.stopped:
+                worker.step()
+                worker.poll_control()
+                parent.check()
+        finally:
+            worker.close()
     except ControllerGone as err:
         log.warning("exiting: %s", err)
-    finally:
-        worker.close()
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        # A restart would meet the same full disk: this exit code tells the controller so.
+        log.error("exiting: %s", err)
+        sys.exit(NO_ROOM_EXIT)
