@@ -55,6 +55,7 @@ LEAGUE = "league"
 UNTRAINED = "untrained"
 ANCHORS = (UNTRAINED, "random", "noop")
 MANIFEST_FORMAT = 1
+MANIFEST_FIELDS = ("next_index", "members", "rng")  # what a resume cannot do without
 MIN_PFSP_WEIGHT = 1e-3  # an opponent a member always beats is still met now and then
 
 
@@ -356,6 +357,24 @@ def load_manifest(path: str | os.PathLike) -> dict[str, Any]:
     if found != MANIFEST_FORMAT:
         raise ValueError(f"{path}: population manifest format {found!r} is not {MANIFEST_FORMAT}")
     return manifest
+
+
+def check_manifest(path: str | os.PathLike, manifest: Mapping[str, Any]) -> None:
+    """What a resume needs from the manifest is there; else one error naming what is not."""
+    missing = [key for key in MANIFEST_FIELDS if key not in manifest]
+    members = manifest.get("members")
+    if isinstance(members, dict):
+        required = ("index", "seed", "hyper")
+        for name, data in members.items():
+            lacks = [k for k in required if not isinstance(data, dict) or k not in data]
+            missing += [f"members.{name}.{k}" for k in lacks]
+    elif "members" not in missing:
+        missing.append("members (not a mapping)")
+    if missing:
+        raise ValueError(
+            f"{path}: the population manifest lacks {', '.join(missing)}; restore it from a "
+            "copy, or start a new population (another name=...)"
+        )
 
 
 def members_from_manifest(manifest: Mapping[str, Any]) -> dict[str, Member]:

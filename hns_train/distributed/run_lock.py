@@ -52,6 +52,9 @@ class RunLock:
             os.close(self._fd)  # closing the descriptor drops the lock
             self._fd = None
 
+    def __del__(self) -> None:  # an owner that was never run (a refused start, a test)
+        self.release()
+
     def __enter__(self) -> RunLock:
         return self
 

@@ -221,14 +221,15 @@ class ParentWatch:
             raise ControllerGone(f"the parent process {self.parent} is gone")
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux for `sig` when the parent dies (also run in children before they exec)."""
     if not sys.platform.startswith("linux"):
         return
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     except (OSError, AttributeError) as err:  # no prctl: the pid check still works
         log.warning("no parent-death signal (%s); watching the parent pid instead", err)
 

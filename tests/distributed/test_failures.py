@@ -18,8 +18,6 @@ import torch
 from waiting import wait_for
 
 from hns_train.agents.checkpoint import CheckpointDir
-from hns_train.distributed.run_lock import RunLock
-from hns_train.jsonl import append_record, read_records
 
 ROOT = Path(__file__).resolve().parents[2]
 QUIET = ["logging.progress=false", "logging.wandb=disabled"]
@@ -36,8 +34,20 @@ def start_train(*args: str, log: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
 
 
+def parsed(path: Path) -> tuple[list[dict], int]:
+    """The JSON objects of a JSONL file and how many lines are not one (read here, not with
+    the code under test)."""
+    found, bad = [], 0
+    for line in path.read_text().splitlines():
+        try:
+            found.append(json.loads(line))
+        except json.JSONDecodeError:
+            bad += 1
+    return found, bad
+
+
 def records(run_dir: Path) -> list[dict]:
-    return read_records(run_dir / "metrics.jsonl")[0]
+    return parsed(run_dir / "metrics.jsonl")[0]
 
 
 def last_frames(run_dir: Path) -> int:
@@ -77,8 +87,7 @@ def test_a_damaged_metrics_line_costs_one_record_not_the_run(damaged_and_resumed
     assert "Traceback" not in log, log
     assert log.count("damaged lines skipped") == 1, log
     # the half last line was ended before the next record: only the two damaged lines are lost
-    _, notes = read_records(run / "metrics.jsonl")
-    assert len(notes) == 2, notes
+    assert parsed(run / "metrics.jsonl")[1] == 2
     assert any(r.get("kind") == "resume" for r in records(run))
 
 
@@ -100,6 +109,8 @@ def test_a_resume_continues_the_counts_where_the_run_stopped(damaged_and_resumed
 
 
 def test_a_writer_ends_a_line_cut_short_before_the_next_record(tmp_path):
+    from hns_train.jsonl import append_record, read_records
+
     path = tmp_path / "lineage.jsonl"
     path.write_text('{"event": "join"}\n{"event": "exp')
     append_record(path, {"event": "retire"})
@@ -126,6 +137,8 @@ def test_a_run_directory_has_one_owner(stopped_run, tmp_path):
     finally:
         first.kill()  # kill -9: the owner cannot release anything itself
         first.wait()
+    from hns_train.distributed.run_lock import RunLock
+
     with RunLock(run):  # a dead owner holds no lock
         pass
 
@@ -235,4 +248,43 @@ def test_a_disk_that_fills_during_a_run_ends_it_with_the_reason(stopped_run, sma
     os.unlink(small_disk / "filler")
     newest = CheckpointDir(run / "checkpoints").latest()  # the newest good checkpoint is kept
     assert newest is not None
-    assert all(json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines())
+    assert parsed(run / "metrics.jsonl")[1] == 0
+
+
+# ----------------------------------------------------------------------------- clean stops
+
+STORE_GONE = """
+import gc
+from hns_train.distributed.ddp import make_store
+store, port = make_store("127.0.0.1", 5.0)
+del store  # what a controller's clean stop does with its rendezvous store
+gc.collect()
+"""
+
+
+def test_the_rendezvous_store_closes_quietly():
+    # On the code before, every clean stop of a run with several trainers printed
+    # "OSError: [Errno 9] Bad file descriptor" with a traceback: the socket was closed twice.
+    out = subprocess.run(
+        [sys.executable, "-c", STORE_GONE], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Bad file descriptor" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_socket_folders_of_gone_owners_are_removed(tmp_path):
+    from hns_train.distributed.run_lock import OWNER_FILE, clean_socket_folders
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for name, pid in (("hns-gone", gone.pid), ("hns-live", live.pid)):
+            (tmp_path / name).mkdir()
+            (tmp_path / name / OWNER_FILE).write_text(f"{pid}\n")
+        (tmp_path / "hns-unowned").mkdir()  # not made by a controller: left alone
+        assert clean_socket_folders(tmp_path) == [tmp_path / "hns-gone"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["hns-live", "hns-unowned"]
+    finally:
+        live.kill()
+        live.wait()
