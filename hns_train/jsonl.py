@@ -64,9 +64,10 @@ def read_records(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
-            what = "cut short" if n == len(lines) else "not a JSON object"
-            notes.append(f"{path.name}:{n} {what}; skipped")
-            continue
+            if n == len(lines):
+                notes.append(f"{path.name}: last line (line {n}) cut short; skipped")
+                continue
+            record = None
         if isinstance(record, dict):
             records.append(record)
         else:
