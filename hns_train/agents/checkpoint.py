@@ -27,7 +27,10 @@ Public API:
   weights, optimiser moments, normalisers (buffers of `ActorCritic`), counters, RNG states and
   the resolved config in one checkpoint.
 - `CheckpointDir(folder, keep=3)`: `save(step, state, meta)` writes `ckpt_<step>.pt` and prunes
-  to the newest `keep`; `latest()` returns the newest checkpoint that loads, skipping (with a
+  to the newest `keep`, after checking that the disk has room for `ROOM_FOR` checkpoints of its
+  size (else `NoRoomError`, an OSError with errno ENOSPC, and nothing is written: a full disk
+  never costs the newest good checkpoint); `room_problem(folder, size)` is that check;
+  `latest()` returns the newest checkpoint that loads, skipping (with a
   logged warning) any that is truncated or corrupt; `steps()` lists the numbered files.
 """
 

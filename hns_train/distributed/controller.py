@@ -2,7 +2,12 @@
 
 Responsibilities:
 - the run directory (`runs/<name>/`: config.yaml, checkpoints/, pool/, replays/,
-  metrics.jsonl, wandb/) and, on resume, the counters of the newest checkpoint;
+  metrics.jsonl, wandb/), owned by one controller at a time (`run_lock.py`) and, on resume, the
+  version of the newest checkpoint and the frame, episode and hour counts of the last record;
+- refusals before any worker starts: settings this machine cannot run (`devices.py`), a disk
+  without room for two checkpoints; and the end of a run that cannot go on: a write that found
+  the disk full (a worker exits with `NO_ROOM_EXIT`) stops the run, never restarts into it, and a
+  run whose workers made no frame ends with an error;
 - endpoints for every worker, and their start through a launcher (serial, local, ray);
 - heartbeats: a worker whose process died, or that was silent for `heartbeat_timeout_s`, is
   restarted (a trainer from the newest checkpoint; with `restart_trainer=false` a dead trainer
@@ -537,6 +542,9 @@ class Controller:
         try:
             self._ask_to_stop()
         finally:  # whatever happened above, no process is left behind
+            for name, state in self.workers.items():
+                if not state.connected:  # still starting: nothing of it to wait for
+                    self.launcher.kill(name)
             self.launcher.join(timeout_s=10.0)
             self.control.close()
             self._ddp_store = None

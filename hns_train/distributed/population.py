@@ -23,7 +23,11 @@ single `Controller`. It owns `runs/<name>/` (layout below) and, each tick:
 - writes `population.json` (the manifest: members, hyperparameters, hall of fame, counters, RNG)
   and a `population.jsonl` status record every `record_every_s`, and every event to
   `lineage.jsonl`.
-`--resume runs/<name>` reads the manifest and restarts every running member from its checkpoint.
+`--resume runs/<name>` reads the manifest (refused, naming the fields, when one it needs is
+missing) and restarts every running member from its checkpoint; a league database that lost the
+games the manifest counts is said (a warning and a `league_reset` event). One population owns its
+run directory (`run_lock.py`); a population with no running member stops; no member folder is
+ever deleted by a start or an exploit: an old one is moved aside (`move_aside`).
 The population stops at `stop.frames` (all members' frames), `stop.minutes` or `stop.versions`
 (the most advanced member), or on Ctrl-C: every member is asked to stop and checkpoints.
 
