@@ -31,6 +31,7 @@ class RunDirInUse(ValueError):
 
 class RunLock:
     def __init__(self, run_dir: str | os.PathLike) -> None:
+        self._fd: int | None = None
         self.path = Path(run_dir) / LOCK_NAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -45,7 +46,7 @@ class RunLock:
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd: int | None = fd
+        self._fd = fd
 
     def release(self) -> None:
         if self._fd is not None:

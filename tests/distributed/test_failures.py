@@ -119,6 +119,7 @@ def test_a_writer_ends_a_line_cut_short_before_the_next_record(tmp_path):
     assert notes == ["lineage.jsonl:2 is not a JSON object; skipped"]
 
 
+@pytest.mark.slow
 def test_a_run_directory_has_one_owner(stopped_run, tmp_path):
     # On the code before, both resumes ran and wrote interleaved records and checkpoints.
     run = tmp_path / "run"
@@ -219,6 +220,7 @@ def test_a_disk_without_room_for_two_checkpoints_is_refused_at_start(small_disk)
     assert "MiB free" in line and "MiB needed (2 checkpoints of" in line, line
 
 
+@pytest.mark.slow
 def test_a_disk_that_fills_during_a_run_ends_it_with_the_reason(stopped_run, small_disk):
     # On the code before: the trainer failed its checkpoint (OSError: [Errno 28]), was
     # restarted from the old checkpoint, failed again, until "trainer0 exited and reached
