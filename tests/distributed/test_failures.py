@@ -290,3 +290,33 @@ def test_socket_folders_of_gone_owners_are_removed(tmp_path):
     finally:
         live.kill()
         live.wait()
+
+
+RENDER_PARENT = """
+import sys, time
+from hns_train.distributed.evaluator import VideoJob
+job = VideoJob(sys.argv[1])
+print(job.proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_video_render_ends_with_its_eval_worker(tmp_path):
+    # On the code before, a render outlived its eval worker killed with the controller and
+    # went on to write its video.
+    replay = tmp_path / "match.npz"
+    shutil.copy(ROOT / "replays" / "example_quadrant.npz", replay)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", RENDER_PARENT, str(replay)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        render = int(parent.stdout.readline())
+        wait_for(lambda: list(tmp_path.glob(".match.*.tmp.mp4")), 120, "the render to start")
+    finally:
+        parent.kill()  # kill -9: the worker cannot stop its child itself
+        parent.wait()
+    wait_for(lambda: not Path(f"/proc/{render}").exists(), 60, "the render to end")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["match.npz"]
