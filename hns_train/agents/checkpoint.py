@@ -157,7 +157,10 @@ def save_checkpoint(
 def room_problem(folder: str | os.PathLike, checkpoint_bytes: int) -> str | None:
     """Why `folder` has no room for `ROOM_FOR` checkpoints of `checkpoint_bytes`, or None."""
     folder = Path(folder)
-    free = shutil.disk_usage(folder).free
+    on_disk = folder
+    while not on_disk.exists() and on_disk != on_disk.parent:  # a folder not made yet
+        on_disk = on_disk.parent
+    free = shutil.disk_usage(on_disk).free
     needed = ROOM_FOR * checkpoint_bytes
     if free >= needed:
         return None

@@ -64,7 +64,7 @@ from hns_train.distributed.launchers import actor_plan, make_endpoints, make_lau
 from hns_train.distributed.message_sizes import check_message_sizes
 from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.reporting import RunLog, by_kind
-from hns_train.distributed.run_lock import RunLock, clean_socket_folders, socket_folder
+from hns_train.distributed.run_lock import RunLock, clean_socket_folders, in_use, socket_folder
 from hns_train.distributed.shared_rows import shared_folder
 from hns_train.distributed.streams import ControlServer
 from hns_train.distributed.worker import NO_ROOM_EXIT, WorkerSpec
@@ -132,7 +132,7 @@ class Controller:
         self.message_sizes = check_message_sizes(cfg)
         self.cfg = cfg
         self.run_dir = cfg.run_dir
-        if self.run_dir.exists() and not resume and any(self.run_dir.iterdir()):
+        if not resume and in_use(self.run_dir):
             raise ValueError(
                 f"run directory {self.run_dir} already exists; pass --resume {self.run_dir} "
                 "to continue it, or choose another name (name=...)"
@@ -195,13 +195,14 @@ class Controller:
         index, the checkpoint to resume from, and room on the disk for two checkpoints."""
         _check_pool(self.run_dir)
         self._resume_from = _resume_checkpoint(self.run_dir) if resume else None
-        for sub in ("checkpoints", "pool", "replays"):
-            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
-        folder = CheckpointDir(self.run_dir / "checkpoints")
-        self.checkpoint_bytes = folder.newest_size() or checkpoint_bytes_estimate(self.cfg)
-        problem = room_problem(folder.folder, self.checkpoint_bytes)
+        checkpoints = self.run_dir / "checkpoints"
+        newest = CheckpointDir(checkpoints).newest_size() if checkpoints.is_dir() else None
+        self.checkpoint_bytes = newest or checkpoint_bytes_estimate(self.cfg)
+        problem = room_problem(checkpoints, self.checkpoint_bytes)
         if problem:
             raise ValueError(f"{problem}; free some space, or choose another runs_dir=...")
+        for sub in ("checkpoints", "pool", "replays"):
+            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
 
     def _restore_counters(self) -> None:
         """The run's counters where it stopped: the version of the newest checkpoint (the

@@ -82,7 +82,7 @@ from hns_train.agents.population import (
 from hns_train.config import RunConfig, apply_override, config_from_dict, flat_settings, save_config
 from hns_train.distributed.controller import stop_signals
 from hns_train.distributed.opponent_codes import pool_dir
-from hns_train.distributed.run_lock import RunLock
+from hns_train.distributed.run_lock import RunLock, in_use
 from hns_train.distributed.wandb_logger import WandbLogger
 from hns_train.eval.league import League
 from hns_train.jsonl import append_record
@@ -192,7 +192,7 @@ class PopulationController:
         self.cfg = cfg
         self.p = cfg.population
         self.run_dir = cfg.run_dir
-        if self.run_dir.exists() and not resume and any(self.run_dir.iterdir()):
+        if not resume and in_use(self.run_dir):
             raise ValueError(
                 f"run directory {self.run_dir} already exists; pass --resume {self.run_dir} "
                 "to continue it, or choose another name (name=...)"

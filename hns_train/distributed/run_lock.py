@@ -63,6 +63,13 @@ class RunLock:
         self.release()
 
 
+def in_use(run_dir: str | os.PathLike) -> bool:
+    """Whether a run directory holds anything but its owner file (a start refused after the
+    lock was taken leaves only that, and must not block the next try)."""
+    path = Path(run_dir)
+    return path.is_dir() and any(p.name != LOCK_NAME for p in path.iterdir())
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

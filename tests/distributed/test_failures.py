@@ -218,6 +218,8 @@ def test_a_disk_without_room_for_two_checkpoints_is_refused_at_start(small_disk)
     line = out.stderr.strip().splitlines()[-1]
     assert line.startswith(f"error: no room for checkpoints in {small_disk}/full/checkpoints: ")
     assert "MiB free" in line and "MiB needed (2 checkpoints of" in line, line
+    # nothing made that would refuse the same command once there is room ("already exists")
+    assert [p.name for p in (small_disk / "full").iterdir()] == [".owner"]
 
 
 @pytest.mark.slow
