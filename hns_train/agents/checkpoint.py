@@ -80,6 +80,13 @@ class NoRoomError(OSError):
 ROOM_FOR = 2  # checkpoints a run must have room for: the next one, and the one after it
 
 
+def disk_full(err: BaseException) -> bool:
+    """Whether `err` says a write found the disk full (an OSError, or SQLite's own word)."""
+    if isinstance(err, OSError):
+        return err.errno == errno.ENOSPC
+    return getattr(err, "sqlite_errorname", "") == "SQLITE_FULL"
+
+
 @dataclass
 class Checkpoint:
     state: dict[str, Any]

@@ -39,7 +39,6 @@ Env frames = environment steps summed over worlds; episodes = finished episodes.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hmac
 import logging
 import os
@@ -55,7 +54,7 @@ from pathlib import Path
 
 import yaml
 
-from hns_train.agents.checkpoint import CheckpointDir, room_problem
+from hns_train.agents.checkpoint import CheckpointDir, disk_full, room_problem
 from hns_train.agents.pool import PolicyPool
 from hns_train.config import RunConfig, save_config
 from hns_train.distributed.contract import ContractError, DropLog, check_heartbeat, check_hello
@@ -291,14 +290,11 @@ class Controller:
                 while not self.stop_reason:
                     self.launcher.step()
                     self.tick()
-            except OSError as err:
-                if err.errno != errno.ENOSPC:
+            except Exception as err:  # a controller bug must still stop every worker
+                if not disk_full(err):
                     self._fail(err)
                     raise
                 self._no_room(str(err))
-            except Exception as err:  # a controller bug must still stop every worker
-                self._fail(err)
-                raise
             finally:
                 self._stop_workers()
                 self._final_record()
@@ -321,8 +317,8 @@ class Controller:
     def _final_record(self) -> None:
         try:
             self._record()
-        except OSError as err:  # the disk is full: the summary still says where the run got
-            if err.errno != errno.ENOSPC:
+        except Exception as err:  # the disk is full: the summary still says where the run got
+            if not disk_full(err):
                 raise
             if not self.error:
                 self._no_room(str(err))

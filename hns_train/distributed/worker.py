@@ -29,7 +29,6 @@ the controller's own process, where none of this applies.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import logging
 import os
 import signal
@@ -262,8 +261,10 @@ def run_worker(spec: WorkerSpec) -> None:
             worker.close()
     except ControllerGone as err:
         log.warning("exiting: %s", err)
-    except OSError as err:
-        if err.errno != errno.ENOSPC:
+    except Exception as err:
+        from hns_train.agents.checkpoint import disk_full
+
+        if not disk_full(err):
             raise
         # A restart would meet the same full disk: this exit code tells the controller so.
         log.error("exiting: %s", err)

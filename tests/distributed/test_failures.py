@@ -255,6 +255,28 @@ def test_a_disk_that_fills_during_a_run_ends_it_with_the_reason(stopped_run, sma
     assert parsed(run / "metrics.jsonl")[1] == 0
 
 
+def test_a_full_disk_in_the_controller_itself_ends_the_run_with_the_reason(stopped_run, small_disk):
+    # On the code before: a raw chained traceback from the metrics writer (reporting.py), the
+    # last checkpoint unwritten and half a line left in metrics.jsonl. Here every worker runs in
+    # the controller's process (serial launcher): each write that fails is the controller's.
+    run = small_disk / "run"
+    shutil.copytree(stopped_run, run)
+    process = start_train("--resume", str(run), "stop.versions=8", log=small_disk.parent / "log")
+    try:
+        wait_for(lambda: any(r.get("kind") == "resume" for r in records(run)), 120, "the start")
+        fill(small_disk, 0)
+        process.wait(timeout=240)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    log = (small_disk.parent / "log").read_text()
+    assert process.returncode == 1, log
+    assert "error: disk full: " in log and "Traceback" not in log, log
+    os.unlink(small_disk / "filler")
+    assert CheckpointDir(run / "checkpoints").latest() is not None
+
+
 # ----------------------------------------------------------------------------- clean stops
 
 STORE_GONE = """
