@@ -255,6 +255,7 @@ def test_a_disk_that_fills_during_a_run_ends_it_with_the_reason(stopped_run, sma
     assert parsed(run / "metrics.jsonl")[1] == 0
 
 
+@pytest.mark.slow
 def test_a_full_disk_in_the_controller_itself_ends_the_run_with_the_reason(stopped_run, small_disk):
     # On the code before: a raw chained traceback from the metrics writer (reporting.py), the
     # last checkpoint unwritten and half a line left in metrics.jsonl. Here every worker runs in
