@@ -81,21 +81,30 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    # Log lines of this process go through tqdm so that they do not break the progress bar.
-    with logging_redirect_tqdm():
-        summary = controller.run()
-    print("\n".join(summary.lines()))
-    return 1 if controller.error else 0
+    return _run(controller, lambda summary: summary.lines())
 
 
 def _run_population(cfg, resume: bool) -> int:
     from hns_train.distributed.population import PopulationController, summary_lines
 
     controller = PopulationController(cfg, resume=resume)
-    with logging_redirect_tqdm():
-        summary = controller.run()
-    print("\n".join(summary_lines(summary, cfg.run_dir)))
-    return 1 if controller.error else 0
+    return _run(controller, lambda summary: summary_lines(summary, cfg.run_dir))
+
+
+def _run(controller, lines) -> int:
+    """Run a (population) controller to its end; 1 when it ended with an error, said last."""
+    # Log lines of this process go through tqdm so that they do not break the progress bar.
+    try:
+        with logging_redirect_tqdm():
+            summary = controller.run()
+    except (OSError, ValueError) as err:  # its workers are stopped; why, in one line
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print("\n".join(lines(summary)))
+    if controller.error:
+        print(f"error: {controller.error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

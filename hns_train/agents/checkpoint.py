@@ -27,12 +27,16 @@ Public API:
   weights, optimiser moments, normalisers (buffers of `ActorCritic`), counters, RNG states and
   the resolved config in one checkpoint.
 - `CheckpointDir(folder, keep=3)`: `save(step, state, meta)` writes `ckpt_<step>.pt` and prunes
-  to the newest `keep`; `latest()` returns the newest checkpoint that loads, skipping (with a
+  to the newest `keep`, after checking that the disk has room for `ROOM_FOR` checkpoints of its
+  size (else `NoRoomError`, an OSError with errno ENOSPC, and nothing is written: a full disk
+  never costs the newest good checkpoint); `room_problem(folder, size)` is that check;
+  `latest()` returns the newest checkpoint that loads, skipping (with a
   logged warning) any that is truncated or corrupt; `steps()` lists the numbered files.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -40,6 +44,7 @@ import logging
 import os
 import random
 import re
+import shutil
 import struct
 import tempfile
 from collections.abc import Mapping
@@ -60,6 +65,26 @@ FORMAT_VERSION = 1
 
 class CheckpointError(ValueError):
     """A checkpoint file is missing, truncated, corrupt, of another format, or unsafe."""
+
+
+class NoRoomError(OSError):
+    """The disk of a checkpoint folder has no room for the checkpoints a run needs (ENOSPC)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.ENOSPC, message)
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+ROOM_FOR = 2  # checkpoints a run must have room for: the next one, and the one after it
+
+
+def disk_full(err: BaseException) -> bool:
+    """Whether `err` says a write found the disk full (an OSError, or SQLite's own word)."""
+    if isinstance(err, OSError):
+        return err.errno == errno.ENOSPC
+    return getattr(err, "sqlite_errorname", "") == "SQLITE_FULL"
 
 
 @dataclass
@@ -133,6 +158,34 @@ def save_checkpoint(
     path: str | os.PathLike, state: Mapping[str, Any], meta: Mapping[str, Any] | None = None
 ) -> Path:
     """Atomically write `state` (tensors etc.) and JSON-able `meta` to `path`."""
+    return atomic_write_bytes(path, encode_checkpoint(state, meta))
+
+
+def room_problem(folder: str | os.PathLike, checkpoint_bytes: int) -> str | None:
+    """Why `folder` has no room for `ROOM_FOR` checkpoints of `checkpoint_bytes`, or None."""
+    folder = Path(folder)
+    on_disk = folder
+    while not on_disk.exists() and on_disk != on_disk.parent:  # a folder not made yet
+        on_disk = on_disk.parent
+    free = shutil.disk_usage(on_disk).free
+    needed = ROOM_FOR * checkpoint_bytes
+    if free >= needed:
+        return None
+    mib = 1 << 20
+    return (
+        f"no room for checkpoints in {folder}: {free / mib:.1f} MiB free, {needed / mib:.1f} MiB "
+        f"needed ({ROOM_FOR} checkpoints of {checkpoint_bytes / mib:.1f} MiB)"
+    )
+
+
+def check_room(folder: str | os.PathLike, checkpoint_bytes: int) -> None:
+    problem = room_problem(folder, checkpoint_bytes)
+    if problem:
+        raise NoRoomError(problem)
+
+
+def encode_checkpoint(state: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> bytes:
+    """The bytes of a checkpoint file: header and verified payload."""
     try:
         meta_json = json.dumps(dict(meta or {}), sort_keys=True)
     except (TypeError, ValueError) as e:
@@ -147,7 +200,7 @@ def save_checkpoint(
     torch.save(payload, buffer)
     body = buffer.getvalue()
     header = HEADER.pack(MAGIC, len(body), hashlib.sha256(body).digest())
-    return atomic_write_bytes(path, header + body)
+    return header + body
 
 
 def _verified_body(path: Path) -> bytes:
@@ -363,9 +416,22 @@ class CheckpointDir:
     def save(
         self, step: int, state: Mapping[str, Any], meta: Mapping[str, Any] | None = None
     ) -> Path:
-        path = save_checkpoint(self.path_for(step), state, {**dict(meta or {}), "step": step})
+        """Write `ckpt_<step>.pt` and prune; with no room for `ROOM_FOR` checkpoints of its
+        size, raise `NoRoomError` before writing anything (the newest good one is kept)."""
+        data = encode_checkpoint(state, {**dict(meta or {}), "step": step})
+        check_room(self.folder, len(data))
+        path = atomic_write_bytes(self.path_for(step), data)
         self.prune()
         return path
+
+    def newest_size(self) -> int | None:
+        """Bytes of the newest numbered file (the size the next checkpoint will have)."""
+        for step in reversed(self.steps()):
+            try:
+                return self.path_for(step).stat().st_size
+            except OSError:
+                continue
+        return None
 
     def prune(self) -> None:
         """Delete all but the newest `keep` numbered files; if none of those verifies, the

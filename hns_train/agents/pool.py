@@ -68,6 +68,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import sqlite3
 import threading
 import time
@@ -80,7 +81,13 @@ from typing import Any
 import numpy as np
 
 from hns_train import typed_config
-from hns_train.agents.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from hns_train.agents.checkpoint import (
+    CheckpointError,
+    NoRoomError,
+    disk_full,
+    load_checkpoint,
+    save_checkpoint,
+)
 from hns_train.agents.pool_index import (
     DB_NAME,
     GUEST_BASE,
@@ -307,6 +314,14 @@ class PolicyPool:
         except sqlite3.DatabaseError as err:
             if getattr(self, "conn", None) is not None:
                 self.conn.close()
+            # SQLite says "disk I/O error" where it cannot make its journal on a full disk:
+            # that is no damage, and moving the index away would cost its ratings
+            io_error = getattr(err, "sqlite_errorname", "").startswith("SQLITE_IOERR")
+            if disk_full(err) or (io_error and shutil.disk_usage(self.folder).free < 1 << 20):
+                raise NoRoomError(
+                    f"no room on the disk of {self.folder} for the pool index ({err}); "
+                    "free some space"
+                ) from None
             raise PoolError(
                 f"pool index {self.db_path} is unreadable ({err}): it is damaged or not a "
                 "SQLite database; move it away and the snapshot files in "

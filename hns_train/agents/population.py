@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 
 from hns_train import typed_config
+from hns_train.jsonl import append_record, json_number, read_logged
+from hns_train.jsonl import read_records as read_records  # the views read these files too
 
 SCALES = ("log", "linear")
 # The files of a population run directory (the controller writes them, `eval` reads them)
@@ -53,6 +55,7 @@ LEAGUE = "league"
 UNTRAINED = "untrained"
 ANCHORS = (UNTRAINED, "random", "noop")
 MANIFEST_FORMAT = 1
+MANIFEST_FIELDS = ("next_index", "members", "rng")  # what a resume cannot do without
 MIN_PFSP_WEIGHT = 1e-3  # an opponent a member always beats is still met now and then
 
 
@@ -327,49 +330,18 @@ class Lineage:
             "member": member,
             **fields,
         }
-        with self.path.open("a") as f:
-            f.write(json.dumps(record, default=_json_number) + "\n")
+        append_record(self.path, record)
         return record
 
     def read(self) -> list[dict]:
-        return read_records(self.path)[0]
-
-
-def read_records(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """The JSON objects of a JSONL file in order, and notes on what was skipped: a last line
-    cut short (a writer killed mid-line) or any other line that is not a JSON object.
-    A reader that resumes (`Lineage.read`) ignores the notes; a view shows them."""
-    path = Path(path)
-    if not path.is_file():
-        return [], [f"{path.name}: missing"]
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError as e:
-        return [], [f"{path.name}: unreadable ({e.strerror or e})"]
-    records: list[dict[str, Any]] = []
-    notes: list[str] = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if n == len(lines):
-                notes.append(f"{path.name}: last line (line {n}) cut short; skipped")
-                continue
-            record = None
-        if isinstance(record, dict):
-            records.append(record)
-        else:
-            notes.append(f"{path.name}:{n} is not a JSON object; skipped")
-    return records, notes
+        return read_logged(self.path)
 
 
 def save_manifest(path: str | os.PathLike, manifest: Mapping[str, Any]) -> None:
     """Write the manifest atomically (a reader never sees half of it)."""
     path = Path(path)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, default=_json_number))
+    tmp.write_text(json.dumps(manifest, indent=1, default=json_number))
     tmp.replace(path)
 
 
@@ -387,15 +359,27 @@ def load_manifest(path: str | os.PathLike) -> dict[str, Any]:
     return manifest
 
 
+def check_manifest(path: str | os.PathLike, manifest: Mapping[str, Any]) -> None:
+    """What a resume needs from the manifest is there; else one error naming what is not."""
+    missing = [key for key in MANIFEST_FIELDS if key not in manifest]
+    members = manifest.get("members")
+    if isinstance(members, dict):
+        required = ("index", "seed", "hyper")
+        for name, data in members.items():
+            lacks = [k for k in required if not isinstance(data, dict) or k not in data]
+            missing += [f"members.{name}.{k}" for k in lacks]
+    elif "members" not in missing:
+        missing.append("members (not a mapping)")
+    if missing:
+        raise ValueError(
+            f"{path}: the population manifest lacks {', '.join(missing)}; restore it from a "
+            "copy, or start a new population (another name=...)"
+        )
+
+
 def members_from_manifest(manifest: Mapping[str, Any]) -> dict[str, Member]:
     fields = set(Member.__dataclass_fields__)
     return {
         name: Member(**{k: v for k, v in data.items() if k in fields})
         for name, data in manifest.get("members", {}).items()
     }
-
-
-def _json_number(value: Any) -> Any:
-    if hasattr(value, "item"):
-        return value.item()
-    raise TypeError(f"{type(value).__name__} is not JSON-serialisable")

@@ -2,7 +2,12 @@
 
 Responsibilities:
 - the run directory (`runs/<name>/`: config.yaml, checkpoints/, pool/, replays/,
-  metrics.jsonl, wandb/) and, on resume, the counters of the newest checkpoint;
+  metrics.jsonl, wandb/), owned by one controller at a time (`run_lock.py`) and, on resume, the
+  version of the newest checkpoint and the frame, episode and hour counts of the last record;
+- refusals before any worker starts: settings this machine cannot run (`devices.py`), a disk
+  without room for two checkpoints; and the end of a run that cannot go on: a write that found
+  the disk full (a worker exits with `NO_ROOM_EXIT`) stops the run, never restarts into it, and a
+  run whose workers made no frame ends with an error;
 - endpoints for every worker, and their start through a launcher (serial, local, ray);
 - heartbeats: a worker whose process died, or that was silent for `heartbeat_timeout_s`, is
   restarted (a trainer from the newest checkpoint; with `restart_trainer=false` a dead trainer
@@ -35,14 +40,12 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import json
 import logging
 import os
 import secrets
 import shutil
 import signal
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -51,17 +54,20 @@ from pathlib import Path
 
 import yaml
 
-from hns_train.agents.checkpoint import CheckpointDir
+from hns_train.agents.checkpoint import CheckpointDir, disk_full, room_problem
 from hns_train.agents.pool import PolicyPool
 from hns_train.config import RunConfig, save_config
 from hns_train.distributed.contract import ContractError, DropLog, check_heartbeat, check_hello
+from hns_train.distributed.devices import check_devices
 from hns_train.distributed.launchers import actor_plan, make_endpoints, make_launcher, run_keys
 from hns_train.distributed.message_sizes import check_message_sizes
 from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.reporting import RunLog, by_kind
+from hns_train.distributed.run_lock import RunLock, clean_socket_folders, in_use, socket_folder
 from hns_train.distributed.shared_rows import shared_folder
 from hns_train.distributed.streams import ControlServer
-from hns_train.distributed.worker import WorkerSpec
+from hns_train.distributed.worker import NO_ROOM_EXIT, WorkerSpec
+from hns_train.jsonl import append_record, read_records
 
 log = logging.getLogger(__name__)
 STOP_GRACE_S = 60.0
@@ -125,20 +131,24 @@ class Controller:
         self.message_sizes = check_message_sizes(cfg)
         self.cfg = cfg
         self.run_dir = cfg.run_dir
-        if self.run_dir.exists() and not resume and any(self.run_dir.iterdir()):
+        if not resume and in_use(self.run_dir):
             raise ValueError(
                 f"run directory {self.run_dir} already exists; pass --resume {self.run_dir} "
                 "to continue it, or choose another name (name=...)"
             )
-        _check_pool(self.run_dir)
-        self._resume_from = _resume_checkpoint(self.run_dir) if resume else None
-        for sub in ("checkpoints", "pool", "replays"):
-            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
+        check_devices(cfg)  # what a worker would refuse on this machine, refused here
+        self.owner = RunLock(self.run_dir)  # one owner per run directory
+        try:
+            self._prepare_run_dir(resume)
+        except BaseException:
+            self.owner.release()
+            raise
         save_config(cfg, self.run_dir / "config.yaml")
         self.hardware = hardware_info()
         (self.run_dir / "hardware.yaml").write_text(yaml.safe_dump(self.hardware))
         self.launcher = make_launcher(cfg)
-        self._tmp = tempfile.mkdtemp(prefix="hns-")  # short ipc paths (the OS limits their length)
+        clean_socket_folders()  # left by controllers that were killed
+        self._tmp = str(socket_folder())  # short ipc paths (the OS limits their length)
         scheme = cfg.pipeline.transport if self.launcher.scheme != "inproc" else "inproc"
         # Cluster runs: CURVE keys made here, per run, handed to workers in their specs.
         self.security = run_keys(cfg)
@@ -179,16 +189,39 @@ class Controller:
         self.log = RunLog(cfg, self.run_dir, self.hardware)
 
     # ------------------------------------------------------------------ setup
-    def _restore_counters(self) -> None:
-        """Counters as saved with the newest checkpoint: work after it is lost with it.
+    def _prepare_run_dir(self, resume: bool) -> None:
+        """The run directory's folders, after the checks that may refuse the run: the pool
+        index, the checkpoint to resume from, and room on the disk for two checkpoints."""
+        _check_pool(self.run_dir)
+        self._resume_from = _resume_checkpoint(self.run_dir) if resume else None
+        checkpoints = self.run_dir / "checkpoints"
+        newest = CheckpointDir(checkpoints).newest_size() if checkpoints.is_dir() else None
+        self.checkpoint_bytes = newest or checkpoint_bytes_estimate(self.cfg)
+        problem = room_problem(checkpoints, self.checkpoint_bytes)
+        if problem:
+            raise ValueError(f"{problem}; free some space, or choose another runs_dir=...")
+        for sub in ("checkpoints", "pool", "replays"):
+            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
 
-        A `resume` record marks the point in metrics.jsonl where the counters go back."""
+    def _restore_counters(self) -> None:
+        """The run's counters where it stopped: the version of the newest checkpoint (the
+        networks go back to it), frames, episodes and hours of the run's last record when it
+        has one beyond the checkpoint's (those frames were played; counts never go back).
+
+        A `resume` record marks the point in metrics.jsonl where the run continues."""
         latest = self._resume_from
         counters = latest.meta.get("counters", {})
         self.version = int(counters.get("version", 0))
         self.frames = int(counters.get("frames", 0))
         self.episodes = int(counters.get("episodes", 0))
         self.prior_s = float(counters.get("wall_clock_s", 0.0))
+        # damaged lines are skipped here and said once when the run log reads the file
+        for record in reversed(read_records(self.run_dir / "metrics.jsonl")[0]):
+            if record.get("kind") in ("train", "resume"):
+                self.frames = max(self.frames, int(record.get("frames", 0)))
+                self.episodes = max(self.episodes, int(record.get("episodes", 0)))
+                self.prior_s = max(self.prior_s, float(record.get("hours", 0.0)) * 3600)
+                break
         mark = {
             "kind": "resume",
             "time": time.time(),
@@ -198,8 +231,7 @@ class Controller:
             "episodes": self.episodes,
             "hours": self.prior_s / 3600,
         }
-        with (self.run_dir / "metrics.jsonl").open("a") as f:
-            f.write(json.dumps(mark) + "\n")
+        append_record(self.run_dir / "metrics.jsonl", mark)
 
     def _open_rendezvous(self) -> None:
         from hns_train.distributed.ddp import make_store, rendezvous_info
@@ -259,14 +291,50 @@ class Controller:
                     self.launcher.step()
                     self.tick()
             except Exception as err:  # a controller bug must still stop every worker
-                self.error = f"{type(err).__name__}: {err}"
-                self.stop_reason = self.stop_reason or f"error: {self.error}"
-                raise
+                if not disk_full(err):
+                    self._fail(err)
+                    raise
+                self._no_room(str(err))
             finally:
                 self._stop_workers()
-                self._record()
+                self._final_record()
                 self.log.close()
+        self._check_made_frames()
         return self.summary()
+
+    def _fail(self, err: BaseException) -> None:
+        self.error = f"{type(err).__name__}: {err}"
+        self.stop_reason = self.stop_reason or f"error: {self.error}"
+
+    def _no_room(self, cause: str) -> None:
+        """A write failed for want of space: the run ends, never restarts into the same wall."""
+        problem = room_problem(self.run_dir, self.checkpoint_bytes) or cause
+        newest = CheckpointDir(self.run_dir / "checkpoints").latest()
+        kept = f"newest good checkpoint kept: {newest.path.name}" if newest else "no checkpoint"
+        self.error = f"disk full: {problem}; {kept}; free some space, then --resume {self.run_dir}"
+        self.stop_reason = f"error: {self.error}"
+
+    def _final_record(self) -> None:
+        try:
+            self._record()
+        except Exception as err:  # the disk is full: the summary still says where the run got
+            if not disk_full(err):
+                raise
+            if not self.error:
+                self._no_room(str(err))
+
+    def _check_made_frames(self) -> None:
+        """A run that trained nothing never ends as a success."""
+        if self.error or self.frames > self.frames_at_start:
+            return
+        if self.stop_reason.startswith(("reached stop.frames", "reached stop.versions")):
+            return  # resumed at its limit: nothing was left to do
+        waited = time.monotonic() - self.start
+        self.error = (
+            f"no worker made a frame in {waited:.0f} s ({self.restarts} restarts); "
+            "see the workers' messages above"
+        )
+        self.stop_reason = f"{self.stop_reason}; error: {self.error}"
 
     def request_stop(self, reason: str) -> None:
         """Stop the run after the current tick (safe from signal handlers and other threads)."""
@@ -426,6 +494,9 @@ class Controller:
                 why = f"silent for {now - state.last_seen:.0f} s"
             else:
                 why = f"made no progress for {now - state.progress_at:.0f} s"
+            if name in dead and self._exit_code(name) == NO_ROOM_EXIT:
+                self._no_room(f"{name} found no room on the disk")
+                return
             if state.spec.kind == "trainer" and not p.restart_trainer:
                 self.error = f"trainer {why}; set pipeline.restart_trainer=true to restart it"
                 self.stop_reason = f"error: {self.error}"
@@ -443,6 +514,10 @@ class Controller:
                 return
             self.launcher.kill(name)
             self._start(state.spec.restarted(token=_token()))
+
+    def _exit_code(self, name: str) -> int | None:
+        exit_code = getattr(self.launcher, "exit_code", None)  # launchers of local processes
+        return None if exit_code is None else exit_code(name)
 
     def _check_limits(self) -> None:
         stop = self.cfg.stop
@@ -464,12 +539,16 @@ class Controller:
         try:
             self._ask_to_stop()
         finally:  # whatever happened above, no process is left behind
+            for name, state in self.workers.items():
+                if not state.connected:  # still starting: nothing of it to wait for
+                    self.launcher.kill(name)
             self.launcher.join(timeout_s=10.0)
             self.control.close()
             self._ddp_store = None
             shutil.rmtree(self._tmp, ignore_errors=True)
             if self._shared_rows:
                 shutil.rmtree(self._shared_rows, ignore_errors=True)
+            self.owner.release()
 
     def _ask_to_stop(self) -> None:
         """Stop every worker that is connected and wait for it; the rest are killed.
@@ -484,6 +563,7 @@ class Controller:
         servers = [s for s in self.workers.values() if s.spec.kind == "policy"]
         self._send_stop(servers)
         self._wait_stopped(servers, min(deadline, time.monotonic() + SERVERS_STOP_S))
+        self._send_counters()  # the trainer's final checkpoint holds the run's last counts
         self._send_stop(list(self.workers.values()))
         self._wait_stopped(list(self.workers.values()), deadline)
 
@@ -595,6 +675,17 @@ def _check_pool(run_dir: Path) -> None:
     """A pool index that cannot be read stops the run at once, with one line."""
     if (pool_dir(run_dir)).is_dir():
         PolicyPool(pool_dir(run_dir)).close()
+
+
+def checkpoint_bytes_estimate(cfg: RunConfig) -> int:
+    """Size of a new run's checkpoints: the network's tensors three times (weights and the
+    optimiser's two moments) and room for RNG states and metadata."""
+    from hns_train.agents.policy import ActorCritic
+    from hns_train.envs.contract import observation_shapes
+
+    model = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network)
+    tensors = sum(v.numel() * v.element_size() for v in model.state_dict().values())
+    return 3 * tensors + (256 << 10)
 
 
 def hardware_info() -> dict:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -59,9 +58,10 @@ def make_store(host: str, timeout_s: float) -> tuple[dist.TCPStore, int]:
     except BaseException:
         sock.close()
         raise
-    # The store serves on this descriptor without owning it: keep the socket open as long as
-    # the store lives (it is closed when the store is garbage collected).
-    weakref.finalize(store, sock.close)
+    # The store closes this descriptor when it goes: the socket object lets go of it, or its
+    # own close would meet a closed descriptor (EBADF, printed at every clean stop) or, worse,
+    # one the number was reused for.
+    sock.detach()
     return store, store.port
 
 

@@ -40,9 +40,11 @@ heartbeat) and, right after a round, `leaderboard` {columns, rows}.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -58,7 +60,7 @@ from hns_train.distributed.contract import ContractError, DropLog, check_params,
 from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.params import arrays_to_state_dict
 from hns_train.distributed.streams import ParamSubscriber
-from hns_train.distributed.worker import Worker, WorkerSpec
+from hns_train.distributed.worker import Worker, WorkerSpec, _die_with_parent
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.eval.matches import PolicyController, play_matches
@@ -333,7 +335,15 @@ class VideoJob:
         cmd += ["--out", str(self.out), "--quiet"]
         # stderr goes to a file: a pipe nobody reads until the end could fill up and stall it
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in _close)
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=self._log)
+        self.proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+            # a worker killed with its controller must not leave a render behind (SIGTERM: the
+            # render deletes its partial video)
+            preexec_fn=functools.partial(_die_with_parent, signal.SIGTERM),
+        )
         with contextlib.suppress(AttributeError, OSError):  # no such call, or the child is gone
             os.setpriority(os.PRIO_PROCESS, self.proc.pid, RENDER_NICE)
         self._error = ""

@@ -149,6 +149,10 @@ class LocalLauncher:
         p = self.processes.get(name)
         return None if p is None else p.pid
 
+    def exit_code(self, name: str) -> int | None:
+        p = self.processes.get(name)
+        return None if p is None else p.exitcode
+
     def kill(self, name: str) -> None:
         process = self.processes.pop(name, None)
         if process is not None and process.is_alive():

@@ -23,7 +23,11 @@ single `Controller`. It owns `runs/<name>/` (layout below) and, each tick:
 - writes `population.json` (the manifest: members, hyperparameters, hall of fame, counters, RNG)
   and a `population.jsonl` status record every `record_every_s`, and every event to
   `lineage.jsonl`.
-`--resume runs/<name>` reads the manifest and restarts every running member from its checkpoint.
+`--resume runs/<name>` reads the manifest (refused, naming the fields, when one it needs is
+missing) and restarts every running member from its checkpoint; a league database that lost the
+games the manifest counts is said (a warning and a `league_reset` event). One population owns its
+run directory (`run_lock.py`); a population with no running member stops; no member folder is
+ever deleted by a start or an exploit: an old one is moved aside (`move_aside`).
 The population stops at `stop.frames` (all members' frames), `stop.minutes` or `stop.versions`
 (the most advanced member), or on Ctrl-C: every member is asked to stop and checkpoints.
 
@@ -40,7 +44,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import signal
 import subprocess
 import sys
@@ -65,6 +68,7 @@ from hns_train.agents.population import (
     STATUS,
     Lineage,
     Member,
+    check_manifest,
     choose_exploits,
     load_manifest,
     members_from_manifest,
@@ -78,8 +82,10 @@ from hns_train.agents.population import (
 from hns_train.config import RunConfig, apply_override, config_from_dict, flat_settings, save_config
 from hns_train.distributed.controller import stop_signals
 from hns_train.distributed.opponent_codes import pool_dir
+from hns_train.distributed.run_lock import RunLock, in_use
 from hns_train.distributed.wandb_logger import WandbLogger
 from hns_train.eval.league import League
+from hns_train.jsonl import append_record
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5
@@ -112,7 +118,7 @@ class MemberRun:
             args = ["--resume", str(self.dir)]
         else:
             if self.dir.exists():  # started before but never checkpointed: begin again
-                shutil.rmtree(self.dir)
+                move_aside(self.dir)
             args = ["--config", str(config_path)]
         out = self.log_path.open("a")
         self.process = subprocess.Popen(
@@ -157,8 +163,8 @@ class MemberRun:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
-                continue
-            if record.get("kind") in ("train", "resume"):
+                continue  # a line cut short: the records after it still count
+            if isinstance(record, dict) and record.get("kind") in ("train", "resume"):
                 m = self.member
                 m.version = int(record.get("version", m.version))
                 m.frames = int(record.get("frames", m.frames))
@@ -186,11 +192,12 @@ class PopulationController:
         self.cfg = cfg
         self.p = cfg.population
         self.run_dir = cfg.run_dir
-        if self.run_dir.exists() and not resume and any(self.run_dir.iterdir()):
+        if not resume and in_use(self.run_dir):
             raise ValueError(
                 f"run directory {self.run_dir} already exists; pass --resume {self.run_dir} "
                 "to continue it, or choose another name (name=...)"
             )
+        self.owner = RunLock(self.run_dir)  # one population per run directory
         for sub in ("members", LEAGUE, REQUESTS):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         save_config(cfg, self.run_dir / "config.yaml")
@@ -209,6 +216,8 @@ class PopulationController:
         self.resumed = resume
         self.ray_address, self._owns_ray = "", False
         self._fresh: set[str] = set()  # members with new weights since the last sync
+        self._manifest_games: dict[str, int] = {}
+        self._league_reset = 0  # rated games the league database lost (see _check_league)
         if resume:
             self._restore()
         self.start = time.monotonic()
@@ -216,6 +225,8 @@ class PopulationController:
         # spinning OpenMP threads on a busy host made a round 5x slower (3.1 s against 0.6 s).
         torch.set_num_threads(1)
         self.league = League(self.run_dir / LEAGUE, cfg, seed=cfg.seed)
+        if resume:
+            self._check_league()
         lg = cfg.logging  # the population's own wandb run, in the group of its members' runs
         self.wandb = WandbLogger(
             self.run_dir,
@@ -229,6 +240,8 @@ class PopulationController:
         self._events: list[dict[str, Any]] = []
         if resume:
             self.event("resume", "")
+        if self._league_reset:
+            self.event("league_reset", "", games_lost=self._league_reset)
         self._turn = 0
         self._last = {"league": -np.inf, "sync": -np.inf, "record": -np.inf}
 
@@ -355,9 +368,10 @@ class PopulationController:
         return summary
 
     def close(self) -> None:
-        """The league database and the wandb run (after `shutdown`)."""
+        """The league database, the wandb run (after `shutdown`) and the run directory."""
         self.league.close()
         self.wandb.finish(1 if self.error else 0)
+        self.owner.release()
 
     def start_ray(self) -> None:
         """On `pipeline.launcher=ray` without `ray_address`: one local Ray for every member (each
@@ -525,7 +539,8 @@ class PopulationController:
                 }
             )
         replaced = run.dir / "replaced"
-        shutil.rmtree(replaced, ignore_errors=True)
+        if replaced.exists():  # an earlier exploit's (or one cut short): kept beside
+            move_aside(replaced)
         replaced.mkdir()
         for step in own.steps():
             own.path_for(step).replace(replaced / own.path_for(step).name)
@@ -648,7 +663,13 @@ class PopulationController:
 
     def _check_limits(self) -> None:
         s = self.cfg.stop
-        if s.frames and self.total_frames() >= s.frames:
+        if not self.running():
+            log.warning("no member is running in %s: the population stops", self.run_dir)
+            self.request_stop(
+                "no member running (all retired); add one with `python -m hns_train.train "
+                f"population add {self.run_dir}` after --resume"
+            )
+        elif s.frames and self.total_frames() >= s.frames:
             self.request_stop(f"frames {self.total_frames():,} >= {s.frames:,}")
         elif s.minutes and self.elapsed_s() >= s.minutes * 60:
             self.request_stop(f"minutes {s.minutes}")
@@ -688,9 +709,29 @@ class PopulationController:
     def save(self) -> None:
         save_manifest(self.run_dir / MANIFEST, self.manifest())
 
+    def _check_league(self) -> None:
+        """The league database must still hold the games the manifest counts: one emptied or
+        replaced would restart every rating in silence. The ratings start again from the prior,
+        with a warning and a lineage event, and members count their games from there."""
+        counted = {n: int(self._manifest_games.get(n, 0)) for n in self.members}
+        if sum(counted.values()) == 0 or any(self.league.games(n) for n in counted):
+            return
+        db = self.run_dir / LEAGUE
+        log.warning(
+            "the league in %s holds none of the %d rated games the manifest counts: every "
+            "rating starts again (restore its pool.sqlite from a copy to keep them)",
+            db,
+            sum(counted.values()),
+        )
+        for member in self.members.values():
+            member.changed_at_games = 0
+        self._league_reset = sum(counted.values())
+
     def _restore(self) -> None:
         manifest = load_manifest(self.run_dir / MANIFEST)
+        check_manifest(self.run_dir / MANIFEST, manifest)
         self.members = members_from_manifest(manifest)
+        self._manifest_games = {n: d.get("games", 0) for n, d in manifest["members"].items()}
         self.next_index = int(manifest["next_index"])
         self.hall_of_fame = list(manifest.get("hall_of_fame", []))
         counters = manifest.get("counters", {})
@@ -717,8 +758,7 @@ class PopulationController:
             "frames": self.total_frames(),
             "members": members,
         }
-        with (self.run_dir / STATUS).open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_record(self.run_dir / STATUS, record)
         row = {
             "episodes": sum(m.episodes for m in self.members.values()),
             "frames": record["frames"],
@@ -781,6 +821,17 @@ def request(run_dir: str | Path, action: str, member: str | None = None) -> Path
     tmp.write_text(json.dumps({"action": action, "member": member}))
     tmp.replace(path)
     return path
+
+
+def move_aside(path: Path) -> Path:
+    """Rename `path` to a free `<name>.aside-<n>` beside it: a population never deletes a
+    member's files (a start or an exploit cut short must not cost what was there)."""
+    n = 1
+    while (target := path.with_name(f"{path.name}.aside-{n}")).exists():
+        n += 1
+    path.rename(target)
+    log.warning("%s moved aside to %s", path, target.name)
+    return target
 
 
 def _stop_with_parent() -> None:

@@ -14,7 +14,6 @@ seconds, so it moves in a terminal before the first optimisation step.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from collections import defaultdict
@@ -26,6 +25,7 @@ from tqdm import tqdm
 from hns_train.config import RunConfig
 from hns_train.distributed.costs import WorkCosts
 from hns_train.envs.tasks import stat_keys
+from hns_train.jsonl import append_record
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +130,7 @@ class RunLog:
         self._stats[:] = 0
         self._episodes = self._frames = 0
         self.records.append(record)
-        with self.metrics_path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_record(self.metrics_path, record)
         if self.logger is not None:
             self.logger.log(record)
         if self.phases is not None and "episode/hider_return" in record:
@@ -142,8 +141,7 @@ class RunLog:
     def _log_phase(self, onset) -> None:
         entry = onset.to_record()
         self.phases_reached.append(entry["phase"])
-        with self.metrics_path.open("a") as f:
-            f.write(json.dumps(entry) + "\n")
+        append_record(self.metrics_path, entry)
         if self.logger is not None:
             self.logger.log_phase(onset)
         if self.bar is not None:

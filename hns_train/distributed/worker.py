@@ -84,6 +84,9 @@ class WorkerSpec:
         )
 
 
+NO_ROOM_EXIT = 75  # a worker found no room on the disk (a write failed with ENOSPC)
+
+
 class ControllerGone(RuntimeError):
     """The worker's controller died or has been silent too long: the worker must exit."""
 
@@ -217,14 +220,15 @@ class ParentWatch:
             raise ControllerGone(f"the parent process {self.parent} is gone")
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux for `sig` when the parent dies (also run in children before they exec)."""
     if not sys.platform.startswith("linux"):
         return
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     except (OSError, AttributeError) as err:  # no prctl: the pid check still works
         log.warning("no parent-death signal (%s); watching the parent pid instead", err)
 
@@ -246,13 +250,22 @@ def run_worker(spec: WorkerSpec) -> None:
     import torch
 
     torch.set_num_threads(max(1, int(spec.config["pipeline"]["torch_threads"])))
-    worker = build_worker(spec)
     try:
-        while not worker.stopped:
-            worker.step()
-            worker.poll_control()
-            parent.check()
+        worker = build_worker(spec)
+        try:
+            while not worker.stopped:
+                worker.step()
+                worker.poll_control()
+                parent.check()
+        finally:
+            worker.close()
     except ControllerGone as err:
         log.warning("exiting: %s", err)
-    finally:
-        worker.close()
+    except Exception as err:
+        from hns_train.agents.checkpoint import disk_full
+
+        if not disk_full(err):
+            raise
+        # A restart would meet the same full disk: this exit code tells the controller so.
+        log.error("exiting: %s", err)
+        sys.exit(NO_ROOM_EXIT)

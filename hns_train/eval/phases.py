@@ -39,12 +39,13 @@ Mechanics (all named parameters of `PhaseConfig`):
 
 from __future__ import annotations
 
-import json
 import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+from hns_train.jsonl import read_logged
 
 PHASES = (
     "running_and_chasing",
@@ -345,26 +346,15 @@ def _finite(value) -> bool:
 def read_metrics(path: str | Path) -> tuple[list[dict], list[PhaseOnset]]:
     """Training records and phase onsets of a metrics.jsonl file, in file order.
 
-    A torn last line (a run killed mid-write) is skipped; any other malformed line raises
-    ValueError naming the line.
+    A damaged line (cut short by a full disk or a kill mid-write) costs that record only: it
+    is skipped, and the skipped lines are counted in one warning (`hns_train.jsonl`).
     """
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"metrics file {path} does not exist")
-    lines = path.read_text().splitlines()
     train: list[dict] = []
     onsets: list[PhaseOnset] = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            if n == len(lines):
-                break
-            raise ValueError(f"{path}:{n} is not a JSON object: {err}") from None
-        if not isinstance(record, dict):
-            raise ValueError(f"{path}:{n} is not a JSON object (got {type(record).__name__})")
+    for record in read_logged(path):
         kind = record.get("kind", "train")
         if kind == "train":
             train.append(record)

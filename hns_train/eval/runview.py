@@ -20,7 +20,6 @@ Public API: `run_view(run_dir) -> int`, `win_rates(ratings, window) -> dict[str,
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from hns_train.agents.pool import LATEST, ROLES, policy_key
 from hns_train.agents.pool_index import DB_NAME
 from hns_train.eval.population_view import MANIFEST, population_view
 from hns_train.eval.ratings import Ratings
+from hns_train.jsonl import read_records
 
 WINDOW = 200  # newest rated matches per opponent class behind a win rate
 N_REPLAYS = 10
@@ -109,18 +109,7 @@ def newest_replays(run_dir: str | Path, n: int = N_REPLAYS) -> list[tuple[Path, 
 
 
 def _records(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a crash
-        if isinstance(record, dict):
-            out.append(record)
-    return out
+    return read_records(run_dir / "metrics.jsonl")[0]  # damaged lines skipped
 
 
 def _fmt_rate(t: Tally) -> str:

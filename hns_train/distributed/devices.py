@@ -1,0 +1,85 @@
+"""Whether this machine can run a run's settings, checked once by the controller at start.
+
+A worker refuses a device it cannot use; found only there, the refusal becomes a crash loop
+(every restart fails the same way) that trains nothing. `device_problems(cfg)` asks the same
+questions the workers will, with the same functions, before any worker starts:
+- `pipeline.device` (policy workers, trainers and pods): `resolve_device`, and for several
+  trainers each rank's device and the collective backend (`ddp.rank_device`,
+  `ddp.choose_backend`);
+- `pipeline.warp_device` when `pipeline.backend=warp` (warp actors);
+- `pod.physics` for pods: MuJoCo Warp must import, and `warp` on `auto` needs a CUDA device
+  the pod will actually use.
+
+On `pipeline.launcher=ray` the workers run on the cluster's nodes, not here: only what does not
+depend on the machine is checked (the config's own rules), the rest by the workers.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+from hns_train.config import ConfigError, RunConfig
+from hns_train.distributed.ddp import choose_backend, rank_device
+from hns_train.distributed.params import resolve_device
+
+
+def _machine() -> str:
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return f"this machine has {n} CUDA device{'' if n == 1 else 's'}"
+
+
+def _cuda_index_problem(key: str, device: torch.device) -> str | None:
+    index = device.index if device.type == "cuda" else None
+    if index is not None and index >= torch.cuda.device_count():
+        return f"{key}={str(device)!r} but {_machine()}"
+    return None
+
+
+def device_problems(cfg: RunConfig) -> list[str]:
+    """One message per setting this machine cannot run (empty when all fit)."""
+    p = cfg.pipeline
+    if p.launcher == "ray":
+        return []
+    problems: list[str] = []
+    try:
+        device = resolve_device(p.device)
+    except ValueError as err:
+        return [f"{err} ({_machine()}); use pipeline.device=cpu or auto"]
+    for rank in range(p.n_trainers):
+        problem = _cuda_index_problem("pipeline.device", rank_device(device, rank))
+        if problem:
+            problems.append(problem)
+            break
+    if p.n_trainers > 1:
+        try:
+            choose_backend(p.ddp_backend, rank_device(device, 0))
+        except ValueError as err:
+            problems.append(str(err))
+    if p.backend == "warp":
+        try:
+            warp_device = resolve_device(p.warp_device)
+        except ValueError as err:
+            problems.append(f"{str(err).replace('pipeline.device', 'pipeline.warp_device')}")
+        else:
+            problem = _cuda_index_problem("pipeline.warp_device", warp_device)
+            if problem:
+                problems.append(problem)
+    warp_physics = p.backend == "warp" or (p.backend == "pod" and cfg.pod.physics == "warp")
+    if warp_physics:
+        try:
+            importlib.import_module("mujoco_warp")
+        except Exception as err:  # ImportError, or a library that fails to load
+            problems.append(
+                f"MuJoCo Warp does not import here ({type(err).__name__}: {err}); "
+                "pip install -e '.[warp]', or use the C game (pod.physics=c)"
+            )
+    return problems
+
+
+def check_devices(cfg: RunConfig) -> None:
+    """Raise ConfigError naming every setting this machine cannot run."""
+    problems = device_problems(cfg)
+    if problems:
+        raise ConfigError("this machine cannot run these settings: " + "; ".join(problems))
