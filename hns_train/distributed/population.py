@@ -78,7 +78,7 @@ from hns_train.agents.population import (
 from hns_train.config import RunConfig, apply_override, config_from_dict, flat_settings, save_config
 from hns_train.distributed.controller import stop_signals
 from hns_train.distributed.opponent_codes import pool_dir
-from hns_train.distributed.wandb_logger import WandbLogger
+from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
 from hns_train.eval.league import League
 
 log = logging.getLogger(__name__)
@@ -217,6 +217,9 @@ class PopulationController:
         torch.set_num_threads(1)
         self.league = League(self.run_dir / LEAGUE, cfg, seed=cfg.seed)
         lg = cfg.logging  # the population's own wandb run, in the group of its members' runs
+        # Once, here, before any member starts (members find it and write none): concurrent
+        # members would race for the one run id. First: wandb holds one active run per process.
+        log_reference_run(lg.project, self.run_dir, lg.wandb)
         self.wandb = WandbLogger(
             self.run_dir,
             cfg.to_dict(),
