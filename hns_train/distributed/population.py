@@ -686,6 +686,7 @@ class PopulationController:
                 **self.counters,
             },
             "rng": self.rng.bit_generator.state,
+            "stop_reason": self.stop_reason,  # set once every member has been stopped
         }
 
     def save(self) -> None:

@@ -5,6 +5,7 @@ restarted alone, members added and retired, resume from the manifest."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -18,6 +19,7 @@ from hns_train.agents.pool import PolicyPool
 from hns_train.agents.population import read_records
 from hns_train.config import load_config
 from hns_train.distributed.population import PopulationController, request
+from hns_train.eval.cli import main as eval_main
 from hns_train.eval.ratings import Ratings
 
 LR_RANGE = (1e-4, 3e-3)
@@ -318,10 +320,11 @@ def test_population_logs_members_and_lineage_to_its_own_wandb_run(tmp_path, monk
 
 
 @pytest.mark.slow
-def test_population_with_wandb_offline_starts_every_member_once(tmp_path, monkeypatch):
+def test_population_with_wandb_offline_starts_every_member_once(tmp_path, monkeypatch, capsys):
     """As users run it (wandb offline, the default): members share their population's wandb
     service, so the paper's reference run is written once, by the population; no member dies
-    at start on a run id another member holds (max_restarts=0 makes one death the run's end)."""
+    at start on a run id another member holds (max_restarts=0 makes one death the run's end).
+    Once it has stopped, its view shows every member stopped."""
     from hns_train.distributed.wandb_logger import REFERENCE_RUN_ID, offline_runs
 
     monkeypatch.delenv("WANDB_MODE", raising=False)  # the suite's switch; offline writes files
@@ -354,3 +357,9 @@ def test_population_with_wandb_offline_starts_every_member_once(tmp_path, monkey
         member = run_dir / "members" / m
         assert not (member / "wandb" / REFERENCE_RUN_ID).exists()
         assert len(offline_runs(member)) == 1  # the member's own run
+    capsys.readouterr()
+    assert eval_main(["--run", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "3 members (stopped: " in out
+    rows = [line.split() for line in out.splitlines() if re.match(r"  m\d ", line)]
+    assert [r[:2] for r in rows] == [["m0", "stopped"], ["m1", "stopped"], ["m2", "stopped"]]
