@@ -1,5 +1,7 @@
 """Offscreen rendering of replays: frame sizes, changing content, overlays, mp4/gif/png files."""
 
+from pathlib import Path
+
 import imageio.v2 as iio2
 import imageio.v3 as iio
 import mujoco
@@ -144,6 +146,26 @@ def test_gif_mp4_and_png_files(replay, tmp_path):
         V.write_video(short, tmp_path / "odd.mp4", V.VideoOptions(width=63, height=48))
     with pytest.raises(ValueError, match="format"):
         V.write_video(short, tmp_path / "a.avi", opts)
+
+
+def test_renders_go_into_the_run_or_runs_renders_never_beside_a_replay_of_no_run(
+    replay, tmp_path, capsys, monkeypatch
+):
+    shipped = tmp_path / "repo" / "replays"  # as the repository's example replays
+    path = R.save(replay, shipped / "example.npz")
+    run = tmp_path / "runs" / "mine"
+    (run / "replays").mkdir(parents=True)
+    (run / "config.yaml").write_text("name: mine\n")
+    in_run = R.save(replay, run / "replays" / "ep.npz")
+    monkeypatch.chdir(tmp_path)
+    small = ["--format", "png", "--frame", "3", "--width", "64", "--height", "48"]
+    assert main([str(path), *small]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out == str(Path("runs") / "renders" / "example.png") and Path(out).is_file()
+    assert sorted(p.name for p in shipped.iterdir()) == ["example.npz"]  # nothing beside it
+    assert main([str(in_run), *small]) == 0
+    assert capsys.readouterr().out.strip() == str(run / "replays" / "ep.png")
+    assert (run / "replays" / "ep.png").is_file()
 
 
 def test_cli_renders_a_png_and_prints_its_path(replay, tmp_path, capsys, monkeypatch):
