@@ -8,12 +8,12 @@ status 0. A command that needs what a CI machine lacks (a GPU, a Ray cluster, a 
 network, hours) is skipped with the reason, visibly (`pytest -rs`). Training runs: one whose run
 a later command reads (`--run`, `--resume`, `agent.init=`, `play`, `population add`, `latest`)
 trains, with `TRAIN_SETTINGS` appended (a short stop, and a smaller batch so that the first
-checkpoint comes in seconds on 2 cores); the others are skipped as runs alike (a training run's
-start costs 20-70 s on 2 busy cores), their configs and overrides loaded and checked here.
-`make` is told that the environment is already built (`-o` on its stamps; this interpreter's
-environment stands in for `.venv`). Statically, for every command: Python is named as
-`.venv/bin/python`, every run a command names is made by an earlier one, and no two training
-commands write the same run.
+checkpoint comes in seconds); the others are skipped as runs alike (starting a training run
+costs 20-70 s on 2 busy cores), their configs and overrides loaded and checked here. `eval play`
+gets `PLAY_SETTINGS`. `make` is told that the environment is already built (`-o` on its stamps;
+this interpreter's environment stands in for `.venv`). Statically, for every command: Python is
+named as `.venv/bin/python`, every run a command names is made by an earlier one, and no two
+training commands write the same run.
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ README = ROOT / "README.md"
 # Appended to the training commands that are walked: one optimisation step on 2 chunks, with a
 # time limit as backstop (the later of each key wins over the command's own).
 TRAIN_SETTINGS = "stop.versions=1 stop.minutes=3 pipeline.batch_chunks=2"
+# Appended to `eval play`: one match per role and small videos (four 480 x 480 videos of full
+# matches are a minute on 2 busy cores).
+PLAY_SETTINGS = "--matches 1 --width 160 --height 160"
 COMMAND_TIMEOUT_S = 240
 # Copied into the walk's clone: what a fresh clone holds that the commands read. The package is
 # imported from the repository itself (PYTHONPATH), the same code with its compiled kernels
@@ -171,6 +174,8 @@ def as_walked(command: str, venv: Path) -> str:
         command.split()
     ):
         command += f" {TRAIN_SETTINGS}"
+    elif re.search(r"-m hns_train\.eval play\b", command):
+        command += f" {PLAY_SETTINGS}"
     if command.startswith("make "):
         command = f"make {stamps} VENV=.venv " + command[len("make ") :]
     return command
