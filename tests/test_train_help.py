@@ -2,8 +2,6 @@
 key is described; what it names must exist."""
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,16 +10,12 @@ from hns_train import train
 from hns_train.config import CONFIG_DIR, find_config, load_config
 
 
-@pytest.fixture(scope="module")
-def help_text():
-    done = subprocess.run(
-        [sys.executable, "-m", "hns_train.train", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+@pytest.fixture
+def help_text(capsys):
+    with pytest.raises(SystemExit) as done:
+        train.main(["--help"])
+    assert done.value.code == 0
+    return capsys.readouterr().out
 
 
 def test_help_names_the_population_subcommands(help_text):
