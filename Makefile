@@ -1,8 +1,11 @@
-# Two entry points do all the set-up on a fresh machine: `make train` and `make test`.
+# Two entry points do all the set-up on a fresh machine: `make train` installs the package and
+# what training needs; `make test` adds the test extra (Ray, TorchRL, Warp, RLlib's
+# dependencies, pytest, ruff) to the same environment.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 # torch is installed before the package so that `torch>=2.4` resolves to it. Without an NVIDIA
 # driver (no working `nvidia-smi`) it comes from PyTorch's CPU wheel index instead of the
 # multi-GB CUDA build on PyPI; override with `make TORCH_INDEX=URL`, or `TORCH_INDEX=` for pip's
@@ -12,9 +15,11 @@ NVIDIA_DRIVER := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 TORCH_INDEX ?= $(if $(NVIDIA_DRIVER),,https://download.pytorch.org/whl/cpu)
 export MUJOCO_GL ?= egl
 
-.PHONY: setup train test lint format bench gpu-day browser clean
+.PHONY: setup setup-test train test lint format bench gpu-day browser clean
 
 setup: $(STAMP)
+
+setup-test: $(TEST_STAMP)
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,8 +27,12 @@ $(STAMP): pyproject.toml
 	if $(BIN)/pip install -q --no-deps --no-index "$(TORCH)" 2>/dev/null; \
 	then $(BIN)/pip install -q "$(TORCH)"; \
 	else $(BIN)/pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)); fi
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q -e .
 	touch $(STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/pip install -q -e ".[test]"
+	touch $(TEST_STAMP)
 
 train: $(STAMP)
 	$(BIN)/python -m hns_train.train $(ARGS)
@@ -31,15 +40,15 @@ train: $(STAMP)
 # The slowest tests are printed at the end of every run, to keep the suite's time in view.
 PYTEST_ARGS ?= --durations=30
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-format: $(STAMP)
+format: $(TEST_STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 

@@ -16,7 +16,8 @@ A run is described by `RunConfig`:
 `load_config(path, overrides)` reads a YAML file (which may name a `base:` file to start from),
 applies dotted overrides such as `pipeline.n_actors=4` (values parsed as YAML scalars), and
 checks every key and type. An unknown key or an ill-typed value raises `ConfigError` naming the
-key and the file it came from, and what is allowed. Nothing here is executed from the file:
+key, where it came from (the file, or "command line" for a problem the overrides bring) and what
+is allowed, with the closest allowed key for a misspelt one. Nothing here is executed from the file:
 YAML is read with `safe_load`.
 """
 
@@ -50,6 +51,7 @@ LAUNCHERS = ("serial", "local", "ray")
 BACKENDS = ("c", "warp", "pod")
 POD_PHYSICS = ("auto", "c", "warp")
 WANDB_MODES = ("offline", "online", "disabled")
+COMMAND_LINE = "command line"  # where an override's problem is said to come from
 
 
 class ConfigError(ValueError):
@@ -513,10 +515,17 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """RunConfig from a YAML file (default: configs/default.yaml) plus `key=value` overrides."""
     path = find_config(path) if path is not None else CONFIG_DIR / "default.yaml"
     data = _read_yaml(path)
-    cfg = _build(data, str(path))
+    base = _build(data, str(path))
+    cfg = base
     for item in overrides or []:
         cfg = apply_override(cfg, item)
-    return cfg.check(str(path))
+    if not overrides:
+        return cfg.check(str(path))
+    try:
+        return cfg.check(COMMAND_LINE)
+    except ConfigError:
+        base.check(str(path))  # a file that is wrong on its own is blamed, not the command line
+        raise
 
 
 def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
@@ -532,12 +541,12 @@ def save_config(cfg: RunConfig, path: Path) -> None:
 def apply_override(cfg: RunConfig, item: str) -> RunConfig:
     """`section.key=value` on the command line; the value is parsed as a YAML scalar."""
     if "=" not in item:
-        raise ConfigError(f"command line: override {item!r} must look like section.key=value")
+        raise ConfigError(f"{COMMAND_LINE}: override {item!r} must look like section.key=value")
     key, raw = item.split("=", 1)
     try:
         value = yaml.safe_load(raw) if raw else ""
     except yaml.YAMLError as err:
-        raise ConfigError(f"command line: cannot parse the value of {key!r}: {err}") from None
+        raise ConfigError(f"{COMMAND_LINE}: cannot parse the value of {key!r}: {err}") from None
     nested: dict[str, Any] = {}
     node = nested
     parts = key.split(".")
@@ -545,7 +554,7 @@ def apply_override(cfg: RunConfig, item: str) -> RunConfig:
         node = node.setdefault(part, {})
     node[parts[-1]] = value
     merged = _merge(cfg.to_dict(), nested)
-    return _build(merged, "command line")
+    return _build(merged, COMMAND_LINE)
 
 
 def find_config(path: str | Path) -> Path:
@@ -562,9 +571,15 @@ def find_config(path: str | Path) -> Path:
     return path
 
 
+def shipped_configs() -> list[str]:
+    """The names `--config` takes for the shipped configs (`chase`, `transfer/shelter`)."""
+    names = [p.relative_to(CONFIG_DIR).with_suffix("") for p in CONFIG_DIR.rglob("*.yaml")]
+    return sorted(n.as_posix() for n in names)
+
+
 def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if not path.is_file():
-        shipped = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+        shipped = ", ".join(shipped_configs())
         raise ConfigError(f"config file {path} does not exist (shipped configs: {shipped})")
     try:
         data = yaml.safe_load(path.read_text()) or {}

@@ -14,22 +14,82 @@ MEMBER` retires one.
 from __future__ import annotations
 
 import argparse
+import inspect
 import logging
 import sys
+import textwrap
 from pathlib import Path
 
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+import hns_train
+from hns_train import config
+from hns_train.agents.config import AgentConfig
+from hns_train.agents.pool import PoolConfig
+from hns_train.agents.population import PopulationConfig
 from hns_train.agents.transfer import resolve_init
 from hns_train.config import ConfigError, load_config
+from hns_train.envs.config import GameConfig
+
+PROG = "python -m hns_train.train"
+# Where each section's keys are defined: dataclass fields, each with its default and a comment.
+KEY_SOURCES = (
+    ("name, seed, runs_dir, pipeline.*, pod.*, eval.*, logging.*, stop.*", config.RunConfig),
+    ("agent.*", AgentConfig),
+    ("pool.*", PoolConfig),
+    ("population.*", PopulationConfig),
+    ("game.* (also: help(hns_train.envs.parallel_env))", GameConfig),
+)
+
+
+def _package_root() -> Path:
+    return Path(hns_train.__file__).resolve().parent.parent
+
+
+def _source(cls: type) -> str:
+    """The file defining `cls`, as a path from the folder that holds the package."""
+    return Path(inspect.getfile(cls)).resolve().relative_to(_package_root()).as_posix()
+
+
+def help_epilog() -> str:
+    """Subcommands, shipped config names and where every key is described, for --help."""
+    names = textwrap.fill(
+        ", ".join(config.shipped_configs()), 92, initial_indent="  ", subsequent_indent="  "
+    )
+    width = max(len(what) for what, _ in KEY_SOURCES)
+    keys = "\n".join(f"  {what:<{width}}  {_source(cls)}" for what, cls in KEY_SOURCES)
+    return f"""subcommands (while a population runs in RUN_DIR):
+  {PROG} population add RUN_DIR             a new member joins
+  {PROG} population retire RUN_DIR MEMBER   a member (e.g. m2) stops for good
+
+shipped configs (--config NAME works from any folder; a YAML of your own may start with
+`base: NAME.yaml`):
+{names}
+
+keys (section.key=value, the value read as YAML; an unknown key is refused with the allowed
+ones): every key is a field of these dataclasses, with its default and what it means
+(files under {_package_root()}):
+{keys}
+
+examples:
+  {PROG} --config chase stop.minutes=10
+  {PROG} --resume runs/default
+  {PROG} --config transfer/lock_and_return agent.init=runs/default"""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m hns_train.train",
+        prog=PROG,
         description="Train hide-and-seek agents with self-play PPO.",
+        epilog=help_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", type=Path, help="YAML config (default: configs/default.yaml)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="NAME|FILE",
+        help="a shipped config's name (below) or a YAML file (default: default)",
+    )
     parser.add_argument(
         "--resume", type=Path, metavar="RUN_DIR", help="continue the run in RUN_DIR"
     )
@@ -39,7 +99,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def population_request(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m hns_train.train population",
+        prog=f"{PROG} population",
         description="Add a member to, or retire one from, a population while it runs.",
     )
     parser.add_argument("action", choices=("add", "retire"))

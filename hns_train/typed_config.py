@@ -11,8 +11,9 @@ unparsed for a float without a dot ("1e-3") -> float, and a list -> tuple for tu
 (element by element). bool is never taken for an int or a float.
 
 Errors are `FieldError` (a ValueError) that name the key and what is allowed:
-- unknown keys: "unknown NetworkConfig fields ['network.lstm_size']; allowed: [...]" (`what`
-  replaces "NetworkConfig fields", e.g. "game parameter(s)");
+- unknown keys: "unknown NetworkConfig fields ['network.lstm_size'] (did you mean
+  'network.lstm_dim'?); allowed: [...]" (`what` replaces "NetworkConfig fields", e.g. "game
+  parameter(s)"; the guess is the closest allowed name, where one is close);
 - wrong types: "pipeline.n_actors='two' has type str; expected int";
 - a ValueError of the class's own checks (`__post_init__`), prefixed with the section's path
   (nested sections only);
@@ -22,6 +23,7 @@ Errors are `FieldError` (a ValueError) that name the key and what is allowed:
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from collections.abc import Mapping
@@ -45,7 +47,10 @@ def from_dict(cls: type, data: Any, prefix: str = "", what: str | None = None) -
     unknown = sorted(set(data) - set(names))
     if unknown:
         what = what or f"{cls.__name__} fields"
-        raise FieldError(f"unknown {what} {[prefix + k for k in unknown]}; allowed: {names}")
+        raise FieldError(
+            f"unknown {what} {[prefix + k for k in unknown]}{did_you_mean(unknown, names, prefix)}"
+            f"; allowed: {names}"
+        )
     values = {}
     for name in names:
         if name not in data:
@@ -64,6 +69,17 @@ def from_dict(cls: type, data: Any, prefix: str = "", what: str | None = None) -
         raise
     except ValueError as err:
         raise FieldError(f"{section}: {err}" if section else str(err)) from None
+
+
+def did_you_mean(unknown: list[str], names: list[str], prefix: str = "") -> str:
+    """ " (did you mean 'x.b'?)" for the allowed names closest to the unknown ones, or ""."""
+    guesses = []
+    for key in unknown:
+        close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.75)
+        guesses += [f"{prefix}{c}" for c in close if f"{prefix}{c}" not in guesses]
+    if not guesses:
+        return ""
+    return " (did you mean " + " or ".join(repr(g) for g in guesses) + "?)"
 
 
 def check_value(value: Any, hint: Any, key: str) -> Any:

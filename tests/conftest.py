@@ -2,15 +2,59 @@
 
 Headless rendering must be chosen before MuJoCo is first imported. Torch uses one thread:
 tests act on small batches, where more threads only contend with each other and with the
-worker processes that pipeline tests start on the same two cores.
+worker processes that pipeline tests start on the same two cores. Ctrl-C and SIGTERM stop the
+whole suite (below).
 """
 
 import os
+import signal
+import threading
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("WANDB_SILENT", "true")
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+# ---------------------------------------------------------------- stopping the suite on a signal
+# Ctrl-C (SIGINT) or SIGTERM stops the whole run, not only the test that is running. A test that
+# trains holds the controller's own handlers (a clean stop: the run's workers end with it), so
+# the test itself only ends; Python's wakeup file descriptor still receives every signal number
+# that any Python-level handler takes, so the suite reads it after each test and stops there.
+# Between training runs, SIGTERM raises KeyboardInterrupt as Ctrl-C does, so fixtures tear down
+# (and stop the processes they started) instead of the interpreter dying with them running.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+
+def pytest_sessionstart(session):
+    if threading.current_thread() is not threading.main_thread():
+        return
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    session.config._stop_signal_pipe = read
+    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    yield
+    read = getattr(item.config, "_stop_signal_pipe", None)
+    if read is None:
+        return
+    try:
+        received = os.read(read, 4096)
+    except BlockingIOError:
+        return
+    names = sorted({signal.Signals(b).name for b in received if b in STOP_SIGNALS})
+    if names:
+        item.session.shouldstop = f"stopped by {', '.join(names)}"

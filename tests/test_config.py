@@ -52,6 +52,34 @@ def test_ill_typed_value_names_key_and_file(tmp_path):
         load_config(CONFIG_DIR / "smoke.yaml", ["stop.versions=[1]"])
 
 
+def test_unknown_keys_get_the_closest_allowed_key():
+    with pytest.raises(
+        ConfigError, match=r"\['pipeline.n_actor'\] \(did you mean 'pipeline.n_actors'\?\)"
+    ):
+        load_config("chase", ["pipeline.n_actor=4"])
+    with pytest.raises(ConfigError, match=r"\['horizn'\] \(did you mean 'horizon'\?\)"):
+        load_config("chase", ["game.horizn=40"])
+    with pytest.raises(ConfigError, match=r"\['stop.minute'\] \(did you mean 'stop.minutes'\?\)"):
+        load_config("chase", ["stop.minute=4"])
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["stop.minutes=-1", "pipeline.backend=foo", "game.horizon=30", "pipeline.n_actors=0"],
+)
+def test_command_line_mistakes_are_blamed_on_the_command_line(override):
+    with pytest.raises(ConfigError) as err:
+        load_config("chase", [override])
+    assert str(err.value).startswith("command line: ") and "chase.yaml" not in str(err.value)
+
+
+def test_a_file_wrong_on_its_own_is_blamed_even_with_overrides(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("base: chase.yaml\npipeline:\n  backend: foo\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: pipeline.backend='foo'"):
+        load_config(path, ["stop.minutes=1"])
+
+
 def test_bad_game_parameter_and_cross_field_rules(tmp_path):
     with pytest.raises(ConfigError, match="unknown game parameter"):
         load_config(CONFIG_DIR / "smoke.yaml", ["game.horizn=40"])

@@ -41,7 +41,12 @@ def test_builds_nested_sections_with_the_only_conversions():
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"inner": {"rat": 0.1}}, r"unknown Inner fields \['inner.rat'\]; allowed: \['rate',"),
+        (
+            {"inner": {"rat": 0.1}},
+            r"unknown Inner fields \['inner.rat'\] \(did you mean 'inner.rate'\?\); "
+            r"allowed: \['rate',",
+        ),
+        ({"inner": {"zzz": 0.1}}, r"unknown Inner fields \['inner.zzz'\]; allowed: "),
         ({"inner": {"every": True}}, r"inner.every=True has type bool; expected int"),
         ({"flag": 1}, r"flag=1 has type int; expected bool"),
         ({"inner": {"shape": [1, 2, 3]}}, r"inner.shape=\[1, 2, 3\] has type list; expected tuple"),

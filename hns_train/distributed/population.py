@@ -83,7 +83,7 @@ from hns_train.config import RunConfig, apply_override, config_from_dict, flat_s
 from hns_train.distributed.controller import stop_signals
 from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.run_lock import RunLock, in_use
-from hns_train.distributed.wandb_logger import WandbLogger
+from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
 from hns_train.eval.league import League
 from hns_train.jsonl import append_record
 
@@ -228,6 +228,9 @@ class PopulationController:
         if resume:
             self._check_league()
         lg = cfg.logging  # the population's own wandb run, in the group of its members' runs
+        # Once, here, before any member starts (members find it and write none): concurrent
+        # members would race for the one run id. First: wandb holds one active run per process.
+        log_reference_run(lg.project, self.run_dir, lg.wandb)
         self.wandb = WandbLogger(
             self.run_dir,
             cfg.to_dict(),
@@ -704,6 +707,7 @@ class PopulationController:
                 **self.counters,
             },
             "rng": self.rng.bit_generator.state,
+            "stop_reason": self.stop_reason,  # set once every member has been stopped
         }
 
     def save(self) -> None:

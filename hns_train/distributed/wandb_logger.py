@@ -19,7 +19,10 @@
 
 `log_reference_run(project, dir, mode)` writes Rapid's phase onsets (from
 `hns_train.eval.baselines`) on the episode axis as a separate run, `rapid-reference`, in the
-same project, so the workspace shows this run's `phase/index` steps against the paper's.
+same project, so the workspace shows this run's `phase/index` steps against the paper's. A
+population writes it once, in its own directory, before its members start; a member
+(`<population>/members/m<i>`) finds it there and writes none: the members share their
+population's wandb service, which refuses a second process opening the same run id.
 
 `read_offline_run(path)` reads an offline run back through wandb's own command-line reader
 (`wandb leet inspect --json`, one JSON record per line), for tests and for checking a run before
@@ -46,6 +49,7 @@ MODES = ("offline", "online", "disabled")
 DEFAULT_PROJECT = "hns_train"
 RUN_ID_FILE = "run_id"
 REFERENCE_RUN_ID = "rapid-reference"
+MEMBERS_DIR = "members"  # a population's members run in <population>/members/m<i>
 SKIPPED_KEYS = ("kind", "time")  # bookkeeping in metrics.jsonl, not a chart
 FLUSH_TIMEOUT_S = 30.0  # longest wait for an offline run file to be complete after finish()
 FLUSH_POLL_S = 0.25
@@ -250,7 +254,8 @@ def log_reference_run(
     """Write Rapid's phase onsets on the episode axis as run `rapid-reference` under `dir`.
 
     Returns the run id, or None when logging is disabled. Done once per directory (a marker
-    file `wandb/rapid-reference` records it), so a resumed experiment does not log it again.
+    file `wandb/rapid-reference` records it), so a resumed experiment does not log it again; a
+    population member's directory defers to its population's (see the module's docstring).
     """
     mode = resolve_mode(mode)
     if mode == "disabled":
@@ -258,6 +263,8 @@ def log_reference_run(
     import wandb
 
     dir = Path(dir)
+    if dir.parent.name == MEMBERS_DIR:
+        dir = dir.parent.parent
     marker = dir / "wandb" / REFERENCE_RUN_ID
     if marker.is_file():
         return REFERENCE_RUN_ID

@@ -4,7 +4,8 @@ Forms:
 - `python -m hns_train.eval REPLAY [--format mp4|gif|png|html] [--camera top|follow:AGENT]
   [--out PATH] [--show] [--width W --height H --fps F --frame T]`: render a replay (video.py,
   html.py) or play it in MuJoCo's interactive viewer (`--show`, needs a display). Prints the
-  path it wrote.
+  path it wrote: `--out`, else next to the replay in its run, else `runs/renders/`
+  (`rundirs.render_path`).
 - `python -m hns_train.eval --run RUN_DIR|latest`: a run's leaderboard, phases and newest replays
   (the `RUN_VIEW` entry below).
 - `python -m hns_train.eval SUBCOMMAND ...`: one entry of `SUBCOMMANDS`.
@@ -70,7 +71,11 @@ def replay_parser() -> argparse.ArgumentParser:
         "--format", choices=RENDER_FORMATS, help="output format (default: from --out, else mp4)"
     )
     p.add_argument("--camera", default="top", help="top | follow:AGENT (e.g. follow:seeker_0)")
-    p.add_argument("--out", help="output path (default: next to the replay)")
+    p.add_argument(
+        "--out",
+        help="output path (default: next to the replay in its run; a replay of no run, such as "
+        "the shipped examples: runs/renders/NAME.FORMAT)",
+    )
     p.add_argument("--show", action="store_true", help="play in MuJoCo's interactive viewer")
     p.add_argument("--width", type=int, default=480)
     p.add_argument("--height", type=int, default=480)
@@ -154,7 +159,12 @@ def _render(args) -> int:
         raise ValueError(
             f"cannot tell the format of --out {args.out!r}; use --format {RENDER_FORMATS}"
         )
-    out = args.out or os.path.splitext(args.replay)[0] + f".{fmt}"
+    if args.out:
+        out = args.out
+    else:
+        from hns_train.eval.rundirs import render_path
+
+        out = str(render_path(args.replay, fmt))
     if fmt == "html":
         from hns_train.eval.html import write_html
 

@@ -34,6 +34,7 @@ from hns_train.eval.policies import (
     policy_controller,
 )
 from hns_train.eval.recorder import MatchRecording, team_metadata
+from hns_train.eval.rundirs import RENDERS, RUNS_DIR
 
 PROG = "python -m hns_train.eval play"
 DEFAULT_PRESET = "quadrant"  # when neither side is a checkpoint
@@ -109,7 +110,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--one-way", action="store_true", help="only A hides (no role swap)")
     p.add_argument("--stochastic", action="store_true", help="sample actions (exploration on)")
-    p.add_argument("--out", help="folder for replays and videos (default: the run's replays/)")
+    p.add_argument(
+        "--out",
+        help="folder for replays and videos (default: the run's replays/; with no run among "
+        "the sides: runs/renders/)",
+    )
     p.add_argument("--record", type=int, default=None, help="matches recorded (default: all)")
     p.add_argument("--videos", type=int, default=None, help="replays rendered (default: all)")
     p.add_argument("--no-video", action="store_true", help="record replays, render nothing")
@@ -125,7 +130,7 @@ def _out_dir(args, sides: list[Side]) -> Path:
     for side in sides:
         if side.source is not None and side.source.path.parent.name in ("checkpoints", "pool"):
             return side.source.path.parent.parent / "replays"
-    return Path("replays")
+    return Path(RUNS_DIR) / RENDERS  # no run: never the repository's replays/
 
 
 def _game_config(args, sides: list[Side]):

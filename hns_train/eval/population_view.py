@@ -3,7 +3,8 @@
 A run directory with a `population.json` manifest is a population (`runview.run_view` hands it
 here); its members' own directories (`members/m<i>/`) are ordinary runs and keep the run view.
 Reads only files (no worker needs to be running), in the formats of the population design:
-- `population.json`: the manifest (members, status, current hyperparameters, counters);
+- `population.json`: the manifest (members, status, current hyperparameters, counters, and the
+  stop reason once the population has stopped: its members not retired are shown `stopped`);
 - `lineage.jsonl`: one event per line (join, exploit, explore, restart, retire, resume);
 - `population.jsonl`: a status record every `population.record_every_s` (per member: version,
   frames, hyperparameters, hider/seeker mu and sigma in the league);
@@ -66,6 +67,7 @@ WIDTH, TOP_PX, PANEL_PX, DPI = 1400, 80, 260, 100  # the PNG's pixels: WIDTH x T
 MAX_PANELS = 24  # hyperparameter panels drawn; beyond that the PNG grows past usefulness
 HOF = re.compile(r"^(m\d+)\.(\d+)$")  # a hall-of-fame policy: member m1 at version 400
 ROLE_MU = {role: (f"{role}_mu", f"{role}_sigma") for role in ROLES}
+STOPPED = "stopped"  # a member that was running when its population stopped
 
 
 @dataclass
@@ -96,6 +98,10 @@ def read_manifest(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
     if not isinstance(members, dict):
         return {}, [f"{MANIFEST}: 'members' is not an object; members and counters unknown"]
     data["members"] = {k: v for k, v in members.items() if isinstance(v, dict)}
+    if data.get("stop_reason"):  # the population has stopped: so has every member not retired
+        for v in data["members"].values():
+            if v.get("status") == "running":
+                v["status"] = STOPPED
     return data, []
 
 
@@ -308,9 +314,10 @@ def member_lines(pop: Population) -> list[str]:
     hall = m.get("hall_of_fame") if isinstance(m.get("hall_of_fame"), list) else []
     members = pop.members
     running = sum(1 for v in members.values() if v.get("status") == "running")
+    state = f"stopped: {m['stop_reason']}" if m.get("stop_reason") else f"{running} running"
     out = [
         f"population {pop.run_dir} ({m.get('name', '?')}): {len(members)} members "
-        f"({running} running), elapsed {fmt_elapsed(_number(m.get('elapsed_s')) or 0.0)}",
+        f"({state}), elapsed {fmt_elapsed(_number(m.get('elapsed_s')) or 0.0)}",
         f"  {fmt_count(counters.get('frames', 0))} frames, "
         f"{fmt_count(counters.get('episodes', 0))} episodes, "
         f"{fmt_count(counters.get('exploits', 0))} exploits, "

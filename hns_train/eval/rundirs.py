@@ -8,8 +8,13 @@ the same forms:
 - a `checkpoints/` folder: its newest checkpoint that loads;
 - a file (`runs/default/checkpoints/ckpt_0000000100.pt`, `runs/default/pool/snapshot_*.pt`).
 
+A render of a replay without `--out` (`render_path`) goes into the run the replay belongs to
+(next to it, in the run's `replays/`); a replay that is not a run's (the repository's shipped
+examples, a file from elsewhere) renders into `runs/renders/`, never beside it.
+
 Public API: `resolve_run_dir(arg, runs_dir="runs") -> Path`,
-`resolve_checkpoint(arg, runs_dir="runs") -> Path`, `LATEST`.
+`resolve_checkpoint(arg, runs_dir="runs") -> Path`, `render_path(replay, fmt) -> Path`,
+`LATEST`, `RENDERS`.
 """
 
 from __future__ import annotations
@@ -20,10 +25,19 @@ from pathlib import Path
 LATEST = "latest"
 RUNS_DIR = "runs"  # RunConfig.runs_dir's default: where `python -m hns_train.train` writes
 _MARKERS = ("metrics.jsonl", "config.yaml", "checkpoints")  # what a run directory holds
+RENDERS = "renders"  # under RUNS_DIR: renders of replays that belong to no run
 
 
 def _is_run_dir(path: Path) -> bool:
     return path.is_dir() and (path / "config.yaml").is_file()
+
+
+def render_path(replay: str | os.PathLike, fmt: str) -> Path:
+    """Where a render of the replay file goes by default (see the module docstring)."""
+    replay = Path(replay)
+    if _is_run_dir(replay.parent) or _is_run_dir(replay.parent.parent):
+        return replay.with_suffix(f".{fmt}")
+    return Path(RUNS_DIR) / RENDERS / f"{replay.stem}.{fmt}"
 
 
 def _last_change(run: Path) -> float:

@@ -20,10 +20,11 @@ machines) on the model the replay rebuilds; this module adds, per frame:
 
 Cameras: `top` (the model's orthographic overhead camera) or `follow:AGENT` (a free camera
 `FOLLOW_DISTANCE` m behind and `FOLLOW_ELEVATION` degrees above agent AGENT, looking along its
-heading; AGENT is the env's agent name, e.g. `seeker_0`, or a slot number). Frame rate defaults
-to real time: 1 / (timestep * substeps) = 13.3 fps for the presets. mp4 (H.264 via
-imageio-ffmpeg) needs even frame sizes; gif has no such limit. Outputs are written atomically
-(temporary file, rename).
+heading; where a wall or a box would hide the agent it looks down more steeply or comes closer,
+so the agent stays in view next to walls and boxes; AGENT is the env's agent name, e.g.
+`seeker_0`, or a slot number). Frame rate defaults to real time: 1 / (timestep * substeps) =
+13.3 fps for the presets. mp4 (H.264 via imageio-ffmpeg) needs even frame sizes; gif has no such
+limit. Outputs are written atomically (temporary file, rename).
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ from hns_train.eval.replay import Replay, atomic_write
 FORMATS = ("mp4", "gif", "png")
 FOLLOW_DISTANCE = 2.5
 FOLLOW_ELEVATION = -35.0
+# Where a wall or an object would hide the agent, the camera looks down more steeply, or, where
+# every angle is blocked, moves in front of the obstacle (FOLLOW_MARGIN m before it).
+FOLLOW_ELEVATIONS = (FOLLOW_ELEVATION, -50.0, -65.0, -80.0, -89.0)
+FOLLOW_MIN_DISTANCE = 0.8
+FOLLOW_MARGIN = 0.1
+VISIBLE_GROUPS = np.array([1, 1, 1, 0, 0, 0], np.uint8)  # geom groups a frame shows
 LOCK_TINT = 0.7  # interactive viewer: how far a locked object's material goes to the team colour
 LOCK_EMISSION = 0.2  # scene-level glow of a locked object in video frames
 LOCK_OUTLINE = 0.03  # capsule radius (m) of a locked object's outline
@@ -133,12 +140,12 @@ class ReplayVideo:
         self._strip = strip if wants_strip and strip <= MAX_STRIP_SHARE * opts.height else 0
         self.renderer = TopViewRenderer(opts.width, opts.height - self._strip)
         self._half = object_half_extents(replay.cfg, replay.layout)
-        self._camera = None
+        self.camera = None  # the follow camera, as posed for the newest frame
         if self.follow is not None:
-            self._camera = mujoco.MjvCamera()
-            self._camera.type = mujoco.mjtCamera.mjCAMERA_FREE
-            self._camera.distance = FOLLOW_DISTANCE
-            self._camera.elevation = FOLLOW_ELEVATION
+            self.camera = mujoco.MjvCamera()
+            self.camera.type = mujoco.mjtCamera.mjCAMERA_FREE
+            self.camera.distance = FOLLOW_DISTANCE
+            self.camera.elevation = FOLLOW_ELEVATION
 
     # -- public
     def frame(self, t: int) -> np.ndarray:
@@ -147,12 +154,11 @@ class ReplayVideo:
         r.set_state(self.model, self.data, t, self.index)
         t = t % r.n_frames
         camera = None
-        if self._camera is not None:
+        if self.camera is not None:
             a = self.follow
-            self._camera.lookat[:] = self.data.xpos[self.index.agent_body[a]]
             heading = r["qpos"][t, self.index.agent_qpos[a, 3]] - np.pi / 2
-            self._camera.azimuth = np.degrees(heading)
-            camera = self._camera
+            self._aim(self.data.xpos[self.index.agent_body[a]], np.degrees(heading))
+            camera = self.camera
         image = self.renderer.render(
             self.model, self.data, camera=camera, decorate=lambda scene: self._decorate(scene, t)
         )
@@ -164,6 +170,31 @@ class ReplayVideo:
         if self.options.text:
             image = self._draw_text(image, t)
         return image
+
+    def _aim(self, target: np.ndarray, azimuth: float) -> None:
+        """Point the follow camera at `target` from behind (`azimuth`): `FOLLOW_DISTANCE` m away
+        at the first of `FOLLOW_ELEVATIONS` with nothing in between (a wall or a box between the
+        agent and the camera would hide the agent), else where the clear line is longest, in
+        front of what blocks it."""
+        cam = self.camera
+        cam.lookat[:] = target
+        cam.azimuth = azimuth
+        body = int(self.index.agent_body[self.follow])
+        hit_geom = np.zeros(1, np.int32)
+        best = (-1.0, FOLLOW_ELEVATION)
+        for elevation in FOLLOW_ELEVATIONS:
+            az, el = np.radians(azimuth), np.radians(elevation)
+            back = -np.array([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)])
+            hit = mujoco.mj_ray(
+                self.model, self.data, target, back, VISIBLE_GROUPS, 1, body, hit_geom
+            )
+            clear = FOLLOW_DISTANCE if hit < 0 else min(hit - FOLLOW_MARGIN, FOLLOW_DISTANCE)
+            if clear > best[0]:
+                best = (clear, elevation)
+            if clear >= FOLLOW_DISTANCE:
+                break
+        cam.distance = max(best[0], FOLLOW_MIN_DISTANCE)
+        cam.elevation = best[1]
 
     def frames(self, progress: bool = False) -> Iterator[np.ndarray]:
         from tqdm import tqdm

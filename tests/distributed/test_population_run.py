@@ -5,6 +5,7 @@ restarted alone, members added and retired, resume from the manifest."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -18,6 +19,7 @@ from hns_train.agents.pool import PolicyPool
 from hns_train.agents.population import read_records
 from hns_train.config import load_config
 from hns_train.distributed.population import PopulationController, request
+from hns_train.eval.cli import main as eval_main
 from hns_train.eval.ratings import Ratings
 
 LR_RANGE = (1e-4, 3e-3)
@@ -292,7 +294,7 @@ def test_population_on_ray_gives_each_member_its_own_placement_group(tmp_path):
 def test_population_logs_members_and_lineage_to_its_own_wandb_run(tmp_path, monkeypatch):
     """The population's wandb run (in the group of its members' runs) holds each member's
     rating and settings over time and the lineage table."""
-    from hns_train.distributed.wandb_logger import offline_runs, read_offline_run
+    from hns_train.distributed.wandb_logger import REFERENCE_RUN_ID, offline_runs, read_offline_run
 
     monkeypatch.delenv("WANDB_MODE", raising=False)  # the suite's switch; offline writes files
     for var in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
@@ -306,7 +308,7 @@ def test_population_logs_members_and_lineage_to_its_own_wandb_run(tmp_path, monk
         pop.record()
     finally:
         pop.close()
-    (offline,) = offline_runs(cfg.run_dir)
+    (offline,) = [p for p in offline_runs(cfg.run_dir) if not p.name.endswith(REFERENCE_RUN_ID)]
     run = read_offline_run(offline)
     (row,) = [r for r in run["history"] if "population/members" in r]
     assert row["population/members"] == 3 and row["frames"] == 0
@@ -315,3 +317,49 @@ def test_population_logs_members_and_lineage_to_its_own_wandb_run(tmp_path, monk
     assert row["m1/seeker_mu"] == pytest.approx(25.0)
     tables = [r for r in run["history"] if "population/lineage" in r]
     assert len(tables) == 3 and tables[-1]["population/lineage"]["_type"] == "table-file"
+
+
+@pytest.mark.slow
+def test_population_with_wandb_offline_starts_every_member_once(tmp_path, monkeypatch, capsys):
+    """As users run it (wandb offline, the default): members share their population's wandb
+    service, so the paper's reference run is written once, by the population; no member dies
+    at start on a run id another member holds (max_restarts=0 makes one death the run's end).
+    Once it has stopped, its view shows every member stopped."""
+    from hns_train.distributed.wandb_logger import REFERENCE_RUN_ID, offline_runs
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)  # the suite's switch; offline writes files
+    for var in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb-home" / var.lower()))
+    code = train.main(
+        [
+            "--config",
+            "chase",
+            f"runs_dir={tmp_path}",
+            "name=pop",
+            "pipeline.backend=pod",
+            "pipeline.launcher=serial",
+            "pod.worlds=8",
+            "eval.n_workers=0",
+            "logging.progress=false",
+            "logging.wandb=offline",
+            "population.members=2",
+            "population.max_restarts=0",
+            "stop.versions=1",
+        ]
+    )
+    run_dir = tmp_path / "pop"
+    logs = {m: (run_dir / "members" / f"{m}.log").read_text() for m in ("m0", "m1")}
+    assert all("is in use" not in text for text in logs.values()), logs
+    assert code == 0 and events(run_dir, "restart") == []
+    assert (run_dir / "wandb" / REFERENCE_RUN_ID).is_file()
+    assert len(offline_runs(run_dir)) == 2  # the reference run and the population's own
+    for m in ("m0", "m1"):
+        member = run_dir / "members" / m
+        assert not (member / "wandb" / REFERENCE_RUN_ID).exists()
+        assert len(offline_runs(member)) == 1  # the member's own run
+    capsys.readouterr()
+    assert eval_main(["--run", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "2 members (stopped: " in out
+    rows = [line.split() for line in out.splitlines() if re.match(r"  m\d ", line)]
+    assert [r[:2] for r in rows] == [["m0", "stopped"], ["m1", "stopped"]]

@@ -1,7 +1,10 @@
 """Offscreen rendering of replays: frame sizes, changing content, overlays, mp4/gif/png files."""
 
+from pathlib import Path
+
 import imageio.v2 as iio2
 import imageio.v3 as iio
+import mujoco
 import numpy as np
 import pytest
 
@@ -81,6 +84,45 @@ def test_follow_camera_tracks_an_agent(replay):
             V.parse_camera(bad, replay)
 
 
+def _visible_share(video: V.ReplayVideo, renderer, agent: int) -> float:
+    """The share of the follow camera's picture of the newest frame that shows `agent`'s own
+    geoms (MuJoCo's segmentation render: what hides the agent hides its pixels)."""
+    renderer.update_scene(video.data, camera=video.camera)
+    ids = renderer.render()
+    body = video.index.agent_body[agent]
+    mine = np.flatnonzero(video.model.geom_bodyid == body)
+    return float(((ids[..., 1] == mujoco.mjtObj.mjOBJ_GEOM) & np.isin(ids[..., 0], mine)).mean())
+
+
+def test_follow_camera_keeps_its_agent_in_view_across_the_arena():
+    """The seeker drives to the west wall, then across the arena into the east wall, turning
+    all along: behind it, a camera at its usual distance would be outside the walls."""
+    cfg = make_config("chase")
+    seeker, steps = cfg.max_hiders, iter(range(cfg.horizon))
+
+    def act(obs):
+        a = np.full((1, cfg.max_agents, 5), 5, np.int64)
+        a[..., 3:] = 0
+        a[0, seeker, 0] = 0 if next(steps) < 12 else 10  # x force: west, then east
+        a[0, seeker, 2] = 7  # a slow turn
+        return a
+
+    rp = recorder.record_episode(cfg, act, seed=0)
+    opts = V.VideoOptions(width=W, height=H, camera="follow:seeker_0", text=False)
+    renderer = mujoco.Renderer(rp.rebuild()[0], H, W)
+    renderer.enable_segmentation_rendering()
+    with V.ReplayVideo(rp, opts) as video:
+        x, shown = [], []
+        for t in range(rp.n_frames):
+            video.frame(t)
+            x.append(video.data.xpos[video.index.agent_body[seeker], 0])
+            shown.append(_visible_share(video, renderer, seeker))
+    renderer.close()
+    assert min(x) < 0.1 * cfg.floor_size and max(x) > 0.9 * cfg.floor_size  # wall to wall
+    hidden = [t for t, share in enumerate(shown) if share < 0.002]
+    assert hidden == [], f"the seeker is out of view in frames {hidden} of {rp.n_frames}"
+
+
 def test_gif_mp4_and_png_files(replay, tmp_path):
     short = R.Replay(
         replay.cfg,
@@ -104,6 +146,26 @@ def test_gif_mp4_and_png_files(replay, tmp_path):
         V.write_video(short, tmp_path / "odd.mp4", V.VideoOptions(width=63, height=48))
     with pytest.raises(ValueError, match="format"):
         V.write_video(short, tmp_path / "a.avi", opts)
+
+
+def test_renders_go_into_the_run_or_runs_renders_never_beside_a_replay_of_no_run(
+    replay, tmp_path, capsys, monkeypatch
+):
+    shipped = tmp_path / "repo" / "replays"  # as the repository's example replays
+    path = R.save(replay, shipped / "example.npz")
+    run = tmp_path / "runs" / "mine"
+    (run / "replays").mkdir(parents=True)
+    (run / "config.yaml").write_text("name: mine\n")
+    in_run = R.save(replay, run / "replays" / "ep.npz")
+    monkeypatch.chdir(tmp_path)
+    small = ["--format", "png", "--frame", "3", "--width", "64", "--height", "48"]
+    assert main([str(path), *small]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out == str(Path("runs") / "renders" / "example.png") and Path(out).is_file()
+    assert sorted(p.name for p in shipped.iterdir()) == ["example.npz"]  # nothing beside it
+    assert main([str(in_run), *small]) == 0
+    assert capsys.readouterr().out.strip() == str(run / "replays" / "ep.png")
+    assert (run / "replays" / "ep.png").is_file()
 
 
 def test_cli_renders_a_png_and_prints_its_path(replay, tmp_path, capsys, monkeypatch):
