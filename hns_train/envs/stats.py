@@ -88,31 +88,16 @@ class EpisodeStats:
         object_present: np.ndarray,
         locked: np.ndarray,
         *,
-        agent_pos: np.ndarray | None = None,
-        object_pos: np.ndarray | None = None,
-        object_yaw: np.ndarray | None = None,
-        object_vel: np.ndarray | None = None,
-        half: np.ndarray | None = None,
-        grabbed: np.ndarray | None = None,
-        agent_radius: float = 0.15,
         team_masks: list[tuple[np.ndarray, np.ndarray]] | None = None,
+        **surfing,
     ) -> None:
-        """One env step; the keyword arguments (full 3-D state) feed `num_box_surf` (no
-        agent_pos: no seeker can surf this step). team_masks: per team (hiders, seekers) the
-        (W, A) members present and their count clipped to >= 1, when the caller keeps them."""
-        if agent_pos is not None:
+        """One env step. ``surfing``, when it holds ``agent_pos``, is the rest of `add_surfing`'s
+        full 3-D state and feeds `num_box_surf` (no agent_pos: no seeker can surf this step).
+        team_masks: per team (hiders, seekers) the (W, A) members present and their count
+        clipped to >= 1, when the caller keeps them."""
+        if surfing.get("agent_pos") is not None:
             self.add_surfing(
-                in_prep,
-                is_hider,
-                agent_present,
-                agent_pos,
-                object_pos,
-                object_yaw,
-                object_vel,
-                half,
-                object_present,
-                grabbed,
-                agent_radius,
+                in_prep, is_hider, agent_present, object_present=object_present, **surfing
             )
         if team_masks is None:
             team_masks = [
@@ -128,17 +113,17 @@ class EpisodeStats:
 
     def add_surfing(
         self,
-        in_prep,
-        is_hider,
-        agent_present,
-        agent_pos,
-        object_pos,
-        object_yaw,
-        object_vel,
-        half,
-        object_present,
-        grabbed,
-        agent_radius,
+        in_prep: np.ndarray,
+        is_hider: np.ndarray,
+        agent_present: np.ndarray,
+        agent_pos: np.ndarray,
+        object_pos: np.ndarray,
+        object_yaw: np.ndarray,
+        object_vel: np.ndarray,
+        half: np.ndarray,
+        object_present: np.ndarray,
+        grabbed: np.ndarray,
+        agent_radius: float = 0.15,
     ) -> None:
         """Count this step's box surfing (`box_surfing`) where the game is past preparation."""
         nb = self.n_boxes
