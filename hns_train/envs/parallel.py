@@ -39,6 +39,7 @@ descriptions; a test checks that every `GameConfig` field has one).
 
 from __future__ import annotations
 
+import inspect
 from operator import itemgetter
 
 import numpy as np
@@ -528,39 +529,16 @@ def _flat_space(space: spaces.Dict) -> spaces.Box:
     return spaces.Box(flat.low, flat.high, flat.shape, FLAT_DTYPE)
 
 
-def parallel_env(
-    preset: str = "quadrant",
-    seed: int | None = None,
-    render_mode: str | None = None,
-    flatten: bool = False,
-    max_cycles: int | None = None,
-    pad_absent: bool = False,
-    **params,
-) -> HideAndSeekParallelEnv:
-    return HideAndSeekParallelEnv(
-        preset=preset,
-        seed=seed,
-        render_mode=render_mode,
-        flatten=flatten,
-        max_cycles=max_cycles,
-        pad_absent=pad_absent,
-        **params,
-    )
+def parallel_env(*args, **params) -> HideAndSeekParallelEnv:
+    return HideAndSeekParallelEnv(*args, **params)
 
 
-def env(
-    preset: str = "quadrant",
-    seed: int | None = None,
-    render_mode: str | None = None,
-    flatten: bool = False,
-    max_cycles: int | None = None,
-    pad_absent: bool = False,
-    **params,
-):
-    return parallel_to_aec(
-        parallel_env(preset, seed, render_mode, flatten, max_cycles, pad_absent, **params)
-    )
+def env(*args, **params):
+    return parallel_to_aec(HideAndSeekParallelEnv(*args, **params))
 
+
+# Both take exactly the env's keywords; help() shows them as the env's own signature.
+parallel_env.__signature__ = env.__signature__ = inspect.signature(HideAndSeekParallelEnv)
 
 parallel_env.__doc__ = f"""The PettingZoo `ParallelEnv` of hide-and-seek (`HideAndSeekParallelEnv`).
 
