@@ -489,6 +489,15 @@ def make_config(preset: str = "quadrant", **overrides) -> GameConfig:
     return from_dict(GameConfig, values, what="game parameter(s)")
 
 
+def game_config(cfg: GameConfig | str) -> GameConfig:
+    """``cfg`` itself, or the config of the preset it names (what the game classes take)."""
+    if isinstance(cfg, str):
+        return make_config(cfg)
+    if not isinstance(cfg, GameConfig):
+        raise ValueError(f"cfg must be a GameConfig or a preset name, got {type(cfg)}")
+    return cfg
+
+
 def nest_moved(values: dict) -> dict:
     """`values` with each flat name of `MOVED` put into its section's mapping (a section given
     as a mapping too keeps its other fields; a field given both ways is an error)."""
