@@ -70,7 +70,8 @@ KEYWORDS: dict[str, str] = {
     # arena and walls
     "floor_size": "side of the square floor, m (corner at the origin) [§1]",
     "grid_cells": "cells per side of the placement grid [§1]",
-    "walls": "'quadrant' (one room), 'random' (1-4 rooms), 'tri' (3 rooms) or 'none' [§1]",
+    "walls": "'quadrant' (one room), 'random' (1-4 rooms), 'tri' (3 rooms), 'none' or "
+    "'counting' (object_counting's screen walls) [§1]",
     "room_cells": "quadrant room: (x, y) grid lines of its inner walls [§1]",
     "n_rooms": "random walls: (low, high) rooms per episode [§1]",
     "min_room_cells": "random walls: smallest room side, cells [§1]",
@@ -114,7 +115,8 @@ KEYWORDS: dict[str, str] = {
     "box_size_obs": "append a box's full size (x, y, z) to box_obs [§5]",
     "ramp_lock_obs": "ramp rows carry lock flags where ramps lock (off: fine-tuning without them)",
     # placement
-    "placement": "'quadrant' (boxes in the room, seekers outside it) or 'uniform' [§1]",
+    "placement": "'quadrant' (boxes in the room, seekers outside it), 'uniform' or 'counting' "
+    "(object_counting's fixed scene) [§1]",
     "teammate_spread_cells": ">= 0: teammates within this many cells of the first one [§1]",
     "place_tries": "rejection-sampling tries per body before the layout is rebuilt [§2]",
     "agent_cells": "footprint of an agent on the grid, cells per side [§2]",
