@@ -76,7 +76,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -294,7 +294,26 @@ _SNAPSHOT = re.compile(r"^snapshot_(\d+)\.pt$")
 GUEST_FILES_KEPT = 2
 
 
-class PolicyPool:
+_Holder = TypeVar("_Holder", bound="IndexHolder")
+
+
+class IndexHolder:
+    """Something that holds a connection to a pool index (``conn``, from `open_index`) and
+    closes it on `close()` or on leaving a ``with`` block."""
+
+    conn: sqlite3.Connection
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self: _Holder) -> _Holder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class PolicyPool(IndexHolder):
     """Frozen snapshots in `folder` with the SQLite index; opponent sampling per episode."""
 
     def __init__(self, folder: str | os.PathLike, config: PoolConfig | None = None) -> None:
@@ -657,15 +676,6 @@ class PolicyPool:
     def _opponent_role(self, rng: np.random.Generator) -> str:
         role = self.config.opponent_role
         return ROLES[int(rng.integers(2))] if role == "any" else role
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def __enter__(self) -> PolicyPool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _pick(probs: np.ndarray, rng: np.random.Generator) -> int:

@@ -287,17 +287,24 @@ class _Deadline:
 
 
 class _RouterServer(_Stream):
-    """ROUTER: messages arrive as (peer id, Message); replies go to a peer id."""
+    """ROUTER: messages arrive as (peer id, Message); replies go to a peer id.
+
+    ``recv`` returns at most ``max_requests`` messages per call (``DEFAULT_MAX_REQUESTS`` of the
+    subclass when not given)."""
+
+    DEFAULT_MAX_REQUESTS: int
 
     def __init__(
         self,
         bind: str,
         *,
-        max_requests: int,
-        hwm: int,
-        security: RunKeys | None,
-        max_message_bytes: int,
+        max_requests: int | None = None,
+        hwm: int = 1000,
+        security: RunKeys | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
+        if max_requests is None:
+            max_requests = self.DEFAULT_MAX_REQUESTS
         self.max_requests = _positive("max_requests", max_requests)
         super().__init__(
             zmq.ROUTER,
@@ -362,11 +369,11 @@ class _DealerClient(_Stream):
     def __init__(
         self,
         connect: str | Sequence[str],
-        identity: str | bytes | None,
+        identity: str | bytes | None = None,
         *,
-        hwm: int,
-        security: RunKeys | None,
-        max_message_bytes: int,
+        hwm: int = 1000,
+        security: RunKeys | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         self.identity = _identity(identity)
         super().__init__(
@@ -394,22 +401,7 @@ class InferenceServer(_RouterServer):
     while the worker is busy computing the previous one.
     """
 
-    def __init__(
-        self,
-        bind: str,
-        *,
-        max_requests: int = 256,
-        hwm: int = 1000,
-        security: RunKeys | None = None,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    ) -> None:
-        super().__init__(
-            bind,
-            max_requests=max_requests,
-            hwm=hwm,
-            security=security,
-            max_message_bytes=max_message_bytes,
-        )
+    DEFAULT_MAX_REQUESTS = 256
 
     def reply(
         self,
@@ -429,19 +421,6 @@ class InferenceClient(_DealerClient):
     """Actor side: send requests, receive replies (each reply carries what the actor needs to
     match it, e.g. a group index in ``meta``; replies come back in request order per server)."""
 
-    def __init__(
-        self,
-        connect: str | Sequence[str],
-        identity: str | bytes | None = None,
-        *,
-        hwm: int = 1000,
-        security: RunKeys | None = None,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    ) -> None:
-        super().__init__(
-            connect, identity, hwm=hwm, security=security, max_message_bytes=max_message_bytes
-        )
-
     def send(
         self,
         kind: str,
@@ -458,22 +437,7 @@ class InferenceClient(_DealerClient):
 class ControlServer(_RouterServer):
     """Controller side: heartbeats, stats and commands from and to workers by worker id."""
 
-    def __init__(
-        self,
-        bind: str,
-        *,
-        max_requests: int = 1024,
-        hwm: int = 1000,
-        security: RunKeys | None = None,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    ) -> None:
-        super().__init__(
-            bind,
-            max_requests=max_requests,
-            hwm=hwm,
-            security=security,
-            max_message_bytes=max_message_bytes,
-        )
+    DEFAULT_MAX_REQUESTS = 1024
 
     def send(
         self,

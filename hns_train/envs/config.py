@@ -167,6 +167,15 @@ def _raise(errors: list[str]) -> None:
         raise ValueError("; ".join(errors))
 
 
+def _upper_end(range_field: str) -> property:
+    """A read-only attribute: the upper end of the (min, max) range field ``range_field``."""
+
+    def upper(cfg) -> int:
+        return getattr(cfg, range_field)[1]
+
+    return property(upper, doc=f"The upper end of ``{range_field}``.")
+
+
 @dataclass(frozen=True)
 class GameConfig:
     preset: str = "quadrant"
@@ -286,25 +295,15 @@ class GameConfig:
     def prep_steps(self) -> int:
         return int(round(self.prep_fraction * self.horizon))
 
-    @property
-    def max_hiders(self) -> int:
-        return self.n_hiders[1]
-
-    @property
-    def max_seekers(self) -> int:
-        return self.n_seekers[1]
+    # The arrays hold a slot for the most of each thing an episode may draw.
+    max_hiders = _upper_end("n_hiders")
+    max_seekers = _upper_end("n_seekers")
+    max_boxes = _upper_end("n_boxes")
+    max_sites = _upper_end("n_sites")
 
     @property
     def max_agents(self) -> int:
         return self.max_hiders + self.max_seekers
-
-    @property
-    def max_boxes(self) -> int:
-        return self.n_boxes[1]
-
-    @property
-    def max_sites(self) -> int:
-        return self.n_sites[1]
 
     @property
     def cell(self) -> float:
@@ -488,6 +487,15 @@ def make_config(preset: str = "quadrant", **overrides) -> GameConfig:
         raise ValueError(f"unknown preset {preset!r}; allowed presets: {sorted(PRESETS)}")
     values = {**PRESETS[preset], **nest_moved(overrides), "preset": preset}
     return from_dict(GameConfig, values, what="game parameter(s)")
+
+
+def game_config(cfg: GameConfig | str) -> GameConfig:
+    """``cfg`` itself, or the config of the preset it names (what the game classes take)."""
+    if isinstance(cfg, str):
+        return make_config(cfg)
+    if not isinstance(cfg, GameConfig):
+        raise ValueError(f"cfg must be a GameConfig or a preset name, got {type(cfg)}")
+    return cfg
 
 
 def nest_moved(values: dict) -> dict:

@@ -39,6 +39,7 @@ descriptions; a test checks that every `GameConfig` field has one).
 
 from __future__ import annotations
 
+import inspect
 from operator import itemgetter
 
 import numpy as np
@@ -69,7 +70,8 @@ KEYWORDS: dict[str, str] = {
     # arena and walls
     "floor_size": "side of the square floor, m (corner at the origin) [§1]",
     "grid_cells": "cells per side of the placement grid [§1]",
-    "walls": "'quadrant' (one room), 'random' (1-4 rooms), 'tri' (3 rooms) or 'none' [§1]",
+    "walls": "'quadrant' (one room), 'random' (1-4 rooms), 'tri' (3 rooms), 'none' or "
+    "'counting' (object_counting's screen walls) [§1]",
     "room_cells": "quadrant room: (x, y) grid lines of its inner walls [§1]",
     "n_rooms": "random walls: (low, high) rooms per episode [§1]",
     "min_room_cells": "random walls: smallest room side, cells [§1]",
@@ -113,7 +115,8 @@ KEYWORDS: dict[str, str] = {
     "box_size_obs": "append a box's full size (x, y, z) to box_obs [§5]",
     "ramp_lock_obs": "ramp rows carry lock flags where ramps lock (off: fine-tuning without them)",
     # placement
-    "placement": "'quadrant' (boxes in the room, seekers outside it) or 'uniform' [§1]",
+    "placement": "'quadrant' (boxes in the room, seekers outside it), 'uniform' or 'counting' "
+    "(object_counting's fixed scene) [§1]",
     "teammate_spread_cells": ">= 0: teammates within this many cells of the first one [§1]",
     "place_tries": "rejection-sampling tries per body before the layout is rebuilt [§2]",
     "agent_cells": "footprint of an agent on the grid, cells per side [§2]",
@@ -528,39 +531,16 @@ def _flat_space(space: spaces.Dict) -> spaces.Box:
     return spaces.Box(flat.low, flat.high, flat.shape, FLAT_DTYPE)
 
 
-def parallel_env(
-    preset: str = "quadrant",
-    seed: int | None = None,
-    render_mode: str | None = None,
-    flatten: bool = False,
-    max_cycles: int | None = None,
-    pad_absent: bool = False,
-    **params,
-) -> HideAndSeekParallelEnv:
-    return HideAndSeekParallelEnv(
-        preset=preset,
-        seed=seed,
-        render_mode=render_mode,
-        flatten=flatten,
-        max_cycles=max_cycles,
-        pad_absent=pad_absent,
-        **params,
-    )
+def parallel_env(*args, **params) -> HideAndSeekParallelEnv:
+    return HideAndSeekParallelEnv(*args, **params)
 
 
-def env(
-    preset: str = "quadrant",
-    seed: int | None = None,
-    render_mode: str | None = None,
-    flatten: bool = False,
-    max_cycles: int | None = None,
-    pad_absent: bool = False,
-    **params,
-):
-    return parallel_to_aec(
-        parallel_env(preset, seed, render_mode, flatten, max_cycles, pad_absent, **params)
-    )
+def env(*args, **params):
+    return parallel_to_aec(HideAndSeekParallelEnv(*args, **params))
 
+
+# Both take exactly the env's keywords; help() shows them as the env's own signature.
+parallel_env.__signature__ = env.__signature__ = inspect.signature(HideAndSeekParallelEnv)
 
 parallel_env.__doc__ = f"""The PettingZoo `ParallelEnv` of hide-and-seek (`HideAndSeekParallelEnv`).
 

@@ -88,31 +88,16 @@ class EpisodeStats:
         object_present: np.ndarray,
         locked: np.ndarray,
         *,
-        agent_pos: np.ndarray | None = None,
-        object_pos: np.ndarray | None = None,
-        object_yaw: np.ndarray | None = None,
-        object_vel: np.ndarray | None = None,
-        half: np.ndarray | None = None,
-        grabbed: np.ndarray | None = None,
-        agent_radius: float = 0.15,
         team_masks: list[tuple[np.ndarray, np.ndarray]] | None = None,
+        **surfing,
     ) -> None:
-        """One env step; the keyword arguments (full 3-D state) feed `num_box_surf` (no
-        agent_pos: no seeker can surf this step). team_masks: per team (hiders, seekers) the
-        (W, A) members present and their count clipped to >= 1, when the caller keeps them."""
-        if agent_pos is not None:
+        """One env step. ``surfing``, when it holds ``agent_pos``, is the rest of `add_surfing`'s
+        full 3-D state and feeds `num_box_surf` (no agent_pos: no seeker can surf this step).
+        team_masks: per team (hiders, seekers) the (W, A) members present and their count
+        clipped to >= 1, when the caller keeps them."""
+        if surfing.get("agent_pos") is not None:
             self.add_surfing(
-                in_prep,
-                is_hider,
-                agent_present,
-                agent_pos,
-                object_pos,
-                object_yaw,
-                object_vel,
-                half,
-                object_present,
-                grabbed,
-                agent_radius,
+                in_prep, is_hider, agent_present, object_present=object_present, **surfing
             )
         if team_masks is None:
             team_masks = [
@@ -128,17 +113,17 @@ class EpisodeStats:
 
     def add_surfing(
         self,
-        in_prep,
-        is_hider,
-        agent_present,
-        agent_pos,
-        object_pos,
-        object_yaw,
-        object_vel,
-        half,
-        object_present,
-        grabbed,
-        agent_radius,
+        in_prep: np.ndarray,
+        is_hider: np.ndarray,
+        agent_present: np.ndarray,
+        agent_pos: np.ndarray,
+        object_pos: np.ndarray,
+        object_yaw: np.ndarray,
+        object_vel: np.ndarray,
+        half: np.ndarray,
+        object_present: np.ndarray,
+        grabbed: np.ndarray,
+        agent_radius: float = 0.15,
     ) -> None:
         """Count this step's box surfing (`box_surfing`) where the game is past preparation."""
         nb = self.n_boxes
@@ -191,21 +176,32 @@ def box_surfing(
     box_yaw (W, B), box_vel (W, B, >=2) with xy velocity first, box_half (W, B, 3) half sizes in
     the box frame; grabbed (W, A) object index held by each agent or -1.
     """
-    rel = agent_pos[:, :, None, :2] - box_pos[:, None, :, :2]  # (W, A, B, 2)
-    c, s = np.cos(box_yaw)[:, None, :], np.sin(box_yaw)[:, None, :]
-    local_x = c * rel[..., 0] + s * rel[..., 1]
-    local_y = -s * rel[..., 0] + c * rel[..., 1]
-    hx = box_half[:, None, :, 0] - SURF_EDGE_MARGIN
-    hy = box_half[:, None, :, 1] - SURF_EDGE_MARGIN
-    over = (np.abs(local_x) <= hx) & (np.abs(local_y) <= hy)
-    top = box_pos[:, None, :, 2] + box_half[:, None, :, 2]
-    z = agent_pos[:, :, None, 2]
-    on_top = (np.abs(z - (top + agent_radius)) <= SURF_MAX_GAP) & (
-        z >= agent_radius + SURF_MIN_HEIGHT
+    standing = on_box_top(
+        agent_pos, box_pos, np.cos(box_yaw), np.sin(box_yaw), box_half, agent_radius
     )
     moving = np.linalg.norm(box_vel[..., :2], axis=-1) > SURF_MIN_SPEED  # (W, B)
     driving = moving[:, None, :]
     if grabbed is not None:
         driving = driving | (grabbed[:, :, None] == np.arange(box_pos.shape[1])[None, None, :])
-    surf = over & on_top & driving & is_seeker[:, :, None] & box_present[:, None, :]
+    surf = standing & driving & is_seeker[:, :, None] & box_present[:, None, :]
     return surf.any(axis=(1, 2))
+
+
+def on_box_top(agent_pos, box_pos, cos_yaw, sin_yaw, box_half, agent_radius):
+    """(W, A, B) whether each agent stands on each box's top face: over it, less
+    `SURF_EDGE_MARGIN` from its edges, and resting on it (`SURF_MAX_GAP`, `SURF_MIN_HEIGHT`).
+
+    Arrays or tensors alike (only operators and ``abs``), so the Warp game's tensor statistics
+    share the rule; the caller takes cos_yaw and sin_yaw (W, B) of the boxes' yaw in its library.
+    """
+    rel = agent_pos[:, :, None, :2] - box_pos[:, None, :, :2]  # (W, A, B, 2)
+    c, s = cos_yaw[:, None, :], sin_yaw[:, None, :]
+    local_x = c * rel[..., 0] + s * rel[..., 1]
+    local_y = -s * rel[..., 0] + c * rel[..., 1]
+    hx = box_half[:, None, :, 0] - SURF_EDGE_MARGIN
+    hy = box_half[:, None, :, 1] - SURF_EDGE_MARGIN
+    over = (abs(local_x) <= hx) & (abs(local_y) <= hy)
+    top = box_pos[:, None, :, 2] + box_half[:, None, :, 2]
+    z = agent_pos[:, :, None, 2]
+    on_top = (abs(z - (top + agent_radius)) <= SURF_MAX_GAP) & (z >= agent_radius + SURF_MIN_HEIGHT)
+    return over & on_top

@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hns_train.envs.config import GameConfig, make_config
+from hns_train.envs.config import GameConfig, game_config
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.envs.tasks import stat_keys
 
@@ -65,10 +65,7 @@ class VectorGame:
         seed: int | None = None,
         threads: int = 1,
     ):
-        if isinstance(cfg, str):
-            cfg = make_config(cfg)
-        if not isinstance(cfg, GameConfig):
-            raise ValueError(f"cfg must be a GameConfig or a preset name, got {type(cfg)}")
+        cfg = game_config(cfg)
         self.cfg = cfg
         self.n_worlds = n_worlds
         self.game = HideAndSeekGame(cfg, n_worlds, threads=threads)

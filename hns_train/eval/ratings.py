@@ -54,7 +54,7 @@ from typing import Any
 
 from openskill.models import PlackettLuce
 
-from hns_train.agents.pool import ROLES, PolicyId, PolicyPool, check_role, policy_key
+from hns_train.agents.pool import ROLES, IndexHolder, PolicyId, PolicyPool, check_role, policy_key
 from hns_train.agents.pool_index import DB_NAME, PRIOR_MU, PRIOR_SIGMA, open_index, transaction
 
 CONSERVATIVE_SIGMAS = 3.0
@@ -98,7 +98,7 @@ def _team(team: PolicyId | Sequence[PolicyId], name: str) -> list[str]:
     return list(dict.fromkeys(keys))  # one rating update per distinct policy
 
 
-class Ratings:
+class Ratings(IndexHolder):
     """Ratings and match history in `<pool folder>/pool.sqlite`."""
 
     def __init__(
@@ -263,15 +263,6 @@ class Ratings:
             ),
         )
         return updated[0], updated[1]
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def __enter__(self) -> Ratings:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _float_or_none(value: Any) -> float | None:

@@ -225,9 +225,7 @@ class Replay:
         from `rebuild()`, not a shared one. Runs `mj_kinematics`.
         """
         t = self._frame(t)
-        idx = index if index is not None else index_world(self.cfg, model)
-        self._set_physics(data, t)
-        self._set_constraints(model, data, t, idx)
+        self._load(model, data, t, t, index)
         mujoco.mj_kinematics(model, data)
         mujoco.mj_camlight(model, data)  # camera and light poses for rendering
 
@@ -244,9 +242,7 @@ class Replay:
         locked objects stopped as the game stops them."""
         if not 0 <= t < self.n_steps:
             raise ValueError(f"step {t} is outside this replay's 0..{self.n_steps - 1}")
-        idx = index if index is not None else index_world(self.cfg, model)
-        self._set_physics(data, t)
-        self._set_constraints(model, data, t + 1, idx)
+        idx = self._load(model, data, t, t + 1, index)
         newly = self.arrays["locked"][t + 1] & ~self.arrays["locked"][t]
         data.qvel[idx.object_qvel[newly].ravel()] = 0.0
         data.ctrl[:] = self.arrays["ctrl"][t]
@@ -255,6 +251,14 @@ class Replay:
         if not -self.n_frames <= t < self.n_frames:
             raise ValueError(f"frame {t} is outside this replay's 0..{self.n_frames - 1}")
         return t % self.n_frames
+
+    def _load(self, model, data, t: int, constraints_t: int, index) -> WorldIndex:
+        """Frame t's physics and frame constraints_t's locks and grabs into (model, data), with
+        `index` (made from the model when None), which it returns."""
+        idx = index if index is not None else index_world(self.cfg, model)
+        self._set_physics(data, t)
+        self._set_constraints(model, data, constraints_t, idx)
+        return idx
 
     def _set_physics(self, data: mujoco.MjData, t: int) -> None:
         a = self.arrays

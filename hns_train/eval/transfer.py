@@ -32,25 +32,24 @@ class TaskEval:
         return float(self.scores.mean())
 
     @property
-    def score_se(self) -> float:
-        return float(self.scores.std(ddof=1) / np.sqrt(len(self.scores)))
-
-    @property
     def mean_return(self) -> float:
         return float(self.returns.mean())
 
-    @property
-    def return_se(self) -> float:
-        return float(self.returns.std(ddof=1) / np.sqrt(len(self.returns)))
-
     def to_dict(self) -> dict[str, float]:
+        """Means and their standard errors (NaN with one episode)."""
         return {
             "score": round(self.score, 4),
-            "score_se": round(self.score_se, 4),
+            "score_se": round(standard_error(self.scores), 4),
             "return": round(self.mean_return, 3),
-            "return_se": round(self.return_se, 3),
+            "return_se": round(standard_error(self.returns), 3),
             "episodes": len(self.scores),
         }
+
+
+def standard_error(values) -> float:
+    """The standard error of the mean of ``values`` (NaN with fewer than two)."""
+    values = np.asarray(values, dtype=float)
+    return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")
 
 
 def evaluate_task(
@@ -75,5 +74,4 @@ def evaluate_task(
 def paired_difference(a: list[float], b: list[float]) -> tuple[float, float]:
     """(mean, standard error) of a[i] - b[i] over paired seeds (se NaN with one pair)."""
     d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-    se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
-    return float(d.mean()), se
+    return float(d.mean()), standard_error(d)

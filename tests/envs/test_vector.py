@@ -214,6 +214,8 @@ def test_bad_use_is_rejected():
         vec.step(np.zeros((3, 4, 5), dtype=int))
     with pytest.raises(ValueError, match="preset"):
         VectorGame("nope", 2)
+    with pytest.raises(ValueError, match="a GameConfig or a preset name"):
+        VectorGame({"horizon": 10}, 2)
     with pytest.raises(ValueError, match="threads"):
         VectorGame("quadrant", 2, threads=0)
 

@@ -54,7 +54,7 @@ import numpy as np
 import torch
 
 from hns_train.envs import rules as R
-from hns_train.envs.config import GameConfig, make_config
+from hns_train.envs.config import GameConfig, game_config
 from hns_train.envs.layout import sample_layout
 from hns_train.envs.stats import STAT_KEYS
 from hns_train.envs.tasks import HIDE_AND_SEEK
@@ -91,10 +91,7 @@ class WarpGame:
         bank: BankConfig | None = None,
         physics: PhysicsConfig | None = None,
     ):
-        if isinstance(cfg, str):
-            cfg = make_config(cfg)
-        if not isinstance(cfg, GameConfig):
-            raise ValueError(f"cfg must be a GameConfig or a preset name, got {type(cfg)}")
+        cfg = game_config(cfg)
         if cfg.task != HIDE_AND_SEEK:
             raise ValueError(f"game task {cfg.task!r} runs on the C game only (VectorGame)")
         self.cfg = cfg

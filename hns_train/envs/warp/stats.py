@@ -14,13 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from hns_train.envs.stats import (
-    STAT_KEYS,
-    SURF_EDGE_MARGIN,
-    SURF_MAX_GAP,
-    SURF_MIN_HEIGHT,
-    SURF_MIN_SPEED,
-)
+from hns_train.envs.stats import STAT_KEYS, SURF_MIN_SPEED, on_box_top
 
 COL = {k: i for i, k in enumerate(STAT_KEYS)}
 
@@ -29,22 +23,13 @@ def box_surfing(
     agent_pos, is_seeker, box_pos, box_yaw, box_vel, box_half, box_present, grabbed, agent_radius
 ) -> torch.Tensor:
     """(W,) bool: some seeker surfs a box this step (stats.box_surfing)."""
-    rel = agent_pos[:, :, None, :2] - box_pos[:, None, :, :2]
-    c, s = torch.cos(box_yaw)[:, None, :], torch.sin(box_yaw)[:, None, :]
-    local_x = c * rel[..., 0] + s * rel[..., 1]
-    local_y = -s * rel[..., 0] + c * rel[..., 1]
-    hx = box_half[:, None, :, 0] - SURF_EDGE_MARGIN
-    hy = box_half[:, None, :, 1] - SURF_EDGE_MARGIN
-    over = (local_x.abs() <= hx) & (local_y.abs() <= hy)
-    top = box_pos[:, None, :, 2] + box_half[:, None, :, 2]
-    z = agent_pos[:, :, None, 2]
-    on_top = ((z - (top + agent_radius)).abs() <= SURF_MAX_GAP) & (
-        z >= agent_radius + SURF_MIN_HEIGHT
+    standing = on_box_top(
+        agent_pos, box_pos, torch.cos(box_yaw), torch.sin(box_yaw), box_half, agent_radius
     )
     moving = torch.linalg.vector_norm(box_vel[..., :2], dim=-1) > SURF_MIN_SPEED
     boxes = torch.arange(box_pos.shape[1], device=box_pos.device)
     driving = moving[:, None, :] | (grabbed[:, :, None] == boxes)
-    surf = over & on_top & driving & is_seeker[:, :, None] & box_present[:, None, :]
+    surf = standing & driving & is_seeker[:, :, None] & box_present[:, None, :]
     return surf.flatten(1).any(dim=1)
 
 
