@@ -16,7 +16,8 @@ install with no index into a folder, checksums checked) and `kit.json` (what is 
   runs then say once that they go without); the desktop viewer's packages (mujoco-studio, glfw)
   are never needed headless.
 - `--cuda-only`: warp-lang without `warp-clang.so`, Warp's CPU compiler (Warp initialises
-  without it and compiles CUDA kernels with NVRTC).
+  without it and compiles CUDA kernels with NVRTC). Warp's own examples and tests (24 MB
+  unpacked) are always left out: nothing here runs them.
 - Order: every wheel first, as they are, into the first part with room; a wheel larger than a
   part (warp-lang) is rewritten uncompressed, compressed as one xz stream (Python's `lzma`
   undoes it on the target) and split across the room left, so part 1 holds everything but the
@@ -60,6 +61,7 @@ PLATFORMS = (
 EXTRAS = ("wandb", "imageio-ffmpeg")  # logging and videos only
 HEADLESS = ("mujoco-studio", "glfw")  # mujoco's desktop viewer
 CPU_ONLY_FILES = re.compile(r"^warp/bin/.*warp-clang[^/]*$")
+NOT_RUN_FILES = re.compile(r"^warp/(examples|tests)/")  # Warp's own examples and tests: 24 MB
 NEEDED_FOR = {
     "warp-lang": "the Warp game: pod.physics=warp, bench/warp_speed.py, gpu_day's Warp steps",
     "mujoco-warp": "the Warp game",
@@ -120,12 +122,11 @@ def reachable(roots: list[str], resolved: dict[str, dict], python_version: str, 
     seen: set[str] = set()
     visited: set[tuple[str, str]] = set()  # (name, extra): a requirement's extras add deps
     todo = [Requirement(r) for r in roots]
-    while todo:
+    todo = [r for r in todo if r.marker is None or r.marker.evaluate(env)]
+    while todo:  # a dependency's marker is evaluated when it is queued, with its extra
         req = todo.pop()
         name = canonicalize_name(req.name)
         if name in cut or name not in resolved:
-            continue
-        if req.marker is not None and not req.marker.evaluate(env):
             continue
         seen.add(name)
         for extra in ("", *sorted(req.extras)):
@@ -226,10 +227,13 @@ def build(args: argparse.Namespace) -> dict:
         whole, packed = [], []
         for wheel in wheels:
             name, _ = wheel_name_parts(wheel)
-            if args.cuda_only and name == "warp-lang":
+            if name == "warp-lang":
                 slim = work / "slim" / wheel.name
                 slim.parent.mkdir(exist_ok=True)
-                rewrite_wheel(wheel, slim, CPU_ONLY_FILES, stored=False)
+                drop = NOT_RUN_FILES.pattern
+                if args.cuda_only:
+                    drop = f"{drop}|{CPU_ONLY_FILES.pattern}"
+                rewrite_wheel(wheel, slim, re.compile(drop), stored=False)
                 wheel = slim
             (whole if wheel.stat().st_size <= cap - RESERVE else packed).append(wheel)
         parts: list[list[tuple[Path, str]]] = [[]]  # (source, name in the part)

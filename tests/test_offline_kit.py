@@ -36,7 +36,7 @@ STEPS = (
     "learn_chase",
     "batch_memory",
 )
-DEADLINE_S = 40
+DEADLINE_S = 30
 
 
 def run(cmd, **kw) -> subprocess.CompletedProcess:
