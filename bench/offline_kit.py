@@ -28,8 +28,6 @@ install with no index into a folder, checksums checked) and `kit.json` (what is 
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
 import json
 import lzma
 import re
@@ -43,6 +41,9 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kit_install import sha256  # noqa: E402  (the installer checks with the same digest)
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALLER = Path(__file__).resolve().parent / "kit_install.py"
@@ -148,13 +149,8 @@ def download(entries: list[dict], python_version: str, dest: Path) -> list[Path]
     return sorted(dest.glob("*.whl"))
 
 
-def record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
-
-
 def rewrite_wheel(src: Path, dest: Path, drop: re.Pattern | None, stored: bool) -> list[str]:
-    """Copy a wheel without the files `drop` matches (its RECORD to match); returns those left."""
+    """Copy a wheel without the files `drop` matches (its RECORD to match); returns their names."""
     dropped = []
     method = zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w", method) as zout:
@@ -174,14 +170,6 @@ def rewrite_wheel(src: Path, dest: Path, drop: re.Pattern | None, stored: bool) 
             zout.writestr(out, data)
     # RECORD lists every file, and it is written last in a wheel, so dropped ones are known
     return dropped
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(MIB), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def xz(src: Path, dest: Path, preset: int) -> None:
