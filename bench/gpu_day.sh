@@ -43,11 +43,13 @@ DATE=$(date -u +%Y-%m-%d)
 NAME="gpu-$DATE${PARTS:+-part$PARTS}"
 REPORT="$REPORT_DIR/$NAME.md"
 LOGS="$REPORT_DIR/$NAME-logs"
-mkdir -p "$LOGS"
 CLOCK_START=$SECONDS
 # Warp prints this once per process on a machine without an NVIDIA driver: the report keeps one
 CUDA_WARNING='NVIDIA CUDA driver'
 
+if ! [[ "$DEADLINE" =~ ^[0-9]+$ ]] || [ "$DEADLINE" -lt 10 ]; then
+  echo "gpu_day.sh: DEADLINE must be whole seconds, at least 10; got '$DEADLINE'" >&2; exit 2
+fi
 case "$PARTS" in
   1) STEPS="c_pod batch_memory" ;;
   2) STEPS="warp_compile warp_speed_quadrant warp_speed_randomwalls warp_pod learn_chase" ;;
@@ -64,6 +66,7 @@ case "$DEVICE" in
     CHASE_WORLDS=16; CHUNKS=32; C_MAX=64; COMPILE_WORLDS=4 ;;
   *) echo "gpu_day.sh: DEVICE must be cuda, cuda:N or cpu, got '$DEVICE'" >&2; exit 2 ;;
 esac
+mkdir -p "$LOGS"
 if [ -n "$FULL" ]; then
   Q_WORLDS="1024 2048 4096 8192 16384"; RW_WORLDS="1024 2048 4096 8192 16384"
   DEADLINE=${FULL_DEADLINE:-2400}
