@@ -64,10 +64,28 @@ browser:
 bench: $(STAMP)
 	$(BIN)/python bench/env_speed.py
 
-# Every GPU figure in about 35 minutes (bench/gpu_day.sh): needs the `warp` extra and a GPU.
-gpu-day: $(STAMP)
-	$(BIN)/pip install -q -e ".[warp]"
-	PY=$(BIN)/python bash bench/gpu_day.sh
+# Every GPU figure within DEADLINE seconds (default 480; bench/gpu_day.sh for PARTS, DEVICE,
+# REPORT_DIR, FULL): with this checkout's venv when there is one, else with $(PY) and the packages
+# on PYTHONPATH (the offline kit installed into a folder). Nothing is installed.
+GPU_DAY_PY = $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY))
+.PHONY: offline-kit
+gpu-day:
+	PY=$(GPU_DAY_PY) bash bench/gpu_day.sh
+
+# The offline kit (bench/offline_kit.py): the project's wheels for a GPU node without internet,
+# in parts of at most KIT_PART_MB MiB, with part-1/install.sh. Needs pip and the network here.
+#   make offline-kit PYTHON_VERSION=3.12 KIT_CUDA_ONLY=1 KIT_NO_EXTRAS=1 \
+#     KIT_SKIP="torch numpy numba llvmlite"
+PYTHON_VERSION ?=
+KIT ?= dist/offline-kit
+KIT_SKIP ?= torch
+KIT_PART_MB ?= 60
+KIT_CUDA_ONLY ?=
+KIT_NO_EXTRAS ?=
+offline-kit:
+	$(GPU_DAY_PY) bench/offline_kit.py --out "$(KIT)" --skip "$(KIT_SKIP)" \
+		--part-mb $(KIT_PART_MB) $(if $(PYTHON_VERSION),--python-version $(PYTHON_VERSION)) \
+		$(if $(filter 1,$(KIT_CUDA_ONLY)),--cuda-only) $(if $(filter 1,$(KIT_NO_EXTRAS)),--no-extras)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -13,12 +13,15 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from hns_train.agents import (
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs without an install
+from hns_train.agents import (  # noqa: E402
     PPO,
     ActorCritic,
     PPOConfig,

@@ -49,14 +49,16 @@ import platform
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import mujoco
 import numpy as np
 
-from hns_train.envs.config import make_config
-from hns_train.envs.game import STATE, HideAndSeekGame
-from hns_train.envs.parallel import parallel_env
-from hns_train.envs.vector import VectorGame
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs without an install
+from hns_train.envs.config import make_config  # noqa: E402
+from hns_train.envs.game import STATE, HideAndSeekGame  # noqa: E402
+from hns_train.envs.parallel import parallel_env  # noqa: E402
+from hns_train.envs.vector import VectorGame  # noqa: E402
 
 
 def cpu_model() -> str:

@@ -22,7 +22,8 @@
 
 On a GPU the split is measured with the device synchronised after each phase (`Pod.profile`).
 Last line: `POD_SPEED {json}` with `device`, `pod_trained_fps`, `local_trained_fps`,
-`pod_over_local`, `pod_ms_per_frame`, `floor_ms_per_frame`, `syncs_per_step` among its keys
+`pod_over_local`, `pod_ms_per_frame`, `floor_ms_per_frame`, `syncs_per_step`, `physics_share`
+(of the pod's time), `peak_gpu_mib` among its keys
 (per-frame times are process CPU time on a CPU device, wall time on a GPU).
 """
 
@@ -95,6 +96,16 @@ def run_figures(cfg, warmup: float) -> dict[str, float]:
     }
 
 
+def training_figures(cfg, warmup: float) -> dict[str, float]:
+    """`run_figures`, or NaN figures when the run was too short to measure (a short cap of
+    bench/gpu_day.sh): the in-process split and the floor are still measured after it."""
+    try:
+        return run_figures(cfg, warmup)
+    except RuntimeError as err:
+        print(f"training run not measured: {err}", flush=True)
+        return {"fps": float("nan"), "trained_fps": float("nan")}
+
+
 def in_process(cfg, device: torch.device, rollouts: int, run_dir: Path) -> dict:
     """The pod in this process: per-frame costs, their split, syncs per step."""
     threads = cfg.pod.threads or os.cpu_count() or 1
@@ -109,6 +120,8 @@ def in_process(cfg, device: torch.device, rollouts: int, run_dir: Path) -> dict:
     pool.maybe_add(0, model.state_dict())  # the untrained policy, as a run has it
     pod = Pod(game, ppo, cfg.pipeline.chunk_len, pool=pool, profile=device.type == "cuda")
     clock = Clock(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     while not pod.step():  # warm-up: a rollout and an update
         pass
     pod.learn()
@@ -142,6 +155,12 @@ def in_process(cfg, device: torch.device, rollouts: int, run_dir: Path) -> dict:
         "sync_calls": dict(syncs.calls),
         "threads": threads,
         "rows": pod.game.rows,
+        # the device's peak over the warm-up and the measured rollouts, updates included
+        "peak_gpu_mib": (
+            round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+            if device.type == "cuda"
+            else None
+        ),
     }
 
 
@@ -239,7 +258,7 @@ def main() -> None:
     local = {}
     if not args.skip_local:
         cfg = load_config(args.config, [*common, "name=local", *args.overrides])
-        local = run_figures(cfg, args.warmup)
+        local = training_figures(cfg, args.warmup)
     load.append(round(os.getloadavg()[0], 2))
     pods = args.pods or ((os.cpu_count() or 1) if device.type == "cpu" else 1)
     cfg = load_config(
@@ -252,7 +271,7 @@ def main() -> None:
             *args.overrides,
         ],
     )
-    pod_run = run_figures(cfg, args.warmup)
+    pod_run = training_figures(cfg, args.warmup)
     load.append(round(os.getloadavg()[0], 2))
     here = in_process(cfg, device, args.rollouts, runs / "inprocess")
     low = floor(cfg, device, here["threads"])
@@ -275,6 +294,7 @@ def main() -> None:
         **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in here.items()},
         **{k: round(v, 4) for k, v in low.items()},
         "pod_over_floor": round(here["pod_ms_per_frame"] / low["floor_ms_per_frame"], 3),
+        "physics_share": round(here["sim_ms_per_frame"] / here["pod_ms_per_frame"], 3),
         "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "load": load,
     }
@@ -296,6 +316,10 @@ def main() -> None:
     print(
         f"host syncs per env step: {result['syncs_per_step']} {result['sync_calls']}; "
         f"torch calls per env step: {result['torch_ops_per_step']}"
+    )
+    print(
+        f"physics share of the pod's time: {result['physics_share']}; "
+        f"peak GPU memory: {result['peak_gpu_mib']} MiB"
     )
     print("POD_SPEED " + json.dumps(result))
 

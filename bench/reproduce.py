@@ -169,7 +169,10 @@ def evaluate(run_dir: Path, episodes: int, worlds: int, seed: int, quiet: bool) 
     result = cross_play(game_cfg, make, episodes, worlds, seed, progress=not quiet)
     eval_s = time.perf_counter() - start
     replay = save_replay(run_dir, game_cfg, make, version, seed)
-    strip = save_strip(replay, run_dir / "reproduce_final_strip.png")
+    try:
+        strip = save_strip(replay, run_dir / "reproduce_final_strip.png")
+    except Exception as err:  # no GL (EGL missing on a compute node): the figures stand without
+        strip = f"none ({type(err).__name__}: {str(err)[:200]}; set MUJOCO_GL=osmesa or egl)"
 
     records, onsets = read_metrics(run_dir / "metrics.jsonl")
     last = records[-1] if records else {}

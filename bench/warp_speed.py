@@ -47,7 +47,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the checkout's package and bench/ itself, so that it runs without an install of the package
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 from env_speed import batched, cpu_model, random_actions  # noqa: E402
 
 from hns_train.envs.config import make_config  # noqa: E402

@@ -68,6 +68,7 @@ from hns_train.eval.policies import SEEKER_ONLY, label, named_controller
 from hns_train.eval.ratings import Ratings
 from hns_train.eval.recorder import MatchRecording, team_metadata
 from hns_train.eval.runview import win_rates
+from hns_train.optional import available
 
 log = logging.getLogger(__name__)
 IDLE_WAIT_MS = 50  # longest wait for parameters between rounds (heartbeats stay on time)
@@ -217,7 +218,7 @@ class EvalWorker(Worker):
             saved = hook.save(names)
             paths[:n_rec] = [str(p) for p in saved]
             self._new_replays += paths[:n_rec]
-            if self.settings.render_videos:
+            if self.settings.render_videos and available("imageio_ffmpeg"):
                 self._render_next = saved[-1]
         rated = [
             _Rated(r, {"latest_version": version, "opponent_class": cls, "replay": p})

@@ -7,7 +7,8 @@
 - Mode: `offline` by default (no account, nothing leaves the machine; `wandb sync` uploads
   later), `online`, or `disabled` (wandb is never initialised and nothing is written). The
   environment variable WANDB_MODE picks the mode when none is given, and WANDB_MODE=disabled
-  always wins: it is the switch that turns logging off for a whole job.
+  always wins: it is the switch that turns logging off for a whole job. Where the wandb package
+  is not installed, every mode acts as `disabled` (hns_train/optional.py says so once).
 - Axes: every logged row carries the four counters the paper plots against: `episodes`,
   `frames` (env frames), `hours` (wall clock since the run started) and `version`
   (optimisation steps). `define_metric` makes `episodes` the default x-axis of every chart;
@@ -43,6 +44,7 @@ from pathlib import Path
 
 from hns_train.eval.baselines import Baselines, load_baselines
 from hns_train.eval.phases import PHASES, PhaseOnset
+from hns_train.optional import available
 
 AXES = ("episodes", "frames", "hours", "version")
 MODES = ("offline", "online", "disabled")
@@ -96,6 +98,9 @@ class WandbLogger:
         self.run = None
         self.run_id: str | None = None
         if self.mode == "disabled":
+            return
+        if not available("wandb"):  # an install without the logging extra
+            self.mode = "disabled"
             return
         import wandb
 
@@ -258,7 +263,7 @@ def log_reference_run(
     population member's directory defers to its population's (see the module's docstring).
     """
     mode = resolve_mode(mode)
-    if mode == "disabled":
+    if mode == "disabled" or not available("wandb"):
         return None
     import wandb
 

@@ -41,6 +41,7 @@ from hns_train.envs.parallel import agent_names as env_agent_names
 from hns_train.envs.render import TopViewRenderer
 from hns_train.envs.world import HIDER_RGBA, SEEKER_RGBA, object_half_extents
 from hns_train.eval.replay import Replay, atomic_write
+from hns_train.optional import available
 
 FORMATS = ("mp4", "gif", "png")
 FOLLOW_DISTANCE = 2.5
@@ -350,6 +351,8 @@ def write_video(
     fmt = output_format(path, fmt)
     if fmt == "png":
         return render_png(replay, path, -1, opts)
+    if fmt == "mp4" and not available("imageio_ffmpeg"):
+        raise ValueError(f"{path}: mp4 needs the imageio-ffmpeg package; write a .gif or .png")
     if fmt == "mp4" and (opts.width % 2 or opts.height % 2):
         raise ValueError(f"mp4 needs even frame sizes, got {opts.width} x {opts.height}")
     fps = opts.fps or real_time_fps(replay)

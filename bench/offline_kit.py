@@ -1,0 +1,356 @@
+"""Build the offline install kit: the wheels the project needs, in parts of limited size.
+
+    python bench/offline_kit.py [--python-version 3.12] [--out dist/offline-kit]
+        [--skip "torch ..."] [--part-mb 60] [--cuda-only] [--no-extras]    # or: make offline-kit
+
+For a GPU node without internet, whose site Python already has torch (and CUDA): everything the
+project needs beyond what `--skip` names, as manylinux x86-64 wheels for `--python-version`,
+written to `OUT/part-1/`, `OUT/part-2/`, ... each at most `--part-mb` MiB, so that each part
+passes a limited file transfer. `part-1/` also holds `install.sh` (bench/kit_install.py:
+install with no index into a folder, checksums checked) and `kit.json` (what is where).
+
+- What: pip resolves the project's dependencies (pyproject.toml, with the `warp` extra) for the
+  target with `--dry-run --report`; a package goes in when it is reachable from the project
+  without passing through a skipped one, so `--skip torch` also leaves out what only torch
+  brings. `--no-extras` leaves out the logging and video packages (wandb, imageio-ffmpeg: the
+  runs then say once that they go without); the desktop viewer's packages (mujoco-studio, glfw)
+  are never needed headless.
+- `--cuda-only`: warp-lang without `warp-clang.so`, Warp's CPU compiler (Warp initialises
+  without it and compiles CUDA kernels with NVRTC). Warp's own examples and tests (24 MB
+  unpacked) are always left out: nothing here runs them.
+- Order: every wheel first, as they are, into the first part with room; a wheel larger than a
+  part (warp-lang) is rewritten uncompressed, compressed as one xz stream (Python's `lzma`
+  undoes it on the target) and split across the room left, so part 1 holds everything but the
+  rest of Warp.
+- Nothing is installed here and nothing from the downloads is imported or unpickled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kit_install import sha256  # noqa: E402  (the installer checks with the same digest)
+
+ROOT = Path(__file__).resolve().parent.parent
+INSTALLER = Path(__file__).resolve().parent / "kit_install.py"
+MIB = 1 << 20
+# manylinux tags of the real wheels (mujoco-core, warp-lang, pyzmq: 2_28; matplotlib: 2_17);
+# pip takes these as given, so the older ones are listed too.
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_26_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux_2_5_x86_64",
+    "manylinux1_x86_64",
+)
+EXTRAS = ("wandb", "imageio-ffmpeg")  # logging and videos only
+HEADLESS = ("mujoco-studio", "glfw")  # mujoco's desktop viewer
+CPU_ONLY_FILES = re.compile(r"^warp/bin/.*warp-clang[^/]*$")
+NOT_RUN_FILES = re.compile(r"^warp/(examples|tests)/")  # Warp's own examples and tests: 24 MB
+NEEDED_FOR = {
+    "warp-lang": "the Warp game: pod.physics=warp, bench/warp_speed.py, gpu_day's Warp steps",
+    "mujoco-warp": "the Warp game",
+}
+RESERVE = 256 * 1024  # room in part 1 for install.sh, kit_install.py and kit.json
+XZ_CHUNK = 4 * MIB
+MIN_PIECE = 64 * 1024  # no piece of a split file smaller than this, but its last
+
+
+def project_requirements(no_extras: bool) -> list[str]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        sys.exit("offline_kit: needs Python 3.11 or later here (tomllib); the target may be older")
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = [*meta["dependencies"], *meta["optional-dependencies"]["warp"]]
+    if no_extras:
+        reqs = [r for r in reqs if canonicalize_name(Requirement(r).name) not in EXTRAS]
+    return reqs
+
+
+def pip_target_args(python_version: str) -> list[str]:
+    args = ["--only-binary=:all:", "--python-version", python_version, "--implementation", "cp"]
+    for platform in PLATFORMS:
+        args += ["--platform", platform]
+    return args
+
+
+def resolve(reqs: list[str], python_version: str, work: Path) -> dict[str, dict]:
+    """pip's resolution for the target: {canonical name: report entry}."""
+    report = work / "report.json"
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--dry-run", "--ignore-installed"]
+    cmd += ["--disable-pip-version-check", "--target", str(work / "none"), "--report", str(report)]
+    run([*cmd, *pip_target_args(python_version), *reqs], "resolve the requirements")
+    entries = json.loads(report.read_text())["install"]
+    return {canonicalize_name(e["metadata"]["name"]): e for e in entries}
+
+
+def run(cmd: list[str], what: str) -> None:
+    done = subprocess.run(cmd)
+    if done.returncode != 0:
+        sys.exit(f"offline_kit: pip could not {what} (exit {done.returncode}); see pip's message")
+
+
+def reachable(roots: list[str], resolved: dict[str, dict], python_version: str, cut: set) -> set:
+    """Names reachable from the roots in the target's dependency graph, not passing `cut`."""
+    env = {
+        "python_version": python_version,
+        "python_full_version": python_version + ".0",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "os_name": "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "extra": "",
+    }
+    seen: set[str] = set()
+    visited: set[tuple[str, str]] = set()  # (name, extra): a requirement's extras add deps
+    todo = [Requirement(r) for r in roots]
+    todo = [r for r in todo if r.marker is None or r.marker.evaluate(env)]
+    while todo:  # a dependency's marker is evaluated when it is queued, with its extra
+        req = todo.pop()
+        name = canonicalize_name(req.name)
+        if name in cut or name not in resolved:
+            continue
+        seen.add(name)
+        for extra in ("", *sorted(req.extras)):
+            if (name, extra) in visited:
+                continue
+            visited.add((name, extra))
+            for dep in resolved[name]["metadata"].get("requires_dist") or []:
+                dep = Requirement(dep)
+                if dep.marker is None or dep.marker.evaluate({**env, "extra": extra}):
+                    todo.append(dep)
+    return seen
+
+
+def download(entries: list[dict], python_version: str, dest: Path) -> list[Path]:
+    pins = [f"{e['metadata']['name']}=={e['metadata']['version']}" for e in entries]
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dest)]
+    cmd += ["--disable-pip-version-check", *pip_target_args(python_version), *pins]
+    run(cmd, "download the wheels")
+    return sorted(dest.glob("*.whl"))
+
+
+def rewrite_wheel(src: Path, dest: Path, drop: re.Pattern | None, stored: bool) -> list[str]:
+    """Copy a wheel without the files `drop` matches (its RECORD to match); returns their names."""
+    dropped = []
+    method = zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest, "w", method) as zout:
+        for info in zin.infolist():
+            if drop is not None and drop.match(info.filename):
+                dropped.append(info.filename)
+                continue
+            data = zin.read(info)
+            if info.filename.endswith(".dist-info/RECORD"):
+                lines = data.decode().splitlines()
+                data = "".join(
+                    line + "\n" for line in lines if line.split(",", 1)[0] not in dropped
+                ).encode()
+            out = zipfile.ZipInfo(info.filename, info.date_time)
+            out.external_attr = info.external_attr
+            out.compress_type = method
+            zout.writestr(out, data)
+    # RECORD lists every file, and it is written last in a wheel, so dropped ones are known
+    return dropped
+
+
+def xz(src: Path, dest: Path, preset: int) -> None:
+    comp = lzma.LZMACompressor(preset=preset)
+    with open(src, "rb") as fin, open(dest, "wb") as fout:
+        for block in iter(lambda: fin.read(XZ_CHUNK), b""):
+            fout.write(comp.compress(block))
+        fout.write(comp.flush())
+
+
+def part_folders(out: Path) -> list[Path]:
+    return sorted(out.glob("part-*"), key=lambda p: int(p.name.split("-")[1]))
+
+
+def wheel_name_parts(path: Path) -> tuple[str, str]:
+    name, version = path.name.split("-")[:2]
+    return canonicalize_name(name), version
+
+
+def build(args: argparse.Namespace) -> dict:
+    start = time.monotonic()
+    out = Path(args.out)
+    cap = int(args.part_mb * MIB)
+    if cap < 2 * RESERVE:
+        sys.exit(f"offline_kit: --part-mb {args.part_mb} is too small; use at least 1")
+    skip = {canonicalize_name(s) for s in args.skip.split()}
+    cut = skip | set(HEADLESS) | (set(EXTRAS) if args.no_extras else set())
+    if out.exists():
+        if not (out / "part-1" / "kit.json").is_file() and any(out.iterdir()):
+            sys.exit(f"offline_kit: {out} exists and is not a kit; choose an empty --out")
+        shutil.rmtree(out)
+    with tempfile.TemporaryDirectory(prefix="hns-kit-") as tmp:
+        work = Path(tmp)
+        # a skipped requirement is left out of the resolution too (torch: no multi-GB metadata)
+        roots = [
+            r
+            for r in project_requirements(args.no_extras)
+            if canonicalize_name(Requirement(r).name) not in skip
+        ]
+        resolved = resolve(roots, args.python_version, work)
+        keep = reachable(roots, resolved, args.python_version, cut)
+        wheels = download([resolved[n] for n in sorted(keep)], args.python_version, work / "dl")
+        whole, packed = [], []
+        for wheel in wheels:
+            name, _ = wheel_name_parts(wheel)
+            if name == "warp-lang":
+                slim = work / "slim" / wheel.name
+                slim.parent.mkdir(exist_ok=True)
+                drop = NOT_RUN_FILES.pattern
+                if args.cuda_only:
+                    drop = f"{drop}|{CPU_ONLY_FILES.pattern}"
+                rewrite_wheel(wheel, slim, re.compile(drop), stored=False)
+                wheel = slim
+            (whole if wheel.stat().st_size <= cap - RESERVE else packed).append(wheel)
+        parts: list[list[tuple[Path, str]]] = [[]]  # (source, name in the part)
+        used = [RESERVE]
+        entries = []
+
+        def room(n: int) -> int:
+            while len(parts) <= n:
+                parts.append([])
+                used.append(0)
+            return cap - used[n]
+
+        for wheel in sorted(whole, key=lambda w: -w.stat().st_size):  # first fit, largest first
+            size = wheel.stat().st_size
+            n = 0
+            while room(n) < size:
+                n += 1
+            parts[n].append((wheel, wheel.name))
+            used[n] += size
+            name, version = wheel_name_parts(wheel)
+            entries.append(
+                {
+                    "file": wheel.name,
+                    "project": name,
+                    "version": version,
+                    "part": n + 1,
+                    "sha256": sha256(wheel),
+                    "needed_for": NEEDED_FOR.get(name, ""),
+                }
+            )
+        for wheel in packed:
+            stored = work / "stored" / wheel.name
+            stored.parent.mkdir(exist_ok=True)
+            rewrite_wheel(wheel, stored, None, stored=True)
+            blob = work / (wheel.name + ".xz")
+            xz(stored, blob, args.xz_preset)
+            pieces, offset, total = [], 0, blob.stat().st_size
+            n = 0
+            with open(blob, "rb") as f:
+                while offset < total:
+                    if room(n) < MIN_PIECE:  # a part (nearly) full: the next one
+                        n += 1
+                        continue
+                    size = min(room(n), total - offset)
+                    piece = work / "pieces" / f"{blob.name}.{len(pieces) + 1:03d}"
+                    piece.parent.mkdir(exist_ok=True)
+                    piece.write_bytes(f.read(size))
+                    parts[n].append((piece, piece.name))
+                    used[n] += size
+                    pieces.append(
+                        {"name": piece.name, "part": n + 1, "size": size, "sha256": sha256(piece)}
+                    )
+                    offset += size
+                    n += 1
+            name, version = wheel_name_parts(wheel)
+            entries.append(
+                {
+                    "file": wheel.name,
+                    "project": name,
+                    "version": version,
+                    "pieces": pieces,
+                    "sha256": sha256(stored),
+                    "xz_sha256": sha256(blob),
+                    "needed_for": NEEDED_FOR.get(name, ""),
+                }
+            )
+        while len(parts) > 1 and not parts[-1]:
+            parts.pop()
+        for n, files in enumerate(parts, start=1):
+            folder = out / f"part-{n}"
+            folder.mkdir(parents=True)
+            for src, name in files:
+                shutil.copyfile(src, folder / name)
+    manifest = {
+        "python_version": args.python_version,
+        "platforms": list(PLATFORMS),
+        "parts": len(parts),
+        "part_mb": args.part_mb,
+        "cuda_only": args.cuda_only,
+        "left_out": {
+            "skipped": sorted(skip),
+            "not_headless": list(HEADLESS),
+            "extras": list(EXTRAS) if args.no_extras else [],
+        },
+        "wheels": sorted(entries, key=lambda e: e["project"]),
+    }
+    part1 = out / "part-1"
+    (part1 / "kit.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    shutil.copyfile(INSTALLER, part1 / "kit_install.py")
+    script = part1 / "install.sh"
+    script.write_text(
+        "#!/usr/bin/env sh\n"
+        "# install.sh TARGET: the kit's wheels into TARGET, no index needed (kit_install.py)\n"
+        'exec "${PYTHON:-python3}" "$(dirname "$0")/kit_install.py" "$@"\n'
+    )
+    script.chmod(0o755)
+    sizes = [sum(f.stat().st_size for f in folder.iterdir()) for folder in part_folders(out)]
+    return {
+        "out": str(out),
+        "python_version": args.python_version,
+        "parts": len(parts),
+        "part_mib": [round(s / MIB, 1) for s in sizes],
+        "wheels": len(entries),
+        "split": [e["file"] for e in entries if "pieces" in e],
+        "seconds": round(time.monotonic() - start, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    here = ".".join(map(str, sys.version_info[:2]))
+    parser.add_argument("--python-version", default=here, help=f"target Python (default {here})")
+    parser.add_argument("--out", default=str(ROOT / "dist" / "offline-kit"))
+    parser.add_argument(
+        "--skip", default="torch", help="packages the target has (and what only they bring)"
+    )
+    parser.add_argument("--part-mb", type=float, default=60.0, help="largest part, MiB")
+    parser.add_argument("--cuda-only", action="store_true", help="leave out Warp's CPU compiler")
+    parser.add_argument("--no-extras", action="store_true", help="leave out wandb, imageio-ffmpeg")
+    parser.add_argument("--xz-preset", type=int, default=9, choices=range(10), metavar="0-9")
+    args = parser.parse_args(argv)
+    if not re.fullmatch(r"3\.\d+", args.python_version):
+        sys.exit(f"offline_kit: --python-version must look like 3.12, got {args.python_version!r}")
+    summary = build(args)
+    for n, mib in enumerate(summary["part_mib"], start=1):
+        print(f"part-{n}: {mib} MiB")
+    print(f"{summary['wheels']} wheels for Python {args.python_version} in {summary['seconds']} s")
+    print("OFFLINE_KIT " + json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
