@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -99,8 +100,9 @@ def test_html_is_valid_self_contained_and_holds_the_data(replay):
 
 def test_cli_writes_html_and_dispatches_subcommands(replay, tmp_path, capsys, monkeypatch):
     path = R.save(replay, tmp_path / "ep.npz")
+    monkeypatch.chdir(tmp_path)  # a replay of no run renders into ./runs/renders
     assert cli.main([str(path), "--format", "html"]) == 0
-    out = tmp_path / "ep.html"
+    out = Path("runs") / "renders" / "ep.html"
     assert capsys.readouterr().out.strip() == str(out)
     assert out.read_text(encoding="utf-8") == to_html(replay)
     # a subcommand whose module does not exist fails alone with a clear message
