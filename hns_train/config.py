@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,9 +46,18 @@ CONFIG_DIR = (
     else Path(__file__).resolve().parent / "configs"
 )
 LAUNCHERS = ("serial", "local", "ray")
-BACKENDS = ("c", "warp", "pod")
+BACKENDS = ("c", "pod")
 POD_PHYSICS = ("auto", "c", "warp")
 WANDB_MODES = ("offline", "online", "disabled")
+
+
+# The Warp actor mode (actors that simulated on MuJoCo Warp and ran the policy themselves)
+# was replaced by pods, which do the same and train in the same process.
+RETIRED_WARP_ACTORS = (
+    "pipeline.backend='warp' (Warp actors) is retired: use pipeline.backend=pod, whose pods "
+    "simulate on MuJoCo Warp on a GPU (pipeline.device=cuda, pod.physics=auto or warp) and "
+    "train where they simulate"
+)
 
 
 class ConfigError(ValueError):
@@ -61,16 +69,10 @@ class PipelineConfig:
     """How the actor / policy / trainer workers are laid out and how samples flow."""
 
     launcher: str = "local"  # serial | local | ray
-    # c: actors step C MuJoCo and ask policy workers over sockets; warp: each actor simulates
-    # its worlds on MuJoCo Warp and runs the policy itself on the same device (no policy
-    # workers, no inference sockets; needs the optional extra `warp`); pod: no actors or policy
+    # c: actors step C MuJoCo and ask policy workers over sockets; pod: no actors or policy
     # workers, each of the n_trainers learners simulates, acts and learns on its own device
-    # (the `pod` section; hns_train/agents/pod.py)
+    # (the `pod` section; hns_train/agents/pod.py), on MuJoCo Warp on a GPU
     backend: str = "c"
-    warp_device: str = "auto"  # backend=warp: Warp/torch device of actors: auto | cpu | cuda:N
-    # backend=warp: worlds start at random steps of their first episode, so with thousands of
-    # worlds the episode ends (and resets) spread over steps instead of landing on one
-    warp_stagger: bool = False
     n_actors: int = 2
     envs_per_actor: int = 16  # worlds stepped by one actor
     ring_size: int = 2  # groups per actor: one steps while another waits for actions
@@ -237,18 +239,10 @@ class RunConfig:
         problems = []
         if p.launcher not in LAUNCHERS:
             problems.append(f"pipeline.launcher={p.launcher!r} is not one of {LAUNCHERS}")
-        if p.backend not in BACKENDS:
+        if p.backend == "warp":
+            problems.append(RETIRED_WARP_ACTORS)
+        elif p.backend not in BACKENDS:
             problems.append(f"pipeline.backend={p.backend!r} is not one of {BACKENDS}")
-        if p.warp_device not in ("auto", "cpu", "cuda") and not re.fullmatch(
-            r"cuda:\d+", p.warp_device
-        ):
-            problems.append(
-                f"pipeline.warp_device={p.warp_device!r} is not one of auto, cpu, cuda, cuda:N"
-            )
-        if p.backend == "warp" and importlib.util.find_spec("mujoco_warp") is None:
-            problems.append(
-                "pipeline.backend='warp' needs the optional extra: pip install -e '.[warp]'"
-            )
         if self.pod.physics not in POD_PHYSICS:
             problems.append(f"pod.physics={self.pod.physics!r} is not one of {POD_PHYSICS}")
         elif (
@@ -257,8 +251,7 @@ class RunConfig:
             and importlib.util.find_spec("mujoco_warp") is None
         ):
             problems.append("pod.physics='warp' needs the optional extra: pip install -e '.[warp]'")
-        warp_physics = p.backend == "warp" or (p.backend == "pod" and self.pod.physics == "warp")
-        if game.task != "hide_and_seek" and warp_physics:
+        if game.task != "hide_and_seek" and p.backend == "pod" and self.pod.physics == "warp":
             problems.append(
                 f"game task {game.task!r} runs on the C game only: pipeline.backend 'c', or "
                 "'pod' with pod.physics 'c' or 'auto'"
@@ -593,8 +586,34 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Keys that settings of earlier versions had, with the value every saved config of those
+# versions holds unless a user changed it (checkpoints keep their run's whole config), and what
+# replaces them.
+_RETIRED_KEYS: dict[tuple[str, str], tuple[Any, str]] = {
+    ("pipeline", "warp_device"): ("auto", RETIRED_WARP_ACTORS),
+    ("pipeline", "warp_stagger"): (False, RETIRED_WARP_ACTORS),
+}
+
+
+def _without_retired(data: Any, source: str) -> Any:
+    """`data` without the retired keys that hold their old default (a saved config of an
+    earlier version still loads); ConfigError for one set to anything else."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for (section, key), (default, instead) in _RETIRED_KEYS.items():
+        node = out.get(section)
+        if not isinstance(node, dict) or key not in node:
+            continue
+        if node[key] != default:
+            raise ConfigError(f"{source}: {section}.{key}={node[key]!r}: {instead}")
+        out[section] = {k: v for k, v in node.items() if k != key}
+    return out
+
+
 def _build(data: Any, source: str) -> RunConfig:
     """The shared loader (`typed_config`), its errors prefixed with where the data came from."""
+    data = _without_retired(data, source)
     try:
         return typed_config.from_dict(RunConfig, data)
     except typed_config.FieldError as err:

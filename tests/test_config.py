@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hns_train.config import CONFIG_DIR, ConfigError, load_config
+from hns_train.config import CONFIG_DIR, ConfigError, config_from_dict, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -103,13 +103,23 @@ def test_a_negative_render_wait_is_refused():
         load_config(CONFIG_DIR / "smoke.yaml", ["eval.stop_render_wait_s=-1"])
 
 
-def test_an_unknown_pipeline_backend_or_warp_device_is_rejected(tmp_path):
+def test_an_unknown_pipeline_backend_is_rejected(tmp_path):
     with pytest.raises(ConfigError, match="pipeline.backend='gpu' is not one of"):
         load_config(CONFIG_DIR / "smoke.yaml", [f"runs_dir={tmp_path}", "pipeline.backend=gpu"])
-    with pytest.raises(ConfigError, match="pipeline.warp_device='gpu0' is not one of"):
-        load_config(
-            CONFIG_DIR / "smoke.yaml", [f"runs_dir={tmp_path}", "pipeline.warp_device=gpu0"]
-        )
+
+
+def test_the_retired_warp_actor_mode_points_to_pods(tmp_path):
+    """Asking for Warp actors, or setting their device or stagger, is one clear error naming
+    `pipeline.backend=pod`; a saved config of an earlier version (every key at its default)
+    still loads."""
+    asks = ("pipeline.backend=warp", "pipeline.warp_device=cuda", "pipeline.warp_stagger=true")
+    for override in asks:
+        with pytest.raises(ConfigError, match="retired: use pipeline.backend=pod") as err:
+            load_config(CONFIG_DIR / "smoke.yaml", [f"runs_dir={tmp_path}", override])
+        assert "Traceback" not in str(err.value)
+    saved = load_config(CONFIG_DIR / "smoke.yaml").to_dict()
+    saved["pipeline"].update(warp_device="auto", warp_stagger=False)
+    assert config_from_dict(saved).pipeline.backend == "c"
 
 
 def test_network_action_bins_must_match_the_game_contract():

@@ -183,8 +183,8 @@ def make_launcher(cfg: RunConfig):
 
 
 def actor_plan(p) -> list[tuple[str, int]]:
-    """Policy workers and actors a pipeline runs besides its learners: warp actors run the
-    policy themselves (distributed/warp_actor.py), pods simulate themselves (pod_worker.py)."""
+    """Policy workers and actors a pipeline runs besides its learners (pods simulate
+    themselves, pod_worker.py)."""
     if p.backend == "pod":
         return [("policy", 0), ("actor", 0)]
-    return [("policy", 0 if p.backend == "warp" else p.n_policy_workers), ("actor", p.n_actors)]
+    return [("policy", p.n_policy_workers), ("actor", p.n_actors)]

@@ -179,9 +179,7 @@ class Worker:
 
 def build_worker(spec: WorkerSpec) -> Worker:
     """The worker class for `spec.kind` (imported here so each process loads only its own)."""
-    if spec.kind == "actor" and spec.config.get("pipeline", {}).get("backend") == "warp":
-        from hns_train.distributed.warp_actor import WarpActorWorker as cls
-    elif spec.kind == "actor":
+    if spec.kind == "actor":
         from hns_train.distributed.actor import ActorWorker as cls
     elif spec.kind == "policy":
         from hns_train.distributed.policy import PolicyWorker as cls
