@@ -66,7 +66,7 @@ step "pod_speed quadrant" "$PY" bench/pod_speed.py --device cuda --minutes "$MIN
 step "learn_chase pod" "$PY" bench/learn_chase.py --launcher=local --minutes="$CHASE_MIN" \
   --quiet pipeline.backend=pod pipeline.device=cuda pod.physics=warp pod.worlds=1024
 step "reproduce quadrant pod" "$PY" bench/reproduce.py --minutes "$REPRO_MIN" --quiet \
-  --name "gpu-day-$DATE" pipeline.backend=pod pipeline.device=cuda pod.physics=warp \
+  --config configs/quadrant_pod.yaml --name "gpu-day-$DATE" pipeline.device=cuda pod.physics=warp \
   "pod.worlds=$POD_WORLDS"
 
 echo "finished: $(date -u '+%H:%M UTC')" >> "$OUT"

@@ -54,7 +54,7 @@ WANDB_MODES = ("offline", "online", "disabled")
 # The Warp actor mode (actors that simulated on MuJoCo Warp and ran the policy themselves)
 # was replaced by pods, which do the same and train in the same process.
 RETIRED_WARP_ACTORS = (
-    "pipeline.backend='warp' (Warp actors) is retired: use pipeline.backend=pod, whose pods "
+    "Warp actors were replaced by pods: use pipeline.backend=pod, whose pods "
     "simulate on MuJoCo Warp on a GPU (pipeline.device=cuda, pod.physics=auto or warp) and "
     "train where they simulate"
 )
@@ -185,14 +185,12 @@ class StopConfig:
 class PodConfig:
     """`pipeline.backend=pod`: each learner (rank of `pipeline.n_trainers`) is a pod that
     simulates its own worlds, acts, stores rollouts of `pipeline.chunk_len` steps on
-    `pipeline.device` and runs PPO on them there (hns_train/agents/pod.py)."""
+    `pipeline.device` and runs PPO on them there (hns_train/agents/pod.py) with `agent.ppo`: a
+    rollout is trained on as it comes (the pipeline's `reuse` does not apply), so a pod's passes
+    are `agent.ppo.epochs` x `agent.ppo.minibatches` (configs/quadrant_pod.yaml: 2 x 2)."""
 
     worlds: int = 64  # worlds each pod simulates (thousands on a GPU)
     physics: str = "auto"  # auto (MuJoCo Warp on CUDA, the C game on a CPU) | c | warp
-    # PPO passes over each rollout and minibatches per pass (replace agent.ppo's for a pod: a
-    # rollout is trained on as it comes, the pipeline's reuse does not apply)
-    epochs: int = 2
-    minibatches: int = 2
     opponent_slots: int = 4  # pool snapshots held on the device as ready models
     # torch and MuJoCo threads of a CPU pod (0: this host's cores / pods). More cores: more pods
     # (pipeline.n_trainers) rather than threads; torch's OpenMP threads spin while they wait, and
@@ -240,7 +238,7 @@ class RunConfig:
         if p.launcher not in LAUNCHERS:
             problems.append(f"pipeline.launcher={p.launcher!r} is not one of {LAUNCHERS}")
         if p.backend == "warp":
-            problems.append(RETIRED_WARP_ACTORS)
+            problems.append(f"pipeline.backend='warp' is retired: {RETIRED_WARP_ACTORS}")
         elif p.backend not in BACKENDS:
             problems.append(f"pipeline.backend={p.backend!r} is not one of {BACKENDS}")
         if self.pod.physics not in POD_PHYSICS:
@@ -346,7 +344,7 @@ _RANGES: dict[str, tuple] = {
     **{f"pipeline.ray_{kind}_gpus": (-1, None, True) for kind in ("policy", "trainer")},
     "pipeline.heartbeat_s": _POSITIVE,
     "pipeline.heartbeat_timeout_s": _POSITIVE,
-    **{f"pod.{name}": _AT_LEAST_1 for name in ("worlds", "epochs", "minibatches")},
+    "pod.worlds": _AT_LEAST_1,
     "pod.opponent_slots": _AT_LEAST_1,
     "pod.threads": _NON_NEGATIVE,
     "eval.n_workers": _NON_NEGATIVE,
@@ -586,29 +584,47 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# Keys that settings of earlier versions had, with the value every saved config of those
-# versions holds unless a user changed it (checkpoints keep their run's whole config), and what
-# replaces them.
-_RETIRED_KEYS: dict[tuple[str, str], tuple[Any, str]] = {
-    ("pipeline", "warp_device"): ("auto", RETIRED_WARP_ACTORS),
-    ("pipeline", "warp_stagger"): (False, RETIRED_WARP_ACTORS),
+# Keys that settings of earlier versions had: (section, key) -> (the value every saved config of
+# those versions holds unless a user changed it, the setting whose value makes it harmless too
+# (or None), what replaces it). Checkpoints keep their run's whole config, so such a config
+# still loads.
+_RETIRED_KEYS: dict[tuple[str, str], tuple[Any, tuple[str, ...] | None, str]] = {
+    ("pipeline", "warp_device"): ("auto", None, RETIRED_WARP_ACTORS),
+    ("pipeline", "warp_stagger"): (False, None, RETIRED_WARP_ACTORS),
+    **{
+        ("pod", name): (
+            2,
+            ("agent", "ppo", name),
+            f"a pod trains with agent.ppo's passes: set agent.ppo.{name} instead",
+        )
+        for name in ("epochs", "minibatches")
+    },
 }
 
 
 def _without_retired(data: Any, source: str) -> Any:
-    """`data` without the retired keys that hold their old default (a saved config of an
-    earlier version still loads); ConfigError for one set to anything else."""
+    """`data` without the retired keys that change nothing (their old default, or the value of
+    the setting that replaced them); ConfigError for one that would."""
     if not isinstance(data, dict):
         return data
     out = dict(data)
-    for (section, key), (default, instead) in _RETIRED_KEYS.items():
+    for (section, key), (default, same_as, instead) in _RETIRED_KEYS.items():
         node = out.get(section)
         if not isinstance(node, dict) or key not in node:
             continue
-        if node[key] != default:
-            raise ConfigError(f"{source}: {section}.{key}={node[key]!r}: {instead}")
+        value = node[key]
+        if value != default and (same_as is None or value != _lookup(data, same_as)):
+            raise ConfigError(f"{source}: {section}.{key}={value!r} is retired: {instead}")
         out[section] = {k: v for k, v in node.items() if k != key}
     return out
+
+
+def _lookup(data: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
 
 
 def _build(data: Any, source: str) -> RunConfig:

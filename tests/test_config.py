@@ -114,12 +114,29 @@ def test_the_retired_warp_actor_mode_points_to_pods(tmp_path):
     still loads."""
     asks = ("pipeline.backend=warp", "pipeline.warp_device=cuda", "pipeline.warp_stagger=true")
     for override in asks:
-        with pytest.raises(ConfigError, match="retired: use pipeline.backend=pod") as err:
+        retired = "is retired: Warp actors were replaced by pods: use pipeline.backend=pod"
+        with pytest.raises(ConfigError, match=retired) as err:
             load_config(CONFIG_DIR / "smoke.yaml", [f"runs_dir={tmp_path}", override])
         assert "Traceback" not in str(err.value)
     saved = load_config(CONFIG_DIR / "smoke.yaml").to_dict()
     saved["pipeline"].update(warp_device="auto", warp_stagger=False)
     assert config_from_dict(saved).pipeline.backend == "c"
+
+
+def test_a_pod_trains_with_agent_ppo_and_the_old_pod_passes_point_there(tmp_path):
+    """One set of PPO settings: the pod's config writes its passes in agent.ppo; the retired
+    pod.epochs / pod.minibatches load when they change nothing (a saved config of an earlier
+    version: the old default, or agent.ppo's value) and are an error naming agent.ppo else."""
+    pod = load_config("quadrant_pod")
+    assert pod.pipeline.backend == "pod"
+    assert (pod.agent.ppo.epochs, pod.agent.ppo.minibatches) == (2, 2)
+    chase = load_config("chase").to_dict()
+    chase["pod"].update(epochs=4, minibatches=4)  # the same as agent.ppo's
+    assert config_from_dict(chase).agent.ppo.epochs == 4
+    chase["pod"].update(epochs=2)  # the old default
+    assert config_from_dict(chase).agent.ppo.epochs == 4
+    with pytest.raises(ConfigError, match=r"pod.epochs=3 is retired: .*set agent.ppo.epochs"):
+        load_config("chase", [f"runs_dir={tmp_path}", "pod.epochs=3"])
 
 
 def test_network_action_bins_must_match_the_game_contract():

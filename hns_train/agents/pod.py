@@ -1,12 +1,17 @@
 """A pod (after ElegantRL-podracer): simulate W worlds, act, store the rollout and learn, all on
-one device, in one process. Read top to bottom, one iteration is:
+one device, in one process. One iteration is `Pod.iteration`, read top to bottom:
 
-    for t in range(T):                       # T = rollout length (pipeline.chunk_len)
+    for t in range(T):                       # collect (T = pipeline.chunk_len): Pod.step
         store o_t, LSTM state, episode starts in the rollout buffer (slot t)
         act: the learning policy on its rows, pool opponents on theirs
         step every world; store a_t, log-prob, value, r_t, which rows learn
         worlds whose episode ended: V(final observation) into the buffer, new opponents drawn
-    PPO update on the whole buffer (ppo.py, the same rule as the pipeline's trainer)
+        hook.between_steps()                 # the worker: control messages, heartbeats
+    hook.update(Pod.learn)                   # learn: PPO on the whole buffer (ppo.py, agent.ppo)
+
+The hook (`PodHook`) is the worker's narrow part (distributed/pod_worker.py): it may end a
+rollout between steps (the run stops) and runs the update guarded, or skips it; by default it
+does neither, so a pod runs on its own (tests, bench/pod_speed.py).
 
 The game is the C `VectorGame` (host arrays: the CPU pod) or `WarpGame` (tensors on the Warp
 device: the GPU pod); both are used through `DeviceGame`, which hands the pod tensors on the
@@ -125,6 +130,19 @@ def _gather(index: torch.Tensor | None, obs, state, starts):
 
 def _host(x) -> np.ndarray:
     return x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+class PodHook:
+    """What runs around a pod iteration besides the pod (the default: nothing, always learn)."""
+
+    def between_steps(self) -> bool:
+        """After every env step; False ends the rollout here, unlearned."""
+        return True
+
+    def update(self, learn: Callable[[], dict], agent_steps: int) -> dict | None:
+        """Run `learn` (PPO on the rollout of `agent_steps` agent-steps) and return its
+        statistics, or skip it (None)."""
+        return learn()
 
 
 @dataclass
@@ -320,6 +338,22 @@ class Pod:
         return ActOutput(actions, logp, values, new_state)
 
     # ------------------------------------------------------------------ the loop
+    def iteration(self, hook: PodHook | None = None) -> dict | None:
+        """One iteration, CleanRL's order: collect a rollout of T steps of every world, then
+        learn on it. None when the hook ended the rollout or skipped the update."""
+        hook = hook or PodHook()
+        self.new_rollout()
+        for _ in range(self.buffer.steps):  # collect
+            self.step()
+            if not hook.between_steps():
+                return None
+        return hook.update(self.learn, self.buffer.steps * self.game.rows)  # learn
+
+    def new_rollout(self) -> None:
+        """The next rollout starts at slot 0, with the rows the learning policy plays now."""
+        self.t = 0
+        self._learned = self._learning.copy()
+
     def step(self) -> bool:
         """One env step of every world into the buffer; True when the rollout is full."""
         buf, g, t = self.buffer, self.game, self.t
@@ -374,14 +408,13 @@ class Pod:
     def learn(self) -> dict[str, torch.Tensor]:
         """PPO on the full buffer (statistics stay on the device); the next rollout starts."""
         start = time.perf_counter()
-        self.t = 0  # whatever happens to the update, the next rollout starts afresh
         bootstrap = self.model.value_tensors(self.obs, self.state)
         rollout = self.buffer.rollout(bootstrap)
         if not self._learned.all():  # opponents' rows cost nothing in the update
             rollout = rollout.columns(
                 torch.as_tensor(np.flatnonzero(self._learned), device=self.device)
             )
-        self._learned = self._learning.copy()  # the next rollout starts with today's learners
+        self.new_rollout()  # whatever happens to the update, the next rollout starts afresh
         stats = self.ppo.update_async(rollout)
         stats["learned_steps"] = rollout.learn.sum().to(torch.float64)
         self._sync()

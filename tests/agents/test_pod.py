@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hns_train.agents import PPO, ActorCritic, Chunk, PPOConfig
-from hns_train.agents.pod import LATEST, RANDOM, Pod
+from hns_train.agents.pod import LATEST, RANDOM, Pod, PodHook
 from hns_train.agents.pool import PolicyPool, PoolConfig
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.vector import VectorGame
@@ -134,3 +134,34 @@ def test_an_update_reads_the_device_back_once():
     with HostSyncCounter() as syncs:
         values = torch.stack(list(stats.values())).tolist()
     assert syncs.total == 1 and all(np.isfinite(values))
+
+
+class RecordingHook(PodHook):
+    """A worker's part of an iteration, recorded; ends the rollout after `stop_after` steps."""
+
+    def __init__(self, stop_after: int | None = None) -> None:
+        self.steps, self.updates, self.stop_after = 0, [], stop_after
+
+    def between_steps(self) -> bool:
+        self.steps += 1
+        return self.stop_after is None or self.steps < self.stop_after
+
+    def update(self, learn, agent_steps):
+        self.updates.append(agent_steps)
+        return learn()
+
+
+def test_an_iteration_collects_a_rollout_then_learns_through_the_hook():
+    pod = make_pod(worlds=2, rollout=20)
+    hook = RecordingHook()
+    stats = pod.iteration(hook)
+    assert hook.steps == 20 and hook.updates == [20 * pod.game.rows]
+    assert pod.ppo.version == 1 and float(stats["learned_steps"]) == 20 * pod.game.rows
+    assert pod.take_counters().frames == 20 * 2
+
+    # A rollout the hook ends (the run stops) is not learned on; the next one starts afresh.
+    stopped = RecordingHook(stop_after=7)
+    assert pod.iteration(stopped) is None and stopped.updates == [] and pod.ppo.version == 1
+    assert pod.t == 7
+    again = RecordingHook()
+    assert pod.iteration(again) is not None and again.steps == 20 and pod.ppo.version == 2
