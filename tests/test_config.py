@@ -99,7 +99,7 @@ def test_shipped_configs_are_found_by_name_from_any_folder(tmp_path, monkeypatch
 
 
 def test_a_negative_render_wait_is_refused():
-    with pytest.raises(ConfigError, match="stop_render_wait_s must be >= 0, got -1"):
+    with pytest.raises(ConfigError, match="render_wait_s=-1.0 is not allowed; it must be >= 0"):
         load_config(CONFIG_DIR / "smoke.yaml", ["eval.stop_render_wait_s=-1"])
 
 
@@ -148,3 +148,22 @@ def test_network_action_bins_must_match_the_game_contract():
     assert cfg.agent.network.action_sizes == (9, 9, 9, 2, 2)
     with pytest.raises(ConfigError, match="move_bins"):
         load_config(CONFIG_DIR / "smoke.yaml", ["agent.network.move_bins=10"])
+
+
+@pytest.mark.parametrize(
+    "override, allowed",
+    [
+        ("agent.ppo.epochs=0", ">= 1"),
+        ("population.hof_every=0", ">= 1"),
+        ("population.copy_win_probability=1.5", ">= 0 and <= 1"),
+        ("population.league_every_s=0", "> 0"),
+        ("eval.worlds=0", ">= 1"),
+    ],
+)
+def test_each_range_is_checked_once_by_the_range_table(tmp_path, override, allowed):
+    """A field's range has one rule, the range table's, whose message names the key, the value
+    and what is allowed (no second check in a section's __post_init__ answers first)."""
+    key, value = override.split("=")
+    with pytest.raises(ConfigError) as err:
+        load_config(CONFIG_DIR / "smoke.yaml", [f"runs_dir={tmp_path}", override])
+    assert f"{key}={value}" in str(err.value) and f"it must be {allowed}" in str(err.value)
