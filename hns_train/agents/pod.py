@@ -44,17 +44,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from hns_train.agents.opponents import (
+    LATEST,
+    RANDOM,
+    act_by_controller,
+    code_of,
+    controller_groups,
+)
 from hns_train.agents.policy import ActorCritic, ActOutput
-from hns_train.agents.pool import LATEST as LATEST_ID
 from hns_train.agents.pool import PolicyPool, SnapshotCache
 from hns_train.agents.ppo import PPO
 from hns_train.agents.rollout import RolloutBuffer
 from hns_train.envs import contract
 from hns_train.envs.vector import VectorGame
-
-# controller codes of one team in one world (the same as the pipeline's wire codes)
-LATEST, RANDOM, NOOP = -1, -2, -3
-_NAMED = {LATEST_ID: LATEST, "random": RANDOM, "noop": NOOP}
 
 
 class DeviceGame:
@@ -188,7 +190,7 @@ class OpponentSlots:
 
     def _code(self, policy_id, in_use: np.ndarray) -> int:
         if isinstance(policy_id, str):
-            return _NAMED[policy_id]
+            return code_of(policy_id)
         version = int(policy_id)
         if version in self.versions:
             self.versions.move_to_end(version)
@@ -284,13 +286,7 @@ class Pod:
             return  # the same controllers play on (pure self-play: every episode end)
         rows = np.where(self.game.is_hider[None, :], self.codes[:, :1], self.codes[:, 1:])
         rows = rows.reshape(-1)
-        self.groups = []
-        for code in np.unique(rows):
-            index = np.flatnonzero(rows == code)
-            full = len(index) == len(rows)
-            self.groups.append(
-                (int(code), None if full else torch.as_tensor(index, device=self.device))
-            )
+        self.groups = controller_groups(rows, self.device)
         self._learning = rows == LATEST
         self.learn_rows = torch.as_tensor(self._learning, device=self.device)
         # rows the learning policy played at some step of this rollout (host: no device read)
@@ -304,38 +300,15 @@ class Pod:
     def act(self, obs, state, starts) -> ActOutput:
         """Every row's action: the learning policy's rows and each opponent's, gathered and
         scattered with host-known index sets (one forward pass per controller)."""
-        if len(self.groups) == 1 and self.groups[0][0] == LATEST:
-            return self.model.act_tensors(obs, state, starts)
-        R = self.game.rows
-        actions = torch.empty(
-            R, len(self.model.action_sizes), dtype=torch.int64, device=self.device
-        )
-        logp = torch.zeros(R, device=self.device)
-        values = torch.zeros(R, device=self.device)
-        new_state = state.clone()
-        for code, index in self.groups:
-            n = R if index is None else len(index)
-            if code == RANDOM:
-                out = self.game.random_actions(n)
-            elif code == NOOP:
-                out = self._noop.expand(n, -1)
-            else:
-                net = self.model if code == LATEST else self.slots.models[code]
-                out = net.act_tensors(*_gather(index, obs, state, starts))
-            if index is None:  # one controller plays every row
-                if isinstance(out, torch.Tensor):
-                    actions.copy_(out)
-                else:
-                    actions, logp, values, new_state = out
-                continue
-            if isinstance(out, torch.Tensor):
-                actions.index_copy_(0, index, out)
-            else:
-                actions.index_copy_(0, index, out.actions)
-                logp.index_copy_(0, index, out.logp)
-                values.index_copy_(0, index, out.values)
-                new_state.index_copy_(0, index, out.state)
-        return ActOutput(actions, logp, values, new_state)
+        return act_by_controller(self.groups, self._network, self._fixed, obs, state, starts)
+
+    def _network(self, code: int) -> ActorCritic:
+        return self.model if code == LATEST else self.slots.models[code]
+
+    def _fixed(self, code: int, n: int) -> torch.Tensor:
+        if code == RANDOM:
+            return self.game.random_actions(n)
+        return self._noop.expand(n, -1)
 
     # ------------------------------------------------------------------ the loop
     def iteration(self, hook: PodHook | None = None) -> dict | None:

@@ -9,6 +9,12 @@ import pytest
 import torch
 
 from hns_train.agents import PPO, ActorCritic, Chunk, PPOConfig
+from hns_train.agents.opponents import (
+    NOOP,
+    act_by_controller,
+    controller_groups,
+    noop_action,
+)
 from hns_train.agents.pod import LATEST, RANDOM, Pod, PodHook
 from hns_train.agents.pool import PolicyPool, PoolConfig
 from hns_train.envs.contract import observation_shapes
@@ -165,3 +171,35 @@ def test_an_iteration_collects_a_rollout_then_learns_through_the_hook():
     assert pod.t == 7
     again = RecordingHook()
     assert pod.iteration(again) is not None and again.steps == 20 and pod.ppo.version == 2
+
+
+def test_the_dispatcher_acts_each_controllers_rows_with_its_model():
+    """`act_by_controller` (the policy worker's and the pod's): a network's rows get exactly
+    what that network gives for them alone; fixed opponents' rows keep their state, with
+    log-prob and value 0."""
+    torch.manual_seed(0)
+    shapes = observation_shapes(VectorGame("chase", 1).cfg)
+    nets = {LATEST: ActorCritic(shapes, device="cpu"), 0: ActorCritic(shapes, device="cpu")}
+    codes = np.array([LATEST, 0, RANDOM, LATEST, NOOP, 0])
+    rows = len(codes)
+    obs = {k: torch.rand(rows, *s) for k, s in shapes.items()}
+    state = torch.rand(rows, 4, nets[LATEST].config.lstm_dim)
+    starts = torch.zeros(rows, dtype=torch.bool)
+    noop = torch.as_tensor(noop_action())
+
+    def fixed(code, n):
+        return torch.ones(n, 5, dtype=torch.int64) if code == RANDOM else noop.expand(n, -1)
+
+    out = act_by_controller(
+        controller_groups(codes, "cpu"), nets.__getitem__, fixed, obs, state, starts
+    )
+    for code in (LATEST, 0):
+        index = torch.as_tensor(np.flatnonzero(codes == code))
+        sub = {k: v[index] for k, v in obs.items()}
+        alone = nets[code].act_tensors(sub, state[index], starts[index])  # (values and states
+        torch.testing.assert_close(out.values[index], alone.values)  # do not depend on sampling)
+        torch.testing.assert_close(out.state[index], alone.state)
+    for code, actions in ((RANDOM, torch.ones(5, dtype=torch.int64)), (NOOP, noop)):
+        (row,) = np.flatnonzero(codes == code)
+        assert torch.equal(out.actions[row], actions) and torch.equal(out.state[row], state[row])
+        assert out.logp[row] == 0 and out.values[row] == 0
