@@ -353,30 +353,34 @@ class Pod:
             )
         state, starts = out.state, torch.zeros_like(self.episode_start)
         if ended.size:
-            rows = torch.as_tensor(
-                (ended[:, None] * g.n_agents + np.arange(g.n_agents)).reshape(-1),
-                device=self.device,
-            )
-            final = g.final_rows(final_obs, rows)
-            final_values = self.model.value_tensors(final, state.index_select(0, rows))
-            buf.store_truncation(t, rows, final_values)
-            finished = torch.stack(
-                [
-                    torch.as_tensor(stats[k], device=self.device).to(torch.float64)
-                    for k in g.stat_keys
-                ]
-            )
-            self._stat_sums += finished.nan_to_num(0.0).sum(dim=1)
-            self.counters.episodes += len(ended)
-            self.clock[ended] = 0
-            state = state.index_fill(0, rows, 0.0)
-            starts.index_fill_(0, rows, True)
-            self._draw(ended)
+            state = self._end_episodes(t, ended, final_obs, stats, state, starts)
         self.obs, self.present, self.state, self.episode_start = obs, present, state, starts
         self.counters.act_s += acted - start
         self.counters.sim_s += simulated - acted
         self.t = t + 1
         return self.t == buf.steps
+
+    def _end_episodes(self, t: int, ended: np.ndarray, final_obs, stats, state, starts):
+        """Worlds `ended` finished their episode with step t: V(final observation) into the
+        buffer (continuing the finished episode's state), their statistics counted, their rows
+        start afresh (zero state, `starts` set) with new controllers. The next state."""
+        g = self.game
+        rows = torch.as_tensor(
+            (ended[:, None] * g.n_agents + np.arange(g.n_agents)).reshape(-1), device=self.device
+        )
+        final_values = self.model.value_tensors(
+            g.final_rows(final_obs, rows), state.index_select(0, rows)
+        )
+        self.buffer.store_truncation(t, rows, final_values)
+        finished = torch.stack(
+            [torch.as_tensor(stats[k], device=self.device).to(torch.float64) for k in g.stat_keys]
+        )
+        self._stat_sums += finished.nan_to_num(0.0).sum(dim=1)
+        self.counters.episodes += len(ended)
+        self.clock[ended] = 0
+        starts.index_fill_(0, rows, True)
+        self._draw(ended)
+        return state.index_fill(0, rows, 0.0)
 
     def learn(self) -> dict[str, torch.Tensor]:
         """PPO on the full buffer (statistics stay on the device); the next rollout starts."""
