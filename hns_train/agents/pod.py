@@ -6,12 +6,14 @@ one device, in one process. One iteration is `Pod.iteration`, read top to bottom
         act: the learning policy on its rows, pool opponents on theirs
         step every world; store a_t, log-prob, value, r_t, which rows learn
         worlds whose episode ended: V(final observation) into the buffer, new opponents drawn
-        hook.between_steps()                 # the worker: control messages, heartbeats
+        yield                                # the worker's turn: control messages, heartbeats
     hook.update(Pod.learn)                   # learn: PPO on the whole buffer (ppo.py, agent.ppo)
 
-The hook (`PodHook`) is the worker's narrow part (distributed/pod_worker.py): it may end a
-rollout between steps (the run stops) and runs the update guarded, or skips it; by default it
-does neither, so a pod runs on its own (tests, bench/pod_speed.py).
+The iteration is a generator, so the worker (distributed/pod_worker.py) takes its turn after
+every env step, as every worker does (on the serial launcher the controller and the other
+workers run there too), and a stopping run simply does not resume it. The hook (`PodHook`) is
+the worker's narrow part of the loop: it runs the update guarded, or skips it; by default it
+just learns, and `Pod.run_iteration` runs an iteration on its own (tests, bench/pod_speed.py).
 
 The game is the C `VectorGame` (host arrays: the CPU pod) or `WarpGame` (tensors on the Warp
 device: the GPU pod); both are used through `DeviceGame`, which hands the pod tensors on the
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -135,11 +137,7 @@ def _host(x) -> np.ndarray:
 
 
 class PodHook:
-    """What runs around a pod iteration besides the pod (the default: nothing, always learn)."""
-
-    def between_steps(self) -> bool:
-        """After every env step; False ends the rollout here, unlearned."""
-        return True
+    """The worker's part of a pod iteration (the default: always learn)."""
 
     def update(self, learn: Callable[[], dict], agent_steps: int) -> dict | None:
         """Run `learn` (PPO on the rollout of `agent_steps` agent-steps) and return its
@@ -311,16 +309,25 @@ class Pod:
         return self._noop.expand(n, -1)
 
     # ------------------------------------------------------------------ the loop
-    def iteration(self, hook: PodHook | None = None) -> dict | None:
+    def iteration(self, hook: PodHook | None = None) -> Generator[None, None, dict | None]:
         """One iteration, CleanRL's order: collect a rollout of T steps of every world, then
-        learn on it. None when the hook ended the rollout or skipped the update."""
+        learn on it through `hook`. Yields after every env step (the caller's turn); returns
+        the update's statistics, None when the hook skipped it."""
         hook = hook or PodHook()
         self.new_rollout()
         for _ in range(self.buffer.steps):  # collect
             self.step()
-            if not hook.between_steps():
-                return None
+            yield
         return hook.update(self.learn, self.buffer.steps * self.game.rows)  # learn
+
+    def run_iteration(self, hook: PodHook | None = None) -> dict | None:
+        """`iteration` from its first step to its update, with nothing in between."""
+        steps = self.iteration(hook)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
 
     def new_rollout(self) -> None:
         """The next rollout starts at slot 0, with the rows the learning policy plays now."""

@@ -4,11 +4,12 @@ Each of the `pipeline.n_trainers` learners is a `Pod` (hns_train/agents/pod.py) 
 `pod.worlds` worlds of the C game (a CPU pod, `pod.threads` MuJoCo and torch threads) or of the
 MuJoCo Warp game (a GPU pod; `pod.physics`), rollouts of `pipeline.chunk_len` steps, and PPO
 with `agent.ppo` on each. There are no actors, policy workers or sample sockets. The worker's
-`step` is one `Pod.iteration`; the worker is its hook: between env steps it answers control
-messages and heartbeats, and at the rollout's end it runs the update through its `Learner`
-(learner.py: guarded, then parameters published for eval workers, pool snapshots, checkpoints)
-or skips it when the run would end first. Several pods train one policy as DDP ranks (each its
-own worlds, gradients averaged as for trainers) and agree at every rollout's end whether to stop.
+`step` advances its `Pod.iteration` by one env step (between steps it answers control messages
+and heartbeats, as every worker does); the worker is the iteration's hook: at the rollout's
+end it runs the update through its `Learner` (learner.py: guarded, then parameters published
+for eval workers, pool snapshots, checkpoints) or skips it when the run would end first.
+Several pods train one policy as DDP ranks (each its own worlds, gradients averaged as for
+trainers) and agree at every rollout's end whether to stop.
 
 Heartbeats carry a trainer's counters plus what actors report (frames, episodes, episode
 statistic sums, physics warnings) and the pod's wall time split into simulation, acting and
@@ -54,6 +55,7 @@ class PodWorker(LearnerWorker, PodHook):
         self._steps = self._env_steps = 0
         self._update_s = 0.0
         self._samples = 0
+        self._iteration = None  # the pod's iteration under way
         learner.publish()
 
     def _seed(self, salt: int) -> list[int]:
@@ -63,17 +65,19 @@ class PodWorker(LearnerWorker, PodHook):
     def step(self) -> bool:
         if self.learner.agreed_stop:
             return False
-        stats = self.pod.iteration(hook=self)
-        if stats is not None:
-            self._samples += int(stats.pop("learned_steps"))
-            self._last_stats = stats
-            self._steps += 1
+        if self._iteration is None:
+            self._iteration = self.pod.iteration(hook=self)
+        try:
+            next(self._iteration)  # one env step
+            self._env_steps += 1
+        except StopIteration as done:  # the rollout's update (or its skip) is over
+            self._iteration = None
+            stats = done.value
+            if stats is not None:
+                self._samples += int(stats.pop("learned_steps"))
+                self._last_stats = stats
+                self._steps += 1
         return True
-
-    def between_steps(self) -> bool:
-        self._env_steps += 1
-        self.poll_control()
-        return not self.stopped
 
     def update(self, learn: Callable[[], dict], agent_steps: int) -> dict | None:
         # every rank ends its rollout here: stop together, or train together unless the run

@@ -143,14 +143,10 @@ def test_an_update_reads_the_device_back_once():
 
 
 class RecordingHook(PodHook):
-    """A worker's part of an iteration, recorded; ends the rollout after `stop_after` steps."""
+    """A worker's part of an iteration, recorded."""
 
-    def __init__(self, stop_after: int | None = None) -> None:
-        self.steps, self.updates, self.stop_after = 0, [], stop_after
-
-    def between_steps(self) -> bool:
-        self.steps += 1
-        return self.stop_after is None or self.steps < self.stop_after
+    def __init__(self) -> None:
+        self.updates = []
 
     def update(self, learn, agent_steps):
         self.updates.append(agent_steps)
@@ -160,17 +156,24 @@ class RecordingHook(PodHook):
 def test_an_iteration_collects_a_rollout_then_learns_through_the_hook():
     pod = make_pod(worlds=2, rollout=20)
     hook = RecordingHook()
-    stats = pod.iteration(hook)
-    assert hook.steps == 20 and hook.updates == [20 * pod.game.rows]
-    assert pod.ppo.version == 1 and float(stats["learned_steps"]) == 20 * pod.game.rows
+    steps = pod.iteration(hook)
+    for t in range(20):  # the caller's turn after every env step, before any update
+        next(steps)
+        assert pod.t == t + 1 and hook.updates == [] and pod.ppo.version == 0
+    with pytest.raises(StopIteration) as done:
+        next(steps)
+    stats = done.value.value
+    assert hook.updates == [20 * pod.game.rows] and pod.ppo.version == 1
+    assert float(stats["learned_steps"]) == 20 * pod.game.rows
     assert pod.take_counters().frames == 20 * 2
 
-    # A rollout the hook ends (the run stops) is not learned on; the next one starts afresh.
-    stopped = RecordingHook(stop_after=7)
-    assert pod.iteration(stopped) is None and stopped.updates == [] and pod.ppo.version == 1
-    assert pod.t == 7
+    # An iteration left after 7 steps (the run stops) is not learned on; the next starts afresh.
+    left = pod.iteration(RecordingHook())
+    for _ in range(7):
+        next(left)
     again = RecordingHook()
-    assert pod.iteration(again) is not None and again.steps == 20 and pod.ppo.version == 2
+    assert pod.run_iteration(again) is not None and pod.ppo.version == 2
+    assert again.updates == [20 * pod.game.rows]  # a whole rollout, from slot 0
 
 
 def test_the_dispatcher_acts_each_controllers_rows_with_its_model():
