@@ -133,7 +133,7 @@ command_of() {  # command_of STEP CAP: the step's command for a run of at most C
     reproduce)
       minutes=$(awk "BEGIN { printf \"%.1f\", $cap * 0.6 / 60 }")
       echo "$PY" bench/reproduce.py --minutes "$minutes" --quiet --name "gpu-day-$DATE" \
-        pipeline.backend=pod "pipeline.device=$DEVICE" pod.physics=warp \
+        --config configs/quadrant_pod.yaml "pipeline.device=$DEVICE" pod.physics=warp \
         "pod.worlds=$POD_WORLDS" ;;
   esac
 }

@@ -1,12 +1,13 @@
 """Pod throughput against the local pipeline and against its floor, in one run on one device.
 
-    python bench/pod_speed.py [--config configs/quadrant_cpu.yaml] [--device cpu|cuda]
-                              [--minutes 3] [--worlds 64] [key=value ...]
+    python bench/pod_speed.py [--config configs/quadrant_cpu.yaml]
+                              [--pod-config configs/quadrant_pod.yaml] [--device cpu|cuda]
+                              [--minutes 3] [key=value ...]
 
 1. Training runs through the real controller, one after the other, `--minutes` each:
    - the local pipeline (`pipeline.backend=c`: actors, policy worker, trainer processes);
-   - pods (`pipeline.backend=pod`: `--pods` processes, one per core on a CPU, each with
-     `pod.worlds` worlds and one thread, training one policy as DDP ranks).
+   - pods (`--pod-config`, `pipeline.backend=pod`: `--pods` processes, one per core on a CPU,
+     each with `pod.worlds` worlds and one thread, training one policy as DDP ranks).
    Env frames/s and trained frames/s (frames whose samples reached an update for the first
    time) from the metrics records, from `--warmup` seconds after the first update.
 2. The pod in this process, steady state (a rollout and an update of warm-up first): wall and
@@ -17,7 +18,7 @@
    (`mujoco.mj_step` x substeps per world, bench/env_speed.py's `raw_physics`, on the pod's
    threads), one bare forward of the policy on all agent rows per env step
    (`ActorCritic.act_tensors`), and one bare PPO update on a rollout of the pod's size
-   (`PPO.update`, the pod's epochs and minibatches), each per env frame.
+   (`PPO.update`, the pod's `agent.ppo` passes), each per env frame.
    `pod_ms_per_frame / floor_ms_per_frame` is what the pod's own bookkeeping costs.
 
 On a GPU the split is measured with the device synchronised after each phase (`Pod.profile`).
@@ -30,7 +31,6 @@ Last line: `POD_SPEED {json}` with `device`, `pod_trained_fps`, `local_trained_f
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
@@ -112,10 +112,7 @@ def in_process(cfg, device: torch.device, rollouts: int, run_dir: Path) -> dict:
     torch.set_num_threads(threads)
     game = make_game(cfg, device, seed=[cfg.seed, 9], threads=threads)
     model = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network, device=device)
-    ppo = PPO(
-        model,
-        dataclasses.replace(cfg.agent.ppo, epochs=cfg.pod.epochs, minibatches=cfg.pod.minibatches),
-    )
+    ppo = PPO(model, cfg.agent.ppo)
     pool = PolicyPool(run_dir / "pool", cfg.pool)
     pool.maybe_add(0, model.state_dict())  # the untrained policy, as a run has it
     pod = Pod(game, ppo, cfg.pipeline.chunk_len, pool=pool, profile=device.type == "cuda")
@@ -189,10 +186,7 @@ def floor(cfg, device: torch.device, threads: int) -> dict:
     for _ in range(reps):
         model.act_tensors(obs, state, starts)
     forward = (clock() - start) / reps / worlds
-    ppo = PPO(
-        model,
-        dataclasses.replace(cfg.agent.ppo, epochs=cfg.pod.epochs, minibatches=cfg.pod.minibatches),
-    )
+    ppo = PPO(model, cfg.agent.ppo)
     rollout = synthetic_rollout(model, T, rows, cfg.agent.ppo.bptt_len, device)
     ppo.update(rollout)  # warm-up
     start = clock()
@@ -234,6 +228,7 @@ def synthetic_rollout(model, steps: int, rows: int, bptt_len: int, device):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(ROOT / "configs" / "quadrant_cpu.yaml"))
+    parser.add_argument("--pod-config", default=str(ROOT / "configs" / "quadrant_pod.yaml"))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--minutes", type=float, default=3.0, help="each training run")
     parser.add_argument("--warmup", type=float, default=20.0, help="seconds left out of a run")
@@ -262,11 +257,10 @@ def main() -> None:
     load.append(round(os.getloadavg()[0], 2))
     pods = args.pods or ((os.cpu_count() or 1) if device.type == "cpu" else 1)
     cfg = load_config(
-        args.config,
+        args.pod_config,
         [
             *common,
             "name=pod",
-            "pipeline.backend=pod",
             f"pipeline.n_trainers={pods}",
             *args.overrides,
         ],
@@ -283,6 +277,7 @@ def main() -> None:
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "host": f"{os.cpu_count()} cores ({platform.machine()})",
         "config": Path(args.config).name,
+        "pod_config": Path(args.pod_config).name,
         "overrides": args.overrides,
         "worlds": cfg.pod.worlds,
         "pods": pods,

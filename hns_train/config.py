@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,10 +47,19 @@ CONFIG_DIR = (
     else Path(__file__).resolve().parent / "configs"
 )
 LAUNCHERS = ("serial", "local", "ray")
-BACKENDS = ("c", "warp", "pod")
+BACKENDS = ("c", "pod")
 POD_PHYSICS = ("auto", "c", "warp")
 WANDB_MODES = ("offline", "online", "disabled")
 COMMAND_LINE = "command line"  # where an override's problem is said to come from
+
+
+# The Warp actor mode (actors that simulated on MuJoCo Warp and ran the policy themselves)
+# was replaced by pods, which do the same and train in the same process.
+RETIRED_WARP_ACTORS = (
+    "Warp actors were replaced by pods: use pipeline.backend=pod, whose pods "
+    "simulate on MuJoCo Warp on a GPU (pipeline.device=cuda, pod.physics=auto or warp) and "
+    "train where they simulate"
+)
 
 
 class ConfigError(ValueError):
@@ -63,16 +71,10 @@ class PipelineConfig:
     """How the actor / policy / trainer workers are laid out and how samples flow."""
 
     launcher: str = "local"  # serial | local | ray
-    # c: actors step C MuJoCo and ask policy workers over sockets; warp: each actor simulates
-    # its worlds on MuJoCo Warp and runs the policy itself on the same device (no policy
-    # workers, no inference sockets; needs the optional extra `warp`); pod: no actors or policy
+    # c: actors step C MuJoCo and ask policy workers over sockets; pod: no actors or policy
     # workers, each of the n_trainers learners simulates, acts and learns on its own device
-    # (the `pod` section; hns_train/agents/pod.py)
+    # (the `pod` section; hns_train/agents/pod.py), on MuJoCo Warp on a GPU
     backend: str = "c"
-    warp_device: str = "auto"  # backend=warp: Warp/torch device of actors: auto | cpu | cuda:N
-    # backend=warp: worlds start at random steps of their first episode, so with thousands of
-    # worlds the episode ends (and resets) spread over steps instead of landing on one
-    warp_stagger: bool = False
     n_actors: int = 2
     envs_per_actor: int = 16  # worlds stepped by one actor
     ring_size: int = 2  # groups per actor: one steps while another waits for actions
@@ -142,15 +144,7 @@ class EvalSettings:
     opponents: str = "pool,random,noop,scripted_seeker"  # classes played in turn, comma-separated
 
     def __post_init__(self) -> None:
-        if self.n_workers < 0 or self.worlds < 1 or self.every_s < 0:
-            raise ValueError(
-                f"need n_workers >= 0, worlds >= 1, every_s >= 0; got {self.n_workers}, "
-                f"{self.worlds}, {self.every_s}"
-            )
-        if not 0.0 <= self.replay_share <= 1.0:
-            raise ValueError(f"replay_share must be in [0, 1], got {self.replay_share}")
-        if not self.stop_render_wait_s >= 0:
-            raise ValueError(f"stop_render_wait_s must be >= 0, got {self.stop_render_wait_s}")
+        # (each field's range: `_RANGES`; here the opponents' names)
         names = self.opponent_classes()
         bad = [n for n in names if n not in EVAL_OPPONENTS]
         if bad or not names:
@@ -185,14 +179,12 @@ class StopConfig:
 class PodConfig:
     """`pipeline.backend=pod`: each learner (rank of `pipeline.n_trainers`) is a pod that
     simulates its own worlds, acts, stores rollouts of `pipeline.chunk_len` steps on
-    `pipeline.device` and runs PPO on them there (hns_train/agents/pod.py)."""
+    `pipeline.device` and runs PPO on them there (hns_train/agents/pod.py) with `agent.ppo`: a
+    rollout is trained on as it comes (the pipeline's `reuse` does not apply), so a pod's passes
+    are `agent.ppo.epochs` x `agent.ppo.minibatches` (configs/quadrant_pod.yaml: 2 x 2)."""
 
     worlds: int = 64  # worlds each pod simulates (thousands on a GPU)
     physics: str = "auto"  # auto (MuJoCo Warp on CUDA, the C game on a CPU) | c | warp
-    # PPO passes over each rollout and minibatches per pass (replace agent.ppo's for a pod: a
-    # rollout is trained on as it comes, the pipeline's reuse does not apply)
-    epochs: int = 2
-    minibatches: int = 2
     opponent_slots: int = 4  # pool snapshots held on the device as ready models
     # torch and MuJoCo threads of a CPU pod (0: this host's cores / pods). More cores: more pods
     # (pipeline.n_trainers) rather than threads; torch's OpenMP threads spin while they wait, and
@@ -239,18 +231,10 @@ class RunConfig:
         problems = []
         if p.launcher not in LAUNCHERS:
             problems.append(f"pipeline.launcher={p.launcher!r} is not one of {LAUNCHERS}")
-        if p.backend not in BACKENDS:
+        if p.backend == "warp":
+            problems.append(f"pipeline.backend='warp' is retired: {RETIRED_WARP_ACTORS}")
+        elif p.backend not in BACKENDS:
             problems.append(f"pipeline.backend={p.backend!r} is not one of {BACKENDS}")
-        if p.warp_device not in ("auto", "cpu", "cuda") and not re.fullmatch(
-            r"cuda:\d+", p.warp_device
-        ):
-            problems.append(
-                f"pipeline.warp_device={p.warp_device!r} is not one of auto, cpu, cuda, cuda:N"
-            )
-        if p.backend == "warp" and importlib.util.find_spec("mujoco_warp") is None:
-            problems.append(
-                "pipeline.backend='warp' needs the optional extra: pip install -e '.[warp]'"
-            )
         if self.pod.physics not in POD_PHYSICS:
             problems.append(f"pod.physics={self.pod.physics!r} is not one of {POD_PHYSICS}")
         elif (
@@ -259,8 +243,7 @@ class RunConfig:
             and importlib.util.find_spec("mujoco_warp") is None
         ):
             problems.append("pod.physics='warp' needs the optional extra: pip install -e '.[warp]'")
-        warp_physics = p.backend == "warp" or (p.backend == "pod" and self.pod.physics == "warp")
-        if game.task != "hide_and_seek" and warp_physics:
+        if game.task != "hide_and_seek" and p.backend == "pod" and self.pod.physics == "warp":
             problems.append(
                 f"game task {game.task!r} runs on the C game only: pipeline.backend 'c', or "
                 "'pod' with pod.physics 'c' or 'auto'"
@@ -355,7 +338,7 @@ _RANGES: dict[str, tuple] = {
     **{f"pipeline.ray_{kind}_gpus": (-1, None, True) for kind in ("policy", "trainer")},
     "pipeline.heartbeat_s": _POSITIVE,
     "pipeline.heartbeat_timeout_s": _POSITIVE,
-    **{f"pod.{name}": _AT_LEAST_1 for name in ("worlds", "epochs", "minibatches")},
+    "pod.worlds": _AT_LEAST_1,
     "pod.opponent_slots": _AT_LEAST_1,
     "pod.threads": _NON_NEGATIVE,
     "eval.n_workers": _NON_NEGATIVE,
@@ -608,8 +591,52 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Keys that settings of earlier versions had: (section, key) -> (the value every saved config of
+# those versions holds unless a user changed it, the setting whose value makes it harmless too
+# (or None), what replaces it). Checkpoints keep their run's whole config, so such a config
+# still loads.
+_RETIRED_KEYS: dict[tuple[str, str], tuple[Any, tuple[str, ...] | None, str]] = {
+    ("pipeline", "warp_device"): ("auto", None, RETIRED_WARP_ACTORS),
+    ("pipeline", "warp_stagger"): (False, None, RETIRED_WARP_ACTORS),
+    **{
+        ("pod", name): (
+            2,
+            ("agent", "ppo", name),
+            f"a pod trains with agent.ppo's passes: set agent.ppo.{name} instead",
+        )
+        for name in ("epochs", "minibatches")
+    },
+}
+
+
+def _without_retired(data: Any, source: str) -> Any:
+    """`data` without the retired keys that change nothing (their old default, or the value of
+    the setting that replaced them); ConfigError for one that would."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for (section, key), (default, same_as, instead) in _RETIRED_KEYS.items():
+        node = out.get(section)
+        if not isinstance(node, dict) or key not in node:
+            continue
+        value = node[key]
+        if value != default and (same_as is None or value != _lookup(data, same_as)):
+            raise ConfigError(f"{source}: {section}.{key}={value!r} is retired: {instead}")
+        out[section] = {k: v for k, v in node.items() if k != key}
+    return out
+
+
+def _lookup(data: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
+
+
 def _build(data: Any, source: str) -> RunConfig:
     """The shared loader (`typed_config`), its errors prefixed with where the data came from."""
+    data = _without_retired(data, source)
     try:
         return typed_config.from_dict(RunConfig, data)
     except typed_config.FieldError as err:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hns_train.config import CONFIG_DIR, ConfigError, load_config
+from hns_train.config import CONFIG_DIR, ConfigError, config_from_dict, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -127,17 +127,44 @@ def test_shipped_configs_are_found_by_name_from_any_folder(tmp_path, monkeypatch
 
 
 def test_a_negative_render_wait_is_refused():
-    with pytest.raises(ConfigError, match="stop_render_wait_s must be >= 0, got -1"):
+    with pytest.raises(ConfigError, match="render_wait_s=-1.0 is not allowed; it must be >= 0"):
         load_config(CONFIG_DIR / "smoke.yaml", ["eval.stop_render_wait_s=-1"])
 
 
-def test_an_unknown_pipeline_backend_or_warp_device_is_rejected(tmp_path):
+def test_an_unknown_pipeline_backend_is_rejected(tmp_path):
     with pytest.raises(ConfigError, match="pipeline.backend='gpu' is not one of"):
         load_config(CONFIG_DIR / "smoke.yaml", [f"runs_dir={tmp_path}", "pipeline.backend=gpu"])
-    with pytest.raises(ConfigError, match="pipeline.warp_device='gpu0' is not one of"):
-        load_config(
-            CONFIG_DIR / "smoke.yaml", [f"runs_dir={tmp_path}", "pipeline.warp_device=gpu0"]
-        )
+
+
+def test_the_retired_warp_actor_mode_points_to_pods(tmp_path):
+    """Asking for Warp actors, or setting their device or stagger, is one clear error naming
+    `pipeline.backend=pod`; a saved config of an earlier version (every key at its default)
+    still loads."""
+    asks = ("pipeline.backend=warp", "pipeline.warp_device=cuda", "pipeline.warp_stagger=true")
+    for override in asks:
+        retired = "is retired: Warp actors were replaced by pods: use pipeline.backend=pod"
+        with pytest.raises(ConfigError, match=retired) as err:
+            load_config(CONFIG_DIR / "smoke.yaml", [f"runs_dir={tmp_path}", override])
+        assert "Traceback" not in str(err.value)
+    saved = load_config(CONFIG_DIR / "smoke.yaml").to_dict()
+    saved["pipeline"].update(warp_device="auto", warp_stagger=False)
+    assert config_from_dict(saved).pipeline.backend == "c"
+
+
+def test_a_pod_trains_with_agent_ppo_and_the_old_pod_passes_point_there(tmp_path):
+    """One set of PPO settings: the pod's config writes its passes in agent.ppo; the retired
+    pod.epochs / pod.minibatches load when they change nothing (a saved config of an earlier
+    version: the old default, or agent.ppo's value) and are an error naming agent.ppo else."""
+    pod = load_config("quadrant_pod")
+    assert pod.pipeline.backend == "pod"
+    assert (pod.agent.ppo.epochs, pod.agent.ppo.minibatches) == (2, 2)
+    chase = load_config("chase").to_dict()
+    chase["pod"].update(epochs=4, minibatches=4)  # the same as agent.ppo's
+    assert config_from_dict(chase).agent.ppo.epochs == 4
+    chase["pod"].update(epochs=2)  # the old default
+    assert config_from_dict(chase).agent.ppo.epochs == 4
+    with pytest.raises(ConfigError, match=r"pod.epochs=3 is retired: .*set agent.ppo.epochs"):
+        load_config("chase", [f"runs_dir={tmp_path}", "pod.epochs=3"])
 
 
 def test_network_action_bins_must_match_the_game_contract():
@@ -149,3 +176,22 @@ def test_network_action_bins_must_match_the_game_contract():
     assert cfg.agent.network.action_sizes == (9, 9, 9, 2, 2)
     with pytest.raises(ConfigError, match="move_bins"):
         load_config(CONFIG_DIR / "smoke.yaml", ["agent.network.move_bins=10"])
+
+
+@pytest.mark.parametrize(
+    "override, allowed",
+    [
+        ("agent.ppo.epochs=0", ">= 1"),
+        ("population.hof_every=0", ">= 1"),
+        ("population.copy_win_probability=1.5", ">= 0 and <= 1"),
+        ("population.league_every_s=0", "> 0"),
+        ("eval.worlds=0", ">= 1"),
+    ],
+)
+def test_each_range_is_checked_once_by_the_range_table(tmp_path, override, allowed):
+    """A field's range has one rule, the range table's, whose message names the key, the value
+    and what is allowed (no second check in a section's __post_init__ answers first)."""
+    key, value = override.split("=")
+    with pytest.raises(ConfigError) as err:
+        load_config(CONFIG_DIR / "smoke.yaml", [f"runs_dir={tmp_path}", override])
+    assert f"{key}={value}" in str(err.value) and f"it must be {allowed}" in str(err.value)

@@ -1,11 +1,25 @@
-"""Built-in fixed opponents: teams that act without a network, on the env's action layout.
+"""Who controls each agent row, the built-in fixed opponents, and acting a batch of rows
+with each row's controller: the one dispatcher of the policy worker (distributed/policy.py)
+and the pod (pod.py).
+
+Controller codes, one per agent row (on the wire in inference requests, and in a pod):
+    LATEST (-1)  the learning policy (its rows are the only ones trained on)
+    RANDOM (-2)  the built-in random team
+    NOOP (-3)    the built-in no-op team
+    c >= 0       another network: the policy worker's pool snapshot of version c (or a guest),
+                 the pod's device model slot c
+`code_of` maps the pool's policy ids ("latest", "random", "noop", a version) to codes.
+
+`act_by_controller(groups, network, fixed, obs, state, starts)` acts every row: one forward pass
+per network code on its rows (gathered and scattered with the group's index tensor), fixed
+opponents' actions for the others, whose state is kept and whose log-prob and value are 0.
 
 The action layout (5 int64 columns: x force, y force, z torque bins in [0, action_bins), grab,
 lock; the no-op) is the contract's, `hns_train/envs/contract.py`; `action_nvec`, `noop_action`,
 `ACTION_BINS` and `N_ACTION_DIMS` here are its, as arrays.
 
-Each opponent is a function `(obs, rng, action_bins=11) -> actions (B, 5)` where `obs` is a
-(B, ...) batch dict of the controlled agents' observations (only its batch size is used) and
+Each fixed opponent is a function `(obs, rng, action_bins=11) -> actions (B, 5)` where `obs` is
+a (B, ...) batch dict of the controlled agents' observations (only its batch size is used) and
 `rng` a `numpy.random.Generator`:
 - `random_actions`: every column uniformly over its range (the untrained policy's behaviour);
 - `noop_actions`: the contract's no-op (middle bins, no grab, no lock: a team that stands still).
@@ -17,8 +31,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import numpy as np
+import torch
 
+from hns_train.agents.policy import ActorCritic, ActOutput
+from hns_train.agents.pool import LATEST as LATEST_ID
 from hns_train.envs import contract
+
+LATEST, RANDOM, NOOP = -1, -2, -3
+_NAMED = {LATEST_ID: LATEST, "random": RANDOM, "noop": NOOP}
 
 ACTION_BINS = contract.DEFAULT_ACTION_BINS
 N_ACTION_DIMS = contract.N_ACTION_DIMS
@@ -66,3 +86,65 @@ def fixed_opponent(name: str) -> FixedOpponent:
     if name not in FIXED_OPPONENTS:
         raise ValueError(f"unknown fixed opponent {name!r}; known: {sorted(FIXED_OPPONENTS)}")
     return FIXED_OPPONENTS[name]
+
+
+def code_of(policy_id) -> int:
+    """The controller code of a pool policy id ("latest", "random", "noop" or a version)."""
+    if isinstance(policy_id, str):
+        if policy_id not in _NAMED:
+            raise ValueError(f"unknown controller {policy_id!r}; allowed: {sorted(_NAMED)}")
+        return _NAMED[policy_id]
+    return int(policy_id)
+
+
+Groups = list[tuple[int, torch.Tensor | None]]
+
+
+def controller_groups(codes: np.ndarray, device: torch.device) -> Groups:
+    """Each controller's rows of `codes` (host, one per row), as (code, index tensor on
+    `device`), the index None when the controller plays every row."""
+    codes = np.asarray(codes).reshape(-1)
+    groups: Groups = []
+    for code in np.unique(codes):
+        index = np.flatnonzero(codes == code)
+        full = len(index) == len(codes)
+        groups.append((int(code), None if full else torch.as_tensor(index, device=device)))
+    return groups
+
+
+def act_by_controller(
+    groups: Groups,
+    network: Callable[[int], ActorCritic],
+    fixed: Callable[[int, int], torch.Tensor],
+    obs: Mapping[str, torch.Tensor],
+    state: torch.Tensor,
+    starts: torch.Tensor,
+) -> ActOutput:
+    """Every row's action, log-prob, value and new state (tensors on the rows' device):
+    `network(code)` acts the rows of a code >= LATEST, `fixed(code, n)` gives n actions of a
+    fixed opponent (RANDOM, NOOP)."""
+    if len(groups) == 1 and groups[0][0] >= LATEST:  # one network plays every row
+        return network(groups[0][0]).act_tensors(obs, state, starts)
+    rows, device = state.shape[0], state.device
+    actions = torch.empty(rows, N_ACTION_DIMS, dtype=torch.int64, device=device)
+    logp = torch.zeros(rows, device=device)
+    values = torch.zeros(rows, device=device)
+    new_state = state.clone()
+    for code, index in groups:
+        n = rows if index is None else len(index)
+        if code < LATEST:
+            out = fixed(code, n)
+            if index is None:
+                actions.copy_(out)
+            else:
+                actions.index_copy_(0, index, out)
+            continue
+        sub = {k: v.index_select(0, index) for k, v in obs.items()}  # (several groups)
+        out = network(code).act_tensors(
+            sub, state.index_select(0, index), starts.index_select(0, index)
+        )
+        actions.index_copy_(0, index, out.actions)
+        logp.index_copy_(0, index, out.logp)
+        values.index_copy_(0, index, out.values)
+        new_state.index_copy_(0, index, out.state)
+    return ActOutput(actions, logp, values, new_state)

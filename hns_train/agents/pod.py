@@ -1,12 +1,19 @@
 """A pod (after ElegantRL-podracer): simulate W worlds, act, store the rollout and learn, all on
-one device, in one process. Read top to bottom, one iteration is:
+one device, in one process. One iteration is `Pod.iteration`, read top to bottom:
 
-    for t in range(T):                       # T = rollout length (pipeline.chunk_len)
+    for t in range(T):                       # collect (T = pipeline.chunk_len): Pod.step
         store o_t, LSTM state, episode starts in the rollout buffer (slot t)
         act: the learning policy on its rows, pool opponents on theirs
         step every world; store a_t, log-prob, value, r_t, which rows learn
         worlds whose episode ended: V(final observation) into the buffer, new opponents drawn
-    PPO update on the whole buffer (ppo.py, the same rule as the pipeline's trainer)
+        yield                                # the worker's turn: control messages, heartbeats
+    hook.update(Pod.learn)                   # learn: PPO on the whole buffer (ppo.py, agent.ppo)
+
+The iteration is a generator, so the worker (distributed/pod_worker.py) takes its turn after
+every env step, as every worker does (on the serial launcher the controller and the other
+workers run there too), and a stopping run simply does not resume it. The hook (`PodHook`) is
+the worker's narrow part of the loop: it runs the update guarded, or skips it; by default it
+just learns, and `Pod.run_iteration` runs an iteration on its own (tests, bench/pod_speed.py).
 
 The game is the C `VectorGame` (host arrays: the CPU pod) or `WarpGame` (tensors on the Warp
 device: the GPU pod); both are used through `DeviceGame`, which hands the pod tensors on the
@@ -33,23 +40,25 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from hns_train.agents.opponents import (
+    LATEST,
+    RANDOM,
+    act_by_controller,
+    code_of,
+    controller_groups,
+)
 from hns_train.agents.policy import ActorCritic, ActOutput
-from hns_train.agents.pool import LATEST as LATEST_ID
 from hns_train.agents.pool import PolicyPool, SnapshotCache
 from hns_train.agents.ppo import PPO
 from hns_train.agents.rollout import RolloutBuffer
 from hns_train.envs import contract
 from hns_train.envs.vector import VectorGame
-
-# controller codes of one team in one world (the same as the pipeline's wire codes)
-LATEST, RANDOM, NOOP = -1, -2, -3
-_NAMED = {LATEST_ID: LATEST, "random": RANDOM, "noop": NOOP}
 
 
 class DeviceGame:
@@ -127,6 +136,15 @@ def _host(x) -> np.ndarray:
     return x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
+class PodHook:
+    """The worker's part of a pod iteration (the default: always learn)."""
+
+    def update(self, learn: Callable[[], dict], agent_steps: int) -> dict | None:
+        """Run `learn` (PPO on the rollout of `agent_steps` agent-steps) and return its
+        statistics, or skip it (None)."""
+        return learn()
+
+
 @dataclass
 class PodCounters:
     """What a pod did since the last read (`Pod.take_counters`)."""
@@ -170,7 +188,7 @@ class OpponentSlots:
 
     def _code(self, policy_id, in_use: np.ndarray) -> int:
         if isinstance(policy_id, str):
-            return _NAMED[policy_id]
+            return code_of(policy_id)
         version = int(policy_id)
         if version in self.versions:
             self.versions.move_to_end(version)
@@ -266,13 +284,7 @@ class Pod:
             return  # the same controllers play on (pure self-play: every episode end)
         rows = np.where(self.game.is_hider[None, :], self.codes[:, :1], self.codes[:, 1:])
         rows = rows.reshape(-1)
-        self.groups = []
-        for code in np.unique(rows):
-            index = np.flatnonzero(rows == code)
-            full = len(index) == len(rows)
-            self.groups.append(
-                (int(code), None if full else torch.as_tensor(index, device=self.device))
-            )
+        self.groups = controller_groups(rows, self.device)
         self._learning = rows == LATEST
         self.learn_rows = torch.as_tensor(self._learning, device=self.device)
         # rows the learning policy played at some step of this rollout (host: no device read)
@@ -286,40 +298,42 @@ class Pod:
     def act(self, obs, state, starts) -> ActOutput:
         """Every row's action: the learning policy's rows and each opponent's, gathered and
         scattered with host-known index sets (one forward pass per controller)."""
-        if len(self.groups) == 1 and self.groups[0][0] == LATEST:
-            return self.model.act_tensors(obs, state, starts)
-        R = self.game.rows
-        actions = torch.empty(
-            R, len(self.model.action_sizes), dtype=torch.int64, device=self.device
-        )
-        logp = torch.zeros(R, device=self.device)
-        values = torch.zeros(R, device=self.device)
-        new_state = state.clone()
-        for code, index in self.groups:
-            n = R if index is None else len(index)
-            if code == RANDOM:
-                out = self.game.random_actions(n)
-            elif code == NOOP:
-                out = self._noop.expand(n, -1)
-            else:
-                net = self.model if code == LATEST else self.slots.models[code]
-                out = net.act_tensors(*_gather(index, obs, state, starts))
-            if index is None:  # one controller plays every row
-                if isinstance(out, torch.Tensor):
-                    actions.copy_(out)
-                else:
-                    actions, logp, values, new_state = out
-                continue
-            if isinstance(out, torch.Tensor):
-                actions.index_copy_(0, index, out)
-            else:
-                actions.index_copy_(0, index, out.actions)
-                logp.index_copy_(0, index, out.logp)
-                values.index_copy_(0, index, out.values)
-                new_state.index_copy_(0, index, out.state)
-        return ActOutput(actions, logp, values, new_state)
+        return act_by_controller(self.groups, self._network, self._fixed, obs, state, starts)
+
+    def _network(self, code: int) -> ActorCritic:
+        return self.model if code == LATEST else self.slots.models[code]
+
+    def _fixed(self, code: int, n: int) -> torch.Tensor:
+        if code == RANDOM:
+            return self.game.random_actions(n)
+        return self._noop.expand(n, -1)
 
     # ------------------------------------------------------------------ the loop
+    def iteration(self, hook: PodHook | None = None) -> Generator[None, None, dict | None]:
+        """One iteration, CleanRL's order: collect a rollout of T steps of every world, then
+        learn on it through `hook`. Yields after every env step (the caller's turn); returns
+        the update's statistics, None when the hook skipped it."""
+        hook = hook or PodHook()
+        self.new_rollout()
+        for _ in range(self.buffer.steps):  # collect
+            self.step()
+            yield
+        return hook.update(self.learn, self.buffer.steps * self.game.rows)  # learn
+
+    def run_iteration(self, hook: PodHook | None = None) -> dict | None:
+        """`iteration` from its first step to its update, with nothing in between."""
+        steps = self.iteration(hook)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def new_rollout(self) -> None:
+        """The next rollout starts at slot 0, with the rows the learning policy plays now."""
+        self.t = 0
+        self._learned = self._learning.copy()
+
     def step(self) -> bool:
         """One env step of every world into the buffer; True when the rollout is full."""
         buf, g, t = self.buffer, self.game, self.t
@@ -346,42 +360,45 @@ class Pod:
             )
         state, starts = out.state, torch.zeros_like(self.episode_start)
         if ended.size:
-            rows = torch.as_tensor(
-                (ended[:, None] * g.n_agents + np.arange(g.n_agents)).reshape(-1),
-                device=self.device,
-            )
-            final = g.final_rows(final_obs, rows)
-            final_values = self.model.value_tensors(final, state.index_select(0, rows))
-            buf.store_truncation(t, rows, final_values)
-            finished = torch.stack(
-                [
-                    torch.as_tensor(stats[k], device=self.device).to(torch.float64)
-                    for k in g.stat_keys
-                ]
-            )
-            self._stat_sums += finished.nan_to_num(0.0).sum(dim=1)
-            self.counters.episodes += len(ended)
-            self.clock[ended] = 0
-            state = state.index_fill(0, rows, 0.0)
-            starts.index_fill_(0, rows, True)
-            self._draw(ended)
+            state = self._end_episodes(t, ended, final_obs, stats, state, starts)
         self.obs, self.present, self.state, self.episode_start = obs, present, state, starts
         self.counters.act_s += acted - start
         self.counters.sim_s += simulated - acted
         self.t = t + 1
         return self.t == buf.steps
 
+    def _end_episodes(self, t: int, ended: np.ndarray, final_obs, stats, state, starts):
+        """Worlds `ended` finished their episode with step t: V(final observation) into the
+        buffer (continuing the finished episode's state), their statistics counted, their rows
+        start afresh (zero state, `starts` set) with new controllers. The next state."""
+        g = self.game
+        rows = torch.as_tensor(
+            (ended[:, None] * g.n_agents + np.arange(g.n_agents)).reshape(-1), device=self.device
+        )
+        final_values = self.model.value_tensors(
+            g.final_rows(final_obs, rows), state.index_select(0, rows)
+        )
+        self.buffer.store_truncation(t, rows, final_values)
+        finished = torch.stack(
+            [torch.as_tensor(stats[k], device=self.device).to(torch.float64) for k in g.stat_keys]
+        )
+        self._stat_sums += finished.nan_to_num(0.0).sum(dim=1)
+        self.counters.episodes += len(ended)
+        self.clock[ended] = 0
+        starts.index_fill_(0, rows, True)
+        self._draw(ended)
+        return state.index_fill(0, rows, 0.0)
+
     def learn(self) -> dict[str, torch.Tensor]:
         """PPO on the full buffer (statistics stay on the device); the next rollout starts."""
         start = time.perf_counter()
-        self.t = 0  # whatever happens to the update, the next rollout starts afresh
         bootstrap = self.model.value_tensors(self.obs, self.state)
         rollout = self.buffer.rollout(bootstrap)
         if not self._learned.all():  # opponents' rows cost nothing in the update
             rollout = rollout.columns(
                 torch.as_tensor(np.flatnonzero(self._learned), device=self.device)
             )
-        self._learned = self._learning.copy()  # the next rollout starts with today's learners
+        self.new_rollout()  # whatever happens to the update, the next rollout starts afresh
         stats = self.ppo.update_async(rollout)
         stats["learned_steps"] = rollout.learn.sum().to(torch.float64)
         self._sync()

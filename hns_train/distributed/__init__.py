@@ -3,8 +3,10 @@
 - `wire.py` (msgpack header + raw array frames, no pickle), `streams.py` (inference, samples,
   parameters, control), `security.py` (CURVE keys for cluster runs), `params.py`,
   `message_sizes.py` (each message's size from the config, checked against the cap at start).
-- Workers: `actor.py`, `policy.py`, `trainer.py` (+ `ddp.py` for several ranks), `evaluator.py`;
-  the shared base and process entry point in `worker.py`; opponent codes in `opponent_codes.py`.
+- Workers: `actor.py`, `policy.py`, `trainer.py` and `pod_worker.py` (both hold a `Learner`,
+  `learner.py`; + `ddp.py` for several ranks), `evaluator.py`; the shared base and process
+  entry point in `worker.py`; the pool's draws and snapshot models in `opponent_codes.py` (the
+  controller codes themselves are `agents/opponents.py`'s).
 - `controller.py` (one per run: workers, heartbeats, counters, logs, stop) and the launchers:
   `launchers.py` (serial, local) and `ray_launcher.py`; `wandb_logger.py`.
 """

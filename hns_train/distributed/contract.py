@@ -31,9 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from hns_train.agents.opponents import NOOP
+
 log = logging.getLogger(__name__)
 
-MIN_CODE = -3  # opponent_codes.NOOP: the most negative controller code on the wire
+MIN_CODE = NOOP  # the most negative controller code on the wire
 DROP_LOG_EVERY_S = 10.0
 RECENT_REASONS = 16  # reasons a DropLog keeps for inspection
 

@@ -6,7 +6,6 @@ questions the workers will, with the same functions, before any worker starts:
 - `pipeline.device` (policy workers, trainers and pods): `resolve_device`, and for several
   trainers each rank's device and the collective backend (`ddp.rank_device`,
   `ddp.choose_backend`);
-- `pipeline.warp_device` when `pipeline.backend=warp` (warp actors);
 - `pod.physics` for pods: MuJoCo Warp must import, and `warp` on `auto` needs a CUDA device
   the pod will actually use.
 
@@ -57,17 +56,7 @@ def device_problems(cfg: RunConfig) -> list[str]:
             choose_backend(p.ddp_backend, rank_device(device, 0))
         except ValueError as err:
             problems.append(str(err))
-    if p.backend == "warp":
-        try:
-            warp_device = resolve_device(p.warp_device)
-        except ValueError as err:
-            problems.append(f"{str(err).replace('pipeline.device', 'pipeline.warp_device')}")
-        else:
-            problem = _cuda_index_problem("pipeline.warp_device", warp_device)
-            if problem:
-                problems.append(problem)
-    warp_physics = p.backend == "warp" or (p.backend == "pod" and cfg.pod.physics == "warp")
-    if warp_physics:
+    if p.backend == "pod" and cfg.pod.physics == "warp":
         try:
             importlib.import_module("mujoco_warp")
         except Exception as err:  # ImportError, or a library that fails to load

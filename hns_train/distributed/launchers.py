@@ -23,7 +23,14 @@ from pathlib import Path
 
 from hns_train.config import RunConfig
 from hns_train.distributed.security import RunKeys
-from hns_train.distributed.worker import Worker, WorkerSpec, build_worker, run_worker
+from hns_train.distributed.worker import (  # noqa: F401 (actor_plan: the controller's)
+    Worker,
+    WorkerSpec,
+    actor_plan,
+    build_worker,
+    endpoints_from,
+    run_worker,
+)
 
 
 def run_keys(cfg: RunConfig) -> RunKeys | None:
@@ -69,22 +76,6 @@ def make_endpoints(cfg: RunConfig, scheme: str, folder: Path | None = None) -> d
     else:
         raise ValueError(f"unknown transport {scheme!r}; allowed: inproc, ipc, tcp")
     return endpoints_from(addr, n_policy, n_trainers)
-
-
-def endpoints_from(addr: dict[str, str], n_policy: int, n_trainers: int) -> dict:
-    """The endpoints handed to workers, from one address per socket name (`control`,
-    `params`, `samples<i>` per trainer rank, `inference<i>` per policy worker)."""
-    inference = [addr[f"inference{i}"] for i in range(n_policy)]
-    samples = [addr[f"samples{i}"] for i in range(n_trainers)]
-    return {
-        "control": addr["control"],
-        "samples": samples,
-        "samples_bind": samples,
-        "params": addr["params"],
-        "params_bind": addr["params"],
-        "inference": inference,
-        "inference_bind": inference,
-    }
 
 
 class SerialLauncher:
@@ -184,11 +175,3 @@ def make_launcher(cfg: RunConfig):
 
         return RayLauncher(cfg)
     raise ValueError(f"unknown launcher {kind!r}; allowed: serial, local, ray")
-
-
-def actor_plan(p) -> list[tuple[str, int]]:
-    """Policy workers and actors a pipeline runs besides its learners: warp actors run the
-    policy themselves (distributed/warp_actor.py), pods simulate themselves (pod_worker.py)."""
-    if p.backend == "pod":
-        return [("policy", 0), ("actor", 0)]
-    return [("policy", 0 if p.backend == "warp" else p.n_policy_workers), ("actor", p.n_actors)]

@@ -1,11 +1,13 @@
-"""What every learner worker does around its PPO updates: the trainer (trainer.py: PPO on
-chunks from actors) and the pod (pod_worker.py: simulates, acts and learns in one process).
+"""What every learner does around its PPO updates, held by both learner workers: the trainer
+(trainer.py: PPO on chunks from actors) and the pod worker (pod_worker.py: simulates, acts and
+learns in one process).
 
-A learner is a worker of kind "trainer": rank `spec.index` of `pipeline.n_trainers` (DDP through
-ddp.py when there are several), on `pipeline.device`. It owns:
-- the model and its `PPO`, restored on start from the newest valid checkpoint (`--resume` and a
-  restarted learner continue with counters intact), else initialised from `agent.init` (a
-  fine-tuning run, agents/transfer.py); every rank starts from rank 0's weights;
+A learner worker is a worker of kind "trainer": rank `spec.index` of `pipeline.n_trainers` (DDP
+through ddp.py when there are several), on `pipeline.device`. Its `Learner` owns:
+- the model and its `PPO` (`agent.ppo`, the one set of PPO settings of every learner), restored
+  on start from the newest valid checkpoint (`--resume` and a restarted learner continue with
+  counters intact), else initialised from `agent.init` (a fine-tuning run,
+  agents/transfer.py); every rank starts from rank 0's weights;
 - guarded updates: an update that raises or leaves a non-finite weight, normaliser or optimiser
   moment is undone (the state before it is restored, the batch dropped, `skipped_updates`
   counted), so nothing non-finite is ever published, checkpointed or snapshotted;
@@ -16,6 +18,10 @@ ddp.py when there are several), on `pipeline.device`. It owns:
 - the run's counters, which the controller owns and sends in `counters` control messages, with
   the time left under `stop.minutes`: a learner starts no update it expects to end after that,
   nor one past `stop.versions` (the controller sees the version only at the next heartbeat).
+
+`LearnerWorker` is the worker around it: what the controller's messages ask of a learner
+(counters, the stop, the final checkpoint) is the same for both kinds; how batches are made is
+each kind's own `step`.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +40,7 @@ from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import PolicyPool
 from hns_train.agents.ppo import PPO
 from hns_train.agents.transfer import initialise
-from hns_train.config import PipelineConfig
+from hns_train.config import RunConfig
 from hns_train.distributed.contract import ContractError, check_counters
 from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.params import resolve_device, state_dict_to_arrays
@@ -44,12 +51,12 @@ from hns_train.envs.contract import observation_shapes
 log = logging.getLogger(__name__)
 
 
-class LearnerWorker(Worker):
-    kind = "trainer"
+class Learner:
+    """The model, its PPO and everything a learner does around an update (module docstring)."""
 
-    def __init__(self, spec: WorkerSpec) -> None:
-        super().__init__(spec)
-        cfg = self.cfg
+    def __init__(self, cfg: RunConfig, spec: WorkerSpec, security, busy: Callable[[], None]):
+        self.cfg = cfg
+        self.busy = busy  # tells the controller an update may outlast the heartbeat timeout
         self.device = resolve_device(cfg.pipeline.device)
         # Several ranks (DDP, ddp.py): rank = index; rank 0 alone publishes and writes.
         self.rank, self.ddp = spec.index, None
@@ -75,7 +82,7 @@ class LearnerWorker(Worker):
         )
         self.ppo = PPO(
             self.model,
-            self.ppo_config(),
+            cfg.agent.ppo,
             sync=None if self.ddp is None else self.ddp.sync,
             autocast_dtype=_autocast_dtype(cfg.pipeline.mixed_precision, self.device),
         )
@@ -97,26 +104,18 @@ class LearnerWorker(Worker):
         if self.pool is not None:  # the untrained policy joins the pool before any update
             self.pool.maybe_add(self.version, self.model.state_dict())
         self.params = (
-            ParamPublisher(spec.endpoints["params_bind"], security=self.security)
+            ParamPublisher(spec.endpoints["params_bind"], security=security)
             if self.is_main
             else None
         )
         self.skipped_updates = 0
         self._last_checkpoint = time.monotonic()
-        self._last_update_s: float | None = None  # duration of the newest update
+        self.last_update_s: float | None = None  # duration of the newest update
         self._stop_at: float | None = None  # monotonic time the run stops at (stop.minutes)
-
-    def ppo_config(self):
-        """The PPO settings of this learner (`agent.ppo`; a pod replaces the passes)."""
-        return self.cfg.agent.ppo
 
     @property
     def version(self) -> int:
         return self.ppo.version
-
-    @property
-    def pipeline(self) -> PipelineConfig:
-        return self.cfg.pipeline
 
     def publish(self) -> None:
         if self.params is None:
@@ -127,24 +126,33 @@ class LearnerWorker(Worker):
     def ready_to_stop(self) -> bool:
         return self.ddp is None or self.agreed_stop
 
+    def agree(self, stop: bool, ready: bool) -> bool:
+        """Whether to train now; with several ranks, every rank must be ready, and a stop
+        asked by one is agreed by all (`agreed_stop`: no further update)."""
+        if self.ddp is None:
+            return ready
+        self.agreed_stop, ready = self.ddp.agree(stop=stop, ready=ready)
+        return ready and not self.agreed_stop
+
     def would_end_late(self) -> bool:
         """An update now would go past the run's end: its version would pass `stop.versions`,
         or it would still run when `stop.minutes` is up."""
         if self.cfg.stop.versions and self.version >= self.cfg.stop.versions:
             return True
-        if self._stop_at is None or self._last_update_s is None:
+        if self._stop_at is None or self.last_update_s is None:
             return False
-        return time.monotonic() + self._last_update_s > self._stop_at
+        return time.monotonic() + self.last_update_s > self._stop_at
 
     # ------------------------------------------------------------------ updates
-    def guarded_update(self, batch, size: int) -> dict | None:
-        """One PPO update on `batch` (chunks or a rollout of `size` agent-steps), undone when it
-        raises or leaves anything non-finite; its statistics, read from the device once."""
-        self.control.send("busy")  # an update on a large batch can outlast the heartbeat timeout
+    def guarded_update(self, update: Callable[[], dict], size: int) -> dict | None:
+        """`update()` (one PPO update on a batch of `size` agent-steps, its statistics left on
+        the device), undone when it raises or leaves anything non-finite; its statistics, read
+        from the device once. After a kept update: `after_update`."""
+        self.busy()
         start = time.perf_counter()
         before = copy.deepcopy(self.ppo.state_dict())
         try:
-            on_device = self.update_async(batch)
+            on_device = update()
             values = torch.stack(list(on_device.values())).tolist()  # the one host read
             stats = dict(zip(on_device, values, strict=True))
             problem = None
@@ -156,8 +164,9 @@ class LearnerWorker(Worker):
             if self.ddp is not None:
                 raise  # the ranks' collectives are out of step now: the group restarts
             stats, problem = None, f"{type(err).__name__}: {err}"
-        self._last_update_s = time.perf_counter() - start
+        self.last_update_s = time.perf_counter() - start
         if problem is None:
+            self.after_update()
             return stats
         self.ppo.load_state_dict(before)
         self.skipped_updates += 1
@@ -171,16 +180,12 @@ class LearnerWorker(Worker):
         )
         return None
 
-    def update_async(self, batch) -> dict[str, torch.Tensor]:
-        """The update itself, statistics left on the device (a pod adds its own)."""
-        return self.ppo.update_async(batch)
-
     def after_update(self) -> None:
         """Publish the new parameters; rank 0 writes a due checkpoint and pool snapshot."""
         self.publish()
         if not self.is_main:
             return
-        p = self.pipeline
+        p = self.cfg.pipeline
         due_s = p.checkpoint_every_s and time.monotonic() - self._last_checkpoint >= (
             p.checkpoint_every_s
         )
@@ -199,35 +204,56 @@ class LearnerWorker(Worker):
         )
         return self.checkpoints.save(self.version, state, meta)
 
-    # ------------------------------------------------------------------ control
-    def on_control(self, message) -> None:
-        if message.kind == "counters":
-            m = message.meta
-            try:
-                check_counters(m)
-            except ContractError as err:
-                log.warning("counters from the controller dropped: %s", err)
-                return
-            self.counters_from_controller = Counters(
-                version=self.version,
-                frames=int(m["frames"]),
-                episodes=int(m["episodes"]),
-                wall_clock_s=float(m["wall_clock_s"]),
-            )
-            stop_in = m.get("stop_in_s")
-            self._stop_at = None if stop_in is None else time.monotonic() + float(stop_in)
+    def take_counters(self, meta: dict) -> None:
+        """The run's counters from the controller (and the time left under stop.minutes)."""
+        try:
+            check_counters(meta)
+        except ContractError as err:
+            log.warning("counters from the controller dropped: %s", err)
+            return
+        self.counters_from_controller = Counters(
+            version=self.version,
+            frames=int(meta["frames"]),
+            episodes=int(meta["episodes"]),
+            wall_clock_s=float(meta["wall_clock_s"]),
+        )
+        stop_in = meta.get("stop_in_s")
+        self._stop_at = None if stop_in is None else time.monotonic() + float(stop_in)
 
-    def shutdown(self) -> None:
-        if self.is_main:
-            self.save_checkpoint()
-
-    def close_streams(self) -> None:
+    def close(self) -> None:
         if self.params is not None:
             self.params.close()
         if self.pool is not None:
             self.pool.close()
         if self.ddp is not None:
             self.ddp.close()
+
+
+class LearnerWorker(Worker):
+    """A worker of kind "trainer" holding a `Learner`: the controller's counters, the stop
+    (together with the other ranks) and the final checkpoint. Each kind's `step` makes its
+    batches and hands the update to `learner.guarded_update`."""
+
+    kind = "trainer"
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        super().__init__(spec)
+        self.learner = Learner(self.cfg, spec, self.security, lambda: self.control.send("busy"))
+        self.rank = self.learner.rank
+
+    def on_control(self, message) -> None:
+        if message.kind == "counters":
+            self.learner.take_counters(message.meta)
+
+    def ready_to_stop(self) -> bool:
+        return self.learner.ready_to_stop()
+
+    def shutdown(self) -> None:
+        if self.learner.is_main:
+            self.learner.save_checkpoint()
+
+    def close_streams(self) -> None:
+        self.learner.close()
 
 
 def _autocast_dtype(mixed_precision: bool, device: torch.device) -> torch.dtype | None:

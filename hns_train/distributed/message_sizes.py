@@ -19,9 +19,8 @@ each as `wire.encoded_size` counts it (all frames: the msgpack header with its a
 descriptors, plus the raw arrays), with `META_ALLOWANCE` bytes for a meta dict larger than the
 representative one used here.
 
-Per backend (`BACKEND_MESSAGES`): `c` sends all of the above; `warp` splits its chunks itself,
-so only one column (one agent stream of `chunk_len` steps) must fit; `pod` trains in its own
-process and sends no chunks, but still publishes parameters: it lists only those. Control
+Per backend (`BACKEND_MESSAGES`): `c` sends all of the above; `pod` trains in its own process
+and sends no chunks, but still publishes parameters: it lists only those. Control
 messages (heartbeats, a few KB) and pool snapshots (files, not messages) are not counted.
 """
 
@@ -76,11 +75,9 @@ def _parameters(cfg: RunConfig) -> MessageSize:
     )
 
 
-def _chunk(cfg: RunConfig, worlds: int, columns: int | None = None) -> int:
+def _chunk(cfg: RunConfig, worlds: int) -> int:
     game = cfg.game_config()
-    if columns is None:
-        per_world = cfg.pool.learning_agents(game.max_hiders, game.max_seekers)
-        columns = worlds * per_world
+    columns = worlds * cfg.pool.learning_agents(game.max_hiders, game.max_seekers)
     p, net = cfg.pipeline, cfg.agent.network
     layout = chunk_layout(
         observation_shapes(game),
@@ -147,18 +144,6 @@ def _c_messages(cfg: RunConfig) -> list[MessageSize]:
     return out
 
 
-def _warp_messages(cfg: RunConfig) -> list[MessageSize]:
-    # The Warp actor splits its chunks to fit; only a single column cannot be split.
-    return [
-        _parameters(cfg),
-        MessageSize(
-            f"one column of a sample chunk (one agent stream x {cfg.pipeline.chunk_len} steps)",
-            _chunk(cfg, 1, columns=1),
-            "a shorter pipeline.chunk_len",
-        ),
-    ]
-
-
 def _pod_messages(cfg: RunConfig) -> list[MessageSize]:
     # A pod simulates and learns in one process: no chunks, no inference; it still publishes
     # parameters (for eval workers).
@@ -168,7 +153,6 @@ def _pod_messages(cfg: RunConfig) -> list[MessageSize]:
 # backend -> the messages its runs send; a new backend adds its entry here.
 BACKEND_MESSAGES: dict[str, Callable[[RunConfig], list[MessageSize]]] = {
     "c": _c_messages,
-    "warp": _warp_messages,
     "pod": _pod_messages,
 }
 

@@ -1,15 +1,11 @@
-"""Who controls each agent row: integer codes on the wire, drawn per episode from the pool.
+"""The pipeline's controllers: codes drawn per episode from the pool, and the models they name.
 
-Code per agent row in an inference request:
-    LATEST (-1)  the learning policy (its rows are the only ones trained on)
-    RANDOM (-2)  the built-in random team
-    NOOP (-3)    the built-in no-op team
-    v >= 0       frozen pool snapshot of version v, or a pool guest (v >= `GUEST_BASE`, 2**40)
-
-Actors draw a `TeamControllers` per episode from the run's `PolicyPool` (the rules live in
-`hns_train.agents.pool`); policy workers and Warp actors turn codes back into a model or a
-fixed opponent. A snapshot code whose file is missing or broken is played by the latest policy
-and counted; up to `MAX_BAD_CODES` such codes are remembered, so none is read again.
+The codes are `hns_train.agents.opponents`' (LATEST, RANDOM, NOOP, a snapshot version v >= 0 or
+a pool guest, v >= `GUEST_BASE`, 2**40), one per agent row in an inference request. Actors draw
+a `TeamControllers` per episode from the run's `PolicyPool` (the rules live in
+`hns_train.agents.pool`); policy workers turn codes back into a model or a fixed opponent. A
+snapshot code whose file is missing or broken is played by the latest policy and counted; up
+to `MAX_BAD_CODES` such codes are remembered, so none is read again.
 """
 
 from __future__ import annotations
@@ -19,23 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from hns_train.agents.opponents import fixed_opponent
-from hns_train.agents.pool import LATEST as LATEST_ID
+from hns_train.agents.opponents import LATEST, NOOP, RANDOM, code_of, fixed_opponent
 from hns_train.agents.pool import PolicyPool, PoolConfig, SnapshotCache, TeamControllers
 from hns_train.distributed.contract import DropLog
 
-LATEST, RANDOM, NOOP = -1, -2, -3
+__all__ = ["LATEST", "NOOP", "RANDOM", "OpponentDraw", "Opponents", "code_of", "pool_dir"]
 MAX_BAD_CODES = 10_000  # snapshot codes remembered as unusable (not looked up on disk again)
-_NAMED = {LATEST_ID: LATEST, "random": RANDOM, "noop": NOOP}
-
-
-def code_of(policy_id) -> int:
-    """Wire code of a pool policy id ("latest", "random", "noop" or a snapshot version)."""
-    if isinstance(policy_id, str):
-        if policy_id not in _NAMED:
-            raise ValueError(f"unknown controller {policy_id!r}; allowed: {sorted(_NAMED)}")
-        return _NAMED[policy_id]
-    return int(policy_id)
 
 
 def pool_dir(run_dir: str | Path) -> Path:

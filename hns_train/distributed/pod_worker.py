@@ -3,11 +3,13 @@
 Each of the `pipeline.n_trainers` learners is a `Pod` (hns_train/agents/pod.py) on its device:
 `pod.worlds` worlds of the C game (a CPU pod, `pod.threads` MuJoCo and torch threads) or of the
 MuJoCo Warp game (a GPU pod; `pod.physics`), rollouts of `pipeline.chunk_len` steps, and PPO
-with `pod.epochs` x `pod.minibatches` on each. There are no actors, policy workers or sample
-sockets. What a learner does around its updates is unchanged (learner.py): parameters
-published for eval workers, pool snapshots, checkpoints, resume, the stop on time; several pods
-train one policy as DDP ranks (each its own worlds, gradients averaged as for trainers), and
-agree at every rollout's end whether to stop.
+with `agent.ppo` on each. There are no actors, policy workers or sample sockets. The worker's
+`step` advances its `Pod.iteration` by one env step (between steps it answers control messages
+and heartbeats, as every worker does); the worker is the iteration's hook: at the rollout's
+end it runs the update through its `Learner` (learner.py: guarded, then parameters published
+for eval workers, pool snapshots, checkpoints) or skips it when the run would end first.
+Several pods train one policy as DDP ranks (each its own worlds, gradients averaged as for
+trainers) and agree at every rollout's end whether to stop.
 
 Heartbeats carry a trainer's counters plus what actors report (frames, episodes, episode
 statistic sums, physics warnings) and the pod's wall time split into simulation, acting and
@@ -16,33 +18,33 @@ learning (`sim_s`, `act_s`, `learn_s`).
 
 from __future__ import annotations
 
-import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import asdict
 
 import torch
 
-from hns_train.agents.pod import Pod
+from hns_train.agents.pod import Pod, PodHook
 from hns_train.agents.pool import PolicyPool
 from hns_train.distributed.learner import LearnerWorker
 from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.worker import WorkerSpec
 
 
-class PodWorker(LearnerWorker):
+class PodWorker(LearnerWorker, PodHook):
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
-        cfg, pod = self.cfg, self.cfg.pod
+        cfg, pod, learner = self.cfg, self.cfg.pod, self.learner
         threads = pod.threads or max(1, (os.cpu_count() or 1) // cfg.pipeline.n_trainers)
-        if self.device.type == "cpu":
+        if learner.device.type == "cpu":
             torch.set_num_threads(threads)
-        self.game = make_game(cfg, self.device, seed=self._seed(1), threads=threads)
+        self.game = make_game(cfg, learner.device, seed=self._seed(1), threads=threads)
         self.opponent_pool = (
             PolicyPool(pool_dir(spec.run_dir), cfg.pool) if cfg.pool.draws_opponents else None
         )
         self.pod = Pod(
             self.game,
-            self.ppo,
+            learner.ppo,
             cfg.pipeline.chunk_len,
             pool=self.opponent_pool,
             opponent_slots=pod.opponent_slots,
@@ -53,49 +55,47 @@ class PodWorker(LearnerWorker):
         self._steps = self._env_steps = 0
         self._update_s = 0.0
         self._samples = 0
-        self.publish()
-
-    def ppo_config(self):
-        return dataclasses.replace(
-            self.cfg.agent.ppo, epochs=self.cfg.pod.epochs, minibatches=self.cfg.pod.minibatches
-        )
+        self._iteration = None  # the pod's iteration under way
+        learner.publish()
 
     def _seed(self, salt: int) -> list[int]:
         return [self.cfg.seed, 4, self.rank, self.spec.incarnation, salt]
 
     # ------------------------------------------------------------------ loop
     def step(self) -> bool:
-        if self.agreed_stop:
+        if self.learner.agreed_stop:
             return False
-        self._env_steps += 1
-        if not self.pod.step():
-            return True
-        if self.ddp is not None:  # every rank ends its rollout here: stop together, or train
-            self.agreed_stop, _ = self.ddp.agree(stop=self.stopping, ready=True)
-            if self.agreed_stop:
-                return False
-        if self.would_end_late():  # the run stops before this update could end
-            self.pod.t = 0
-            return True
-        stats = self.guarded_update(None, self.pod.buffer.steps * self.pod.game.rows)
-        self._update_s += self._last_update_s
-        if stats is None:
-            return True
-        self._samples += int(stats.pop("learned_steps"))
-        self._last_stats = stats
-        self._steps += 1
-        self.after_update()
+        if self._iteration is None:
+            self._iteration = self.pod.iteration(hook=self)
+        try:
+            next(self._iteration)  # one env step
+            self._env_steps += 1
+        except StopIteration as done:  # the rollout's update (or its skip) is over
+            self._iteration = None
+            stats = done.value
+            if stats is not None:
+                self._samples += int(stats.pop("learned_steps"))
+                self._last_stats = stats
+                self._steps += 1
         return True
 
-    def update_async(self, batch) -> dict[str, torch.Tensor]:
-        return self.pod.learn()
+    def update(self, learn: Callable[[], dict], agent_steps: int) -> dict | None:
+        # every rank ends its rollout here: stop together, or train together unless the run
+        # would end before this update could
+        learner = self.learner
+        if not learner.agree(stop=self.stopping, ready=not learner.would_end_late()):
+            return None
+        stats = learner.guarded_update(learn, agent_steps)
+        self._update_s += learner.last_update_s
+        return stats
 
     # ------------------------------------------------------------------ control
     def counters(self) -> dict:
         c = self.pod.take_counters()
+        learner = self.learner
         out = {
             # what a trainer reports
-            "version": self.version,
+            "version": learner.version,
             "steps": self._steps,
             "update_s": self._update_s,
             "samples": self._samples,
@@ -103,12 +103,12 @@ class PodWorker(LearnerWorker):
             "received": self._env_steps,
             "dropped_stale": 0,
             "rejected": 0,
-            "skipped_updates": self.skipped_updates,
+            "skipped_updates": learner.skipped_updates,
             "buffer": self.pod.t,
             "staleness": 0.0,
-            "reuse": float(self.cfg.pod.epochs),
+            "reuse": float(self.cfg.agent.ppo.epochs),
             "stats": self._last_stats,
-            "counters": asdict(self.counters_from_controller),
+            "counters": asdict(learner.counters_from_controller),
             # what an actor reports
             "frames": c.frames,
             "episodes": c.episodes,

@@ -1,9 +1,10 @@
 """Policy worker: batched inference for actors, with the latest parameters and pool snapshots.
 
 Requests (`act`) carry, per agent row, the raw observation, LSTM state, episode-start flag and a
-controller code (`opponent_codes.py`). The worker takes every request queued at once (up to
+controller code (`agents/opponents.py`). The worker takes every request queued at once (up to
 `max_inference_batch` rows: batches grow by themselves while the device is busy), groups rows
-by controller, runs one forward pass per group, and answers each actor with actions, log-probs,
+by controller (`act_by_controller`, the pod's dispatcher too), runs one forward pass per group,
+and answers each actor with actions, log-probs,
 de-normalised values and new states, plus the version of the latest parameters it used.
 
 Parameters arrive over the parameter stream from the trainer (newest only; a restarted trainer
@@ -25,8 +26,10 @@ import logging
 import time
 
 import numpy as np
+import torch
 
-from hns_train.agents.policy import ActorCritic
+from hns_train.agents.opponents import act_by_controller, controller_groups
+from hns_train.agents.policy import ActorCritic, ActOutput
 from hns_train.distributed import opponent_codes
 from hns_train.distributed.contract import (
     ContractError,
@@ -124,14 +127,7 @@ class PolicyWorker(Worker):
         obs = {k[4:]: v for k, v in batch.items() if k.startswith("obs/")}
         codes = batch["code"]
         n = len(codes)
-        actions, logp, values, state = act_by_controller(
-            self.model,
-            self.opponents,
-            obs,
-            batch["state"],
-            batch["episode_start"],
-            codes,
-        )
+        actions, logp, values, state = self._act(obs, batch["state"], batch["episode_start"], codes)
         self._rows += n
         self._forwards += len(np.unique(codes[codes >= opponent_codes.LATEST]))
         offset = 0
@@ -149,6 +145,27 @@ class PolicyWorker(Worker):
                 },
                 {**message.meta, "version": self.version},
             )
+
+    def _act(self, obs, state, starts, codes) -> ActOutput:
+        """Host arrays in and out; every row acted by its controller (`act_by_controller`)."""
+        device = self.device
+        out = act_by_controller(
+            controller_groups(codes, device),
+            self._network,
+            self._fixed,
+            self.model.obs_to_tensors(obs, 1),
+            torch.as_tensor(np.asarray(state, np.float32), device=device),
+            torch.as_tensor(np.asarray(starts, bool), device=device),
+        )
+        return ActOutput(*(x.cpu().numpy() for x in out))
+
+    def _network(self, code: int) -> ActorCritic:
+        if code == opponent_codes.LATEST:
+            return self.model
+        return self.opponents.snapshot_or_latest(code, self.model)
+
+    def _fixed(self, code: int, n: int) -> torch.Tensor:
+        return torch.as_tensor(self.opponents.fixed_actions(code, n), device=self.device)
 
     def counters(self) -> dict:
         out = {
@@ -185,36 +202,6 @@ def load_checked_params(message, model, reference, device, bad: DropLog, version
         return version
     model.load_state_dict(arrays_to_state_dict(message.arrays, device))
     return int(message.meta["version"])
-
-
-def act_by_controller(model, opponents, obs, state, episode_start, codes):
-    """Actions, log-probs, values and new states for agent rows played by different
-    controllers (`codes`, opponent_codes.py): one forward pass per controller, the latest policy
-    `model`, pool snapshots and fixed opponents from `opponents`. Rows of fixed opponents keep
-    their state and get log-prob and value 0. A snapshot that is missing or broken is played by
-    the latest policy (`Opponents.snapshot_or_latest`)."""
-    n = len(codes)
-    actions = np.zeros((n, 5), np.int64)
-    logp = np.zeros(n, np.float32)
-    values = np.zeros(n, np.float32)
-    new_state = np.array(state, dtype=np.float32)
-    for code in np.unique(codes):
-        rows = np.flatnonzero(codes == code)
-        if code == opponent_codes.LATEST or code >= 0:
-            net = (
-                model
-                if code == opponent_codes.LATEST
-                else opponents.snapshot_or_latest(code, model)
-            )
-            if len(rows) == n:  # one controller (most batches): no gathering copy
-                out = net.act(obs, state, episode_start)
-            else:
-                sub = {k: v[rows] for k, v in obs.items()}
-                out = net.act(sub, state[rows], episode_start[rows])
-            actions[rows], logp[rows], values[rows], new_state[rows] = out
-        else:
-            actions[rows] = opponents.fixed_actions(int(code), len(rows))
-    return actions, logp, values, new_state
 
 
 def _concat(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], list[int]]:

@@ -38,8 +38,7 @@ from collections import defaultdict
 from typing import Any
 
 from hns_train.config import RunConfig
-from hns_train.distributed.launchers import actor_plan, endpoints_from
-from hns_train.distributed.worker import WorkerSpec, run_worker
+from hns_train.distributed.worker import WorkerSpec, actor_plan, endpoints_from, run_worker
 
 log = logging.getLogger(__name__)
 RESERVE_TIMEOUT_S = 120.0

@@ -9,8 +9,8 @@ dropped, on arrival or when its turn comes.
 Chunks are checked against the run's contract on arrival (`contract.check_chunk`: exact
 observation keys and shapes, chunk length, LSTM size, action ranges, finite floats); a chunk
 that does not fit is dropped and counted. Guarded updates, publishing, checkpoints, pool
-snapshots, resume and the run's counters (and the stop on time) are every learner's, see
-learner.py.
+snapshots, resume and the run's counters (and the stop on time) are the `Learner`'s this worker
+holds, see learner.py.
 
 Several trainers (`pipeline.n_trainers` > 1, see ddp.py): trainer i is rank i with its own sample
 endpoint and `batch_chunks / n_trainers` chunks per step; ranks agree every iteration whether to
@@ -63,22 +63,18 @@ class TrainerWorker(LearnerWorker):
         self._samples = self._new_samples = 0  # agent-steps in updates; of those, first uses
         self._staleness: list[float] = []
         self._reuse: list[float] = []
-        self.publish()
+        self.learner.publish()
 
     # ------------------------------------------------------------------ loop
     def step(self) -> bool:
-        if self.agreed_stop:
+        if self.learner.agreed_stop:
             return False
         got = self._receive()
         ready = self._usable()
-        have = len(ready) >= self.batch_size and not self.would_end_late()
-        if self.ddp is not None:
-            # Every iteration: stop together, or train together only when every rank can.
-            self.agreed_stop, have = self.ddp.agree(stop=self.stopping, ready=have)
-            if self.agreed_stop:
-                return False
-        if not have:
-            return got > 0
+        have = len(ready) >= self.batch_size and not self.learner.would_end_late()
+        # Every iteration: stop together, or train together only when every rank can.
+        if not self.learner.agree(stop=self.stopping, ready=have):
+            return got > 0 and not self.learner.agreed_stop
         self._train(ready)
         return True
 
@@ -127,7 +123,7 @@ class TrainerWorker(LearnerWorker):
             raise ContractError(f"a {message.kind!r} message on the sample stream")
         return check_chunk(
             message.arrays,
-            self.model.layout,
+            self.learner.model.layout,
             chunk_len=p.chunk_len,
             bptt_len=self.cfg.agent.ppo.bptt_len,
             lstm_dim=net.lstm_dim,
@@ -135,7 +131,7 @@ class TrainerWorker(LearnerWorker):
         )
 
     def _stale(self, version: int) -> bool:
-        return version < self.version - self.cfg.pipeline.max_staleness
+        return version < self.learner.version - self.cfg.pipeline.max_staleness
 
     def _usable(self) -> list[Sample]:
         fresh = [s for s in self.buffer if not self._stale(s.version)]
@@ -149,8 +145,9 @@ class TrainerWorker(LearnerWorker):
         ready.sort(key=lambda s: (s.uses, -s.arrival))
         batch = ready[: self.batch_size]
         size = sum(s.chunk.num_steps * s.chunk.batch_size for s in batch)
-        stats = self.guarded_update(stack_chunks([s.chunk for s in batch]), size)
-        self._update_s += self._last_update_s
+        chunks = stack_chunks([s.chunk for s in batch])
+        stats = self.learner.guarded_update(lambda: self.learner.ppo.update_async(chunks), size)
+        self._update_s += self.learner.last_update_s
         if stats is None:  # undone: the batch is what broke it, it goes
             drop = {id(s) for s in batch}
             self.buffer = [s for s in self.buffer if id(s) not in drop]
@@ -161,16 +158,15 @@ class TrainerWorker(LearnerWorker):
             size = s.chunk.num_steps * s.chunk.batch_size
             self._samples += size
             self._new_samples += size if s.uses == 0 else 0
-            self._staleness.append(self.version - 1 - s.version)
+            self._staleness.append(self.learner.version - 1 - s.version)
             s.uses += 1
         # reuse = times a chunk was trained on when it leaves the buffer (used up, stale, overflow)
         self._reuse.extend(s.uses for s in batch if s.uses >= p.reuse)
         self.buffer = [s for s in self.buffer if s.uses < p.reuse]
-        self.after_update()
 
     def counters(self) -> dict:
         out = {
-            "version": self.version,
+            "version": self.learner.version,
             "steps": self._steps,
             "update_s": self._update_s,
             "samples": self._samples,
@@ -178,12 +174,12 @@ class TrainerWorker(LearnerWorker):
             "received": self._received,
             "dropped_stale": self._dropped_stale,
             "rejected": self._rejected - self._rejected_reported,
-            "skipped_updates": self.skipped_updates,
+            "skipped_updates": self.learner.skipped_updates,
             "buffer": len(self.buffer),
             "staleness": float(np.mean(self._staleness)) if self._staleness else None,
             "reuse": float(np.mean(self._reuse)) if self._reuse else None,
             "stats": self._last_stats,
-            "counters": asdict(self.counters_from_controller),
+            "counters": asdict(self.learner.counters_from_controller),
         }
         self._rejected_reported = self._rejected
         self._steps = self._received = self._dropped_stale = 0

@@ -1,4 +1,6 @@
-"""What every worker shares: its spec, the control channel to the controller, and its loop.
+"""What every worker shares: its spec, the control channel to the controller, and its loop;
+which workers a pipeline runs besides its learners (`actor_plan`) and the endpoints each is
+handed (`endpoints_from`), for every launcher alike.
 
 A worker is a plain object with `step() -> bool` (one unit of work; True when it did some) and
 `close()`. The same class runs under every launcher: the `serial` launcher calls `step()` of all
@@ -85,6 +87,30 @@ class WorkerSpec:
 
 
 NO_ROOM_EXIT = 75  # a worker found no room on the disk (a write failed with ENOSPC)
+
+
+def endpoints_from(addr: dict[str, str], n_policy: int, n_trainers: int) -> dict:
+    """The endpoints handed to workers, from one address per socket name (`control`,
+    `params`, `samples<i>` per trainer rank, `inference<i>` per policy worker)."""
+    inference = [addr[f"inference{i}"] for i in range(n_policy)]
+    samples = [addr[f"samples{i}"] for i in range(n_trainers)]
+    return {
+        "control": addr["control"],
+        "samples": samples,
+        "samples_bind": samples,
+        "params": addr["params"],
+        "params_bind": addr["params"],
+        "inference": inference,
+        "inference_bind": inference,
+    }
+
+
+def actor_plan(p) -> list[tuple[str, int]]:
+    """Policy workers and actors a pipeline runs besides its learners (pods simulate
+    themselves, pod_worker.py)."""
+    if p.backend == "pod":
+        return [("policy", 0), ("actor", 0)]
+    return [("policy", p.n_policy_workers), ("actor", p.n_actors)]
 
 
 class ControllerGone(RuntimeError):
@@ -182,9 +208,7 @@ class Worker:
 
 def build_worker(spec: WorkerSpec) -> Worker:
     """The worker class for `spec.kind` (imported here so each process loads only its own)."""
-    if spec.kind == "actor" and spec.config.get("pipeline", {}).get("backend") == "warp":
-        from hns_train.distributed.warp_actor import WarpActorWorker as cls
-    elif spec.kind == "actor":
+    if spec.kind == "actor":
         from hns_train.distributed.actor import ActorWorker as cls
     elif spec.kind == "policy":
         from hns_train.distributed.policy import PolicyWorker as cls

@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from hns_train.agents import PPO, ActorCritic, Chunk, PPOConfig
-from hns_train.agents.pod import LATEST, RANDOM, Pod
+from hns_train.agents.opponents import (
+    NOOP,
+    act_by_controller,
+    controller_groups,
+    noop_action,
+)
+from hns_train.agents.pod import LATEST, RANDOM, Pod, PodHook
 from hns_train.agents.pool import PolicyPool, PoolConfig
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.vector import VectorGame
@@ -134,3 +140,69 @@ def test_an_update_reads_the_device_back_once():
     with HostSyncCounter() as syncs:
         values = torch.stack(list(stats.values())).tolist()
     assert syncs.total == 1 and all(np.isfinite(values))
+
+
+class RecordingHook(PodHook):
+    """A worker's part of an iteration, recorded."""
+
+    def __init__(self) -> None:
+        self.updates = []
+
+    def update(self, learn, agent_steps):
+        self.updates.append(agent_steps)
+        return learn()
+
+
+def test_an_iteration_collects_a_rollout_then_learns_through_the_hook():
+    pod = make_pod(worlds=2, rollout=20)
+    hook = RecordingHook()
+    steps = pod.iteration(hook)
+    for t in range(20):  # the caller's turn after every env step, before any update
+        next(steps)
+        assert pod.t == t + 1 and hook.updates == [] and pod.ppo.version == 0
+    with pytest.raises(StopIteration) as done:
+        next(steps)
+    stats = done.value.value
+    assert hook.updates == [20 * pod.game.rows] and pod.ppo.version == 1
+    assert float(stats["learned_steps"]) == 20 * pod.game.rows
+    assert pod.take_counters().frames == 20 * 2
+
+    # An iteration left after 7 steps (the run stops) is not learned on; the next starts afresh.
+    left = pod.iteration(RecordingHook())
+    for _ in range(7):
+        next(left)
+    again = RecordingHook()
+    assert pod.run_iteration(again) is not None and pod.ppo.version == 2
+    assert again.updates == [20 * pod.game.rows]  # a whole rollout, from slot 0
+
+
+def test_the_dispatcher_acts_each_controllers_rows_with_its_model():
+    """`act_by_controller` (the policy worker's and the pod's): a network's rows get exactly
+    what that network gives for them alone; fixed opponents' rows keep their state, with
+    log-prob and value 0."""
+    torch.manual_seed(0)
+    shapes = observation_shapes(VectorGame("chase", 1).cfg)
+    nets = {LATEST: ActorCritic(shapes, device="cpu"), 0: ActorCritic(shapes, device="cpu")}
+    codes = np.array([LATEST, 0, RANDOM, LATEST, NOOP, 0])
+    rows = len(codes)
+    obs = {k: torch.rand(rows, *s) for k, s in shapes.items()}
+    state = torch.rand(rows, 4, nets[LATEST].config.lstm_dim)
+    starts = torch.zeros(rows, dtype=torch.bool)
+    noop = torch.as_tensor(noop_action())
+
+    def fixed(code, n):
+        return torch.ones(n, 5, dtype=torch.int64) if code == RANDOM else noop.expand(n, -1)
+
+    out = act_by_controller(
+        controller_groups(codes, "cpu"), nets.__getitem__, fixed, obs, state, starts
+    )
+    for code in (LATEST, 0):
+        index = torch.as_tensor(np.flatnonzero(codes == code))
+        sub = {k: v[index] for k, v in obs.items()}
+        alone = nets[code].act_tensors(sub, state[index], starts[index])  # (values and states
+        torch.testing.assert_close(out.values[index], alone.values)  # do not depend on sampling)
+        torch.testing.assert_close(out.state[index], alone.state)
+    for code, actions in ((RANDOM, torch.ones(5, dtype=torch.int64)), (NOOP, noop)):
+        (row,) = np.flatnonzero(codes == code)
+        assert torch.equal(out.actions[row], actions) and torch.equal(out.state[row], state[row])
+        assert out.logp[row] == 0 and out.values[row] == 0

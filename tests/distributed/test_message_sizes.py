@@ -14,7 +14,6 @@ from hns_train.config import ConfigError, load_config
 from hns_train.distributed import opponent_codes
 from hns_train.distributed.controller import Controller
 from hns_train.distributed.message_sizes import (
-    BACKEND_MESSAGES,
     check_message_sizes,
     message_sizes,
 )
@@ -86,19 +85,6 @@ def test_inference_messages_count_only_when_they_travel_on_the_wire():
     assert set(sizes_by_kind(load_config("smoke"))) == {"parameters", "chunk"}
     wire = sizes_by_kind(load_config("smoke", ["pipeline.shared_memory=false"]))
     assert set(wire) == {"parameters", "chunk", "request", "reply"}
-
-
-def test_warp_counts_one_column_of_a_chunk():
-    assert set(BACKEND_MESSAGES) >= {"c", "warp"}
-    cfg = load_config("smoke", ["pipeline.envs_per_actor=256", "pipeline.ring_size=1"])
-    cfg.pipeline.backend = "warp"  # (check() would need the optional extra)
-    sizes = sizes_by_kind(cfg)
-    assert set(sizes) == {"parameters", "column"}
-    cfg.pipeline.max_message_mb = 1
-    check_message_sizes(cfg)  # a 512-column chunk would not fit; one column does
-    cfg.pipeline.chunk_len = 200_000  # one column of 200k steps (about 50 MB) cannot be split
-    with pytest.raises(ConfigError, match="one column of a sample chunk.*pipeline.chunk_len"):
-        check_message_sizes(cfg)
 
 
 def within(computed: int, real: int, share: float = 0.03) -> bool:

@@ -212,12 +212,13 @@ def test_trainer_drops_stale_and_malformed_chunks(tmp_path):
     control = ControlServer(endpoints["control"])
     trainer = TrainerWorker(WorkerSpec("trainer", 0, cfg.to_dict(), str(run_dir), endpoints))
     trainer.poll_ms = 50
-    trainer.ppo.version = 10
+    trainer.learner.ppo.version = 10
     sender = SampleSender(endpoints["samples"])
     from hns_train.agents.synthetic import synthetic_chunk
 
     def chunk(version: int) -> Chunk:
-        c = synthetic_chunk(trainer.model, cfg.pipeline.chunk_len, 2, 10, np.random.default_rng(0))
+        rng = np.random.default_rng(0)
+        c = synthetic_chunk(trainer.learner.model, cfg.pipeline.chunk_len, 2, 10, rng)
         c.policy_version[:] = version
         return c
 
@@ -230,7 +231,7 @@ def test_trainer_drops_stale_and_malformed_chunks(tmp_path):
     assert trainer._rejected == 1
     assert sorted(s.version for s in trainer.buffer) == [6, 9, 10]
     assert trainer._dropped_stale == 2  # versions 3 and 5 are more than 4 behind 10
-    trainer.ppo.version = 14  # now 6 and 9 are too old as well
+    trainer.learner.ppo.version = 14  # now 6 and 9 are too old as well
     assert [s.version for s in trainer._usable()] == [10]
     assert trainer._reuse == [0, 0]  # they leave untrained, and the reuse metric says so
     sender.close()
@@ -254,15 +255,15 @@ def test_trainer_starts_no_update_that_would_end_after_the_stop(tmp_path):
 
     def feed(n: int) -> None:
         for _ in range(n):
-            c = synthetic_chunk(trainer.model, cfg.pipeline.chunk_len, 2, 10, rng)
-            c.policy_version[:] = trainer.version
+            c = synthetic_chunk(trainer.learner.model, cfg.pipeline.chunk_len, 2, 10, rng)
+            c.policy_version[:] = trainer.learner.version
             assert sender.send("chunk", c.to_arrays(), timeout_ms=1000)
 
     def counters(stop_in_s) -> None:
         meta = {"frames": 0, "episodes": 0, "wall_clock_s": 0.0, "stop_in_s": stop_in_s}
         control.send(spec.routing_id.encode(), "counters", meta=meta)
         deadline = time.monotonic() + 10
-        while (trainer._stop_at is None) != (stop_in_s is None):  # until it has arrived
+        while (trainer.learner._stop_at is None) != (stop_in_s is None):  # until it has arrived
             trainer.poll_control()
             assert time.monotonic() < deadline
 
@@ -272,14 +273,15 @@ def test_trainer_starts_no_update_that_would_end_after_the_stop(tmp_path):
 
     feed(2)
     steps(20)
-    assert trainer.version == 1 and trainer._last_update_s > 0  # the first update: no estimate
-    counters(0.5 * trainer._last_update_s)  # the stop comes before another update could end
+    # the first update: no estimate
+    assert trainer.learner.version == 1 and trainer.learner.last_update_s > 0
+    counters(0.5 * trainer.learner.last_update_s)  # the stop comes before another update could end
     feed(2)
     steps(20)
-    assert trainer.version == 1 and len(trainer._usable()) >= 2  # ready, but it waited
+    assert trainer.learner.version == 1 and len(trainer._usable()) >= 2  # ready, but it waited
     counters(None)  # no time limit (or plenty of time): it trains again
     steps(20)
-    assert trainer.version == 2
+    assert trainer.learner.version == 2
     sender.close()
     trainer.close()
     control.close()

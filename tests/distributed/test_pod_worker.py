@@ -21,8 +21,8 @@ SMOKE = CONFIG_DIR / "smoke.yaml"
 def pod_config(tmp_path, *overrides):
     return load_config(
         SMOKE,
-        [f"runs_dir={tmp_path}", "pipeline.backend=pod", "pod.worlds=4", "pod.epochs=1",
-         "pod.minibatches=1", *overrides],
+        [f"runs_dir={tmp_path}", "pipeline.backend=pod", "pod.worlds=4",
+         "agent.ppo.epochs=1", "agent.ppo.minibatches=1", *overrides],
     )  # fmt: skip
 
 

@@ -223,7 +223,7 @@ def test_the_trainer_drops_wrong_chunks_and_undoes_non_finite_updates(inproc):
     T = cfg.pipeline.chunk_len
 
     def chunk(steps: int = T):
-        return synthetic_chunk(trainer.model, steps, 2, cfg.agent.ppo.bptt_len, rng)
+        return synthetic_chunk(trainer.learner.model, steps, 2, cfg.agent.ppo.bptt_len, rng)
 
     def arrays(edit, steps: int = T) -> dict:
         c = chunk(steps)
@@ -249,25 +249,25 @@ def test_the_trainer_drops_wrong_chunks_and_undoes_non_finite_updates(inproc):
     for a in [*wrong, empty, chunk().to_arrays()]:
         assert sender.send("chunk", a, timeout_ms=1000)
     deadline = time.monotonic() + 30
-    while trainer.version < 1 and time.monotonic() < deadline:
+    while trainer.learner.version < 1 and time.monotonic() < deadline:
         trainer.step()
-    assert trainer.version == 1 and trainer._rejected == len(wrong)
+    assert trainer.learner.version == 1 and trainer._rejected == len(wrong)
     assert len(set(trainer.bad_chunks.recent)) == len(wrong)
-    assert finite(trainer.model)
+    assert finite(trainer.learner.model)
 
     # Finite but absurd rewards overflow the update: it is undone, nothing non-finite stays.
-    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    before = {k: v.clone() for k, v in trainer.learner.model.state_dict().items()}
     for _ in range(2):
         c = chunk()
         c.rewards[:] = 3e38
         assert sender.send("chunk", c.to_arrays(), timeout_ms=1000)
     deadline = time.monotonic() + 30
-    while trainer.skipped_updates < 1 and time.monotonic() < deadline:
+    while trainer.learner.skipped_updates < 1 and time.monotonic() < deadline:
         trainer.step()
-    assert trainer.skipped_updates == 1 and trainer.version == 1
-    after = trainer.model.state_dict()
+    assert trainer.learner.skipped_updates == 1 and trainer.learner.version == 1
+    after = trainer.learner.model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
-    path = trainer.save_checkpoint()
+    path = trainer.learner.save_checkpoint()
     saved = CheckpointDir(path.parent).latest()
     assert all(
         bool(torch.isfinite(v).all())

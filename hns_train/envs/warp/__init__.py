@@ -9,7 +9,7 @@
   code on those arrays, with `VectorGame`'s observation dictionary, action layout and step
   contract, worlds ending their episodes independently and no host sync inside a step;
   `rules.py` and `stats.py` hold the tensor forms of envs/rules.py and envs/stats.py.
-- `distributed/warp_actor.py` trains with it (`pipeline.backend=warp`).
+- Pods train on it (`pipeline.backend=pod pod.physics=warp`, agents/pod.py).
 
 Needs the optional extra `warp` (`mujoco-warp==4.0.0`, which brings `warp-lang`); importing
 this package without it works, building a `WarpWorlds` says what to install.
