@@ -196,6 +196,8 @@ def test_pod_hiders_beat_the_untrained_policy_on_the_quadrant_game(tmp_path):
             "pool.opponent_role=seeker",
             "pool.snapshot_every=100000",
             "pipeline.backend=pod",
+            "agent.ppo.epochs=2",  # the pod's passes (configs/quadrant_pod.yaml)
+            "agent.ppo.minibatches=2",
             "pipeline.n_trainers=2",
             "pod.worlds=32",
         ]
