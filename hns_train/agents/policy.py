@@ -151,7 +151,7 @@ class ActorCritic(nn.Module):
     ) -> None:
         self.obs_norm.update(obs, steps)
 
-    # ----- tensors in, tensors out, on the device (used by pods and the Warp actor) -----
+    # ----- tensors in, tensors out, on the device (used by pods) -----
 
     @torch.no_grad()
     def act_tensors(

@@ -69,7 +69,7 @@ def _parameters(cfg: RunConfig) -> MessageSize:
     meta = {"version": _BIG_INT, "publisher": "0" * 16}
     size = encoded_size("params", parameter_layout(cfg), meta)
     return MessageSize(
-        "parameters (trainer -> policy workers, Warp actors, eval workers)",
+        "parameters (trainer -> policy workers, eval workers)",
         size + META_ALLOWANCE,
         "a smaller network (agent.network: embed_dim, dense_dim, lstm_dim, lidar_filters)",
     )

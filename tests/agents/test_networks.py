@@ -144,7 +144,7 @@ def test_layout_from_gymnasium_like_space():
 
 
 def test_act_takes_tensors_where_they_are_and_arrays_alike():
-    """The Warp actor hands the policy its observations as tensors on the simulation's device;
+    """A pod hands the policy its observations as tensors on the simulation's device;
     they give the same outputs as host arrays, and a wrongly shaped tensor is refused."""
     shapes = obs_shapes()
     model = ActorCritic(shapes)
