@@ -108,6 +108,8 @@ def test_two_node_cluster_packs_trainers_restarts_a_worker_and_releases_everythi
         killed = controller.launcher.pid("actor0")
         os.kill(killed, signal.SIGKILL)
         wait_for(lambda: controller.restarts >= 1, 90, "the actor's restart")
+        # a worker still starting when the run stops is killed, and has no placement then
+        wait_for(lambda: controller.workers["actor0"].connected, 120, "the new actor's hello")
         before = controller.version
         wait_for(lambda: controller.version >= max(before, 4) + 1, 240, "training to go on")
     finally:
