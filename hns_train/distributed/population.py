@@ -42,6 +42,7 @@ cluster named by `pipeline.ray_address`; the members' controllers run beside thi
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import signal
@@ -84,6 +85,7 @@ from hns_train.distributed.controller import stop_signals
 from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.run_lock import RunLock, in_use
 from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
+from hns_train.distributed.worker import _die_with_parent
 from hns_train.eval.league import League
 from hns_train.jsonl import append_record
 
@@ -126,7 +128,9 @@ class MemberRun:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C reaches the population, which stops members in order
-            preexec_fn=_stop_with_parent,
+            # Linux sends the member SIGINT (a clean stop with a final checkpoint) if the
+            # population controller dies without stopping it
+            preexec_fn=functools.partial(_die_with_parent, signal.SIGINT),
         )
         out.close()
         self.stopping = False
@@ -836,16 +840,6 @@ def move_aside(path: Path) -> Path:
     path.rename(target)
     log.warning("%s moved aside to %s", path, target.name)
     return target
-
-
-def _stop_with_parent() -> None:
-    """In the member's process before it runs: Linux sends it SIGINT (a clean stop with a final
-    checkpoint) if the population controller dies without stopping it."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGINT))
 
 
 def _details(event: dict[str, Any]) -> dict[str, Any]:

@@ -244,17 +244,28 @@ class ParentWatch:
             raise ControllerGone(f"the parent process {self.parent} is gone")
 
 
-def _die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """Ask Linux for `sig` when the parent dies (also run in children before they exec)."""
+def _find_prctl():
+    """libc's prctl, looked up once, in the parent: `_die_with_parent` also runs in children
+    between fork and exec, where loading a library or logging could wait for ever on a lock that
+    another thread of the parent held at the fork."""
     if not sys.platform.startswith("linux"):
-        return
+        return None
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError) as err:  # no prctl: the pid check still works
         log.warning("no parent-death signal (%s); watching the parent pid instead", err)
+        return None
+
+
+_PRCTL = _find_prctl()
+
+
+def _die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux for `sig` when the parent dies (also run in children before they exec)."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
 
 
 def run_worker(spec: WorkerSpec) -> None:
