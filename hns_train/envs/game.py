@@ -1,7 +1,7 @@
 """`HideAndSeekGame`: W hide-and-seek worlds of one config, stepped in lockstep.
 
 This is the core every interface stands on (the PettingZoo env is the batch of one, actors use
-many). The rules live in `rules.py` as array operations over worlds; this module owns the
+many). The rules are stated in `rules.py` and run here as compiled loops; this module owns the
 MuJoCo edges: building worlds (`layout.py`, `world.py`), reading state, casting rays, applying
 grabs (weld equalities) and locks (joint ranges), and stepping physics.
 
@@ -45,7 +45,8 @@ are written into fixed buffers (constant parts at reset, lock flags when a lock 
 work that cannot change anything is skipped (no eligible object: no lock or grab decision; no
 seeker off the floor: no surf test).
 `tests/envs/test_fast_path.py` checks the results against the reference functions of
-rules.py / observations.py / stats.py and against rays cast from numpy-built directions.
+warp/rules.py / warp/stats.py (on CPU tensors) and against rays cast from numpy-built
+directions.
 
 Seeding: world w draws its layouts from its own generator, seeded from `seed` (or from the seed
 given to `reset` for that world); physics is deterministic, so equal seeds give equal episodes.
@@ -182,7 +183,7 @@ class HideAndSeekGame:
         self._ent_yaw = self._angles[0]
         self._ent_vel = np.zeros((W, E, 4))
         self._ent_cos, self._ent_sin = self._cos2[0], self._sin2[0]
-        self._front = np.zeros((W, A, 1, 2))  # agents' facing directions (rules.in_vision_cone)
+        self._front = np.zeros((W, A, 1, 2))  # agents' facing directions (rules.py's vision cone)
         self._cos_half_angle = np.cos(cfg.vision_half_angle)
         self.entity_centre = np.zeros((W, E, 3))  # main geom centres: what vision rays aim at
         self.agent_pos, self.object_pos = self._ent_pos[:, :A], self._ent_pos[:, A:]
@@ -897,7 +898,7 @@ class HideAndSeekGame:
 
     def _observe(self, worlds=None) -> None:
         """Observations of every world from the current state (see contract.py for the layout;
-        `observations.assemble` is the reference these writes must equal). Constant parts
+        `warp/rules.observe` is the reference these writes must equal). Constant parts
         (presence masks, box sizes) are written at reset, lock flags when locks change; rows of
         absent entities stay zero."""
         self._compiled(K.observe, self._rules, self._poses, self._sight, self._views)

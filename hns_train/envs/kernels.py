@@ -1,13 +1,13 @@
-"""Compiled (numba) loops for the per-step work of `game.py`, bit-identical to the numpy rules.
+"""Compiled (numba) loops for the per-step work of `game.py`: the rules fused into a few calls.
 
-At one world a step's arithmetic is a few hundred numbers, and the numpy form of the rules
-(`rules.py`, `observations.py`, `stats.py`) pays one Python-level call per array operation, about
-130 per step: twice the cost of the physics. These kernels do the same arithmetic in a handful
-of calls. They are the fast form of those functions, not new rules: every operation keeps
-numpy's order and rounding (sums in index order, float32 casts where numpy casts, the same
-`max(norm, 1e-9)` guards, Python's float modulo for yaw wrapping, which is numpy's), and
-`tests/envs/test_fast_path.py` checks the game against the reference functions and against
-MuJoCo's own `mj_ray`. Trigonometry stays in numpy (the caller passes cos / sin), so no result
+At one world a step's arithmetic is a few hundred numbers, and the array form of the rules
+(`warp/rules.py`, `warp/stats.py`) pays one Python-level call per array operation, about 130
+per step: twice the cost of the physics. These kernels do the same arithmetic in a handful of
+calls. They are the fast form of those functions, not new rules: every operation keeps the
+array form's order and rounding (sums in index order, float32 casts where it casts, the same
+`max(norm, 1e-9)` guards, Python's float modulo for yaw wrapping), and
+`tests/envs/test_fast_path.py` checks the game against those functions and against MuJoCo's
+own `mj_ray`. Trigonometry stays in numpy (the caller passes cos / sin), so no result
 depends on which libm the compiled code links.
 
 Shapes: W worlds, A agent slots, E = A + Ob entities (agents, then boxes and ramps), L lidar
@@ -174,7 +174,7 @@ def kinematics(p):
 def aim_rays(worlds, poses, sight):
     """Vision rays of game._cast_rays: direction from each agent to each entity centre
     (normalised; straight up towards itself), the cone test on the unnormalised offsets
-    (rules.cone_from_front), squared agent -> object centre distances, and every ray's origin.
+    (warp/rules.cone_from_front), squared agent -> object centre distances, and every ray's origin.
     Writes sight's ray_vec (the sight lines), ray_pnt, cone and sq_reach."""
     L = sight.L
     A = poses.front.shape[1]
@@ -281,9 +281,9 @@ class Rules(NamedTuple):
 
 @njit(**_OPTS)
 def rewards_and_stats(rules, sees, pos, reward, truncated):
-    """The end of a step: rules.rewards (with the per-episode masks of game.py), the running
-    sums of stats.EpisodeStats.step (team returns, play and hidden steps), t += 1 and the
-    truncation at the horizon. in_prep is t < prep_steps before the increment. Returns the
+    """The end of a step: warp/rules.rewards (with the per-episode masks of game.py), the
+    running sums of warp/stats.TensorStats.step (team returns, play and hidden steps), t += 1
+    and the truncation at the horizon. in_prep is t < prep_steps before the increment. Returns the
     flags LIFTED (a present seeker's centre is at least lift_z high: box surfing is possible),
     PREP_END (some world's preparation ended with this step) and TRUNCATED (some world's
     episode ended)."""
@@ -451,8 +451,8 @@ def decide_locks_and_grabs(
     new_agent,
     new_grabbed,
 ):
-    """rules.obb_distance, the eligibility test (seen on the previous step and within
-    grab_range of the oriented box), rules.update_locks and rules.choose_grabs in one pass.
+    """warp/rules.obb_distance, the eligibility test (seen on the previous step and within
+    grab_range of the oriented box), update_locks and choose_grabs of warp/rules.py in one pass.
     cos_yaw / sin_yaw (W, Ob) of the objects' yaw; actions (W, A, 5) with grab in column 3 and
     lock in column 4; lockable (W, Ob). Writes new_*; returns 1 when some lock changed plus 2
     when some grab did."""

@@ -45,7 +45,9 @@ SURF_MIN_SPEED = 0.2  # box xy speed that counts as moving (pushes reach several
 
 
 class EpisodeStats:
-    """Running statistics for W worlds with `n_boxes` box slots followed by ramp slots."""
+    """Running statistics for W worlds with `n_boxes` box slots followed by ramp slots. The
+    per-step sums (team returns, play and hidden steps) are added by the game's compiled step
+    (kernels.rewards_and_stats) into `returns`, `play_steps` and `hidden_steps`."""
 
     def __init__(self, n_worlds: int, n_boxes: int, n_objects: int):
         self.n_boxes = n_boxes
@@ -74,42 +76,6 @@ class EpisodeStats:
         }
         for key, value in cols.items():
             self.values[worlds, STAT_KEYS.index(key)] = value[worlds]
-
-    def step(
-        self,
-        t_after: np.ndarray,
-        prep_steps: int,
-        in_prep: np.ndarray,
-        rewards: np.ndarray,
-        is_hider: np.ndarray,
-        agent_present: np.ndarray,
-        hiders_seen: np.ndarray,
-        object_xy: np.ndarray,
-        object_present: np.ndarray,
-        locked: np.ndarray,
-        *,
-        team_masks: list[tuple[np.ndarray, np.ndarray]] | None = None,
-        **surfing,
-    ) -> None:
-        """One env step. ``surfing``, when it holds ``agent_pos``, is the rest of `add_surfing`'s
-        full 3-D state and feeds `num_box_surf` (no agent_pos: no seeker can surf this step).
-        team_masks: per team (hiders, seekers) the (W, A) members present and their count
-        clipped to >= 1, when the caller keeps them."""
-        if surfing.get("agent_pos") is not None:
-            self.add_surfing(
-                in_prep, is_hider, agent_present, object_present=object_present, **surfing
-            )
-        if team_masks is None:
-            team_masks = [
-                (m, np.maximum(m.sum(1), 1))
-                for m in (agent_present & is_hider, agent_present & ~is_hider)
-            ]
-        for team, (mask, count) in enumerate(team_masks):
-            self.returns[:, team] += (rewards * mask).sum(1) / count
-        play = ~in_prep
-        self.play_steps += play
-        self.hidden_steps += play & ~hiders_seen
-        self.mark_prep_end(t_after, prep_steps, object_xy, object_present, locked)
 
     def add_surfing(
         self,

@@ -6,48 +6,81 @@ are cast by the compiled loop of envs/rays.py, with more by one batched ray call
 `HideAndSeekGame` writes observations into preallocated buffers, keeps per-episode tables and
 skips work that cannot change anything (no object within reach: no lock or grab decision, every
 grab ends; no lifted seeker). These tests rebuild the lock and grab decisions with
-`eligibility` (below) / `rules.update_locks` / `rules.choose_grabs` from the state before each
-step, observations with `observations.assemble`, rewards with `rules.rewards` and the other
-agents' order with a plain loop, from the game's own state after every step of episodes that
-grab and lock often, with team sizes that leave slots empty. Rays are re-cast through
-`mujoco.batch.Batch.ray` from directions built with numpy and the cone test of
-`rules.in_vision_cone`, and the episode statistics are re-counted by `stats.EpisodeStats.step`.
+`eligibility` (below) / `update_locks` / `choose_grabs`, observations with `observe`, rewards
+with `rewards` (the tensor rules of envs/warp/rules.py, on CPU tensors viewing the game's
+arrays) from the state before each step, and the other agents' order with a plain loop, from
+the game's own state after every step of episodes that grab and lock often, with team sizes
+that leave slots empty. Rays are re-cast through `mujoco.batch.Batch.ray` from directions built
+with numpy and the cone test of `in_vision_cone`, and the episode statistics are re-counted by
+`warp/stats.TensorStats`.
 """
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 
-from hns_train.envs import observations as O
-from hns_train.envs import rules
 from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
-from hns_train.envs.stats import EpisodeStats
+from hns_train.envs.stats import STAT_KEYS
+from hns_train.envs.warp import rules as TR
+from hns_train.envs.warp.stats import TensorStats, box_surfing
+
+# what warp/rules.observe reads of a game, under the C game's names
+OBSERVED = [
+    "t",
+    "is_hider",
+    "team",
+    "agent_present",
+    "object_present",
+    "agent_pos",
+    "agent_yaw",
+    "agent_vel",
+    "object_pos",
+    "object_yaw_cos",
+    "object_yaw_sin",
+    "object_vel",
+    "half",
+    "lidar",
+    "lock_agent",
+    "lock_team",
+    "locked",
+]
+
+
+def _t(x):
+    return torch.as_tensor(np.asarray(x))
 
 
 def _reference_obs(game):
-    cfg, nb = game.cfg, game.cfg.max_boxes
-    prep = np.minimum(1.0, game.t / cfg.prep_steps) if cfg.prep_steps else np.ones(game.n_worlds)
-    agent_vec = O.agent_vectors(
-        game.agent_pos, game.agent_yaw, game.agent_vel, game.is_hider.astype(float), prep
+    state = SimpleNamespace(**{k: _t(getattr(game, k)) for k in OBSERVED}, sees=_t(game._sees))
+    rows, sees = TR.other_gathers(_t(game.others), game._sees.shape[2])
+    return {k: v.numpy() for k, v in TR.observe(game.cfg, state, rows, sees).items()}
+
+
+def _reference_rewards(game, in_prep):
+    """(rewards (W, A), hiders_seen (W,)) of the game's current state."""
+    seeker = game.agent_present & ~game.is_hider
+    hider = game.agent_present & game.is_hider
+    reward, seen = TR.rewards(
+        game.cfg,
+        _t(game.sees_agent),
+        _t(seeker[:, :, None] & hider[:, None, :]),
+        _t(game.is_hider),
+        _t(game.agent_present),
+        _t(game._ent_pos[..., :2]),
+        _t(game.object_present),
+        _t(in_prep),
     )
-    rows = O.object_rows(game.object_pos, game.object_yaw, game.object_vel)
-    box_rows = rows[:, :nb]
-    if cfg.box_size_obs:
-        box_rows = np.concatenate([box_rows, game.box_size], axis=-1)
-    flags = O.lock_flags(game.lock_agent, game.lock_team, game.locked, game.team)
-    return O.assemble(
-        cfg,
-        agent_vec,
-        game.agent_present,
-        game.others,
-        game.sees_agent,
-        box_rows,
-        rows[:, nb:],
-        flags,
-        game.sees_object,
-        game.object_present,
-        game.lidar,
+    return reward.numpy(), seen.numpy()
+
+
+def _cone(game):
+    cone = TR.in_vision_cone(
+        _t(game.agent_pos), _t(game.agent_yaw), _t(game.entity_centre), game.cfg.vision_half_angle
     )
+    return cone.numpy()
 
 
 NAMES = ("locked", "lock_team", "lock_agent", "grabbed")
@@ -63,22 +96,21 @@ def _reference_decisions(game, actions):
     """(locked, lock_team, lock_agent, grabbed) after `actions`, from the full rules on the state
     before the step (the game's actions after the prep-phase and absent-agent no-ops)."""
     cfg = game.cfg
-    dist = rules.obb_distance(game.agent_pos, game.object_pos, game.object_yaw, game.half)
+    dist = TR.obb_distance(
+        _t(game.agent_pos), _t(game.object_pos), _t(game.object_yaw), _t(game.half)
+    ).numpy()
     eligible = eligibility(
         game.sees_object, dist, cfg.grab_range, game.agent_present, game.object_present
     )
     idle = ((game.t < cfg.prep_steps)[:, None] & ~game.is_hider) | ~game.agent_present
     actions = np.where(idle[..., None], game.noop, actions)
-    locks = rules.update_locks(
-        game.locked,
-        game.lock_team,
-        game.lock_agent,
-        eligible,
-        actions[..., 4],
-        game.team,
-        game.lockable,
+    locks = TR.update_locks(
+        *map(_t, (game.locked, game.lock_team, game.lock_agent, eligible, actions[..., 4])),
+        _t(game.team),
+        _t(game.lockable),
     )
-    return (*locks, rules.choose_grabs(actions[..., 3], eligible, dist))
+    grabs = TR.choose_grabs(_t(actions[..., 3]), _t(eligible), _t(dist))
+    return tuple(x.numpy() for x in (*locks, grabs))
 
 
 def _loop_others(present):
@@ -114,23 +146,9 @@ def test_step_matches_the_reference_rules_and_observations(preset, seed):
             np.testing.assert_array_equal(getattr(game, name), value, err_msg=name)
         welds = np.array([d.eq_active[game.index.weld] for d in game.datas])
         np.testing.assert_array_equal(welds, game.grabbed[..., None] == np.arange(game.n_objects))
-        want, seen = rules.rewards(
-            game.sees_agent,
-            game.is_hider,
-            game.agent_present,
-            game.agent_pos[..., :2],
-            game.object_pos[..., :2],
-            game.object_present,
-            in_prep,
-            cfg.oob_low,
-            cfg.oob_high,
-            cfg.oob_penalty,
-            cfg.penalise_objects_oob,
-        )
+        want, _ = _reference_rewards(game, in_prep)
         np.testing.assert_array_equal(reward, want)
-        cone = rules.in_vision_cone(
-            game.agent_pos, game.agent_yaw, game.entity_centre, cfg.vision_half_angle
-        )
+        cone = _cone(game)
         assert not (game.sees_agent & ~cone[:, :, : game.n_agents]).any()
         for key, value in _reference_obs(game).items():
             np.testing.assert_array_equal(obs[key], value, err_msg=key)
@@ -164,7 +182,7 @@ def _reference_rays(game):
     lidar = np.minimum(lidar, cfg.lidar_range) * game.agent_present[..., None]
     body = np.append(game.index.geom_body, -1)[geomid[..., L:]]
     ent_body = np.concatenate([game.index.agent_body, game.index.object_body])
-    cone = rules.in_vision_cone(origin, game.agent_yaw, game.entity_centre, cfg.vision_half_angle)
+    cone = _cone(game)
     present = np.concatenate([game.agent_present, game.object_present], axis=1)
     pair = game.agent_present[:, :, None] & present[:, None, :]
     pair[:, np.arange(A), np.arange(A)] = False
@@ -174,11 +192,11 @@ def _reference_rays(game):
 @pytest.mark.parametrize("preset, seed", [("quadrant", 2), ("randomwalls", 1)])
 def test_compiled_rays_and_statistics_match_the_reference(preset, seed):
     cfg = make_config(preset, horizon=20, n_hiders=(1, 3), n_seekers=(1, 2))
-    W = 3
+    W, nb = 3, cfg.max_boxes
     game = HideAndSeekGame(cfg, W, seed=seed)
     game.reset()
-    ref = EpisodeStats(W, cfg.max_boxes, game.n_objects)
-    ref.reset(np.arange(W), game.object_pos[..., :2])
+    ref = TensorStats(W, nb, game.n_objects, "cpu")
+    ref.reset(torch.ones(W, dtype=torch.bool), _t(game.object_pos[..., :2]))
     rng = np.random.default_rng(seed)
     seen_steps = finished = 0
     for _ in range(2 * cfg.horizon + 3):
@@ -189,48 +207,39 @@ def test_compiled_rays_and_statistics_match_the_reference(preset, seed):
         np.testing.assert_array_equal(game.lidar, lidar)
         np.testing.assert_array_equal(game._sees, sees)
         seen_steps += int(sees.any())
-        _, hiders_seen = rules.rewards(
-            game.sees_agent,
-            game.is_hider,
-            game.agent_present,
-            game.agent_pos[..., :2],
-            game.object_pos[..., :2],
-            game.object_present,
-            in_prep,
-            cfg.oob_low,
-            cfg.oob_high,
-            cfg.oob_penalty,
-            cfg.penalise_objects_oob,
+        _, hiders_seen = _reference_rewards(game, in_prep)
+        seeker = game.agent_present & ~game.is_hider
+        masks = [(m, np.maximum(m.sum(1), 1)) for m in (game.agent_present & game.is_hider, seeker)]
+        box = slice(0, nb)
+        surf = box_surfing(
+            *map(_t, (game.agent_pos, seeker, game.object_pos[:, box], game.object_yaw[:, box])),
+            *map(_t, (game.object_vel[:, box], game.half[:, box], game.object_present[:, box])),
+            _t(game.grabbed),
+            cfg.agent_radius,
         )
         ref.step(
-            game.t,
+            _t(game.t),
             cfg.prep_steps,
-            in_prep,
-            reward,
-            game.is_hider,
-            game.agent_present,
-            hiders_seen,
-            game.object_pos[..., :2],
-            game.object_present,
-            game.locked,
-            agent_pos=game.agent_pos,
-            object_pos=game.object_pos,
-            object_yaw=game.object_yaw,
-            object_vel=game.object_vel,
-            half=game.half,
-            grabbed=game.grabbed,
-            agent_radius=cfg.agent_radius,
+            _t(in_prep),
+            _t(reward),
+            [(_t(m.astype(np.float32)), _t(c.astype(np.float32))) for m, c in masks],
+            _t(hiders_seen),
+            *map(_t, (game.object_pos[..., :2], game.object_present, game.locked)),
+            surf,
         )
         for name in ("returns", "play_steps", "hidden_steps"):
             np.testing.assert_array_equal(getattr(game.stats, name), getattr(ref, name), name)
         if truncated.any():
             done = np.flatnonzero(truncated)
-            want = ref.finish(done, game.object_pos[..., :2], game.object_present, game.locked)
-            assert [infos[w] for w in done] == want
+            args = map(_t, (truncated, game.object_pos[..., :2], game.object_present, game.locked))
+            want = ref.finish(*args).numpy()
+            for w in done:
+                got = [infos[w][k] for k in STAT_KEYS]
+                np.testing.assert_allclose(got, want[w], rtol=1e-12)
             finished += len(done)
             game.reset(done)
-            ref.reset(done, game.object_pos[..., :2])
-        np.testing.assert_array_equal(game.stats.values, ref.values)
+            ref.reset(_t(truncated), _t(game.object_pos[..., :2]))
+        np.testing.assert_allclose(game.stats.values, ref.values.numpy(), rtol=1e-12)
     assert seen_steps > 0 and finished >= W
 
 

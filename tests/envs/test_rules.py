@@ -6,9 +6,11 @@ import hns_scene as S
 import mujoco
 import numpy as np
 import pytest
+import torch
 
 from hns_train.envs import rules
 from hns_train.envs.config import make_config
+from hns_train.envs.warp import rules as TR
 from hns_train.envs.world import LOCKED_EMISSION
 
 WALL_FACE_GAP = 0.05  # half the wall thickness
@@ -281,8 +283,8 @@ def test_a_held_box_stretched_out_of_range_is_dropped_for_the_next_eligible_one(
     assert game.sees_object[0, 0, :2].all()
 
     def dist(o):
-        d = rules.obb_distance(game.agent_pos, game.object_pos, game.object_yaw, game.half)
-        return d[0, 0, o]
+        state = (game.agent_pos, game.object_pos, game.object_yaw, game.half)
+        return float(TR.obb_distance(*map(torch.as_tensor, state))[0, 0, o])
 
     assert dist(0) == pytest.approx(0.248) and dist(1) == pytest.approx(0.249)
     pull_west, pull_east = [0, 5, 5, 1, 0], [10, 5, 5, 1, 0]
@@ -297,12 +299,12 @@ def test_a_held_box_stretched_out_of_range_is_dropped_for_the_next_eligible_one(
 
 
 def test_grab_is_the_closest_eligible_object_every_step():
-    grab = np.array([[1, 1, 0]])
-    eligible = np.array([[[True, True], [False, False], [True, True]]])
-    dist = np.array([[[0.2, 0.1], [0.1, 0.1], [0.1, 0.2]]])
-    assert rules.choose_grabs(grab, eligible, dist).tolist() == [[1, -1, -1]]
+    grab = torch.tensor([[1, 1, 0]])
+    eligible = torch.tensor([[[True, True], [False, False], [True, True]]])
+    dist = torch.tensor([[[0.2, 0.1], [0.1, 0.1], [0.1, 0.2]]])
+    assert TR.choose_grabs(grab, eligible, dist).tolist() == [[1, -1, -1]]
     eligible[0, 0, 1] = False  # the held object stopped being eligible: the other one
-    assert rules.choose_grabs(grab, eligible, dist).tolist() == [[0, -1, -1]]
+    assert TR.choose_grabs(grab, eligible, dist).tolist() == [[0, -1, -1]]
 
 
 # ---------------------------------------------------------------- locks
@@ -425,15 +427,15 @@ def test_lock_veto_is_the_team_rule_with_the_locker_reset():
     ],
 )
 def test_update_locks_team_rule(locked, team, actions, want):
-    team_of = np.array([rules.HIDERS, rules.SEEKERS])
-    out = rules.update_locks(
-        np.array([[locked]]),
-        np.array([[team]]),
-        np.array([[-1 if team == rules.NO_TEAM else int(team)]]),
-        np.ones((1, 2, 1), dtype=bool),
-        np.array([actions]),
+    team_of = torch.tensor([rules.HIDERS, rules.SEEKERS])
+    out = TR.update_locks(
+        torch.tensor([[locked]]),
+        torch.tensor([[team]]),
+        torch.tensor([[-1 if team == rules.NO_TEAM else int(team)]]),
+        torch.ones((1, 2, 1), dtype=torch.bool),
+        torch.tensor([actions]),
         team_of,
-        np.array([True]),
+        torch.tensor([True]),
     )
     assert (bool(out[0][0, 0]), int(out[1][0, 0])) == want
 

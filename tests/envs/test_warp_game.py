@@ -32,7 +32,6 @@ import torch
 
 pytest.importorskip("mujoco_warp")
 
-from hns_train.envs import rules as R  # noqa: E402
 from hns_train.envs.config import make_config  # noqa: E402
 from hns_train.envs.game import HideAndSeekGame  # noqa: E402
 from hns_train.envs.layout import sample_layout  # noqa: E402
@@ -234,7 +233,8 @@ def test_a_held_box_stretched_out_of_range_is_dropped_for_the_next_eligible_one(
     _place(c_game, wg, [scene] * W)
 
     def dist():  # (backend, world, object): agent 0's distance to boxes A and B
-        c = R.obb_distance(c_game.agent_pos, c_game.object_pos, c_game.object_yaw, c_game.half)
+        state = (c_game.agent_pos, c_game.object_pos, c_game.object_yaw, c_game.half)
+        c = TR.obb_distance(*map(torch.as_tensor, state)).numpy()
         w = TR.obb_distance(wg.agent_pos, wg.object_pos, wg.object_yaw, wg.half)
         return np.stack([c[:, 0, :2], _host(w[:, 0, :2])])
 

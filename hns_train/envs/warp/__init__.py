@@ -8,7 +8,8 @@
 - `game.WarpGame`: the game's rules, observations, rewards, statistics and auto-reset as tensor
   code on those arrays, with `VectorGame`'s observation dictionary, action layout and step
   contract, worlds ending their episodes independently and no host sync inside a step;
-  `rules.py` and `stats.py` hold the tensor forms of envs/rules.py and envs/stats.py.
+  `rules.py` holds the rules of envs/rules.py as tensor code (the one implementation the C
+  game's compiled loops are checked against), `stats.py` the tensor form of envs/stats.py.
 - Pods train on it (`pipeline.backend=pod pod.physics=warp`, agents/pod.py).
 
 Needs the optional extra `warp` (`mujoco-warp==4.0.0`, which brings `warp-lang`); importing

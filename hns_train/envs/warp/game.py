@@ -398,21 +398,13 @@ class WarpGame:
 
     def _tables(self) -> None:
         """Per-episode masks and gather indices, from who is present (every world: cheap)."""
-        W, A = self.n_worlds, self.n_agents
         ap, op = self.agent_present, self.object_present
         ent_present = torch.cat([ap, op], dim=1)
         self._pair_ok = ap[:, :, None] & ent_present[:, None, :] & self._not_self
         hider = ap & self.is_hider
         self._seeker_present = ap & ~self.is_hider
         self._seeker_sees_hider = self._seeker_present[:, :, None] & hider[:, None, :]
-        valid = self._others >= 0
-        self._others_valid = valid
-        w_ = torch.arange(W, device=self.dev)[:, None, None]
-        a_ = torch.arange(A, device=self.dev)[None, :, None]
-        self._other_rows = torch.where(valid, w_ * A + self._others, W * A)
-        self._other_sees = torch.where(
-            valid, (w_ * A + a_) * self._E + self._others, W * A * self._E
-        )
+        self._other_rows, self._other_sees = TR.other_gathers(self._others, self._E)
         self._team_masks = [
             (m.to(torch.float32), m.sum(dim=1).clamp_min(1).to(torch.float32))
             for m in (hider, self._seeker_present)
@@ -430,6 +422,7 @@ class WarpGame:
         self.ent_yaw = q[..., 3]
         self.ent_vel = self.worlds.qvel[:, : 4 * E].reshape(W, E, 4).clone()
         self.ent_cos, self.ent_sin = torch.cos(self.ent_yaw), torch.sin(self.ent_yaw)
+        self.object_yaw_cos, self.object_yaw_sin = self.ent_cos[:, A:], self.ent_sin[:, A:]
         g = self._geom_off
         c, s = self.ent_cos, self.ent_sin
         self.entity_centre = self.ent_pos + torch.stack(
@@ -498,19 +491,16 @@ class WarpGame:
         self.grabbed = grabbed
 
     def _rewards(self, in_prep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        cfg = self.cfg
-        seen = (self.sees[:, :, : self.n_agents] & self._seeker_sees_hider).any(dim=(1, 2))
-        sign = torch.where(self.is_hider, 1.0, -1.0)[None, :]
-        r = torch.where(seen[:, None], -sign, sign)
-        xy = self.ent_pos[..., :2]
-        out = ((xy < cfg.oob_low) | (xy > cfg.oob_high)).any(dim=-1)
-        penalised = out[:, : self.n_agents]
-        if cfg.penalise_objects_oob and self.n_objects:
-            bad = (out[:, self.n_agents :] & self.object_present).any(dim=1)
-            penalised = penalised | bad[:, None]
-        r = torch.where(penalised, cfg.oob_penalty, r)
-        r = torch.where(self.agent_present & ~in_prep[:, None], r, 0.0)
-        return r.to(torch.float32), seen
+        return TR.rewards(
+            self.cfg,
+            self.sees[:, :, : self.n_agents],
+            self._seeker_sees_hider,
+            self.is_hider,
+            self.agent_present,
+            self.ent_pos[..., :2],
+            self.object_present,
+            in_prep,
+        )
 
     def _stats_step(self, in_prep, reward, hiders_seen) -> None:
         cfg, nb = self.cfg, self.cfg.max_boxes
@@ -539,69 +529,5 @@ class WarpGame:
         )
 
     def _observe(self) -> None:
-        """The observation dictionary (observations.py's layout, `assemble`'s numbers)."""
-        cfg, W, A = self.cfg, self.n_worlds, self.n_agents
-        nb = cfg.max_boxes
-        live = self.agent_present[:, :, None]
-        if cfg.prep_steps:
-            prep = torch.clamp(self.t.to(torch.float32) / cfg.prep_steps, max=1.0)
-        else:
-            prep = torch.ones(W, device=self.dev)
-        vec = torch.cat(
-            [
-                self.agent_pos,
-                TR.wrap_yaw(self.agent_yaw)[..., None],
-                self.agent_vel,
-                self.is_hider[None, :, None].expand(W, A, 1).to(torch.float32),
-                prep[:, None, None].expand(W, A, 1),
-            ],
-            dim=-1,
-        )
-        vec = torch.where(live, vec, 0.0)
-        rows = torch.cat([vec.reshape(W * A, -1), vec.new_zeros(1, vec.shape[-1])])
-        sees_flat = torch.cat([self.sees.reshape(-1), self.sees.new_zeros(1)])
-        obj = torch.cat(
-            [
-                self.object_pos,
-                self.ent_cos[:, A:, None],
-                self.ent_sin[:, A:, None],
-                self.object_vel,
-            ],
-            dim=-1,
-        )
-        present = self.object_present[:, None, :] & self.agent_present[:, :, None]
-        flags = TR.lock_flags(self.lock_agent, self.lock_team, self.locked, self.team)
-        box = obj[:, None, :nb].expand(W, A, nb, obj.shape[-1])
-        parts = [box]
-        if cfg.box_size_obs:
-            size = 2 * self.half[:, None, :nb]
-            parts.append(size.expand(W, A, nb, 3))
-        if cfg.boxes_lockable:
-            parts.append(flags[:, :, :nb])
-        box = torch.cat(parts, dim=-1)
-        ramp = obj[:, None, nb:].expand(W, A, cfg.n_ramps, obj.shape[-1])
-        parts = [ramp]
-        if cfg.ramps_lockable and cfg.ramp_lock_obs:
-            if cfg.box_size_obs:
-                parts.append(ramp.new_zeros(W, A, cfg.n_ramps, 3))
-            parts.append(flags[:, :, nb:])
-        ramp = torch.cat(parts, dim=-1)
-        seen = self.sees[:, :, A:] & present
-        obs = {
-            "observation_self": vec,
-            "agent_qpos_qvel": rows[self._other_rows],
-            "box_obs": torch.where(present[:, :, :nb, None], box, 0.0),
-            "ramp_obs": torch.where(present[:, :, nb:, None], ramp, 0.0),
-            "lidar": self.lidar,
-            "mask_aa_obs": sees_flat[self._other_sees],
-            "mask_ab_obs": seen[:, :, :nb],
-            "mask_ar_obs": seen[:, :, nb:],
-            "mask_aa_obs_spoof": self._others_valid,
-            "mask_ab_obs_spoof": present[:, :, :nb],
-            "mask_ar_obs_spoof": present[:, :, nb:],
-        }
-        self.obs = {}
-        for key, value in obs.items():
-            value = value.to(torch.float32)
-            shape = (W, A) + (1,) * (value.dim() - 2)
-            self.obs[key] = torch.where(live.reshape(shape), value, 0.0)
+        """The observation dictionary (warp/rules.observe)."""
+        self.obs = TR.observe(self.cfg, self, self._other_rows, self._other_sees)

@@ -6,8 +6,9 @@ with masks instead of picking worlds on the host (the end-of-preparation snapsho
 test for every step instead of only when a seeker is lifted). `reset` and `finish` take a (W,)
 bool mask of the worlds whose episodes start / end, so worlds end their episodes independently
 and nothing is read on the host: `finish` returns a (W, len(STAT_KEYS)) float64 tensor with NaN
-in the rows of worlds that did not finish. tests/envs/test_warp_rules.py checks both against
-`stats.EpisodeStats` / `stats.box_surfing`.
+in the rows of worlds that did not finish. `TensorStats.step` is also the reference for the
+running sums the C game's compiled step adds (tests/envs/test_fast_path.py);
+tests/envs/test_warp_rules.py checks `box_surfing` against `stats.box_surfing`.
 """
 
 from __future__ import annotations
