@@ -387,10 +387,8 @@ def _place_objects(
             return None
         site_xy[k] = centre(ij, cfg.site_cells, cfg.site_cells)
 
-    return Layout(
-        wall_pos=walls.pos,
-        wall_half=walls.half,
-        wall_present=walls.present,
+    return _layout(
+        walls,
         n_hiders=n_hiders,
         n_seekers=n_seekers,
         agent_present=present,
@@ -406,6 +404,12 @@ def _place_objects(
         cylinder_xy=cylinder_xy,
         cylinder_radius=diameter / 2,
     )
+
+
+def _layout(walls: _Walls, **parts) -> Layout:
+    """The `Layout` of `parts` on `walls` (their occupancy, unless `parts` gives its own)."""
+    parts.setdefault("occupancy", walls.occupancy)
+    return Layout(wall_pos=walls.pos, wall_half=walls.half, wall_present=walls.present, **parts)
 
 
 def _place_counting(cfg, walls: _Walls, n_hiders, n_seekers, box_kind) -> Layout:
@@ -426,10 +430,8 @@ def _place_counting(cfg, walls: _Walls, n_hiders, n_seekers, box_kind) -> Layout
     box_xy = np.zeros((cfg.max_boxes, 2))
     box_xy[:n, 0] = counting_row(cfg, n)
     box_xy[:n, 1] = cfg.counting.row_y
-    return Layout(
-        wall_pos=walls.pos,
-        wall_half=walls.half,
-        wall_present=walls.present,
+    return _layout(
+        walls,
         n_hiders=n_hiders,
         n_seekers=n_seekers,
         agent_present=present,
@@ -439,5 +441,4 @@ def _place_counting(cfg, walls: _Walls, n_hiders, n_seekers, box_kind) -> Layout
         box_xy=box_xy,
         ramp_xy=np.zeros((0, 2)),
         ramp_yaw=np.zeros(0),
-        occupancy=walls.occupancy,
     )
