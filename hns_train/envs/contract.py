@@ -85,6 +85,32 @@ def control_levels(bins: int, max_ctrl: float) -> np.ndarray:
     return np.linspace(-max_ctrl, max_ctrl, check_action_bins(bins))
 
 
+def check_actions(actions, n_worlds: int, n_agents: int, nvec: np.ndarray) -> np.ndarray:
+    """`actions` as (n_worlds, n_agents, 5) int64, or a ValueError naming what is wrong: the
+    shape, a dtype that is not integral (floats holding whole numbers pass), or the first
+    entry outside its head's [0, nvec[k] - 1]."""
+    actions = np.asarray(actions)
+    want = (n_worlds, n_agents, len(nvec))
+    if actions.shape != want:
+        raise ValueError(f"actions have shape {actions.shape}; expected {want} (worlds, agents, 5)")
+    if actions.dtype.kind not in "iu":
+        integral = actions.dtype.kind == "f" and np.all(actions == np.round(actions))
+        if not integral:
+            raise ValueError(f"actions must be integers, got dtype {actions.dtype}")
+    if actions.min() < 0 or (actions >= nvec).any():
+        w, a, k = np.argwhere((actions < 0) | (actions >= nvec))[0]
+        raise ValueError(bad_action_message(int(actions[w, a, k]), w, a, k, nvec))
+    return actions.astype(np.int64, copy=False)
+
+
+def bad_action_message(value: int, world: int, slot: int, k: int, nvec) -> str:
+    """What is wrong with entry `value` of head k for world `world`, agent slot `slot`."""
+    return (
+        f"action {value} for world {world}, agent slot {slot}, dimension {k} is "
+        f"outside [0, {nvec[k] - 1}] (MultiDiscrete {list(map(int, nvec))})"
+    )
+
+
 # ----------------------------------------------------------------------------- observations
 OBS_DTYPE = np.float32
 SELF_KEY = "observation_self"

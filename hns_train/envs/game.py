@@ -83,6 +83,7 @@ from hns_train.envs.world import (
     RAY_GROUPS,
     ModelCache,
     initial_qpos,
+    lidar_directions,
     object_half_extents,
     set_locked_highlight,
 )
@@ -152,8 +153,7 @@ class HideAndSeekGame:
         # box surfing needs a seeker lifted off the floor (stats.box_surfing's height test)
         self._lift_z = cfg.agent_radius + SURF_LIFT
         self._hiders_seen = np.zeros(W, dtype=bool)
-        angles = 2 * np.pi * np.arange(cfg.n_lidar) / cfg.n_lidar
-        self.lidar_dirs = np.stack([np.cos(angles), np.sin(angles), np.zeros_like(angles)], -1)
+        self.lidar_dirs = lidar_directions(cfg.n_lidar)
 
         self.t = np.zeros(W, dtype=np.int64)
         self._all_worlds = np.arange(W)
@@ -526,25 +526,8 @@ class HideAndSeekGame:
         return actions, work
 
     def check_actions(self, actions) -> np.ndarray:
-        actions = np.asarray(actions)
-        want = (self.n_worlds, self.n_agents, len(self.action_nvec))
-        if actions.shape != want:
-            raise ValueError(
-                f"actions have shape {actions.shape}; expected {want} (worlds, agents, 5)"
-            )
-        if actions.dtype.kind not in "iu":
-            integral = actions.dtype.kind == "f" and np.all(actions == np.round(actions))
-            if not integral:
-                raise ValueError(f"actions must be integers, got dtype {actions.dtype}")
-        if actions.min() < 0 or (actions >= self.action_nvec).any():
-            bad = (actions < 0) | (actions >= self.action_nvec)
-            w, a, k = np.argwhere(bad)[0]
-            raise ValueError(
-                f"action {int(actions[w, a, k])} for world {w}, agent slot {a}, dimension {k} is "
-                f"outside [0, {self.action_nvec[k] - 1}] "
-                f"(MultiDiscrete {self.action_nvec.tolist()})"
-            )
-        return actions.astype(np.int64, copy=False)
+        """(W, A, 5) int64 actions, or a ValueError naming the bad entry (contract.py)."""
+        return C.check_actions(actions, self.n_worlds, self.n_agents, self.action_nvec)
 
     # ------------------------------------------------------------------ MuJoCo edges
     def _seed_rngs(self, seed):
@@ -610,22 +593,10 @@ class HideAndSeekGame:
         self._bad_counts = self.batch.warning[:, BAD_STATE, 1]
         self._state0 = self.batch.state[0]
         self._ctrl_adr = idx.agent_ctrl.ravel()
-        # entities: agents then objects (boxes, ramps); their bodies, main geoms and joints
-        self._ent_body = np.concatenate([idx.agent_body, idx.object_body]).astype(np.int64)
-        self._ent_geom = np.concatenate([idx.agent_geom, idx.object_geom]).astype(np.int64)
+        # entities: agents then objects (boxes, ramps), their state a view of the batch rows
+        idx.check_entity_rows(model.nbody)
+        self._ent_body, self._ent_geom = idx.entity_body, idx.entity_geom
         E = len(self._ent_body)
-        ent_qpos = np.concatenate([idx.agent_qpos, idx.object_qpos]).reshape(-1, 4)
-        ent_qvel = np.concatenate([idx.agent_qvel, idx.object_qvel]).reshape(-1, 4)
-        # Entity e is body 1 + e with joints x, y, z, yaw at qpos / qvel 4e..4e+3 (world.py's
-        # build order): entity state is then a view of the batch rows, read without gathers.
-        order = np.arange(4 * E).reshape(E, 4)
-        if not (
-            model.nbody == 1 + E
-            and np.array_equal(self._ent_body, np.arange(1, E + 1))
-            and np.array_equal(ent_qpos, order)
-            and np.array_equal(ent_qvel, order)
-        ):
-            raise RuntimeError("world.py no longer builds entities as bodies 1..E with 4 joints")
         self._ent_q = self._qpos[:, : 4 * E].reshape(W, E, 4)
         self._ent_qd = self._qvel[:, : 4 * E].reshape(W, E, 4)
         if not np.shares_memory(self._ent_q, self._qpos):
@@ -865,10 +836,6 @@ class HideAndSeekGame:
     def geom_id(self, name: str) -> int:
         """The id of geom `name` (every world's model is built in the same order)."""
         return self.models[0].geom(name).id
-
-    def data_geom_centres(self, w: int) -> np.ndarray:
-        """(A+Ob, 3) centre of each entity's main geom: the point vision rays aim at."""
-        return self.entity_centre[w]
 
     def _apply_locks(self, locked: np.ndarray) -> None:
         idx = self.index

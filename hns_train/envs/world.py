@@ -106,6 +106,32 @@ class WorldIndex:
     def n_objects(self) -> int:
         return len(self.object_body)
 
+    @property
+    def entity_body(self) -> np.ndarray:
+        """(E,) int64 body of each entity: agents, then objects (boxes, ramps)."""
+        return np.concatenate([self.agent_body, self.object_body]).astype(np.int64)
+
+    @property
+    def entity_geom(self) -> np.ndarray:
+        """(E,) int64 main geom of each entity."""
+        return np.concatenate([self.agent_geom, self.object_geom]).astype(np.int64)
+
+    def check_entity_rows(self, nbody: int) -> None:
+        """Entity e must be body 1 + e with joints x, y, z, yaw at qpos / qvel 4e..4e+3 (the
+        build order of `build_spec`), in a model of `nbody` bodies: the games then read entity
+        state as views of the state rows, without gathers."""
+        E = self.n_agents + self.n_objects
+        order = np.arange(4 * E).reshape(E, 4)
+        qpos = np.concatenate([self.agent_qpos, self.object_qpos]).reshape(-1, 4)
+        qvel = np.concatenate([self.agent_qvel, self.object_qvel]).reshape(-1, 4)
+        if not (
+            nbody == 1 + E
+            and np.array_equal(self.entity_body, np.arange(1, E + 1))
+            and np.array_equal(qpos, order)
+            and np.array_equal(qvel, order)
+        ):
+            raise RuntimeError("world.py no longer builds entities as bodies 1..E with 4 joints")
+
 
 def _friction(mu: float) -> list[float]:
     return [mu, 0.005, 0.0001]
@@ -139,6 +165,13 @@ def _hide(geom) -> None:
     if geom.contype or geom.conaffinity:
         geom.contype, geom.conaffinity = PARKED_CONTYPE, PARKED_CONAFFINITY
     geom.group = GROUP_HIDDEN
+
+
+def lidar_directions(n: int) -> np.ndarray:
+    """(n, 3) unit directions of the lidar fan: horizontal, in the world frame, evenly spaced
+    from +x counter-clockwise."""
+    angles = 2 * np.pi * np.arange(n) / n
+    return np.stack([np.cos(angles), np.sin(angles), np.zeros_like(angles)], -1)
 
 
 def ramp_vertices(size: float) -> np.ndarray:

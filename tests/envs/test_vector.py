@@ -202,7 +202,7 @@ def test_poses_from_qpos_match_mujoco_kinematics():
         d = game.world_data(w)  # a fresh MjData run through mj_kinematics
         np.testing.assert_array_equal(game.datas[w].xpos[bodies], d.xpos[bodies])
         np.testing.assert_allclose(game.datas[w].xquat[bodies], d.xquat[bodies], atol=1e-15)
-        np.testing.assert_allclose(game.data_geom_centres(w), d.geom_xpos[geoms], atol=1e-12)
+        np.testing.assert_allclose(game.entity_centre[w], d.geom_xpos[geoms], atol=1e-12)
 
 
 def test_bad_use_is_rejected():

@@ -53,6 +53,7 @@ import logging
 import numpy as np
 import torch
 
+from hns_train.envs import contract as C
 from hns_train.envs import rules as R
 from hns_train.envs.config import GameConfig, game_config
 from hns_train.envs.layout import sample_layout
@@ -63,7 +64,7 @@ from hns_train.envs.warp import rules as TR
 from hns_train.envs.warp.bank import BankConfig, LayoutBank
 from hns_train.envs.warp.physics import PhysicsConfig, WarpWorlds
 from hns_train.envs.warp.stats import TensorStats, box_surfing
-from hns_train.envs.world import FREE_RANGE
+from hns_train.envs.world import FREE_RANGE, lidar_directions
 
 # mujoco_warp.OverflowType bits that mean lost contacts or constraints (buffers too small):
 # NEFC, NJMAX_NNZ, BROADPHASE, NARROWPHASE, CCD
@@ -103,9 +104,9 @@ class WarpGame:
         self.n_agents = A = cfg.max_agents
         self.n_objects = Ob = cfg.max_boxes + cfg.n_ramps
         E = A + Ob
-        self.action_nvec = np.array([cfg.action_bins] * 3 + [2, 2])
+        self.action_nvec = np.array(C.action_nvec(cfg.action_bins))
         self._nvec = torch.as_tensor(self.action_nvec, device=dev)
-        self._noop = torch.as_tensor([cfg.action_bins // 2] * 3 + [0, 0], device=dev)
+        self._noop = torch.as_tensor(C.noop_action(cfg.action_bins), device=dev)
         self._seed = seed
         self.stagger = stagger
         self.bank_config = bank or BankConfig()
@@ -116,24 +117,15 @@ class WarpGame:
         self._started = False
 
         # entities: agents then objects; entity e is body 1 + e with qpos / qvel 4e..4e+3
-        ent_body = np.concatenate([idx.agent_body, idx.object_body])
-        ent_q = np.concatenate([idx.agent_qpos, idx.object_qpos]).reshape(-1, 4)
-        if not (
-            np.array_equal(ent_body, np.arange(1, E + 1))
-            and np.array_equal(ent_q, np.arange(4 * E).reshape(E, 4))
-            and np.array_equal(
-                np.concatenate([idx.agent_qvel, idx.object_qvel]).reshape(-1, 4), ent_q
-            )
-        ):
-            raise RuntimeError("world.py no longer builds entities as bodies 1..E with 4 joints")
+        idx.check_entity_rows(self.worlds.template.nbody)
         self._E = E
 
         def t(x, dtype=torch.float32):
             return torch.as_tensor(np.asarray(x), dtype=dtype, device=dev)
 
         long = torch.int64
-        self._ent_body = t(ent_body, long)
-        self._ent_geom = t(np.concatenate([idx.agent_geom, idx.object_geom]), long)
+        self._ent_body = t(idx.entity_body, long)
+        self._ent_geom = t(idx.entity_geom, long)
         self._object_jnt = t(idx.object_jnt.reshape(-1), long)
         self._object_q = t(idx.object_qpos.reshape(-1), long)
         self._object_dof = t(idx.object_qvel.reshape(-1), long)
@@ -146,10 +138,9 @@ class WarpGame:
         self.lockable = t(
             [cfg.boxes_lockable] * cfg.max_boxes + [cfg.ramps_lockable] * cfg.n_ramps, torch.bool
         )
-        self.ctrl_levels = t(np.linspace(-cfg.max_ctrl, cfg.max_ctrl, cfg.action_bins))
+        self.ctrl_levels = t(C.control_levels(cfg.action_bins, cfg.max_ctrl))
         L = cfg.n_lidar
-        angles = 2 * np.pi * np.arange(L) / L
-        self._lidar_dirs = t(np.stack([np.cos(angles), np.sin(angles), np.zeros(L)], -1))
+        self._lidar_dirs = t(lidar_directions(L))
         self._nray = L + E
         self._ray_exclude = t(np.repeat(idx.agent_body, self._nray), torch.int32)
         self._not_self = torch.ones(A, E, dtype=torch.bool, device=dev)
@@ -277,12 +268,13 @@ class WarpGame:
         host read); the values with check=True (a ValueError naming the first bad entry), else
         clamped into range and counted on the device for `read_warnings`. check=None: True for
         host arrays, False for tensors."""
-        if check is None:
-            check = not isinstance(actions, torch.Tensor)
-        if not isinstance(actions, torch.Tensor):
-            actions = np.array(actions)  # a writable copy (broadcast views are read-only)
-        a = torch.as_tensor(actions, device=self.dev)
+        is_tensor = isinstance(actions, torch.Tensor)
         want = (self.n_worlds, self.n_agents, len(self.action_nvec))
+        if check or (check is None and not is_tensor):  # on the host, as the C game checks
+            host = actions.cpu().numpy() if is_tensor else actions
+            host = C.check_actions(host, *want[:2], self.action_nvec)
+            return torch.tensor(host, device=self.dev)  # a copy: `host` may be a read-only view
+        a = torch.as_tensor(actions, device=self.dev)
         if tuple(a.shape) != want:
             raise ValueError(
                 f"actions have shape {tuple(a.shape)}; expected {want} (worlds, agents, 5)"
@@ -290,15 +282,8 @@ class WarpGame:
         if a.dtype == torch.bool or a.dtype.is_complex:
             raise ValueError(f"actions must be integers, got dtype {a.dtype}")
         fractional = a != a.round() if a.dtype.is_floating_point else None
-        if check and fractional is not None and bool(fractional.any()):
-            raise ValueError(f"actions must be integers, got dtype {a.dtype}")
         a = a.to(torch.int64)
         bad = (a < 0) | (a >= self._nvec)
-        if check:
-            if bool(bad.any()):
-                w, ag, k = (int(i) for i in bad.nonzero()[0])
-                raise ValueError(self._bad_action_message(w, ag, k, int(a[w, ag, k])))
-            return a
         if fractional is not None:
             bad = bad | fractional
         first = bad.reshape(-1).to(torch.uint8).argmax()
@@ -335,7 +320,7 @@ class WarpGame:
             self._bad_count.zero_()
             raise ValueError(
                 f"{bad} action entries were out of range since the last check; the first: "
-                + self._bad_action_message(w, ag, k, value)
+                + C.bad_action_message(value, w, ag, k, self.action_nvec)
             )
         return total
 
@@ -355,12 +340,6 @@ class WarpGame:
             self.bank.close()
 
     # ------------------------------------------------------------------ internals
-    def _bad_action_message(self, w: int, ag: int, k: int, value: int) -> str:
-        return (
-            f"action {value} for world {w}, agent slot {ag}, dimension {k} is "
-            f"outside [0, {self.action_nvec[k] - 1}] (MultiDiscrete {self.action_nvec.tolist()})"
-        )
-
     def _reset_where(self, mask: torch.Tensor, slots: torch.Tensor, start=0) -> None:
         """New episodes in the worlds where `mask` (W,) bool, with the bank layouts of `slots`
         (W,), at step `start` (0 or a (W,) tensor); then poses, rays and observations of every
