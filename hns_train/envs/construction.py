@@ -37,7 +37,7 @@ import numpy as np
 from numba import njit
 
 from hns_train.envs import contract as C
-from hns_train.envs.tasks import Task, register
+from hns_train.envs.tasks import Task
 
 # corner signs (x, y) of a site or a box, in the original's order
 CORNER_SIGNS = np.array([[-1.0, -1.0], [-1.0, 1.0], [1.0, -1.0], [1.0, 1.0]])
@@ -109,11 +109,7 @@ def site_progress(
         mean_out[w] = total / count if count else 0.0
 
 
-@register
-class Blueprint(Task):
-    name = "blueprint"
-    stat_names = ("sites_activated",)
-
+class Blueprint(Task, name="blueprint", stat_names=("sites_activated",)):
     def __init__(self, cfg, game) -> None:
         super().__init__(cfg, game)
         W, S = game.n_worlds, cfg.max_sites
@@ -198,11 +194,7 @@ def shelter_ray_starts(cfg) -> np.ndarray:
     return np.concatenate([pts, np.zeros((len(pts), 1))], axis=1)
 
 
-@register
-class Shelter(Task):
-    name = "shelter"
-    stat_names = ("rays_hitting",)
-
+class Shelter(Task, name="shelter", stat_names=("rays_hitting",)):
     def __init__(self, cfg, game) -> None:
         super().__init__(cfg, game)
         W = game.n_worlds

@@ -43,7 +43,7 @@ import numpy as np
 
 from hns_train.envs import contract as C
 from hns_train.envs.layout import CUBE, counting_row
-from hns_train.envs.tasks import Pins, Task, register
+from hns_train.envs.tasks import Pins, Task
 
 
 def hiding_spots(cfg, n: int, k: int) -> np.ndarray:
@@ -63,11 +63,7 @@ def screen_crossing(cfg, x: np.ndarray) -> np.ndarray:
     return np.abs(np.asarray(x) - cfg.floor_size / 2) * ratio
 
 
-@register
-class ObjectCounting(Task):
-    name = "object_counting"
-    stat_names = ("boxes", "went_left", "answer")
-
+class ObjectCounting(Task, name="object_counting", stat_names=("boxes", "went_left", "answer")):
     def __init__(self, cfg, game) -> None:
         super().__init__(cfg, game)
         _check_scene(cfg)

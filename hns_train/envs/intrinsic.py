@@ -28,16 +28,12 @@ import math
 
 import numpy as np
 
-from hns_train.envs.tasks import Task, register
+from hns_train.envs.tasks import Task
 
 INDEX_DTYPE = np.int32  # cell indices: +-2^31 cells of 0.5 m covers any reachable position
 
 
-@register
-class CountBased(Task):
-    name = "count_based"
-    stat_names = ("states_seen",)
-
+class CountBased(Task, name="count_based", stat_names=("states_seen",)):
     def __init__(self, cfg, game) -> None:
         super().__init__(cfg, game)
         self.counts: dict[bytes, int] = {}

@@ -33,7 +33,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from hns_train.envs.tasks import Task, register
+from hns_train.envs.tasks import Task
 
 NO_BOX = -1  # no target box: every box is locked
 
@@ -149,24 +149,20 @@ class LockObjectsTask(Task):
         return stats
 
 
-@register
-class LockAndReturn(LockObjectsTask):
+class LockAndReturn(
+    LockObjectsTask, name="lock_and_return", stat_names=("boxes_locked", "returned")
+):
     """The original's lock_and_return.jsonnet: task 'all-return' with one box in 6 random
     rooms; lock it, then come back within 0.1 m of the spawn point."""
 
-    name = "lock_and_return"
     must_return = True
-    stat_names = ("boxes_locked", "returned")
 
 
-@register
-class SequentialLock(LockObjectsTask):
+class SequentialLock(LockObjectsTask, name="sequential_lock", stat_names=("boxes_locked",)):
     """The original's sequential_lock.jsonnet: task 'order' with the fixed order 0, 1, 2, 3 over
     4 boxes in the three closed rooms of the tri layout; only the next box in the order can be
     locked."""
 
-    name = "sequential_lock"
-    stat_names = ("boxes_locked",)
     in_order = True
 
     def lockable(self, default: np.ndarray) -> np.ndarray:

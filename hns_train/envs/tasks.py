@@ -96,6 +96,14 @@ class Task:
     name: ClassVar[str] = ""
     stat_names: ClassVar[tuple[str, ...]] = ()  # the keys `extra_stats` returns, in order
 
+    def __init_subclass__(cls, name: str = "", stat_names: tuple[str, ...] = (), **kw) -> None:
+        """`class Blueprint(Task, name="blueprint", stat_names=(...))` makes the task of that
+        name (GameConfig.task) available, reporting those statistics."""
+        super().__init_subclass__(**kw)
+        if name:
+            cls.name, cls.stat_names = name, stat_names
+            TASKS[name] = cls
+
     def __init__(self, cfg: GameConfig, game: GameView) -> None:
         self.cfg = cfg
         self.game = game
@@ -171,12 +179,6 @@ TASK_MODULES = {
     "object_counting": "counting",
     "count_based": "intrinsic",  # pretraining: count-based exploration, no game reward
 }
-
-
-def register(cls: type[Task]) -> type[Task]:
-    """Class decorator: make a task available by its `name` (GameConfig.task)."""
-    TASKS[cls.name] = cls
-    return cls
 
 
 def task_class(name: str) -> type[Task]:
