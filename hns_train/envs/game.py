@@ -720,7 +720,6 @@ class HideAndSeekGame:
         a_ = np.arange(A)[None, :, None]
         self._other_rows = np.where(valid, w_ * A + self.others, W * A)
         self._other_sees = np.where(valid, (w_ * A + a_) * E + self.others, W * A * E)
-        self._agent_live = ap[:, :, None]
         present = op[:, None, :] & ap[:, :, None]
         nb = self.cfg.max_boxes
         self._box_live = present[:, :, :nb, None]
