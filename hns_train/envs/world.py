@@ -137,25 +137,22 @@ def _friction(mu: float) -> list[float]:
     return [mu, 0.005, 0.0001]
 
 
-def _add_object_joints(body, prefix: str, damping: float) -> None:
-    # the original damps all four joints of a box or ramp (not only the hinge)
-    for axis, name in (([1, 0, 0], "x"), ([0, 1, 0], "y"), ([0, 0, 1], "z")):
+def _add_joints(body, prefix: str, damping: tuple[float, ...], limited: bool) -> None:
+    """Slides x, y, z and a yaw hinge, in that order (what `check_entity_rows` relies on), with
+    their dampings. An object's are limited to +-FREE_RANGE, so that a lock can narrow the
+    range; an agent's are free."""
+    limits = {}
+    if limited:
+        limits = dict(limited=mujoco.mjtLimited.mjLIMITED_TRUE, range=[-FREE_RANGE, FREE_RANGE])
+    axes = ([1, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 1])
+    for axis, name, d in zip(axes, ("x", "y", "z", "yaw"), damping, strict=True):
         body.add_joint(
             name=f"{prefix}_{name}",
-            type=mujoco.mjtJoint.mjJNT_SLIDE,
+            type=mujoco.mjtJoint.mjJNT_HINGE if name == "yaw" else mujoco.mjtJoint.mjJNT_SLIDE,
             axis=axis,
-            damping=damping,
-            limited=mujoco.mjtLimited.mjLIMITED_TRUE,
-            range=[-FREE_RANGE, FREE_RANGE],
+            damping=d,
+            **limits,
         )
-    body.add_joint(
-        name=f"{prefix}_yaw",
-        type=mujoco.mjtJoint.mjJNT_HINGE,
-        axis=[0, 0, 1],
-        damping=damping,
-        limited=mujoco.mjtLimited.mjLIMITED_TRUE,
-        range=[-FREE_RANGE, FREE_RANGE],
-    )
 
 
 def _hide(geom) -> None:
@@ -262,23 +259,9 @@ def new_spec(cfg: GameConfig) -> SpecParts:
     for k in range(cfg.max_agents):
         hider = k < cfg.max_hiders
         body = world.add_body(name=f"agent{k}", pos=[0, 0, r])
-        for axis, name, damping in (
-            ([1, 0, 0], "x", cfg.agent_slide_damping),
-            ([0, 1, 0], "y", cfg.agent_slide_damping),
-            ([0, 0, 1], "z", cfg.agent_z_damping),
-        ):
-            body.add_joint(
-                name=f"agent{k}_{name}",
-                type=mujoco.mjtJoint.mjJNT_SLIDE,
-                axis=axis,
-                damping=damping,
-            )
-        body.add_joint(
-            name=f"agent{k}_yaw",
-            type=mujoco.mjtJoint.mjJNT_HINGE,
-            axis=[0, 0, 1],
-            damping=cfg.agent_hinge_damping,
-        )
+        slide = cfg.agent_slide_damping
+        dampings = (slide, slide, cfg.agent_z_damping, cfg.agent_hinge_damping)
+        _add_joints(body, f"agent{k}", dampings, limited=False)
         main = body.add_geom(
             name=f"agent{k}",
             type=mujoco.mjtGeom.mjGEOM_SPHERE,
@@ -315,7 +298,8 @@ def new_spec(cfg: GameConfig) -> SpecParts:
     box_bodies, box_geoms = [], []
     for k in range(cfg.max_boxes):
         body = world.add_body(name=f"box{k}")
-        _add_object_joints(body, f"box{k}", cfg.box_hinge_damping)
+        # the original damps all four joints of a box or ramp (not only the hinge)
+        _add_joints(body, f"box{k}", (cfg.box_hinge_damping,) * 4, limited=True)
         # one material per object: locking lights up that object alone (set_locked_highlight)
         spec.add_material(name=f"box{k}", rgba=BOX_RGBA)
         geom = body.add_geom(
@@ -332,7 +316,7 @@ def new_spec(cfg: GameConfig) -> SpecParts:
         spec.add_mesh(name="ramp", uservert=ramp_vertices(cfg.ramp_size).ravel().tolist())
     for k in range(cfg.n_ramps):
         body = world.add_body(name=f"ramp{k}", pos=[0, 0, cfg.ramp_size / 2])
-        _add_object_joints(body, f"ramp{k}", cfg.ramp_hinge_damping)
+        _add_joints(body, f"ramp{k}", (cfg.ramp_hinge_damping,) * 4, limited=True)
         spec.add_material(name=f"ramp{k}", rgba=RAMP_RGBA)
         body.add_geom(
             name=f"ramp{k}",
