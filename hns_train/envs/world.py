@@ -393,9 +393,7 @@ def apply_layout(parts: SpecParts, cfg: GameConfig, layout: Layout) -> None:
         _show(parts.agent_geoms[k], present)
         body.gravcomp = 0.0 if present else 1.0
     for k, kind in enumerate(layout.box_kind):
-        size = np.full(3, cfg.box_size) if kind in (CUBE, ABSENT) else np.array(cfg.elongated_size)
-        if kind not in (CUBE, ABSENT, LONG_X):
-            size = size[[1, 0, 2]]
+        size = box_dimensions(cfg, kind)
         parts.box_bodies[k].pos = [0, 0, size[2] / 2]
         parts.box_geoms[k].size = size / 2
         _show(parts.box_geoms[k], kind != ABSENT)
@@ -470,14 +468,17 @@ def initial_qpos(cfg: GameConfig, layout: Layout, index: WorldIndex, nq: int) ->
     return qpos
 
 
+def box_dimensions(cfg: GameConfig, kind: int) -> np.ndarray:
+    """(3,) full size of a box of `kind` in its own frame (an absent one: a cube's)."""
+    if kind in (CUBE, ABSENT):
+        return np.full(3, cfg.box_size)
+    size = np.array(cfg.elongated_size)
+    return size if kind == LONG_X else size[[1, 0, 2]]
+
+
 def object_half_extents(cfg: GameConfig, layout: Layout) -> np.ndarray:
     """(O, 3) half sizes of each object's bounding box in its own frame (boxes, then ramps)."""
-    halves = []
-    for kind in layout.box_kind:
-        size = np.full(3, cfg.box_size) if kind in (CUBE, ABSENT) else np.array(cfg.elongated_size)
-        if kind not in (CUBE, ABSENT, LONG_X):
-            size = size[[1, 0, 2]]
-        halves.append(size / 2)
+    halves = [box_dimensions(cfg, kind) / 2 for kind in layout.box_kind]
     halves += [np.full(3, cfg.ramp_size / 2)] * cfg.n_ramps
     return np.array(halves).reshape(-1, 3)
 
