@@ -351,15 +351,17 @@ class GameConfig:
             raise ValueError("invalid game config: " + "; ".join(errors))
 
 
-TASK_NAMES = (
-    "hide_and_seek",
-    "lock_and_return",
-    "sequential_lock",
-    "blueprint",
-    "shelter",
-    "object_counting",
-    "count_based",
-)
+# every transfer task a config may name, and the module of envs/ that defines it (tasks.py
+# imports it on first use: it imports tasks.py)
+TASK_MODULES = {
+    "lock_and_return": "locking",
+    "sequential_lock": "locking",
+    "blueprint": "construction",
+    "shelter": "construction",
+    "object_counting": "counting",
+    "count_based": "intrinsic",  # pretraining: count-based exploration, no game reward
+}
+TASK_NAMES = ("hide_and_seek", *TASK_MODULES)
 WALL_MODES = ("quadrant", "random", "tri", "none", "counting")
 PLACEMENT_MODES = ("quadrant", "uniform", "counting")
 _ONE_AGENT_TASK = dict(

@@ -38,7 +38,7 @@ from typing import ClassVar, NamedTuple, Protocol
 
 import numpy as np
 
-from hns_train.envs.config import GameConfig
+from hns_train.envs.config import TASK_MODULES, GameConfig
 from hns_train.envs.stats import STAT_KEYS
 
 HIDE_AND_SEEK = "hide_and_seek"
@@ -169,16 +169,7 @@ class Task:
                 info[name] = float(values[i])
 
 
-TASKS: dict[str, type[Task]] = {}
-# the module that defines each task (imported on first use: they import this one)
-TASK_MODULES = {
-    "lock_and_return": "locking",
-    "sequential_lock": "locking",
-    "blueprint": "construction",
-    "shelter": "construction",
-    "object_counting": "counting",
-    "count_based": "intrinsic",  # pretraining: count-based exploration, no game reward
-}
+TASKS: dict[str, type[Task]] = {}  # each task module adds its classes on its first import
 
 
 def task_class(name: str) -> type[Task]:
