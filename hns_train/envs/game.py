@@ -27,7 +27,7 @@ keeps its own MjModel (`set_models`), because locks edit `jnt_range` and grabs e
 the batch reads those edits in place. Per-world state lives in the batch's state rows (no
 MjData per world); `datas[w]` is a `WorldState` of views into them for the lock/grab code, and
 `world_data(w)` materialises a real MjData for rendering. Body poses are computed from qpos
-(`_kinematics`): every movable body hangs off the world by slide x/y/z + hinge z with an
+(`_read_state`): every movable body hangs off the world by slide x/y/z + hinge z with an
 identity frame, so its position is body_pos + qpos[xyz] (bit-identical to `mj_kinematics`) and
 its orientation the yaw quaternion; this spares a `mj_kinematics` or `mj_fwdPosition` per world
 for the rules (the ray casts run `mj_kinematics` for the geoms' poses, as `Batch.ray` does).
@@ -603,7 +603,7 @@ class HideAndSeekGame:
             raise RuntimeError("entity qpos must be a view of the batch state")
         self._body_pos = np.zeros((W, E, 3))
         self._geom_pos = np.zeros((W, E, 3))
-        self._geom_xy_a = np.zeros((W, E, 2))  # (g_x, g_x) and (-g_y, g_y): see _kinematics
+        self._geom_xy_a = np.zeros((W, E, 2))  # (g_x, g_x) and (-g_y, g_y): see kernels.kinematics
         self._geom_xy_b = np.zeros((W, E, 2))
         self.datas = [
             WorldState(
@@ -751,11 +751,6 @@ class HideAndSeekGame:
             ramp = self.obs[C.RAMPS_KEY][..., ramp_lock]
             np.copyto(ramp, flags[:, :, nb:], where=self._ramp_live)
 
-    def _kinematics(self, worlds=None) -> None:
-        """Poses of agents and objects from qpos (see the module docstring), every world."""
-        self._trigonometry()
-        self._compiled(K.kinematics, self._poses)
-
     def _trigonometry(self) -> None:
         """Each entity's yaw and half yaw, and their cos / sin (numpy's: one call each for all):
         the yaw quaternion (cos, 0, 0, sin of half the yaw) and its rotation (mju_quat2Mat:
@@ -765,10 +760,12 @@ class HideAndSeekGame:
         np.sin(self._angles, out=self._sin2)
 
     def _read_state(self, worlds=None) -> None:
-        """Entity state from the batch rows, for every world (unchanged worlds read the same
-        numbers again; reading all is cheaper than gathering some)."""
+        """Entity state from the batch rows: poses of agents and objects from qpos (see the
+        module docstring), for every world (unchanged worlds read the same numbers again;
+        reading all is cheaper than gathering some)."""
         self._pull_live()
-        self._kinematics()
+        self._trigonometry()
+        self._compiled(K.kinematics, self._poses)
 
     def _cast_rays(self, worlds) -> None:
         """Lidar and line of sight for the given worlds: one call for all of them (rays.cast with
