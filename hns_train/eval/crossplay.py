@@ -84,12 +84,16 @@ class PairingResult:
         return out
 
 
-def paired_gain(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """Mean of a - b over paired episodes and its standard error."""
-    diff = np.asarray(a, float) - np.asarray(b, float)
-    if len(diff) < 2:
-        return float(diff.mean()), float("inf")
-    return float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(len(diff)))
+def standard_error(values) -> float:
+    """The standard error of the mean of ``values`` (NaN with fewer than two)."""
+    values = np.asarray(values, dtype=float)
+    return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")
+
+
+def paired_difference(a, b) -> tuple[float, float]:
+    """(mean, standard error) of a[i] - b[i] over paired episodes or seeds (se NaN with one)."""
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    return float(d.mean()), standard_error(d)
 
 
 @dataclass
@@ -103,8 +107,8 @@ class CrossPlay:
         """seeker_gain, hider_gain (paired, with standard errors) and whether each is
         significant; behaviour of trained v trained next to untrained v untrained."""
         ref = self[UNTRAINED, UNTRAINED]
-        seeker, seeker_se = paired_gain(self[UNTRAINED, TRAINED].in_sight, ref.in_sight)
-        hider, hider_se = paired_gain(self[TRAINED, UNTRAINED].hidden, ref.hidden)
+        seeker, seeker_se = paired_difference(self[UNTRAINED, TRAINED].in_sight, ref.in_sight)
+        hider, hider_se = paired_difference(self[TRAINED, UNTRAINED].hidden, ref.hidden)
         both = self[TRAINED, TRAINED]
         return {
             "seeker_gain": seeker,

@@ -11,7 +11,7 @@ Policies are feed-forward: the controller keeps no recurrent state.
 policies: e.g. the chase seeker against a random hider, next to a random seeker against the same
 random hider on the same seeds (same layouts and hider action streams), as a paired difference
 of the in-sight share (1 - hidden_fraction; hiders: the hidden share) with its standard error
-(`crossplay.paired_gain`).
+(`crossplay.paired_difference`).
 
 `parameter_change(before, params)` says how far training moved a policy (the examples' smoke
 tests assert it).
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from hns_train.eval.crossplay import paired_gain
+from hns_train.eval.crossplay import paired_difference
 from hns_train.eval.matches import FixedController, play_matches
 
 TEAMS = {"seeker": "in_sight", "hider": "hidden"}  # team -> the share it raises
@@ -104,7 +104,7 @@ def team_gain(
         results = play_matches(game, hiders, seekers, n_matches=episodes, seed=seed)
         hidden = np.array([r.hidden_fraction for r in results])
         share[name] = 1.0 - hidden if team == "seeker" else hidden
-    gain, se = paired_gain(share["trained"], share["random"])
+    gain, se = paired_difference(share["trained"], share["random"])
     return {
         "metric": TEAMS[team],
         "trained": float(share["trained"].mean()),
