@@ -164,6 +164,18 @@ def team_metadata(name: str, version: int | None = None, **extra: Any) -> dict[s
     return {"name": name, "version": version, **extra}
 
 
+def team_label(info: Any) -> str:
+    """A team's `team_metadata` as the videos and the html page print it: "name vN" (the version
+    once where the name already says it), or "" when the replay says nothing."""
+    if not isinstance(info, dict):
+        return str(info) if info else ""
+    name, version = info.get("name"), info.get("version")
+    tag = f"v{version}" if version is not None else ""
+    if name is not None and tag in str(name).split():
+        tag = ""  # `A ckpt_...pt v305`
+    return " ".join(p for p in (str(name) if name is not None else "", tag) if p)
+
+
 class MatchRecording:
     """`play_matches` hook recording worlds `worlds` of one round of W matches.
 

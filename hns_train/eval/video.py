@@ -39,6 +39,7 @@ from PIL import Image, ImageDraw, ImageFont
 from hns_train.envs.parallel import agent_names as env_agent_names
 from hns_train.envs.render import TopViewRenderer
 from hns_train.envs.world import HIDER_RGBA, SEEKER_RGBA, object_half_extents
+from hns_train.eval.recorder import team_label
 from hns_train.eval.replay import Replay, atomic_write
 from hns_train.optional import available
 
@@ -279,7 +280,8 @@ class ReplayVideo:
         meta = r.metadata
         for k, name in enumerate(TEAM_NAMES):
             colour = tuple(int(255 * c) for c in TEAM_RGBA[k][:3])
-            who = _policy_label(meta.get(name))
+            label = team_label(meta.get(name))
+            who = f"  ({label})" if label else ""
             lines[1].append((f"{name} {self.scores[t, k]:+.0f}{who}   ", colour))
         widths = [sum(draw.textlength(s, font=font) for s, _ in line) for line in lines]
         if not self._strip:  # over the picture: a dark box behind the text
@@ -291,18 +293,6 @@ class ReplayVideo:
                 draw.text((x, pad + k * (size + pad)), s, fill=colour, font=font)
                 x += draw.textlength(s, font=font)
         return np.asarray(pil)
-
-
-def _policy_label(info) -> str:
-    if isinstance(info, dict):
-        name, version = info.get("name"), info.get("version")
-        tag = f"v{version}" if version is not None else ""
-        if name is not None and tag in str(name).split():
-            tag = ""  # the name already says it (`A ckpt_...pt v305`)
-        parts = [str(name) if name is not None else "", tag]
-        label = " ".join(p for p in parts if p)
-        return f"  ({label})" if label else ""
-    return f"  ({info})" if info else ""
 
 
 def _add_connector(

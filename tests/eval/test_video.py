@@ -13,6 +13,7 @@ from hns_train.eval import recorder
 from hns_train.eval import replay as R
 from hns_train.eval import video as V
 from hns_train.eval.cli import main
+from hns_train.eval.recorder import team_label
 
 W, H = 96, 80  # small and not square: catches swapped axes
 
@@ -197,7 +198,7 @@ def test_text_sits_in_a_strip_above_the_arena(replay):
         {**replay.header, "metadata": {"hiders": {"name": "A ckpt_0000000305.pt v305",
                                                   "version": 305}}},
     )  # fmt: skip
-    assert V._policy_label(relabelled.metadata["hiders"]) == "  (A ckpt_0000000305.pt v305)"
+    assert team_label(relabelled.metadata["hiders"]) == "A ckpt_0000000305.pt v305"
     opts = V.VideoOptions(width=240, height=240)
     with V.ReplayVideo(replay, opts) as v, V.ReplayVideo(relabelled, opts) as w:
         strip = v._strip
