@@ -149,23 +149,25 @@ def cross_play(
     worlds: int = 16,
     seed: int = 0,
     progress: bool = False,
+    pairings: tuple[tuple[str, str], ...] = PAIRINGS,
 ) -> CrossPlay:
-    """Play every pairing of `PAIRINGS` for `episodes` episodes on the same seeds.
+    """Play every pairing of `pairings` for `episodes` episodes on the same seeds.
 
-    `policies` maps "trained" and "untrained" to factories of `matches` controllers (a fresh
-    controller per pairing, so no sampling stream is shared between pairings)."""
+    `policies` maps the names in `pairings` ("trained" and "untrained") to factories of
+    `matches` controllers (a fresh controller per pairing, so no sampling stream is shared
+    between pairings)."""
     import torch
 
     from hns_train.envs.game import HideAndSeekGame
 
-    missing = {TRAINED, UNTRAINED} - set(policies)
+    missing = {name for pair in pairings for name in pair} - set(policies)
     if missing:
         raise ValueError(f"cross_play needs controllers for {sorted(missing)}")
     if episodes < 2:
         raise ValueError(f"episodes must be >= 2 (a standard error needs two), got {episodes}")
     game = HideAndSeekGame(game_cfg, n_worlds=min(worlds, episodes))
     out: dict[tuple[str, str], PairingResult] = {}
-    for hiders, seekers in PAIRINGS:
+    for hiders, seekers in pairings:
         torch.manual_seed(seed)  # sampled actions: the same stream for each pairing
         results = play_matches(
             game,
