@@ -32,31 +32,33 @@ class Source:
         return f'"{self.title}" (arXiv {self.arxiv}), {self.where}'
 
 
-def _check_phase(phase: str | None) -> None:
-    if phase is not None and phase not in PHASES:
-        raise ValueError(f"unknown phase {phase!r}; allowed: {list(PHASES)}")
+@dataclass(frozen=True)
+class Sourced:
+    """A figure of the file with where it stands in its paper; a phase it names is checked."""
+
+    source: Source
+
+    def __post_init__(self) -> None:
+        phase = getattr(self, "phase", None)
+        if phase is not None and phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r}; allowed: {list(PHASES)}")
 
 
 @dataclass(frozen=True)
-class PhaseMark:
+class PhaseMark(Sourced):
     """A baseline's onset of one phase, in episodes (None: the phase is named, not dated)."""
 
     phase: str
     approximate: bool
-    source: Source
     episodes: float | None = None
-
-    def __post_init__(self) -> None:
-        _check_phase(self.phase)
 
 
 @dataclass(frozen=True)
-class ComputeRun:
+class ComputeRun(Sourced):
     """One reported training run: what it reached, how long it took, on what."""
 
     label: str
     note: str
-    source: Source
     phase: str | None = None
     episodes: float | None = None
     frames: float | None = None
@@ -66,9 +68,6 @@ class ComputeRun:
     cpu_cores: int | None = None
     gpus: int | None = None
     gpu_name: str | None = None
-
-    def __post_init__(self) -> None:
-        _check_phase(self.phase)
 
     def hardware(self) -> str:
         """'1,000 CPU cores + 8 GPUs' style summary, '' when not reported."""
@@ -81,17 +80,15 @@ class ComputeRun:
 
 
 @dataclass(frozen=True)
-class Speedup:
+class Speedup(Sourced):
     factor: float
     note: str
-    source: Source
 
 
 @dataclass(frozen=True)
-class Baseline:
+class Baseline(Sourced):
     key: str
     name: str
-    source: Source
     phases: dict[str, PhaseMark]
     runs: tuple[ComputeRun, ...]
     speedup_vs_rapid: Speedup | None = None
