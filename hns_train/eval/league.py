@@ -59,9 +59,6 @@ class League:
         self.untrained = load_checkpoint(self.untrained_path).state["model"]
         self.rounds = 0
 
-    def hof_path(self, policy: str) -> Path:
-        return self.folder / f"hof_{policy}.pt"
-
     # ----- playing -----
 
     def play(
@@ -136,6 +133,10 @@ class League:
             "SELECT COUNT(*) FROM matches WHERE hider = ? OR seeker = ?", (policy, policy)
         ).fetchone()
         return int(row[0])
+
+    def hof_path(self, policy: str) -> Path:
+        """Where a hall-of-fame entry's frozen weights live (`hof_m1.400.pt`)."""
+        return self.folder / f"hof_{policy}.pt"
 
     def close(self) -> None:
         self.ratings.close()
