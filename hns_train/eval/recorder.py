@@ -144,15 +144,22 @@ class ReplayRecorder:
                     arrays[name] = np.asarray(rows[name], dtype=dtype)
                 else:
                     arrays[name] = np.zeros((length, *shape(sizes)), dtype=dtype)
-        header = _make_header(
-            g.cfg,
-            self._layout,
-            sizes,
-            seed=self._seed,
-            world=self.world,
-            metadata={**self.metadata, **(metadata or {})},
-            episode_stats=self.episode_stats,
-        )
+        header = {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "game_config": asdict(g.cfg),
+            "sizes": {k: int(v) for k, v in sizes.items()},
+            "layout_counts": {
+                "n_hiders": int(self._layout.n_hiders),
+                "n_seekers": int(self._layout.n_seekers),
+            },
+            "seed": None if self._seed is None else int(self._seed),
+            "world": int(self.world),
+            "metadata": {**self.metadata, **(metadata or {})},
+            "episode_stats": self.episode_stats,
+            "mujoco_version": mujoco.__version__,
+            "created_unix": time.time(),
+        }
         return Replay(cfg=g.cfg, layout=self._layout, arrays=arrays, header=header)
 
     def save(self, path, metadata: dict | None = None) -> Path:
@@ -220,22 +227,6 @@ def _world_data(game, w: int, scratch: mujoco.MjData | None) -> mujoco.MjData:
     if hasattr(game, "world_data"):
         return game.world_data(w)
     return game.datas[w]
-
-
-def _make_header(cfg, layout, sizes, seed, world, metadata, episode_stats) -> dict:
-    return {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "game_config": asdict(cfg),
-        "sizes": {k: int(v) for k, v in sizes.items()},
-        "layout_counts": {"n_hiders": int(layout.n_hiders), "n_seekers": int(layout.n_seekers)},
-        "seed": None if seed is None else int(seed),
-        "world": int(world),
-        "metadata": metadata,
-        "episode_stats": episode_stats,
-        "mujoco_version": mujoco.__version__,
-        "created_unix": time.time(),
-    }
 
 
 def record_episode(

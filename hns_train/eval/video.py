@@ -36,7 +36,7 @@ import mujoco
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from hns_train.envs.parallel import agent_names as env_agent_names
+from hns_train.envs.parallel import agent_names
 from hns_train.envs.render import TopViewRenderer
 from hns_train.envs.world import HIDER_RGBA, SEEKER_RGBA, object_half_extents
 from hns_train.eval.recorder import team_label
@@ -91,11 +91,6 @@ def real_time_fps(replay: Replay) -> float:
     return 1.0 / (replay.cfg.timestep * replay.cfg.substeps)
 
 
-def agent_names(replay: Replay) -> list[str]:
-    """The env's names (`hider_0`, `seeker_0`, ...) in slot order."""
-    return env_agent_names(replay.cfg.max_hiders, replay.cfg.max_seekers)
-
-
 def parse_camera(spec: str, replay: Replay) -> int | None:
     """None for the top camera, else the agent slot a `follow:AGENT` camera tracks."""
     if spec == "top":
@@ -103,7 +98,7 @@ def parse_camera(spec: str, replay: Replay) -> int | None:
     if not spec.startswith("follow:"):
         raise ValueError(f"camera {spec!r} is not 'top' or 'follow:AGENT'")
     who = spec.split(":", 1)[1]
-    names = agent_names(replay)
+    names = agent_names(replay.cfg.max_hiders, replay.cfg.max_seekers)  # hider_0, ... seeker_0
     present = replay.layout.agent_present
     if who in names:
         slot = names.index(who)
