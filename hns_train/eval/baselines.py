@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from hns_train.eval.phases import PHASES
+from hns_train.typed_config import from_dict
 
 DEFAULT_PATH = Path(__file__).with_name("baselines.yaml")
 
@@ -32,31 +33,41 @@ class Source:
 
 
 @dataclass(frozen=True)
-class PhaseMark:
-    """A baseline's onset of one phase, in episodes (None: the phase is named, not dated)."""
+class Sourced:
+    """A figure of the file with where it stands in its paper; a phase it names is checked."""
 
-    phase: str
-    episodes: float | None
-    approximate: bool
     source: Source
+
+    def __post_init__(self) -> None:
+        phase = getattr(self, "phase", None)
+        if phase is not None and phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r}; allowed: {list(PHASES)}")
 
 
 @dataclass(frozen=True)
-class ComputeRun:
+class PhaseMark(Sourced):
+    """A baseline's onset of one phase, in episodes (None: the phase is named, not dated)."""
+
+    phase: str
+    approximate: bool
+    episodes: float | None = None
+
+
+@dataclass(frozen=True)
+class ComputeRun(Sourced):
     """One reported training run: what it reached, how long it took, on what."""
 
     label: str
-    phase: str | None
-    episodes: float | None
-    frames: float | None
-    hours: float | None
-    batch_chunks: int | None
-    chunk_length: int | None
-    cpu_cores: int | None
-    gpus: int | None
-    gpu_name: str | None
     note: str
-    source: Source
+    phase: str | None = None
+    episodes: float | None = None
+    frames: float | None = None
+    hours: float | None = None
+    batch_chunks: int | None = None
+    chunk_length: int | None = None
+    cpu_cores: int | None = None
+    gpus: int | None = None
+    gpu_name: str | None = None
 
     def hardware(self) -> str:
         """'1,000 CPU cores + 8 GPUs' style summary, '' when not reported."""
@@ -69,20 +80,18 @@ class ComputeRun:
 
 
 @dataclass(frozen=True)
-class Speedup:
+class Speedup(Sourced):
     factor: float
     note: str
-    source: Source
 
 
 @dataclass(frozen=True)
-class Baseline:
+class Baseline(Sourced):
     key: str
     name: str
-    source: Source
     phases: dict[str, PhaseMark]
     runs: tuple[ComputeRun, ...]
-    speedup_vs_rapid: Speedup | None
+    speedup_vs_rapid: Speedup | None = None
 
     def onset(self, phase: str) -> float | None:
         mark = self.phases.get(phase)
@@ -104,97 +113,37 @@ def load_baselines(path: str | Path | None = None) -> Baselines:
     if not path.is_file():
         raise ValueError(f"baselines file {path} does not exist")
     data = yaml.safe_load(path.read_text())
-    where = str(path)
-    table = _get(data, "baselines", dict, where)
-    missing = {"rapid", "srl"} - set(table)
-    if missing:
-        raise ValueError(f"{where}: baselines needs entries {sorted(missing)}")
-    return Baselines(
-        **{key: _baseline(key, table[key], f"{where}: baselines.{key}") for key in ("rapid", "srl")}
-    )
+    table = data.get("baselines") if isinstance(data, dict) else None
+    if not isinstance(table, dict) or {"rapid", "srl"} - set(table):
+        raise ValueError(f"{path}: needs a mapping 'baselines' with entries ['rapid', 'srl']")
+    try:
+        return Baselines(
+            *(_baseline(key, table[key], f"baselines.{key}") for key in ("rapid", "srl"))
+        )
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
 
 
-# ---------------------------------------------------------------------- parsing helpers
-def _get(d, key, kind, where, optional=False):
+def _typed(cls: type, data, where: str):
+    """`cls` from a mapping of the file, every field checked (`typed_config.from_dict`)."""
+    try:
+        return from_dict(cls, data, prefix=f"{where}.")
+    except TypeError as e:  # a required key is missing
+        raise ValueError(f"{where}: {e}") from None
+
+
+def _baseline(key: str, d, where: str) -> Baseline:
     if not isinstance(d, dict):
-        raise ValueError(f"{where} must be a mapping, got {type(d).__name__}")
-    if key not in d:
-        if optional:
-            return None
-        raise ValueError(f"{where} lacks required key {key!r}")
-    value = d[key]
-    if value is None and optional:
-        return None
-    if kind is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"{where}.{key} must be a number, got {value!r}")
-        return float(value)
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{where}.{key} must be an integer, got {value!r}")
-        return value
-    if not isinstance(value, kind):
-        raise ValueError(f"{where}.{key} must be {kind.__name__}, got {value!r}")
-    return value
-
-
-def _source(d, where) -> Source:
-    s = _get(d, "source", dict, where)
-    return Source(
-        title=_get(s, "title", str, f"{where}.source"),
-        arxiv=_get(s, "arxiv", str, f"{where}.source"),
-        where=_get(s, "where", str, f"{where}.source"),
-    )
-
-
-def _baseline(key: str, d: dict, where: str) -> Baseline:
-    phases = {}
-    for phase, mark in (_get(d, "phases", dict, where) or {}).items():
-        if phase not in PHASES:
-            raise ValueError(f"{where}.phases: unknown phase {phase!r}; allowed: {list(PHASES)}")
-        at = f"{where}.phases.{phase}"
-        phases[phase] = PhaseMark(
-            phase=phase,
-            episodes=_get(mark, "episodes", float, at, optional=True),
-            approximate=_get(mark, "approximate", bool, at),
-            source=_source(mark, at),
-        )
-    runs = []
-    for i, run in enumerate(_get(d, "runs", list, where)):
-        at = f"{where}.runs[{i}]"
-        phase = _get(run, "phase", str, at, optional=True)
-        if phase is not None and phase not in PHASES:
-            raise ValueError(f"{at}.phase: unknown phase {phase!r}; allowed: {list(PHASES)}")
-        runs.append(
-            ComputeRun(
-                label=_get(run, "label", str, at),
-                phase=phase,
-                episodes=_get(run, "episodes", float, at, optional=True),
-                frames=_get(run, "frames", float, at, optional=True),
-                hours=_get(run, "hours", float, at, optional=True),
-                batch_chunks=_get(run, "batch_chunks", int, at, optional=True),
-                chunk_length=_get(run, "chunk_length", int, at, optional=True),
-                cpu_cores=_get(run, "cpu_cores", int, at, optional=True),
-                gpus=_get(run, "gpus", int, at, optional=True),
-                gpu_name=_get(run, "gpu_name", str, at, optional=True),
-                note=_get(run, "note", str, at),
-                source=_source(run, at),
-            )
-        )
-    speed = _get(d, "speedup_vs_rapid", dict, where, optional=True)
-    speedup = None
+        raise ValueError(f"{where} must be a mapping, got {d!r}")
+    phases = {
+        phase: _typed(PhaseMark, {**(mark or {}), "phase": phase}, f"{where}.phases.{phase}")
+        for phase, mark in (d.get("phases") or {}).items()
+    }
+    runs = [
+        _typed(ComputeRun, run, f"{where}.runs[{i}]") for i, run in enumerate(d.get("runs", []))
+    ]
+    speed = d.get("speedup_vs_rapid")
     if speed is not None:
-        at = f"{where}.speedup_vs_rapid"
-        speedup = Speedup(
-            factor=_get(speed, "factor", float, at),
-            note=_get(speed, "note", str, at),
-            source=_source(speed, at),
-        )
-    return Baseline(
-        key=key,
-        name=_get(d, "name", str, where),
-        source=_source(d, where),
-        phases=phases,
-        runs=tuple(runs),
-        speedup_vs_rapid=speedup,
-    )
+        speed = _typed(Speedup, speed, f"{where}.speedup_vs_rapid")
+    typed = {"key": key, "phases": phases, "runs": tuple(runs), "speedup_vs_rapid": speed}
+    return _typed(Baseline, {**d, **typed}, where)

@@ -84,12 +84,16 @@ class PairingResult:
         return out
 
 
-def paired_gain(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """Mean of a - b over paired episodes and its standard error."""
-    diff = np.asarray(a, float) - np.asarray(b, float)
-    if len(diff) < 2:
-        return float(diff.mean()), float("inf")
-    return float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(len(diff)))
+def standard_error(values) -> float:
+    """The standard error of the mean of ``values`` (NaN with fewer than two)."""
+    values = np.asarray(values, dtype=float)
+    return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")
+
+
+def paired_difference(a, b) -> tuple[float, float]:
+    """(mean, standard error) of a[i] - b[i] over paired episodes or seeds (se NaN with one)."""
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    return float(d.mean()), standard_error(d)
 
 
 @dataclass
@@ -103,8 +107,8 @@ class CrossPlay:
         """seeker_gain, hider_gain (paired, with standard errors) and whether each is
         significant; behaviour of trained v trained next to untrained v untrained."""
         ref = self[UNTRAINED, UNTRAINED]
-        seeker, seeker_se = paired_gain(self[UNTRAINED, TRAINED].in_sight, ref.in_sight)
-        hider, hider_se = paired_gain(self[TRAINED, UNTRAINED].hidden, ref.hidden)
+        seeker, seeker_se = paired_difference(self[UNTRAINED, TRAINED].in_sight, ref.in_sight)
+        hider, hider_se = paired_difference(self[TRAINED, UNTRAINED].hidden, ref.hidden)
         both = self[TRAINED, TRAINED]
         return {
             "seeker_gain": seeker,
@@ -145,23 +149,25 @@ def cross_play(
     worlds: int = 16,
     seed: int = 0,
     progress: bool = False,
+    pairings: tuple[tuple[str, str], ...] = PAIRINGS,
 ) -> CrossPlay:
-    """Play every pairing of `PAIRINGS` for `episodes` episodes on the same seeds.
+    """Play every pairing of `pairings` for `episodes` episodes on the same seeds.
 
-    `policies` maps "trained" and "untrained" to factories of `matches` controllers (a fresh
-    controller per pairing, so no sampling stream is shared between pairings)."""
+    `policies` maps the names in `pairings` ("trained" and "untrained") to factories of
+    `matches` controllers (a fresh controller per pairing, so no sampling stream is shared
+    between pairings)."""
     import torch
 
     from hns_train.envs.game import HideAndSeekGame
 
-    missing = {TRAINED, UNTRAINED} - set(policies)
+    missing = {name for pair in pairings for name in pair} - set(policies)
     if missing:
         raise ValueError(f"cross_play needs controllers for {sorted(missing)}")
     if episodes < 2:
         raise ValueError(f"episodes must be >= 2 (a standard error needs two), got {episodes}")
     game = HideAndSeekGame(game_cfg, n_worlds=min(worlds, episodes))
     out: dict[tuple[str, str], PairingResult] = {}
-    for hiders, seekers in PAIRINGS:
+    for hiders, seekers in pairings:
         torch.manual_seed(seed)  # sampled actions: the same stream for each pairing
         results = play_matches(
             game,

@@ -11,7 +11,7 @@ Policies are feed-forward: the controller keeps no recurrent state.
 policies: e.g. the chase seeker against a random hider, next to a random seeker against the same
 random hider on the same seeds (same layouts and hider action streams), as a paired difference
 of the in-sight share (1 - hidden_fraction; hiders: the hidden share) with its standard error
-(`crossplay.paired_gain`).
+(`crossplay.paired_difference`).
 
 `parameter_change(before, params)` says how far training moved a policy (the examples' smoke
 tests assert it).
@@ -29,10 +29,11 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from hns_train.eval.crossplay import paired_gain
-from hns_train.eval.matches import FixedController, play_matches
+from hns_train.eval.crossplay import cross_play, paired_difference
+from hns_train.eval.matches import FixedController
 
 TEAMS = {"seeker": "in_sight", "hider": "hidden"}  # team -> the share it raises
+ARMS = ("trained", "random")  # the two teams a gain compares
 FlatActFn = Callable[[np.ndarray], np.ndarray]  # (n, D) float32 -> (n, 5) integer actions
 
 
@@ -88,23 +89,19 @@ def team_gain(
     share) against a random opponent team, next to a random `team` against the same opponent on
     the same `episodes` seeds from `seed`:
     {"metric", "trained", "random", "gain", "gain_se", "episodes"}."""
-    from hns_train.envs.game import HideAndSeekGame
-
     if team not in TEAMS:
         raise ValueError(f"team must be one of {sorted(TEAMS)}, got {team!r}")
-    if episodes < 2:
-        raise ValueError(f"episodes must be >= 2 (a standard error needs two), got {episodes}")
-    game = HideAndSeekGame(game_cfg, n_worlds=min(worlds, episodes))
-    share = {}
-    for name, policy in (("trained", make_policy()), ("random", None)):
-        opponent = FixedController("random", seed=seed + 1)  # the same stream in both pairings
-        if policy is None:
-            policy = FixedController("random", seed=seed + 2)
-        hiders, seekers = (opponent, policy) if team == "seeker" else (policy, opponent)
-        results = play_matches(game, hiders, seekers, n_matches=episodes, seed=seed)
-        hidden = np.array([r.hidden_fraction for r in results])
-        share[name] = 1.0 - hidden if team == "seeker" else hidden
-    gain, se = paired_gain(share["trained"], share["random"])
+    policies = {
+        "trained": make_policy,
+        "random": lambda: FixedController("random", seed=seed + 2),
+        "opponent": lambda: FixedController("random", seed=seed + 1),  # one stream in both
+    }
+    pairings = tuple(("opponent", p) if team == "seeker" else (p, "opponent") for p in ARMS)
+    played = cross_play(game_cfg, policies, episodes, worlds, seed, pairings=pairings)
+    share = {
+        name: getattr(played[pair], TEAMS[team]) for name, pair in zip(ARMS, pairings, strict=True)
+    }
+    gain, se = paired_difference(share["trained"], share["random"])
     return {
         "metric": TEAMS[team],
         "trained": float(share["trained"].mean()),

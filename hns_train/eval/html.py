@@ -31,6 +31,7 @@ from hns_train.envs.world import (
     WALL_RGBA,
     object_half_extents,
 )
+from hns_train.eval.recorder import team_label
 from hns_train.eval.replay import Replay, atomic_write
 
 DECIMALS = 3
@@ -83,22 +84,7 @@ def replay_data(replay: Replay) -> dict:
                 "p": replay.prep_left(t),
             }
         )
-    meta = replay.metadata
-    labels = {}
-    for team in ("hiders", "seekers"):
-        info = meta.get(team)
-        if isinstance(info, dict):
-            name, version = info.get("name"), info.get("version")
-            labels[team] = " ".join(
-                s
-                for s in (
-                    str(name) if name is not None else "",
-                    f"v{version}" * (version is not None),
-                )
-                if s
-            )
-        elif info:
-            labels[team] = str(info)
+    labels = {team: team_label(replay.metadata.get(team)) for team in ("hiders", "seekers")}
     return {
         "format": replay.header["format"],
         "version": replay.header["version"],
@@ -133,7 +119,7 @@ def replay_data(replay: Replay) -> dict:
             "ramp": _css(RAMP_RGBA),
             "wall": _css(WALL_RGBA),
         },
-        "labels": labels,
+        "labels": {team: text for team, text in labels.items() if text},
         "episode_stats": replay.header.get("episode_stats"),
         "frames": frames,
     }

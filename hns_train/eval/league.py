@@ -17,6 +17,7 @@ of a member in one role against one opponent and rates every match.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partialmethod
 from pathlib import Path
 from typing import Any
 
@@ -50,19 +51,13 @@ class League:
         self.network = cfg.agent.network
         self.game = HideAndSeekGame(game_cfg, n_worlds=cfg.population.league_worlds, seed=self.seed)
         self.ratings = Ratings(self.folder, fixed=ANCHORS)
-        self._models = [self._model() for _ in range(2)]
         self.untrained_path = self.folder / f"{UNTRAINED}.pt"
         if not self.untrained_path.is_file():
             torch.manual_seed(self.seed)
-            save_checkpoint(self.untrained_path, {"model": self._model().state_dict()})
+            network = ActorCritic(self.shapes, self.network, device="cpu")
+            save_checkpoint(self.untrained_path, {"model": network.state_dict()})
         self.untrained = load_checkpoint(self.untrained_path).state["model"]
         self.rounds = 0
-
-    def _model(self) -> ActorCritic:
-        return ActorCritic(self.shapes, self.network, device="cpu").eval()
-
-    def hof_path(self, policy: str) -> Path:
-        return self.folder / f"hof_{policy}.pt"
 
     # ----- playing -----
 
@@ -76,14 +71,14 @@ class League:
     ) -> list[MatchResult]:
         """One round: `member` (weights `member_state`) plays `role` against `opponent` (weights
         `opponent_state`, or an anchor by name) in every world; every match is rated."""
-        ours = self._controller(0, member, member_state)
+        ours = self._controller(member, member_state)
         if opponent in NAMED_ANCHORS:
             theirs = named_controller(opponent, OTHER_ROLE[role], seed=self.seed + self.rounds)
         else:
             state = self.untrained if opponent == UNTRAINED else opponent_state
             if state is None:
                 raise ValueError(f"league: no weights given for opponent {opponent!r}")
-            theirs = self._controller(1, opponent, state)
+            theirs = self._controller(opponent, state)
         hiders, seekers = (ours, theirs) if role == "hider" else (theirs, ours)
         seed = self.seed * 1_000_003 + self.rounds * self.game.n_worlds
         results = play_matches(self.game, hiders, seekers, seed=seed)
@@ -91,10 +86,8 @@ class League:
         self.rounds += 1
         return results
 
-    def _controller(self, slot: int, name: str, state: Mapping[str, Any]) -> PolicyController:
-        model = self._models[slot]
-        model.load_state_dict(state)
-        return PolicyController(model, name, deterministic=True)
+    def _controller(self, name: str, state: Mapping[str, Any]) -> PolicyController:
+        return PolicyController.from_state_dict(self.shapes, state, name, self.network)
 
     # ----- ratings -----
 
@@ -105,24 +98,23 @@ class League:
         """Mean mu over the rated roles: the population's ranking key."""
         return float(np.mean([self.rating(policy, r).mu for r in roles]))
 
-    def beats(self, a: str, b: str, roles: Sequence[str]) -> float:
-        """Predicted chance that policy `a` is the stronger of the two in a rated role (mean
-        over `roles` of the win probability of a's rating against b's, same role)."""
-        return float(
-            np.mean([win_probability(self.rating(a, r), self.rating(b, r)) for r in roles])
-        )
-
-    def p_win(self, member: str, opponent: str, roles: Sequence[str]) -> float:
+    def p_win(self, member: str, opponent: str, roles: Sequence[str], same_role=False) -> float:
         """Predicted chance that `member` beats `opponent` in a match, averaged over the roles
-        the member plays (the opponent plays the other role)."""
+        the member plays (the opponent plays the other role). With `same_role` (`beats`): the
+        chance that `member` is the stronger of the two in a rated role, each rated in it."""
         return float(
             np.mean(
                 [
-                    win_probability(self.rating(member, r), self.rating(opponent, OTHER_ROLE[r]))
+                    win_probability(
+                        self.rating(member, r),
+                        self.rating(opponent, r if same_role else OTHER_ROLE[r]),
+                    )
                     for r in roles
                 ]
             )
         )
+
+    beats = partialmethod(p_win, same_role=True)
 
     def copy_rating(self, source: str, target: str) -> None:
         """`target` now plays as `source` did (an exploit): it takes over source's ratings."""
@@ -141,6 +133,10 @@ class League:
             "SELECT COUNT(*) FROM matches WHERE hider = ? OR seeker = ?", (policy, policy)
         ).fetchone()
         return int(row[0])
+
+    def hof_path(self, policy: str) -> Path:
+        """Where a hall-of-fame entry's frozen weights live (`hof_m1.400.pt`)."""
+        return self.folder / f"hof_{policy}.pt"
 
     def close(self) -> None:
         self.ratings.close()

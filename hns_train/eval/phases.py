@@ -42,10 +42,11 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hns_train.jsonl import read_logged
+from hns_train.typed_config import from_dict
 
 PHASES = (
     "running_and_chasing",
@@ -55,16 +56,8 @@ PHASES = (
     "box_surfing",
     "surf_defense",
 )
-PHASE_TITLES = {
-    "running_and_chasing": "running and chasing",
-    "fort_building": "fort building",
-    "ramp_use": "ramp use",
-    "ramp_defense": "ramp defense",
-    "box_surfing": "box surfing",
-    "surf_defense": "surf defense",
-}
+PHASE_TITLES = {phase: phase.replace("_", " ") for phase in PHASES}  # "fort building"
 STAT_PREFIX = "episode/"
-COUNTERS = ("episodes", "frames", "hours", "version", "time")
 
 
 @dataclass(frozen=True)
@@ -148,15 +141,6 @@ class PhaseConfig:
         if errors:
             raise ValueError("invalid PhaseConfig: " + "; ".join(errors))
 
-    @classmethod
-    def from_dict(cls, values: dict | None) -> PhaseConfig:
-        values = dict(values or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown phase settings {unknown}; allowed: {sorted(known)}")
-        return cls(**values)
-
 
 # A condition: (statistic name, ">=" or "<=", threshold). Statistic names are episode stats or
 # the derived "ramp_move_after_prep".
@@ -168,7 +152,7 @@ class PhaseDetector:
 
     def __init__(self, config: PhaseConfig | dict | None = None):
         if isinstance(config, dict) or config is None:
-            config = PhaseConfig.from_dict(config)
+            config = from_dict(PhaseConfig, config, what="phase settings")
         self.config = config
         self.fired: dict[str, PhaseOnset] = {}
         self._window: deque[tuple[float, dict[str, float]]] = deque(maxlen=config.window_records)
@@ -243,7 +227,7 @@ class PhaseDetector:
             elif not (self._streak[phase] and _holds(conditions, means, self.config.hysteresis)):
                 self._streak[phase] = 0
             if self._streak[phase] >= self.config.persistence:
-                onset = _onset(phase, self._streak_start[phase])
+                onset = PhaseOnset.from_record({**self._streak_start[phase], "phase": phase})
                 self.fired[phase] = onset
                 new.append(onset)
                 if phase == "box_surfing":
@@ -325,18 +309,6 @@ def _holds(conditions: list[Condition], means: dict[str, float], slack: float) -
         if op == "<=" and not means[key] <= threshold + margin:
             return False
     return True
-
-
-def _onset(phase: str, record: dict) -> PhaseOnset:
-    values = {k: record.get(k, 0) for k in COUNTERS}
-    return PhaseOnset(
-        phase=phase,
-        episodes=int(values["episodes"]),
-        frames=int(values["frames"]),
-        hours=float(values["hours"]),
-        version=int(values["version"]),
-        time=float(values["time"]),
-    )
 
 
 def _finite(value) -> bool:

@@ -40,16 +40,6 @@ PROG = "python -m hns_train.eval play"
 DEFAULT_PRESET = "quadrant"  # when neither side is a checkpoint
 
 
-def render_replay(replay_path, out=None, width: int = 480, height: int = 480, progress=False):
-    """Render a saved replay to mp4 (default: next to it) in this process; returns the path."""
-    from hns_train.eval import replay as replay_mod
-    from hns_train.eval import video
-
-    out = Path(out) if out is not None else Path(replay_path).with_suffix(".mp4")
-    options = video.VideoOptions(width=width, height=height)
-    return video.write_video(replay_mod.load(replay_path), out, options, progress=progress)
-
-
 # ----------------------------------------------------------------------------- the command
 
 
@@ -204,13 +194,18 @@ def play_main(argv: list[str] | None = None) -> int:
 
     videos: list[Path] = []
     if not args.no_video:
+        from hns_train.eval.replay import load
+        from hns_train.eval.video import VideoOptions, write_video
+
         todo = [p for *_, p in rows if p is not None]
         if args.videos is not None:
             todo = todo[: args.videos]
-        for i, path in enumerate(todo, start=1):
+        options = VideoOptions(width=args.width, height=args.height)
+        for i, path in enumerate(todo, start=1):  # each mp4 next to its replay
             if not args.quiet:
                 print(f"rendering {i}/{len(todo)}: {path.name}", file=sys.stderr)
-            videos.append(render_replay(path, None, args.width, args.height, not args.quiet))
+            out = path.with_suffix(".mp4")
+            videos.append(write_video(load(path), out, options, progress=not args.quiet))
     _print_results(rows, videos)
     return 0
 

@@ -56,6 +56,7 @@ from openskill.models import PlackettLuce
 
 from hns_train.agents.pool import ROLES, IndexHolder, PolicyId, PolicyPool, check_role, policy_key
 from hns_train.agents.pool_index import DB_NAME, PRIOR_MU, PRIOR_SIGMA, open_index, transaction
+from hns_train.jsonl import json_number
 
 CONSERVATIVE_SIGMAS = 3.0
 # Sigma of an anchor (a `fixed` policy) without a stored row: small against the prior's 25/3, so
@@ -259,7 +260,7 @@ class Ratings(IndexHolder):
                 _float_or_none(result.get("hider_return")),
                 _float_or_none(result.get("seeker_return")),
                 _float_or_none(result.get("hidden_fraction")),
-                json.dumps(result, default=_json_default) if result else None,
+                json.dumps(result, default=json_number) if result else None,
             ),
         )
         return updated[0], updated[1]
@@ -267,11 +268,3 @@ class Ratings(IndexHolder):
 
 def _float_or_none(value: Any) -> float | None:
     return None if value is None else float(value)
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "item"):
-        return value.item()
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON-serialisable")

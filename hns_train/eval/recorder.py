@@ -144,15 +144,22 @@ class ReplayRecorder:
                     arrays[name] = np.asarray(rows[name], dtype=dtype)
                 else:
                     arrays[name] = np.zeros((length, *shape(sizes)), dtype=dtype)
-        header = _make_header(
-            g.cfg,
-            self._layout,
-            sizes,
-            seed=self._seed,
-            world=self.world,
-            metadata={**self.metadata, **(metadata or {})},
-            episode_stats=self.episode_stats,
-        )
+        header = {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "game_config": asdict(g.cfg),
+            "sizes": {k: int(v) for k, v in sizes.items()},
+            "layout_counts": {
+                "n_hiders": int(self._layout.n_hiders),
+                "n_seekers": int(self._layout.n_seekers),
+            },
+            "seed": None if self._seed is None else int(self._seed),
+            "world": int(self.world),
+            "metadata": {**self.metadata, **(metadata or {})},
+            "episode_stats": self.episode_stats,
+            "mujoco_version": mujoco.__version__,
+            "created_unix": time.time(),
+        }
         return Replay(cfg=g.cfg, layout=self._layout, arrays=arrays, header=header)
 
     def save(self, path, metadata: dict | None = None) -> Path:
@@ -162,6 +169,18 @@ class ReplayRecorder:
 def team_metadata(name: str, version: int | None = None, **extra: Any) -> dict[str, Any]:
     """What a replay says about a team (videos print name and version over the picture)."""
     return {"name": name, "version": version, **extra}
+
+
+def team_label(info: Any) -> str:
+    """A team's `team_metadata` as the videos and the html page print it: "name vN" (the version
+    once where the name already says it), or "" when the replay says nothing."""
+    if not isinstance(info, dict):
+        return str(info) if info else ""
+    name, version = info.get("name"), info.get("version")
+    tag = f"v{version}" if version is not None else ""
+    if name is not None and tag in str(name).split():
+        tag = ""  # `A ckpt_...pt v305`
+    return " ".join(p for p in (str(name) if name is not None else "", tag) if p)
 
 
 class MatchRecording:
@@ -208,22 +227,6 @@ def _world_data(game, w: int, scratch: mujoco.MjData | None) -> mujoco.MjData:
     if hasattr(game, "world_data"):
         return game.world_data(w)
     return game.datas[w]
-
-
-def _make_header(cfg, layout, sizes, seed, world, metadata, episode_stats) -> dict:
-    return {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "game_config": asdict(cfg),
-        "sizes": {k: int(v) for k, v in sizes.items()},
-        "layout_counts": {"n_hiders": int(layout.n_hiders), "n_seekers": int(layout.n_seekers)},
-        "seed": None if seed is None else int(seed),
-        "world": int(world),
-        "metadata": metadata,
-        "episode_stats": episode_stats,
-        "mujoco_version": mujoco.__version__,
-        "created_unix": time.time(),
-    }
 
 
 def record_episode(

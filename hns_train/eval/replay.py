@@ -44,6 +44,7 @@ import tempfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from functools import partialmethod
 from pathlib import Path
 
 import mujoco
@@ -59,6 +60,7 @@ from hns_train.envs.world import (
     index_world,
     set_locked_highlight,
 )
+from hns_train.jsonl import json_number
 
 FORMAT_NAME = "hns_train.replay"
 FORMAT_VERSION = 1
@@ -93,44 +95,13 @@ STEP_ARRAYS: dict[str, tuple[str, Callable[[dict], tuple]]] = {
     "ctrl": ("float64", lambda s: (s["nu"],)),
     "rewards": ("float32", lambda s: (s["n_agents"],)),
 }
-LAYOUT_ARRAYS = (
-    "wall_pos",
-    "wall_half",
-    "wall_present",
-    "agent_present",
-    "agent_xy",
-    "agent_yaw",
-    "box_kind",
-    "box_xy",
-    "ramp_xy",
-    "ramp_yaw",
-    "occupancy",
-)
-SITE_ARRAYS = ("site_xy", "site_present")
-CYLINDER_ARRAYS = ("cylinder_xy", "cylinder_radius")
-
-
-def layout_arrays(cfg: GameConfig) -> tuple[str, ...]:
-    """The `Layout` fields a replay of `cfg` holds (module docstring)."""
-    return (
-        LAYOUT_ARRAYS
-        + (SITE_ARRAYS if cfg.max_sites > 0 else ())
-        + (CYLINDER_ARRAYS if cfg.cylinder else ())
-    )
-
-
 SIZE_KEYS = ("n_frames", "n_steps", "nq", "nv", "nu", "n_agents", "n_objects")
 
 
 def _layout_shapes(cfg: GameConfig) -> dict[str, tuple[tuple, str]]:
+    """name -> (shape, dtype kind) of each `Layout` field a replay of `cfg` holds."""
     S, A, B, R, g = n_wall_slots(cfg), cfg.max_agents, cfg.max_boxes, cfg.n_ramps, cfg.grid_cells
-    optional = {
-        "site_xy": ((cfg.max_sites, 2), "f"),
-        "site_present": ((cfg.max_sites,), "b"),
-        "cylinder_xy": ((2,), "f"),
-        "cylinder_radius": ((), "f"),
-    }
-    return {
+    shapes = {
         "wall_pos": ((S, 3), "f"),
         "wall_half": ((S, 3), "f"),
         "wall_present": ((S,), "b"),
@@ -142,7 +113,21 @@ def _layout_shapes(cfg: GameConfig) -> dict[str, tuple[tuple, str]]:
         "ramp_xy": ((R, 2), "f"),
         "ramp_yaw": ((R,), "f"),
         "occupancy": ((g, g), "b"),
-    } | {name: optional[name] for name in layout_arrays(cfg) if name in optional}
+    }
+    if cfg.max_sites > 0:  # the construction tasks' sites
+        shapes |= {"site_xy": ((cfg.max_sites, 2), "f"), "site_present": ((cfg.max_sites,), "b")}
+    if cfg.cylinder:
+        shapes |= {"cylinder_xy": ((2,), "f"), "cylinder_radius": ((), "f")}
+    return shapes
+
+
+def layout_arrays(cfg: GameConfig) -> tuple[str, ...]:
+    """The `Layout` fields a replay of `cfg` holds (module docstring)."""
+    return tuple(_layout_shapes(cfg))
+
+
+# the fields every replay holds: those of a config with no sites and no cylinder
+LAYOUT_ARRAYS = layout_arrays(make_config("quadrant"))
 
 
 # ----------------------------------------------------------------------------- the replay
@@ -218,34 +203,30 @@ class Replay:
         data: mujoco.MjData,
         t: int,
         index: WorldIndex | None = None,
+        step: bool = False,
     ) -> None:
-        """Put frame t into (model, data) for display: physics state, lock pins, grab welds.
+        """Put frame t into (model, data) for display: physics state, lock pins, grab welds;
+        runs `mj_kinematics`. Edits the model's object joint ranges and weld data (as the game
+        does), so use the model from `rebuild()`, not a shared one.
 
-        Edits the model's object joint ranges and weld data (as the game does), so use the model
-        from `rebuild()`, not a shared one. Runs `mj_kinematics`.
-        """
+        With `step` (`prepare_step`), set them instead so that `mj_step(model, data,
+        cfg.substeps)` re-simulates step t and lands exactly on frame t+1: frame t's physics,
+        step t's controls, and the locks and grabs the game decided at the start of step t
+        (recorded at frame t+1), with newly locked objects stopped as the game stops them."""
+        if step:
+            if not 0 <= t < self.n_steps:
+                raise ValueError(f"step {t} is outside this replay's 0..{self.n_steps - 1}")
+            idx = self._load(model, data, t, t + 1, index)
+            newly = self.arrays["locked"][t + 1] & ~self.arrays["locked"][t]
+            data.qvel[idx.object_qvel[newly].ravel()] = 0.0
+            data.ctrl[:] = self.arrays["ctrl"][t]
+            return
         t = self._frame(t)
         self._load(model, data, t, t, index)
         mujoco.mj_kinematics(model, data)
         mujoco.mj_camlight(model, data)  # camera and light poses for rendering
 
-    def prepare_step(
-        self,
-        model: mujoco.MjModel,
-        data: mujoco.MjData,
-        t: int,
-        index: WorldIndex | None = None,
-    ) -> None:
-        """Set (model, data) so that `mj_step(model, data, cfg.substeps)` re-simulates step t
-        and lands exactly on frame t+1: frame t's physics, step t's controls, and the locks and
-        grabs the game decided at the start of step t (recorded at frame t+1), with newly
-        locked objects stopped as the game stops them."""
-        if not 0 <= t < self.n_steps:
-            raise ValueError(f"step {t} is outside this replay's 0..{self.n_steps - 1}")
-        idx = self._load(model, data, t, t + 1, index)
-        newly = self.arrays["locked"][t + 1] & ~self.arrays["locked"][t]
-        data.qvel[idx.object_qvel[newly].ravel()] = 0.0
-        data.ctrl[:] = self.arrays["ctrl"][t]
+    prepare_step = partialmethod(set_state, step=True)
 
     def _frame(self, t: int) -> int:
         if not -self.n_frames <= t < self.n_frames:
@@ -290,22 +271,14 @@ class Replay:
 # ----------------------------------------------------------------------------- file I/O
 
 
-def _json_default(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
-
-
 def save(replay: Replay, path) -> Path:
     """Write `replay` to `path` atomically (a temporary file in the same folder, then rename)."""
     path = Path(path)
     if path.suffix != SUFFIX:
         raise ValueError(f"replay path {str(path)!r} must end in {SUFFIX}")
     try:
-        header = json.dumps(replay.header, default=_json_default, allow_nan=True)
-    except TypeError as e:
+        header = json.dumps(replay.header, default=json_number, allow_nan=True)
+    except (TypeError, ValueError) as e:  # ValueError: an array of more than one number
         raise ValueError(f"replay metadata must be JSON serialisable: {e}") from None
     members = {"header": np.frombuffer(header.encode(), dtype=np.uint8)}
     for name in layout_arrays(replay.cfg):

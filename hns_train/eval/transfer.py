@@ -5,8 +5,8 @@ reset with seeds `seed`, `seed + 1`, ...; torch's generator, which samples the a
 with `seed` too), the policy playing the task's agent (whichever team its slot is on; the empty
 team gets the no-op), and returns each episode's `task_score` (the paper's per-task metric:
 success, or accuracy for object counting) and the agent's return.
-`paired_difference` is what the bench reports: the mean of per-seed differences of two
-arms and its standard error.
+`paired_difference` (`crossplay`'s) is what the bench reports: the mean of per-seed
+differences of two arms and its standard error.
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ import torch
 
 from hns_train.envs.config import GameConfig
 from hns_train.envs.game import HideAndSeekGame
+from hns_train.eval.crossplay import paired_difference, standard_error
 from hns_train.eval.matches import FixedController, play_matches
+
+__all__ = ["TaskEval", "evaluate_task", "paired_difference"]  # the bench's difference of arms
 
 
 @dataclass
@@ -46,12 +49,6 @@ class TaskEval:
         }
 
 
-def standard_error(values) -> float:
-    """The standard error of the mean of ``values`` (NaN with fewer than two)."""
-    values = np.asarray(values, dtype=float)
-    return float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")
-
-
 def evaluate_task(
     game_cfg: GameConfig, policy: Any, episodes: int, seed: int, worlds: int = 16
 ) -> TaskEval:
@@ -69,9 +66,3 @@ def evaluate_task(
         scores=np.array([r.stats["task_score"] for r in results]),
         returns=np.array([r.stats[key] for r in results]),
     )
-
-
-def paired_difference(a: list[float], b: list[float]) -> tuple[float, float]:
-    """(mean, standard error) of a[i] - b[i] over paired seeds (se NaN with one pair)."""
-    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-    return float(d.mean()), standard_error(d)

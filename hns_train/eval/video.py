@@ -10,7 +10,6 @@ machines) on the model the replay rebuilds; this module adds, per frame:
 - vision cones: each agent's 135-degree cone out to `CONE_RADIUS` m, in its team's colour;
 - lines of sight: a capsule from each agent to every opponent it sees, in the observer's team
   colour (seekers seeing hiders are the lines that cost hiders their reward, drawn thicker);
-  teammates' lines with `teammate_lines=True`;
 - grabs: a white capsule from an agent to the object it holds;
 - text (PIL): step and horizon, the preparation countdown, cumulative team scores, team
   names/policy versions from the replay metadata, and whether any hider is seen. With the top
@@ -37,9 +36,10 @@ import mujoco
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from hns_train.envs.parallel import agent_names as env_agent_names
+from hns_train.envs.parallel import agent_names
 from hns_train.envs.render import TopViewRenderer
 from hns_train.envs.world import HIDER_RGBA, SEEKER_RGBA, object_half_extents
+from hns_train.eval.recorder import team_label
 from hns_train.eval.replay import Replay, atomic_write
 from hns_train.optional import available
 
@@ -52,7 +52,6 @@ FOLLOW_ELEVATIONS = (FOLLOW_ELEVATION, -50.0, -65.0, -80.0, -89.0)
 FOLLOW_MIN_DISTANCE = 0.8
 FOLLOW_MARGIN = 0.1
 VISIBLE_GROUPS = np.array([1, 1, 1, 0, 0, 0], np.uint8)  # geom groups a frame shows
-LOCK_TINT = 0.7  # interactive viewer: how far a locked object's material goes to the team colour
 LOCK_EMISSION = 0.2  # scene-level glow of a locked object in video frames
 LOCK_OUTLINE = 0.03  # capsule radius (m) of a locked object's outline
 RAMP_EDGE = 0.035  # capsule radius (m) of a ramp's tall-face edge
@@ -76,7 +75,6 @@ class VideoOptions:
     camera: str = "top"  # "top" | "follow:AGENT"
     fps: float | None = None  # None: real time
     sight_lines: bool = True
-    teammate_lines: bool = False
     vision_cones: bool = True
     text: bool = True
 
@@ -93,11 +91,6 @@ def real_time_fps(replay: Replay) -> float:
     return 1.0 / (replay.cfg.timestep * replay.cfg.substeps)
 
 
-def agent_names(replay: Replay) -> list[str]:
-    """The env's names (`hider_0`, `seeker_0`, ...) in slot order."""
-    return env_agent_names(replay.cfg.max_hiders, replay.cfg.max_seekers)
-
-
 def parse_camera(spec: str, replay: Replay) -> int | None:
     """None for the top camera, else the agent slot a `follow:AGENT` camera tracks."""
     if spec == "top":
@@ -105,7 +98,7 @@ def parse_camera(spec: str, replay: Replay) -> int | None:
     if not spec.startswith("follow:"):
         raise ValueError(f"camera {spec!r} is not 'top' or 'follow:AGENT'")
     who = spec.split(":", 1)[1]
-    names = agent_names(replay)
+    names = agent_names(replay.cfg.max_hiders, replay.cfg.max_seekers)  # hider_0, ... seeker_0
     present = replay.layout.agent_present
     if who in names:
         slot = names.index(who)
@@ -139,7 +132,7 @@ class ReplayVideo:
         strip = 2 * (size + self._pad) + self._pad  # two lines of text
         wants_strip = opts.text and self.follow is None
         self._strip = strip if wants_strip and strip <= MAX_STRIP_SHARE * opts.height else 0
-        self.renderer = TopViewRenderer(opts.width, opts.height - self._strip)
+        self.renderer: TopViewRenderer | None = None  # made by the first frame: `show` has none
         self._half = object_half_extents(replay.cfg, replay.layout)
         self.camera = None  # the follow camera, as posed for the newest frame
         if self.follow is not None:
@@ -160,6 +153,8 @@ class ReplayVideo:
             heading = r["qpos"][t, self.index.agent_qpos[a, 3]] - np.pi / 2
             self._aim(self.data.xpos[self.index.agent_body[a]], np.degrees(heading))
             camera = self.camera
+        if self.renderer is None:
+            self.renderer = TopViewRenderer(self.options.width, self.options.height - self._strip)
         image = self.renderer.render(
             self.model, self.data, camera=camera, decorate=lambda scene: self._decorate(scene, t)
         )
@@ -205,7 +200,8 @@ class ReplayVideo:
             yield self.frame(t)
 
     def close(self) -> None:
-        self.renderer.close()
+        if self.renderer is not None:
+            self.renderer.close()
 
     def __enter__(self):
         return self
@@ -249,7 +245,7 @@ class ReplayVideo:
         if self.options.sight_lines:
             sees = r["sees_agent"][t]
             for i, j in np.argwhere(sees):
-                if i == j or (team[i] == team[j] and not self.options.teammate_lines):
+                if team[i] == team[j]:
                     continue
                 width = SEEKER_SIGHT_WIDTH if team[i] == 1 and team[j] == 0 else SIGHT_WIDTH
                 rgba = TEAM_RGBA[team[i]].copy()
@@ -279,7 +275,8 @@ class ReplayVideo:
         meta = r.metadata
         for k, name in enumerate(TEAM_NAMES):
             colour = tuple(int(255 * c) for c in TEAM_RGBA[k][:3])
-            who = _policy_label(meta.get(name))
+            label = team_label(meta.get(name))
+            who = f"  ({label})" if label else ""
             lines[1].append((f"{name} {self.scores[t, k]:+.0f}{who}   ", colour))
         widths = [sum(draw.textlength(s, font=font) for s, _ in line) for line in lines]
         if not self._strip:  # over the picture: a dark box behind the text
@@ -291,18 +288,6 @@ class ReplayVideo:
                 draw.text((x, pad + k * (size + pad)), s, fill=colour, font=font)
                 x += draw.textlength(s, font=font)
         return np.asarray(pil)
-
-
-def _policy_label(info) -> str:
-    if isinstance(info, dict):
-        name, version = info.get("name"), info.get("version")
-        tag = f"v{version}" if version is not None else ""
-        if name is not None and tag in str(name).split():
-            tag = ""  # the name already says it (`A ckpt_...pt v305`)
-        parts = [str(name) if name is not None else "", tag]
-        label = " ".join(p for p in parts if p)
-        return f"  ({label})" if label else ""
-    return f"  ({info})" if info else ""
 
 
 def _add_connector(
@@ -389,8 +374,8 @@ def write_video(
 def show(replay: Replay, camera: str = "top", fps: float | None = None, loop: bool = True) -> None:
     """Play the replay in MuJoCo's interactive viewer (needs a display) until it is closed.
 
-    Sight lines and grabs are drawn into the viewer's user scene; a locked object takes its
-    locking team's tint through its material; step, phase and score appear as viewer text.
+    The video frames' overlays (lock outlines, ramp edges, vision cones, lines of sight, grabs)
+    are drawn into the viewer's user scene; step, phase and score appear as viewer text.
     """
     import time
 
@@ -403,20 +388,16 @@ def show(replay: Replay, camera: str = "top", fps: float | None = None, loop: bo
         )
     import mujoco.viewer
 
-    follow = parse_camera(camera, replay)
-    model, data = replay.rebuild()
-    idx = replay.index(model)
-    base_rgba = model.mat_rgba.copy()
-    scores = replay.team_scores()
+    video = ReplayVideo(replay, VideoOptions(camera=camera, fps=fps))  # renders no frame
+    model, data, idx = video.model, video.data, video.index
     period = 1.0 / (fps or real_time_fps(replay))
-    team = (np.arange(replay.cfg.max_agents) >= replay.cfg.max_hiders).astype(int)
     with mujoco.viewer.launch_passive(model, data) as viewer:
-        if follow is None:
+        if video.follow is None:
             viewer.cam.type = mujoco.mjtCamera.mjCAMERA_FIXED
             viewer.cam.fixedcamid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, CAMERA)
         else:
             viewer.cam.type = mujoco.mjtCamera.mjCAMERA_TRACKING
-            viewer.cam.trackbodyid = int(idx.agent_body[follow])
+            viewer.cam.trackbodyid = int(idx.agent_body[video.follow])
             viewer.cam.distance = FOLLOW_DISTANCE
             viewer.cam.elevation = FOLLOW_ELEVATION
         t = 0
@@ -424,24 +405,8 @@ def show(replay: Replay, camera: str = "top", fps: float | None = None, loop: bo
             start = time.monotonic()
             with viewer.lock():
                 replay.set_state(model, data, t, idx)
-                model.mat_rgba[:] = base_rgba
-                for o in np.flatnonzero(replay["locked"][t]):
-                    k = int(replay["lock_team"][t, o])
-                    mat = model.geom_matid[idx.object_geom[o]]
-                    if k >= 0 and mat >= 0:
-                        model.mat_rgba[mat] = (1 - LOCK_TINT) * base_rgba[
-                            mat
-                        ] + LOCK_TINT * TEAM_RGBA[k]
-                scn = viewer.user_scn
-                scn.ngeom = 0
-                pos = data.xpos[idx.agent_body]
-                for i, j in np.argwhere(replay["sees_agent"][t]):
-                    if team[i] != team[j]:
-                        width = SEEKER_SIGHT_WIDTH if team[i] == 1 else SIGHT_WIDTH
-                        _add_connector(scn, pos[i], pos[j], width, TEAM_RGBA[team[i]])
-                for a, o in enumerate(replay["grabbed"][t]):
-                    if o >= 0:
-                        _add_connector(scn, pos[a], data.xpos[idx.object_body[o]], 0.025, GRAB_RGBA)
+                viewer.user_scn.ngeom = 0
+                video._decorate(viewer.user_scn, t)
                 if hasattr(viewer, "set_texts"):
                     left = replay.prep_left(t)
                     viewer.set_texts(
@@ -449,7 +414,7 @@ def show(replay: Replay, camera: str = "top", fps: float | None = None, loop: bo
                             mujoco.mjtFontScale.mjFONTSCALE_150,
                             mujoco.mjtGridPos.mjGRID_TOPLEFT,
                             f"t {t}/{replay.cfg.horizon}  " + (f"PREP {left}" if left else "PLAY"),
-                            f"hiders {scores[t, 0]:+.0f}  seekers {scores[t, 1]:+.0f}",
+                            f"hiders {video.scores[t, 0]:+.0f}  seekers {video.scores[t, 1]:+.0f}",
                         )
                     )
             viewer.sync()

@@ -150,7 +150,7 @@ def test_baseline_file_is_typed_and_sourced(tmp_path):
     data = yaml.safe_load(DEFAULT_PATH.read_text())
     data["baselines"]["rapid"]["runs"][0]["hours"] = "34 h"
     bad.write_text(yaml.safe_dump(data))
-    with pytest.raises(ValueError, match="hours must be a number"):
+    with pytest.raises(ValueError, match="hours=.34 h. has type str; expected float"):
         load_baselines(bad)
 
 

@@ -196,3 +196,25 @@ def test_win_probability():
     assert win_probability(rating(35.0, 1.0), rating(25.0, 1.0)) > win_probability(
         rating(35.0, 8.0), rating(25.0, 8.0)
     )
+
+
+def test_league_rates_a_round_and_its_predictions_agree(tmp_path):
+    """A population's league plays a member against the untrained anchor in every world, rates
+    each match, and its two predictions read the same ratings: `beats` compares a role with
+    itself, `p_win` a role with the other."""
+    from hns_train.config import load_config
+    from hns_train.eval.league import League
+
+    cfg = load_config("configs/smoke.yaml", ["game.preset=chase", "population.league_worlds=2"])
+    league = League(tmp_path / "league", cfg, seed=3)
+    member = dict(league.untrained)
+    results = league.play("m0", "seeker", member, "untrained")
+    assert len(results) == 2 and {r.seeker for r in results} == {"m0"}
+    assert league.games("m0") == 2 and league.rating("m0", "seeker").games == 2
+    roles = ("hider", "seeker")
+    assert league.beats("m0", "untrained", roles) + league.beats(
+        "untrained", "m0", roles
+    ) == pytest.approx(1.0)
+    seeker = win_probability(league.rating("m0", "seeker"), league.rating("untrained", "hider"))
+    assert league.p_win("m0", "untrained", ["seeker"]) == pytest.approx(seeker)
+    league.close()

@@ -13,6 +13,7 @@ from hns_train.eval import recorder
 from hns_train.eval import replay as R
 from hns_train.eval import video as V
 from hns_train.eval.cli import main
+from hns_train.eval.recorder import team_label
 
 W, H = 96, 80  # small and not square: catches swapped axes
 
@@ -197,7 +198,7 @@ def test_text_sits_in_a_strip_above_the_arena(replay):
         {**replay.header, "metadata": {"hiders": {"name": "A ckpt_0000000305.pt v305",
                                                   "version": 305}}},
     )  # fmt: skip
-    assert V._policy_label(relabelled.metadata["hiders"]) == "  (A ckpt_0000000305.pt v305)"
+    assert team_label(relabelled.metadata["hiders"]) == "A ckpt_0000000305.pt v305"
     opts = V.VideoOptions(width=240, height=240)
     with V.ReplayVideo(replay, opts) as v, V.ReplayVideo(relabelled, opts) as w:
         strip = v._strip
@@ -213,3 +214,22 @@ def test_vision_cones_are_drawn(replay):
         v.options = V.VideoOptions(width=W, height=H, text=False, vision_cones=False)
         plain = v.frame(10)
     assert (cones != plain).any(axis=-1).sum() > 20
+
+
+def test_the_viewer_gets_the_video_overlays_without_a_render_context(replay):
+    """`show` draws a frame's overlays into the viewer's user scene, as the video draws them
+    into its own: no offscreen renderer is made for it."""
+    t = int(np.flatnonzero(replay["locked"].any(1) & (replay["grabbed"] >= 0).any(1))[0])
+    video = V.ReplayVideo(replay, V.VideoOptions(vision_cones=False))
+    assert video.renderer is None
+    replay.set_state(video.model, video.data, t, video.index)
+    scene = mujoco.MjvScene(video.model, maxgeom=1000)
+    video._decorate(scene, t)
+    cfg = replay.cfg
+    locked = int((replay["lock_team"][t][replay["locked"][t]] >= 0).sum())
+    h = cfg.max_hiders
+    sees = replay["sees_agent"][t]
+    sight = int(sees[:h, h:].sum() + sees[h:, :h].sum())
+    grabs = int((replay["grabbed"][t] >= 0).sum())
+    assert scene.ngeom == cfg.n_ramps + 4 * locked + sight + grabs
+    video.close()
