@@ -96,6 +96,7 @@ from hns_train.agents.pool_index import (
     open_index,
     transaction,
 )
+from hns_train.typed_config import AtLeast1, NonNegative, Positive, Unit
 
 log = logging.getLogger(__name__)
 
@@ -177,47 +178,38 @@ class PoolConfig:
     """Snapshotting and opponent sampling. All values (ours): the paper trains against the
     latest policy only, which is `p_latest = 1.0`."""
 
-    snapshot_every: int = 100  # versions between snapshots
-    p_latest: float = 0.8  # both teams are the learning policy
+    snapshot_every: AtLeast1 = 100  # versions between snapshots
+    p_latest: Unit = 0.8  # both teams are the learning policy
     rule: str = "recency"  # uniform | recency | rating
-    recency_half_life: float = 10.0  # snapshots; weight halves every this many snapshots back
-    rating_temperature: float = 5.0  # rating units (prior sigma is 8.3); lower = greedier
-    p_random: float = 0.05  # of opponent episodes: a team acting uniformly at random
-    p_noop: float = 0.05  # of opponent episodes: a team sending the no-op action
+    recency_half_life: Positive = 10.0  # snapshots; weight halves every this many snapshots back
+    rating_temperature: Positive = 5.0  # rating units (prior sigma is 8.3); lower = greedier
+    p_random: Unit = 0.05  # of opponent episodes: a team acting uniformly at random
+    p_noop: Unit = 0.05  # of opponent episodes: a team sending the no-op action
     # Of all episodes: the opponent team is a guest of kind "cross" / "past" (set by a
     # population on each member; 0 without guests). The rest are drawn by the rules above.
-    p_cross: float = 0.0
-    p_past: float = 0.0
-    index_refresh_s: float = 5.0  # how stale the sampler's copy of the index may be
+    p_cross: Unit = 0.0
+    p_past: Unit = 0.0
+    index_refresh_s: NonNegative = 5.0  # how stale the sampler's copy of the index may be
     opponent_role: str = "any"  # team an opponent plays: any | hider | seeker (chase: hider)
     # Snapshots a policy worker keeps loaded (about 6.4 MB each with the paper's network). A
     # batch that needs more distinct snapshots than this reloads them from disk every time,
     # which can cost more than the inference itself.
-    snapshot_cache: int = 64
+    snapshot_cache: AtLeast1 = 64
 
     def __post_init__(self) -> None:
-        if self.snapshot_every < 1:
-            raise ValueError(f"snapshot_every must be >= 1, got {self.snapshot_every}")
-        for name in ("p_latest", "p_random", "p_noop", "p_cross", "p_past"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {value}")
+        problems = typed_config.range_problems(self)
+        if problems:
+            raise ValueError(problems[0])
         if self.p_random + self.p_noop > 1.0:
             raise ValueError(f"p_random + p_noop must be <= 1, got {self.p_random} + {self.p_noop}")
         if self.p_cross + self.p_past > 1.0:
             raise ValueError(f"p_cross + p_past must be <= 1, got {self.p_cross} + {self.p_past}")
         if self.rule not in RULES:
             raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}")
-        if self.recency_half_life <= 0 or self.rating_temperature <= 0:
-            raise ValueError("recency_half_life and rating_temperature must be > 0")
         if self.opponent_role not in ("any", *ROLES):
             raise ValueError(
                 f"opponent_role must be 'any', 'hider' or 'seeker', got {self.opponent_role!r}"
             )
-        if self.snapshot_cache < 1:
-            raise ValueError(f"snapshot_cache must be >= 1, got {self.snapshot_cache}")
-        if self.index_refresh_s < 0:
-            raise ValueError(f"index_refresh_s must be >= 0, got {self.index_refresh_s}")
 
     @property
     def draws_opponents(self) -> bool:

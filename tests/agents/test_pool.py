@@ -337,8 +337,8 @@ def test_guest_input_is_checked(tmp_path):
     with pytest.raises(ValueError, match="guest kind"):
         pool.guest_probabilities("self", "hider")
     for kwargs, match in (
-        ({"p_cross": 1.5}, "p_cross must be in"),
-        ({"p_past": -0.1}, "p_past must be in"),
+        ({"p_cross": 1.5}, "p_cross=1.5 is not allowed; it must be >= 0 and <= 1"),
+        ({"p_past": -0.1}, "p_past=-0.1 is not allowed"),
         ({"p_cross": 0.6, "p_past": 0.5}, "p_cross \\+ p_past must be <= 1"),
     ):
         with pytest.raises(ValueError, match=match):
