@@ -3,16 +3,14 @@
 Every number of the paper's policy and training recipe (Baker et al. 2020; spec
 `hide_and_seek.md` §6-7) is a named field here, with the paper's value as its default. The
 classes are plain dataclasses of ints, floats and bools so that they load from YAML unchanged
-(`AgentConfig.from_dict`). Numbers the paper does not give are marked "(ours)".
+(`hns_train.typed_config.from_dict`). Numbers the paper does not give are marked "(ours)".
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated
 
-from hns_train import typed_config
 from hns_train.envs import contract
 from hns_train.typed_config import AtLeast1, Bounds, NonNegative, Positive, Unit
 
@@ -90,12 +88,3 @@ class AgentConfig:
     # a checkpoint file or run directory whose networks start this run ("" or "scratch": none);
     # fine-tuning for the transfer tasks, hns_train/agents/transfer.py
     init: str = ""
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> AgentConfig:
-        """Build from a nested dict (e.g. parsed YAML); unknown keys and wrong types are a
-        ValueError naming them (`hns_train.typed_config`)."""
-        return typed_config.from_dict(cls, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)

@@ -19,8 +19,7 @@ under a name it already has gives the new weights a new id (caches are keyed by 
 the old row; a replaced file is deleted only when its name has two newer ones (a process that
 drew the old id may still be loading it), so each name keeps at most its two newest files.
 `remove_guest` drops the row and leaves the files (the same reason). Snapshot listings
-(`versions`, `latest_version`, `index`, `snapshot_info`) and the snapshot rules never include
-guests.
+(`versions`, `snapshot_info`) and the snapshot rules never include guests.
 
 Who controls each team in an episode (`PolicyPool.draw(rng) -> TeamControllers`):
 - with probability `p_cross` the opponent team is a "cross" guest, with probability `p_past` a
@@ -53,7 +52,7 @@ Public API:
 - `PoolConfig` (dataclass), `TeamControllers(hiders, seekers)`, `policy_key(id) -> str`,
   `parse_policy_id(key) -> int | str`.
 - `PolicyPool(folder, config=None)`: `maybe_add(version, state_dict, frames, episodes)`,
-  `add_snapshot(...)`, `versions()`, `latest_version()`, `snapshot_info(version)`, `index()`,
+  `add_snapshot(...)`, `versions()`, `snapshot_info(version)`,
   `load_snapshot(version_or_guest_id)`, `draw(rng)`, `candidate_probabilities(role)`,
   `add_guest(name, kind, state_dict, hider_weight=1.0, seeker_weight=1.0) -> int`,
   `set_guest_weights(name, hider_weight, seeker_weight)`, `remove_guest(name) -> bool`,
@@ -73,7 +72,7 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -216,11 +215,6 @@ class PoolConfig:
         """Whether `PolicyPool.draw` can give a team to anything but the learning policy (a
         process needs the pool open only then)."""
         return self.p_latest < 1.0 or self.p_cross + self.p_past > 0.0
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> PoolConfig:
-        """From a dict; unknown keys and wrong types are a ValueError (`typed_config`)."""
-        return typed_config.from_dict(cls, data)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -426,14 +420,6 @@ class PolicyPool(IndexHolder):
     def versions(self) -> list[int]:
         rows = self.conn.execute("SELECT version FROM snapshots ORDER BY version").fetchall()
         return [int(r[0]) for r in rows]
-
-    def latest_version(self) -> int | None:
-        row = self.conn.execute("SELECT MAX(version) FROM snapshots").fetchone()
-        return None if row[0] is None else int(row[0])
-
-    def index(self) -> list[SnapshotInfo]:
-        rows = self.conn.execute("SELECT * FROM pool_index ORDER BY version").fetchall()
-        return [self._info(r) for r in rows]
 
     def snapshot_info(self, version: int) -> SnapshotInfo | None:
         row = self.conn.execute(
@@ -712,12 +698,3 @@ class SnapshotCache:
         while len(self._items) > self.size:
             self._items.popitem(last=False)
         return item
-
-    def __contains__(self, version: object) -> bool:
-        return version in self._items
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def cached_versions(self) -> Sequence[int]:
-        return list(self._items)

@@ -34,13 +34,12 @@ import json
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hns_train import typed_config
 from hns_train.jsonl import append_record, json_number, read_logged
 from hns_train.jsonl import read_records as read_records  # the views read these files too
 from hns_train.typed_config import AtLeast1, NonNegative, NonNegativeInt, Positive, Unit
@@ -138,13 +137,6 @@ class PopulationConfig:
             if kind not in allowed:
                 raise ValueError(f"league_opponents: {kind!r} is not one of {allowed}")
         parse_overrides(self.overrides, self.members)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> PopulationConfig:
-        return typed_config.from_dict(cls, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def parse_ranges(ranges: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, HyperRange]:

@@ -1,5 +1,7 @@
 """Running observation statistics and PopArt value normalisation."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -7,6 +9,7 @@ import torch
 from hns_train.agents import ActorCritic, AgentConfig, NetworkConfig, obs_shapes
 from hns_train.agents import random_observations as random_obs
 from hns_train.agents.normalizers import EmaMeanStd, popart_update
+from hns_train.typed_config import from_dict
 
 SHAPES = obs_shapes()
 
@@ -74,10 +77,10 @@ def test_value_normalizer_update_keeps_model_values():
 
 
 def test_config_from_dict():
-    cfg = AgentConfig.from_dict({"network": {"lstm_dim": 64}, "ppo": {"epochs": 3}})
+    cfg = from_dict(AgentConfig, {"network": {"lstm_dim": 64}, "ppo": {"epochs": 3}})
     assert cfg.network.lstm_dim == 64 and cfg.ppo.epochs == 3 and cfg.ppo.gamma == 0.998
-    assert AgentConfig.from_dict(cfg.to_dict()) == cfg
+    assert from_dict(AgentConfig, dataclasses.asdict(cfg)) == cfg
     with pytest.raises(ValueError, match="unknown NetworkConfig fields.*lstm_size"):
-        AgentConfig.from_dict({"network": {"lstm_size": 64}})
+        from_dict(AgentConfig, {"network": {"lstm_size": 64}})
     with pytest.raises(ValueError, match="divisible"):
         NetworkConfig(embed_dim=100, attention_heads=3)
