@@ -32,6 +32,7 @@ from typing import Annotated, Any
 import yaml
 
 from hns_train import typed_config
+from hns_train.agents.checkpoint import atomic_write_bytes
 from hns_train.agents.config import AgentConfig
 from hns_train.agents.pool import PoolConfig
 from hns_train.agents.population import PopulationConfig, parse_ranges
@@ -395,9 +396,7 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
 
 
 def save_config(cfg: RunConfig, path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    tmp.replace(path)
+    atomic_write_bytes(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
 
 
 def apply_override(cfg: RunConfig, item: str) -> RunConfig:

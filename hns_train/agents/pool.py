@@ -635,7 +635,7 @@ class PolicyPool(IndexHolder):
                 role = self._opponent_role(rng)
                 ids, probs = self.guest_probabilities(kind, role)
                 if len(ids):
-                    return _teams(role, int(ids[_pick(probs, rng)]))
+                    return _teams(role, int(rng.choice(ids, p=probs)))
         if rng.random() < cfg.p_latest:
             return TeamControllers(LATEST, LATEST)
         role = self._opponent_role(rng)
@@ -648,18 +648,12 @@ class PolicyPool(IndexHolder):
             versions, probs = self.candidate_probabilities(role)
             if len(versions) == 0:
                 return TeamControllers(LATEST, LATEST)
-            opponent = int(versions[_pick(probs, rng)])
+            opponent = int(rng.choice(versions, p=probs))
         return _teams(role, opponent)
 
     def _opponent_role(self, rng: np.random.Generator) -> str:
         role = self.config.opponent_role
         return ROLES[int(rng.integers(2))] if role == "any" else role
-
-
-def _pick(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """Index drawn with `probs` (one uniform number)."""
-    pick = int(np.searchsorted(np.cumsum(probs), rng.random(), side="right"))
-    return min(pick, len(probs) - 1)
 
 
 def _teams(opponent_role: str, opponent: PolicyId) -> TeamControllers:

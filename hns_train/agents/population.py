@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from hns_train.agents.checkpoint import atomic_write_bytes
 from hns_train.jsonl import append_record, json_number, read_logged
 from hns_train.jsonl import read_records as read_records  # the views read these files too
 from hns_train.typed_config import AtLeast1, NonNegative, NonNegativeInt, Positive, Unit
@@ -313,10 +314,7 @@ class Lineage:
 
 def save_manifest(path: str | os.PathLike, manifest: Mapping[str, Any]) -> None:
     """Write the manifest atomically (a reader never sees half of it)."""
-    path = Path(path)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, default=json_number))
-    tmp.replace(path)
+    atomic_write_bytes(path, json.dumps(manifest, indent=1, default=json_number).encode())
 
 
 def load_manifest(path: str | os.PathLike) -> dict[str, Any]:
