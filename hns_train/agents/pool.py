@@ -425,21 +425,9 @@ class PolicyPool(IndexHolder):
         row = self.conn.execute(
             "SELECT * FROM pool_index WHERE version = ?", (int(version),)
         ).fetchone()
-        return None if row is None else self._info(row)
-
-    def _info(self, row: sqlite3.Row) -> SnapshotInfo:
-        return SnapshotInfo(
-            version=int(row["version"]),
-            path=self.folder / row["path"],
-            created=float(row["created"]),
-            frames=int(row["frames"]),
-            episodes=int(row["episodes"]),
-            games=int(row["games"]),
-            hider_mu=row["hider_mu"],
-            hider_sigma=row["hider_sigma"],
-            seeker_mu=row["seeker_mu"],
-            seeker_sigma=row["seeker_sigma"],
-        )
+        if row is None:
+            return None
+        return SnapshotInfo(**{**dict(row), "path": self.folder / row["path"]})
 
     def load_snapshot(self, version: int, map_location: Any = "cpu") -> dict[str, Any]:
         """The frozen state dict of snapshot `version` or of a guest id (for
@@ -547,18 +535,7 @@ class PolicyPool(IndexHolder):
     def guests(self) -> list[GuestInfo]:
         """The current guests, oldest id first (read now, not from the sampler's cache)."""
         rows = self.conn.execute("SELECT * FROM guests ORDER BY id").fetchall()
-        return [
-            GuestInfo(
-                id=int(r["id"]),
-                name=r["name"],
-                kind=r["kind"],
-                path=self.folder / r["path"],
-                hider_weight=float(r["hider_weight"]),
-                seeker_weight=float(r["seeker_weight"]),
-                created=None if r["created"] is None else float(r["created"]),
-            )
-            for r in rows
-        ]
+        return [GuestInfo(**{**dict(r), "path": self.folder / r["path"]}) for r in rows]
 
     # ----- sampling -----
 
