@@ -158,7 +158,7 @@ class EvalSettings:
     opponents: str = "pool,random,noop,scripted_seeker"  # classes played in turn, comma-separated
 
     def __post_init__(self) -> None:
-        # (each field's range: `_RANGES`; here the opponents' names)
+        # (each field's range is declared with it; here the opponents' names)
         names = self.opponent_classes()
         bad = [n for n in names if n not in EVAL_OPPONENTS]
         if bad or not names:
@@ -353,9 +353,9 @@ def _range_problems(cfg: RunConfig) -> list[str]:
 
 
 def _cluster_problems(p: PipelineConfig) -> list[str]:
-    """Rules of the several-trainer and Ray fields (their ranges are in `_RANGES`)."""
+    """Rules of the several-trainer and Ray fields (their ranges are declared with them)."""
     out = []
-    if p.n_trainers >= 1 and p.batch_chunks % p.n_trainers:  # (< 1: see _RANGES)
+    if p.n_trainers >= 1 and p.batch_chunks % p.n_trainers:  # (< 1: its range)
         out.append(
             f"pipeline.batch_chunks={p.batch_chunks} must be a multiple of "
             f"pipeline.n_trainers={p.n_trainers} (each trainer takes an equal share)"
@@ -366,7 +366,7 @@ def _cluster_problems(p: PipelineConfig) -> list[str]:
         out.append(f"pipeline.ddp_backend={p.ddp_backend!r} is not one of auto, gloo, nccl")
     for kind in ("policy", "trainer"):
         gpus = getattr(p, f"ray_{kind}_gpus")
-        if -1 < gpus < 0:  # below -1 and non-finite: see _RANGES
+        if -1 < gpus < 0:  # below -1 and non-finite: its range
             out.append(f"pipeline.ray_{kind}_gpus must be -1 (auto) or >= 0, got {gpus}")
     return out
 
