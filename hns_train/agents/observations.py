@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from hns_train.envs.contract import (  # noqa: F401  (SELF_KEY, LIDAR_KEY, is_mask_key re-exported)
+from hns_train.envs.contract import (
     ALL_ENTITY_KEYS,
     ENTITY_KEYS,
     LIDAR_KEY,
@@ -38,13 +38,10 @@ from hns_train.envs.contract import (  # noqa: F401  (SELF_KEY, LIDAR_KEY, is_ma
     is_mask_key,
 )
 
-# the keys are the env's contract (hns_train/envs/contract.py); these names are its
-EntityType = EntityKeys
-ENTITY_TYPES = ALL_ENTITY_KEYS  # agents, boxes, ramps, then the optional sites
-
+# agents, boxes, ramps, then the optional sites: the env's contract (hns_train/envs/contract.py)
 KNOWN_KEYS = frozenset(
     [SELF_KEY, LIDAR_KEY]
-    + [k for e in ENTITY_TYPES for k in (e.key, e.visible_mask, e.exists_mask)]
+    + [k for e in ALL_ENTITY_KEYS for k in (e.key, e.visible_mask, e.exists_mask)]
 )
 
 
@@ -52,7 +49,7 @@ KNOWN_KEYS = frozenset(
 class EntitySlot:
     """One entity type present in a layout: `count` rows of `dim` features."""
 
-    kind: EntityType
+    kind: EntityKeys
     count: int
     dim: int
 
@@ -63,7 +60,7 @@ class ObsLayout:
 
     self_dim: int
     lidar_rays: int  # 0 = no lidar
-    entities: tuple[EntitySlot, ...]  # only types with count > 0, in ENTITY_TYPES order
+    entities: tuple[EntitySlot, ...]  # only types with count > 0, in ALL_ENTITY_KEYS order
     shapes: dict[str, tuple[int, ...]]  # every key the layout needs, shapes without batch dims
 
     @classmethod
@@ -89,7 +86,7 @@ class ObsLayout:
         if lidar[0] > 0:
             needed[LIDAR_KEY] = lidar
         slots = []
-        for kind in ENTITY_TYPES:
+        for kind in ALL_ENTITY_KEYS:
             present = [k for k in (kind.key, kind.visible_mask, kind.exists_mask) if k in shapes]
             if not present:
                 continue

@@ -102,7 +102,6 @@ log = logging.getLogger(__name__)
 ROLES = ("hider", "seeker")
 LATEST, RANDOM, NOOP = "latest", "random", "noop"
 NAMED_POLICIES = (LATEST, RANDOM, NOOP)
-FIXED_OPPONENTS = (RANDOM, NOOP)
 RULES = ("uniform", "recency", "rating")
 PolicyId = int | str
 
