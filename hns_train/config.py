@@ -300,11 +300,6 @@ def agent_contract_problems(agent: AgentConfig, game: GameConfig) -> list[str]:
     return []
 
 
-# The allowed values of every numeric field, by dotted key: declared with the field
-# (`typed_config.Bounds`), checked by `RunConfig.check`
-_RANGES = typed_config.bounds(RunConfig)
-
-
 def flat_settings(cfg: RunConfig) -> dict[str, Any]:
     """Every setting of `cfg` by its dotted key ("agent.ppo.lr": 3e-4, ...)."""
     out: dict[str, Any] = {}
