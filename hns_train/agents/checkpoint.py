@@ -440,13 +440,14 @@ class CheckpointDir:
         kept, doomed = steps[-self.keep :], steps[: -self.keep]
         if not doomed:
             return
-        if self._newest_valid(kept) is None:
-            rescue = self._newest_valid(doomed)
+        if self.newest_valid(kept) is None:
+            rescue = self.newest_valid(doomed)
             doomed = [s for s in doomed if s != rescue]
         for step in doomed:
             self.path_for(step).unlink(missing_ok=True)
 
-    def _newest_valid(self, steps: list[int]) -> int | None:
+    def newest_valid(self, steps: list[int]) -> int | None:
+        """The newest of `steps` whose file verifies (its header and SHA-256; nothing loaded)."""
         for step in reversed(steps):
             try:
                 _verified_body(self.path_for(step))
@@ -467,3 +468,17 @@ class CheckpointDir:
                 log.warning("skipping unusable checkpoint: %s", e)
                 self.skipped.append(str(e))
         return None
+
+
+def resolve_checkpoint(path: str | os.PathLike) -> Path | None:
+    """The checkpoint file `path` names: the file itself, else the newest one that verifies in a
+    checkpoints folder or a run directory's `checkpoints/`; None where there is none."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    if not folder.is_dir():
+        return None
+    found = CheckpointDir(folder)
+    step = found.newest_valid(found.steps())
+    return None if step is None else found.path_for(step)
