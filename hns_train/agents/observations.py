@@ -29,11 +29,8 @@ import numpy as np
 
 from hns_train.envs.contract import (
     ALL_ENTITY_KEYS,
-    ENTITY_KEYS,
     LIDAR_KEY,
     SELF_KEY,
-    SITE_DIM,
-    SITE_KEYS,
     EntityKeys,
     is_mask_key,
 )
@@ -154,30 +151,3 @@ def _shape(value: Any) -> tuple[int, ...]:
     """Shape of an array or a tensor on any device (np.shape would copy a GPU tensor to host)."""
     shape = getattr(value, "shape", None)
     return tuple(int(n) for n in shape) if shape is not None else tuple(np.shape(value))
-
-
-def obs_shapes(
-    n_other_agents: int = 3,
-    n_boxes: int = 2,
-    box_dim: int = 12,
-    n_ramps: int = 1,
-    ramp_dim: int = 9,
-    lidar_rays: int = 30,
-    self_dim: int = 10,
-    n_sites: int = 0,
-) -> dict[str, tuple[int, ...]]:
-    """The contract's shape dict for given entity counts (defaults: the quadrant preset; sites
-    only where `n_sites` > 0, as the env)."""
-    shapes: dict[str, tuple[int, ...]] = {SELF_KEY: (self_dim,), LIDAR_KEY: (lidar_rays,)}
-    kinds = [
-        (ENTITY_KEYS[0], n_other_agents, self_dim),
-        (ENTITY_KEYS[1], n_boxes, box_dim),
-        (ENTITY_KEYS[2], n_ramps, ramp_dim),
-    ]
-    if n_sites > 0:
-        kinds.append((SITE_KEYS, n_sites, SITE_DIM))
-    for kind, count, dim in kinds:
-        shapes[kind.key] = (count, dim)
-        shapes[kind.visible_mask] = (count,)
-        shapes[kind.exists_mask] = (count,)
-    return shapes

@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from hns_train.agents import ActorCritic, AgentConfig, NetworkConfig, obs_shapes
+from hns_train.agents import ActorCritic, AgentConfig, NetworkConfig
 from hns_train.agents import random_observations as random_obs
 from hns_train.agents.normalizers import EmaMeanStd, popart_update
+from hns_train.envs.config import make_config
+from hns_train.envs.contract import observation_shapes
 from hns_train.typed_config import from_dict
 
-SHAPES = obs_shapes()
+SHAPES = observation_shapes(make_config("quadrant"))
 
 
 def test_debiased_ema_equals_mean_of_batch_statistics_early():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from hns_train.agents import ActorCritic, NetworkConfig, obs_shapes
+from hns_train.agents import ActorCritic, NetworkConfig
 from hns_train.agents.pod import LATEST as POD_LATEST
 from hns_train.agents.pod import OpponentSlots
 from hns_train.agents.pool import (
@@ -24,9 +24,11 @@ from hns_train.agents.pool_index import PRIOR_MU, open_index, transaction
 from hns_train.agents.synthetic import random_observations
 from hns_train.distributed.opponent_codes import LATEST as WIRE_LATEST
 from hns_train.distributed.opponent_codes import OpponentDraw, code_of
+from hns_train.envs.config import make_config
+from hns_train.envs.contract import observation_shapes
 from hns_train.typed_config import from_dict
 
-SHAPES = obs_shapes(n_other_agents=1, n_boxes=0, n_ramps=0, lidar_rays=0)
+SHAPES = observation_shapes(make_config("chase", n_lidar=0))
 SMALL = NetworkConfig(embed_dim=8, attention_heads=2, dense_dim=8, lstm_dim=8)
 
 
