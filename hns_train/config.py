@@ -43,6 +43,7 @@ from hns_train.typed_config import (
     Bounds,
     NonNegative,
     NonNegativeInt,
+    OneOf,
     Positive,
     Unit,
 )
@@ -81,7 +82,7 @@ class ConfigError(ValueError):
 class PipelineConfig:
     """How the actor / policy / trainer workers are laid out and how samples flow."""
 
-    launcher: str = "local"  # serial | local | ray
+    launcher: Annotated[str, OneOf(LAUNCHERS)] = "local"
     # c: actors step C MuJoCo and ask policy workers over sockets; pod: no actors or policy
     # workers, each of the n_trainers learners simulates, acts and learns on its own device
     # (the `pod` section; hns_train/agents/pod.py), on MuJoCo Warp on a GPU
@@ -112,7 +113,7 @@ class PipelineConfig:
     controller_timeout_s: NonNegative = 60.0  # a worker that hears nothing from the controller for
     # this long exits (0 = never): the parent watch for workers that are not its children
     max_message_mb: AtLeast1 = 256  # largest message a socket of the run accepts, frames together
-    transport: str = "ipc"  # ipc | tcp (serial always uses inproc)
+    transport: Annotated[str, OneOf(("ipc", "tcp"))] = "ipc"  # (serial always uses inproc)
     # Actors and policy workers on one host (serial, local launchers) pass inference requests
     # through shared memory, the socket carrying only their address (distributed/shared_rows.py)
     shared_memory: bool = True
@@ -124,7 +125,8 @@ class PipelineConfig:
     # --- several trainers, clusters (distributed/ddp.py, ray_launcher.py, docs/cluster.md)
     # trainer ranks of one policy (DDP); each takes batch_chunks / n_trainers
     n_trainers: AtLeast1 = 1
-    ddp_backend: str = "auto"  # auto (nccl on CUDA, gloo on CPU) | gloo | nccl
+    # auto: nccl on CUDA, gloo on CPU
+    ddp_backend: Annotated[str, OneOf(("auto", "gloo", "nccl"))] = "auto"
     ddp_timeout_s: Positive = 120.0  # longest wait in a trainer collective before the rank gives up
     mixed_precision: bool = True  # bf16 autocast of the trainer's forward pass, on CUDA only
     encrypt: bool = False  # CURVE on one-host runs too (ray and non-loopback tcp always encrypt)
@@ -174,7 +176,7 @@ class EvalSettings:
 @dataclass
 class LoggingConfig:
     every_s: Positive = 10.0  # seconds between metrics records
-    wandb: str = "offline"  # offline | online | disabled
+    wandb: Annotated[str, OneOf(WANDB_MODES)] = "offline"
     project: str = "hns_train"
     group: str = ""  # wandb group (a population's members share their population's name)
     progress: bool = True  # tqdm progress bar
@@ -198,7 +200,8 @@ class PodConfig:
     are `agent.ppo.epochs` x `agent.ppo.minibatches` (configs/quadrant_pod.yaml: 2 x 2)."""
 
     worlds: AtLeast1 = 64  # worlds each pod simulates (thousands on a GPU)
-    physics: str = "auto"  # auto (MuJoCo Warp on CUDA, the C game on a CPU) | c | warp
+    # auto: MuJoCo Warp on CUDA, the C game on a CPU
+    physics: Annotated[str, OneOf(POD_PHYSICS)] = "auto"
     opponent_slots: AtLeast1 = 4  # pool snapshots held on the device as ready models
     # torch and MuJoCo threads of a CPU pod (0: this host's cores / pods). More cores: more pods
     # (pipeline.n_trainers) rather than threads; torch's OpenMP threads spin while they wait, and
@@ -243,15 +246,11 @@ class RunConfig:
         except ValueError as err:
             raise ConfigError(f"{source}: game: {err}") from None
         problems = []
-        if p.launcher not in LAUNCHERS:
-            problems.append(f"pipeline.launcher={p.launcher!r} is not one of {LAUNCHERS}")
         if p.backend == "warp":
             problems.append(f"pipeline.backend='warp' is retired: {RETIRED_WARP_ACTORS}")
         elif p.backend not in BACKENDS:
             problems.append(f"pipeline.backend={p.backend!r} is not one of {BACKENDS}")
-        if self.pod.physics not in POD_PHYSICS:
-            problems.append(f"pod.physics={self.pod.physics!r} is not one of {POD_PHYSICS}")
-        elif (
+        if (
             p.backend == "pod"
             and self.pod.physics == "warp"
             and importlib.util.find_spec("mujoco_warp") is None
@@ -262,13 +261,9 @@ class RunConfig:
                 f"game task {game.task!r} runs on the C game only: pipeline.backend 'c', or "
                 "'pod' with pod.physics 'c' or 'auto'"
             )
-        if p.transport not in ("ipc", "tcp"):
-            problems.append(f"pipeline.transport={p.transport!r} is not one of ('ipc', 'tcp')")
         problems += _cluster_problems(p)
         problems += _range_problems(self)
         problems += _population_problems(self)
-        if self.logging.wandb not in WANDB_MODES:
-            problems.append(f"logging.wandb={self.logging.wandb!r} is not one of {WANDB_MODES}")
         if p.envs_per_actor % max(p.ring_size, 1):
             problems.append(
                 f"pipeline.envs_per_actor={p.envs_per_actor} must be a multiple of "
@@ -357,8 +352,6 @@ def _cluster_problems(p: PipelineConfig) -> list[str]:
         )
     if p.n_trainers > 1 and p.launcher == "serial":
         out.append("pipeline.n_trainers > 1 needs launcher local or ray (one process per rank)")
-    if p.ddp_backend not in ("auto", "gloo", "nccl"):
-        out.append(f"pipeline.ddp_backend={p.ddp_backend!r} is not one of auto, gloo, nccl")
     for kind in ("policy", "trainer"):
         gpus = getattr(p, f"ray_{kind}_gpus")
         if -1 < gpus < 0:  # below -1 and non-finite: its range

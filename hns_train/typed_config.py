@@ -21,7 +21,7 @@ Errors are `FieldError` (a ValueError) that name the key and what is allowed:
 
 Ranges: a numeric field typed `Annotated[int, Bounds(1)]` (or one of the aliases `AtLeast1`,
 `NonNegativeInt`, `NonNegative`, `Positive`, `Unit`) states the values it allows where it is
-declared.
+declared; a text field typed `Annotated[str, OneOf(names)]` names the values it takes.
 `range_problems(obj)` checks every such field of a config, nested sections included, and says
 for each one out of range what it must be; a float must also be finite. The run config reports
 them all at once; a section that stands alone (`PoolConfig`) raises the first from its own
@@ -64,6 +64,17 @@ class Bounds:
         return None
 
 
+@dataclasses.dataclass(frozen=True)
+class OneOf:
+    """The values a text field allows (checked with the ranges)."""
+
+    values: tuple[str, ...]
+
+    def problem(self, key: str, value: str) -> str | None:
+        """Why `value` of field `key` is not allowed, or None."""
+        return None if value in self.values else f"{key}={value!r} is not one of {self.values}"
+
+
 AtLeast1 = Annotated[int, Bounds(1)]
 NonNegativeInt = Annotated[int, Bounds(0)]
 NonNegative = Annotated[float, Bounds(0)]
@@ -71,21 +82,22 @@ Positive = Annotated[float, Bounds(0, inclusive=False)]
 Unit = Annotated[float, Bounds(0, 1)]
 
 
-def bounds(cls: type, prefix: str = "") -> dict[str, Bounds]:
-    """The `Bounds` of every field of dataclass `cls` that has one, by dotted key, nested
-    sections included."""
+def bounds(cls: type, prefix: str = "") -> dict[str, Bounds | OneOf]:
+    """The `Bounds` (or `OneOf`) of every field of dataclass `cls` that has one, by dotted key,
+    nested sections included."""
     out = {}
     for name, hint in typing.get_type_hints(cls, include_extras=True).items():
         if dataclasses.is_dataclass(hint):
             out.update(bounds(hint, f"{prefix}{name}."))
         for extra in getattr(hint, "__metadata__", ()):
-            if isinstance(extra, Bounds):
+            if isinstance(extra, (Bounds, OneOf)):
                 out[prefix + name] = extra
     return out
 
 
 def range_problems(obj: Any) -> list[str]:
-    """One message per field of the config `obj` whose value is outside its `Bounds`."""
+    """One message per field of the config `obj` whose value is outside its `Bounds` (or not
+    one of its `OneOf`)."""
     out = []
     for key, allowed in bounds(type(obj)).items():
         value = obj

@@ -11,6 +11,7 @@ from hns_train.typed_config import (
     AtLeast1,
     Bounds,
     FieldError,
+    OneOf,
     Unit,
     bounds,
     from_dict,
@@ -81,6 +82,7 @@ class Bounded:
     share: Unit = 0.5
     decay: Annotated[float, Bounds(0, 1, inclusive=False)] = 0.9
     label: str = "x"
+    mode: Annotated[str, OneOf(("fast", "slow"))] = "fast"
 
 
 @dataclass
@@ -90,13 +92,19 @@ class BoundedRun:
 
 
 def test_ranges_are_read_from_the_fields_and_every_problem_is_named():
-    assert set(bounds(BoundedRun)) == {"section.count", "section.share", "section.decay"}
+    assert set(bounds(BoundedRun)) == {
+        "section.count",
+        "section.share",
+        "section.decay",
+        "section.mode",
+    }
     assert range_problems(BoundedRun()) == []
-    bad = BoundedRun(section=Bounded(count=0, share=float("nan"), decay=0.0))
+    bad = BoundedRun(section=Bounded(count=0, share=float("nan"), decay=0.0, mode="quick"))
     assert range_problems(bad) == [
         "section.count=0 is not allowed; it must be >= 1",
         "section.share=nan must be a finite number",
         "section.decay=0.0 is not allowed; it must be > 0 and <= 1",
+        "section.mode='quick' is not one of ('fast', 'slow')",
     ]
     # the type hint the loader checks is the annotated type's own
     assert from_dict(Bounded, {"share": 1}).share == 1.0

@@ -75,7 +75,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import numpy as np
 
@@ -95,7 +95,7 @@ from hns_train.agents.pool_index import (
     open_index,
     transaction,
 )
-from hns_train.typed_config import AtLeast1, NonNegative, Positive, Unit
+from hns_train.typed_config import AtLeast1, NonNegative, OneOf, Positive, Unit
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class PoolConfig:
 
     snapshot_every: AtLeast1 = 100  # versions between snapshots
     p_latest: Unit = 0.8  # both teams are the learning policy
-    rule: str = "recency"  # uniform | recency | rating
+    rule: Annotated[str, OneOf(RULES)] = "recency"
     recency_half_life: Positive = 10.0  # snapshots; weight halves every this many snapshots back
     rating_temperature: Positive = 5.0  # rating units (prior sigma is 8.3); lower = greedier
     p_random: Unit = 0.05  # of opponent episodes: a team acting uniformly at random
@@ -188,7 +188,8 @@ class PoolConfig:
     p_cross: Unit = 0.0
     p_past: Unit = 0.0
     index_refresh_s: NonNegative = 5.0  # how stale the sampler's copy of the index may be
-    opponent_role: str = "any"  # team an opponent plays: any | hider | seeker (chase: hider)
+    # the team an opponent plays (chase: hider)
+    opponent_role: Annotated[str, OneOf(("any", *ROLES))] = "any"
     # Snapshots a policy worker keeps loaded (about 6.4 MB each with the paper's network). A
     # batch that needs more distinct snapshots than this reloads them from disk every time,
     # which can cost more than the inference itself.
@@ -202,12 +203,6 @@ class PoolConfig:
             raise ValueError(f"p_random + p_noop must be <= 1, got {self.p_random} + {self.p_noop}")
         if self.p_cross + self.p_past > 1.0:
             raise ValueError(f"p_cross + p_past must be <= 1, got {self.p_cross} + {self.p_past}")
-        if self.rule not in RULES:
-            raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}")
-        if self.opponent_role not in ("any", *ROLES):
-            raise ValueError(
-                f"opponent_role must be 'any', 'hider' or 'seeker', got {self.opponent_role!r}"
-            )
 
     @property
     def draws_opponents(self) -> bool:
