@@ -37,7 +37,7 @@ parts included), so no rank can wait for a collective another rank skips.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 import numpy as np
@@ -132,24 +132,7 @@ class Rollout:
 
     def columns(self, index: torch.Tensor) -> Rollout:
         """The rollout restricted to the agent streams `index` (along B)."""
-        return Rollout(
-            obs={k: v.index_select(1, index) for k, v in self.obs.items()},
-            bootstrap_value=self.bootstrap_value.index_select(0, index),
-            learn=None if self.learn is None else self.learn.index_select(1, index),
-            **{
-                name: getattr(self, name).index_select(1, index)
-                for name in (
-                    "actions",
-                    "logp",
-                    "values",
-                    "rewards",
-                    "episode_start",
-                    "truncated",
-                    "truncated_value",
-                    "lstm_state",
-                )
-            },
-        )
+        return _take(self, index, dims={"bootstrap_value": 0})
 
     @classmethod
     def from_chunk(cls, chunk: Chunk, model: ActorCritic) -> Rollout:
@@ -160,18 +143,14 @@ class Rollout:
         def t(x, dtype):
             return torch.as_tensor(np.asarray(x), device=device).to(dtype)
 
-        f32 = torch.float32
+        dtypes = {"actions": torch.int64, "episode_start": torch.bool, "truncated": torch.bool}
         return cls(
             obs=model.obs_to_tensors(chunk.obs, 2),
-            actions=t(chunk.actions, torch.int64),
-            logp=t(chunk.logp, f32),
-            values=t(chunk.values, f32),
-            rewards=t(chunk.rewards, f32),
-            episode_start=t(chunk.episode_start, torch.bool),
-            truncated=t(chunk.truncated, torch.bool),
-            truncated_value=t(chunk.truncated_value, f32),
-            bootstrap_value=t(chunk.bootstrap_value, f32),
-            lstm_state=t(chunk.lstm_state, f32),
+            **{
+                f.name: t(getattr(chunk, f.name), dtypes.get(f.name, torch.float32))
+                for f in fields(cls)
+                if f.name not in ("obs", "learn")
+            },
         )
 
 
@@ -193,15 +172,7 @@ class Segments:
         return self.state.shape[0]
 
     def select(self, index: torch.Tensor) -> Segments:
-        return Segments(
-            obs={k: v[:, index] for k, v in self.obs.items()},
-            state=self.state[index],
-            learn=None if self.learn is None else self.learn[:, index],
-            **{
-                name: getattr(self, name)[:, index]
-                for name in ("episode_start", "actions", "logp", "values", "advantages", "returns")
-            },
-        )
+        return _take(self, index, dims={"state": 0})
 
 
 class RankSync(Protocol):
@@ -534,3 +505,15 @@ def _advantage_moments(seg: Segments) -> torch.Tensor:
     adv = seg.advantages.to(torch.float64)
     m = torch.ones_like(adv) if seg.learn is None else seg.learn.to(torch.float64)
     return torch.stack([m.sum(), (m * adv).sum(), (m * adv.square()).sum()])
+
+
+def _take(batch: Any, index: torch.Tensor, dims: dict[str, int]) -> Any:
+    """A copy of `batch` (a `Rollout` or `Segments`) holding only the columns `index` of every
+    tensor: along dim 1 (time-major), or the dim `dims` names for a field without time."""
+
+    def take(name: str, x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: take(name, v) for k, v in x.items()}
+        return None if x is None else x.index_select(dims.get(name, 1), index)
+
+    return type(batch)(**{f.name: take(f.name, getattr(batch, f.name)) for f in fields(batch)})
