@@ -48,7 +48,7 @@ import shutil
 import struct
 import tempfile
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -276,12 +276,8 @@ class Counters:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Counters:
-        return cls(
-            version=int(data.get("version", 0)),
-            frames=int(data.get("frames", 0)),
-            episodes=int(data.get("episodes", 0)),
-            wall_clock_s=float(data.get("wall_clock_s", 0.0)),
-        )
+        """The counters `data` holds, each as its field's type (a missing one: 0)."""
+        return cls(**{f.name: type(f.default)(data.get(f.name, f.default)) for f in fields(cls)})
 
 
 def capture_rng_state(np_rng: np.random.Generator | None = None) -> dict[str, Any]:
