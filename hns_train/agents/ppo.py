@@ -225,11 +225,9 @@ class PPO:
         batch = self._as_rollout(batch)
         advantages, returns = self._gae(batch)
         learn = batch.learn
-        if self.sync is None:
-            self.model.update_value_normalizer(returns, learn)
-        else:
-            rows = self._whole_batch_moments([(returns, learn)])[0]
-            self.model.update_value_normalizer(rows, None)
+        # under `sync`, the statistics fold in the whole batch's moments (sums over ranks)
+        reduce = None if self.sync is None else self.sync.all_sum
+        self.model.update_value_normalizer(returns, learn, reduce)
         segments = self._segments(batch, advantages, returns)
 
         cfg = self.config
@@ -247,10 +245,7 @@ class PPO:
                     names = list(stats)
                     history.append(torch.stack(list(stats.values())))
 
-        if self.sync is None:
-            self.model.update_obs_normalizer(batch.obs, learn)
-        else:
-            self._update_obs_normalizer_synced(batch.obs, learn)
+        self.model.update_obs_normalizer(batch.obs, learn, reduce)
         self.version += 1
         out = dict(zip(names, torch.stack(history).mean(0), strict=True)) if history else {}
         value_mean, value_std = self.model.value_norm.mean_std()
@@ -318,55 +313,6 @@ class PPO:
             size = p.numel()
             p.grad = flat[offset : offset + size].view_as(p).clone()
             offset += size
-
-    @torch.no_grad()
-    def _whole_batch_moments(
-        self, items: list[tuple[torch.Tensor, torch.Tensor | None]], features: Sequence[int] = ()
-    ) -> list[torch.Tensor | None]:
-        """For each (x, row weight): two rows whose mean and second moment per trailing feature
-        equal those of the (weighted) rows of x over all ranks; None where no rank has a row.
-
-        Feeding the two rows to an `EmaMeanStd` folds in exactly the whole batch's moments, so
-        the normalisers' own update rules (and PopArt's rescaling) apply unchanged.
-        """
-        sums = []
-        for i, (x, w) in enumerate(items):
-            width = features[i] if features else 1
-            x = x.to(torch.float64).reshape(-1, width)
-            w = torch.ones(len(x), dtype=torch.float64, device=x.device) if w is None else w
-            w = w.to(torch.float64).reshape(-1, 1)
-            sums.append(torch.cat([(w * x).sum(0), (w * x.square()).sum(0), w.sum().reshape(1)]))
-        packed = self.sync.all_sum(torch.cat(sums))
-        out, offset = [], 0
-        for i in range(len(items)):
-            width = features[i] if features else 1
-            s1, s2 = packed[offset : offset + width], packed[offset + width : offset + 2 * width]
-            total = packed[offset + 2 * width]
-            offset += 2 * width + 1
-            if total <= 0:
-                out.append(None)
-                continue
-            mean = s1 / total
-            sd = (s2 / total - mean.square()).clamp(min=0).sqrt()
-            rows = torch.stack([mean + sd, mean - sd])
-            out.append(rows if features else rows.reshape(-1))
-        return out
-
-    @torch.no_grad()
-    def _update_obs_normalizer_synced(
-        self, obs: dict[str, torch.Tensor], learn: torch.Tensor | None
-    ) -> None:
-        """`update_obs_normalizer` with the whole batch's statistics (the same weighting: entity
-        rows count where their entity exists, steps where `learn` is set)."""
-        norm = self.model.obs_norm
-        keys = list(norm.stats.keys())
-        items, widths = [], []
-        for key in keys:
-            items.append((obs[key], norm.row_weights(key, obs, learn)))
-            widths.append(obs[key].shape[-1])
-        for key, rows in zip(keys, self._whole_batch_moments(items, widths), strict=True):
-            if rows is not None:
-                norm.stats[key].update(rows)
 
     @torch.no_grad()
     def evaluate_loss(self, batch: Chunk | Sequence[Chunk] | Rollout) -> dict[str, float]:
