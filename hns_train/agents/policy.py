@@ -148,15 +148,6 @@ class ActorCritic(nn.Module):
         statistics, keep de-normalised outputs unchanged."""
         popart_update(self.value_norm, self.value_net.head, returns, weight, reduce)
 
-    @torch.no_grad()
-    def update_obs_normalizer(
-        self,
-        obs: Mapping[str, torch.Tensor],
-        steps: torch.Tensor | None = None,
-        reduce: Reduce | None = None,
-    ) -> None:
-        self.obs_norm.update(obs, steps, reduce)
-
     # ----- tensors in, tensors out, on the device (used by pods) -----
 
     @torch.no_grad()

@@ -245,7 +245,7 @@ class PPO:
                     names = list(stats)
                     history.append(torch.stack(list(stats.values())))
 
-        self.model.update_obs_normalizer(batch.obs, learn, reduce)
+        self.model.obs_norm.update(batch.obs, learn, reduce)
         self.version += 1
         out = dict(zip(names, torch.stack(history).mean(0), strict=True)) if history else {}
         value_mean, value_std = self.model.value_norm.mean_std()

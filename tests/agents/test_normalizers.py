@@ -37,7 +37,7 @@ def test_obs_normalizer_clips_skips_masks_and_absent_rows():
     obs["mask_ab_obs_spoof"][..., 1] = 0.0
     obs["box_obs"][..., 1, :] = 1000.0  # padding of an absent box: must not count
     tensors = model.obs_to_tensors(obs, 2)
-    model.update_obs_normalizer(tensors)
+    model.obs_norm.update(tensors)
 
     box_mean, _ = model.obs_norm.stats["box_obs"].mean_std()
     torch.testing.assert_close(box_mean, torch.full((12,), 3.0), atol=0.02, rtol=0)
