@@ -25,14 +25,15 @@ from hns_train.agents import (  # noqa: E402
     PPO,
     ActorCritic,
     PPOConfig,
-    obs_shapes,
     random_observations,
     synthetic_chunk,
 )
+from hns_train.envs.config import make_config
+from hns_train.envs.contract import observation_shapes
 
 PRESETS = {
-    "quadrant": obs_shapes(n_other_agents=3, n_boxes=2, box_dim=12, n_ramps=1, ramp_dim=9),
-    "randomwalls": obs_shapes(n_other_agents=3, n_boxes=9, box_dim=15, n_ramps=2, ramp_dim=15),
+    "quadrant": observation_shapes(make_config("quadrant")),
+    "randomwalls": observation_shapes(make_config("randomwalls")),
 }
 
 

@@ -27,16 +27,26 @@ import dataclasses
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 
 from hns_train import typed_config
+from hns_train.agents.checkpoint import atomic_write_bytes
 from hns_train.agents.config import AgentConfig
 from hns_train.agents.pool import PoolConfig
 from hns_train.agents.population import PopulationConfig, parse_ranges
 from hns_train.envs import contract
 from hns_train.envs.config import GameConfig, make_config
+from hns_train.typed_config import (
+    AtLeast1,
+    Bounds,
+    NonNegative,
+    NonNegativeInt,
+    OneOf,
+    Positive,
+    Unit,
+)
 
 # The repository's configs/ in a source checkout; installed, the same files ship inside the
 # package (pyproject.toml maps configs/ to hns_train/configs).
@@ -50,6 +60,8 @@ LAUNCHERS = ("serial", "local", "ray")
 BACKENDS = ("c", "pod")
 POD_PHYSICS = ("auto", "c", "warp")
 WANDB_MODES = ("offline", "online", "disabled")
+# Ray's CPU and GPU shares: -1 is "auto" (see the fields)
+AutoOrNonNegative = Annotated[float, Bounds(-1)]
 COMMAND_LINE = "command line"  # where an override's problem is said to come from
 
 
@@ -70,60 +82,64 @@ class ConfigError(ValueError):
 class PipelineConfig:
     """How the actor / policy / trainer workers are laid out and how samples flow."""
 
-    launcher: str = "local"  # serial | local | ray
+    launcher: Annotated[str, OneOf(LAUNCHERS)] = "local"
     # c: actors step C MuJoCo and ask policy workers over sockets; pod: no actors or policy
     # workers, each of the n_trainers learners simulates, acts and learns on its own device
     # (the `pod` section; hns_train/agents/pod.py), on MuJoCo Warp on a GPU
     backend: str = "c"
-    n_actors: int = 2
-    envs_per_actor: int = 16  # worlds stepped by one actor
-    ring_size: int = 2  # groups per actor: one steps while another waits for actions
-    physics_threads: int = 1  # MuJoCo threads per actor
-    n_policy_workers: int = 1
-    max_inference_batch: int = 4096  # agents per policy forward pass
-    chunk_len: int = 80  # steps per sample chunk; must divide the horizon
-    batch_chunks: int = 64  # chunks per step; a chunk has one column per learning agent of a
+    n_actors: AtLeast1 = 2
+    envs_per_actor: AtLeast1 = 16  # worlds stepped by one actor
+    ring_size: AtLeast1 = 2  # groups per actor: one steps while another waits for actions
+    physics_threads: AtLeast1 = 1  # MuJoCo threads per actor
+    n_policy_workers: AtLeast1 = 1
+    max_inference_batch: AtLeast1 = 4096  # agents per policy forward pass
+    chunk_len: AtLeast1 = 80  # steps per sample chunk; must divide the horizon
+    batch_chunks: AtLeast1 = 64  # chunks per step; a chunk has one column per learning agent of a
     # group, so samples = batch_chunks x columns x chunk_len (paper: 64,000 x 10 = 640k)
-    reuse: int = 4  # times a chunk may be trained on (paper: about 4)
-    max_staleness: int = 4  # drop chunks produced more than this many versions ago
-    sample_buffer_chunks: int = 256  # most chunks the trainer holds (the oldest go first)
-    checkpoint_every: int = 50  # versions between checkpoints
-    checkpoint_every_s: float = 60.0  # and at most this long apart (0 = versions only): the
+    reuse: AtLeast1 = 4  # times a chunk may be trained on (paper: about 4)
+    max_staleness: NonNegativeInt = 4  # drop chunks produced more than this many versions ago
+    sample_buffer_chunks: AtLeast1 = 256  # most chunks the trainer holds (the oldest go first)
+    checkpoint_every: AtLeast1 = 50  # versions between checkpoints
+    checkpoint_every_s: NonNegative = 60.0  # and at most this long apart (0 = versions only): the
     # work a dead trainer loses is bounded in time as well
-    keep_checkpoints: int = 3
-    heartbeat_s: float = 1.0
-    heartbeat_timeout_s: float = 60.0  # a silent worker is restarted after this long
+    keep_checkpoints: AtLeast1 = 3
+    heartbeat_s: Positive = 1.0
+    heartbeat_timeout_s: Positive = 60.0  # a silent worker is restarted after this long
     restart_trainer: bool = True  # a dead trainer restarts from the newest checkpoint
-    max_restarts: int = 20
-    request_timeout_s: float = 10.0  # an actor re-sends an unanswered request (0 = never)
-    stall_timeout_s: float = 180.0  # a worker that heartbeats without progress this long is
+    max_restarts: NonNegativeInt = 20
+    request_timeout_s: NonNegative = 10.0  # an actor re-sends an unanswered request (0 = never)
+    stall_timeout_s: NonNegative = 180.0  # a worker that heartbeats without progress this long is
     # restarted (0 = never); see controller.py for what counts as progress per kind
-    controller_timeout_s: float = 60.0  # a worker that hears nothing from the controller for
+    controller_timeout_s: NonNegative = 60.0  # a worker that hears nothing from the controller for
     # this long exits (0 = never): the parent watch for workers that are not its children
-    max_message_mb: int = 256  # largest message a socket of the run accepts, frames together
-    transport: str = "ipc"  # ipc | tcp (serial always uses inproc)
+    max_message_mb: AtLeast1 = 256  # largest message a socket of the run accepts, frames together
+    transport: Annotated[str, OneOf(("ipc", "tcp"))] = "ipc"  # (serial always uses inproc)
     # Actors and policy workers on one host (serial, local launchers) pass inference requests
     # through shared memory, the socket carrying only their address (distributed/shared_rows.py)
     shared_memory: bool = True
     host: str = "127.0.0.1"
     device: str = "auto"  # policy workers and trainers: auto | cpu | cuda
-    torch_threads: int = 1  # per worker process
+    torch_threads: AtLeast1 = 1  # per worker process
     discard_samples: bool = False  # benchmarks: the trainer drops chunks (sampler-only speed)
     ray_address: str = ""  # ray launcher: existing cluster address, or empty to start one
     # --- several trainers, clusters (distributed/ddp.py, ray_launcher.py, docs/cluster.md)
-    n_trainers: int = 1  # trainer ranks of one policy (DDP); each takes batch_chunks / n_trainers
-    ddp_backend: str = "auto"  # auto (nccl on CUDA, gloo on CPU) | gloo | nccl
-    ddp_timeout_s: float = 120.0  # longest wait in a trainer collective before the rank gives up
+    # trainer ranks of one policy (DDP); each takes batch_chunks / n_trainers
+    n_trainers: AtLeast1 = 1
+    # auto: nccl on CUDA, gloo on CPU
+    ddp_backend: Annotated[str, OneOf(("auto", "gloo", "nccl"))] = "auto"
+    ddp_timeout_s: Positive = 120.0  # longest wait in a trainer collective before the rank gives up
     mixed_precision: bool = True  # bf16 autocast of the trainer's forward pass, on CUDA only
     encrypt: bool = False  # CURVE on one-host runs too (ray and non-loopback tcp always encrypt)
-    ray_num_cpus: int = 0  # a Ray instance this run starts: logical CPUs (0 = all of the host)
+    # a Ray instance this run starts: logical CPUs (0 = all of the host)
+    ray_num_cpus: NonNegativeInt = 0
     # Fractions of a CPU/GPU each Ray actor reserves: whole CPUs per actor starve a small cluster.
-    ray_actor_cpus: float = 0.5
-    ray_policy_cpus: float = 0.25
-    ray_trainer_cpus: float = 0.5
-    ray_eval_cpus: float = 0.25
-    ray_policy_gpus: float = -1.0  # -1: 0.25 when the cluster has GPUs, else 0
-    ray_trainer_gpus: float = -1.0  # -1: 1 when the cluster has GPUs (nccl: one GPU per rank)
+    ray_actor_cpus: NonNegative = 0.5
+    ray_policy_cpus: NonNegative = 0.25
+    ray_trainer_cpus: NonNegative = 0.5
+    ray_eval_cpus: NonNegative = 0.25
+    ray_policy_gpus: AutoOrNonNegative = -1.0  # -1: 0.25 when the cluster has GPUs, else 0
+    # -1: 1 when the cluster has GPUs (nccl: one GPU per rank)
+    ray_trainer_gpus: AutoOrNonNegative = -1.0
 
 
 EVAL_OPPONENTS = ("pool", "random", "noop", "scripted_seeker")
@@ -133,18 +149,18 @@ EVAL_OPPONENTS = ("pool", "random", "noop", "scripted_seeker")
 class EvalSettings:
     """Evaluation workers (hns_train.distributed.evaluator): the latest policy against opponents."""
 
-    n_workers: int = 0  # evaluation workers
-    worlds: int = 4  # matches per round, played at once
-    every_s: float = 60.0  # seconds between the starts of evaluation rounds
-    replay_share: float = 0.25  # share of matches recorded as replays
+    n_workers: NonNegativeInt = 0  # evaluation workers
+    worlds: AtLeast1 = 4  # matches per round, played at once
+    every_s: NonNegative = 60.0  # seconds between the starts of evaluation rounds
+    replay_share: Unit = 0.25  # share of matches recorded as replays
     deterministic: bool = True  # act greedily (no exploration noise)
     render_videos: bool = True  # newest replay of each round to mp4, in a background process
     # A stop waits this long for a video under way and starts none: the replays stay for later.
-    stop_render_wait_s: float = 5.0
+    stop_render_wait_s: NonNegative = 5.0
     opponents: str = "pool,random,noop,scripted_seeker"  # classes played in turn, comma-separated
 
     def __post_init__(self) -> None:
-        # (each field's range: `_RANGES`; here the opponents' names)
+        # (each field's range is declared with it; here the opponents' names)
         names = self.opponent_classes()
         bad = [n for n in names if n not in EVAL_OPPONENTS]
         if bad or not names:
@@ -159,8 +175,8 @@ class EvalSettings:
 
 @dataclass
 class LoggingConfig:
-    every_s: float = 10.0  # seconds between metrics records
-    wandb: str = "offline"  # offline | online | disabled
+    every_s: Positive = 10.0  # seconds between metrics records
+    wandb: Annotated[str, OneOf(WANDB_MODES)] = "offline"
     project: str = "hns_train"
     group: str = ""  # wandb group (a population's members share their population's name)
     progress: bool = True  # tqdm progress bar
@@ -170,9 +186,9 @@ class LoggingConfig:
 class StopConfig:
     """The run stops at the first limit reached (0 = no limit)."""
 
-    versions: int = 0
-    frames: int = 0
-    minutes: float = 0.0
+    versions: NonNegativeInt = 0
+    frames: NonNegativeInt = 0
+    minutes: NonNegative = 0.0
 
 
 @dataclass
@@ -183,13 +199,14 @@ class PodConfig:
     rollout is trained on as it comes (the pipeline's `reuse` does not apply), so a pod's passes
     are `agent.ppo.epochs` x `agent.ppo.minibatches` (configs/quadrant_pod.yaml: 2 x 2)."""
 
-    worlds: int = 64  # worlds each pod simulates (thousands on a GPU)
-    physics: str = "auto"  # auto (MuJoCo Warp on CUDA, the C game on a CPU) | c | warp
-    opponent_slots: int = 4  # pool snapshots held on the device as ready models
+    worlds: AtLeast1 = 64  # worlds each pod simulates (thousands on a GPU)
+    # auto: MuJoCo Warp on CUDA, the C game on a CPU
+    physics: Annotated[str, OneOf(POD_PHYSICS)] = "auto"
+    opponent_slots: AtLeast1 = 4  # pool snapshots held on the device as ready models
     # torch and MuJoCo threads of a CPU pod (0: this host's cores / pods). More cores: more pods
     # (pipeline.n_trainers) rather than threads; torch's OpenMP threads spin while they wait, and
     # on a busy machine two of them in one pod made an update 7x slower than one (measured).
-    threads: int = 1
+    threads: NonNegativeInt = 1
 
 
 @dataclass
@@ -197,7 +214,7 @@ class RunConfig:
     name: str = "default"
     # worlds, layouts and draws of every worker; the initial networks and a pod's sampled actions
     # (learner.py); a pod run on the serial launcher repeats itself exactly
-    seed: int = 0
+    seed: NonNegativeInt = 0
     runs_dir: str = "runs"
     game: dict[str, Any] = field(default_factory=lambda: {"preset": "quadrant"})
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -229,15 +246,11 @@ class RunConfig:
         except ValueError as err:
             raise ConfigError(f"{source}: game: {err}") from None
         problems = []
-        if p.launcher not in LAUNCHERS:
-            problems.append(f"pipeline.launcher={p.launcher!r} is not one of {LAUNCHERS}")
         if p.backend == "warp":
             problems.append(f"pipeline.backend='warp' is retired: {RETIRED_WARP_ACTORS}")
         elif p.backend not in BACKENDS:
             problems.append(f"pipeline.backend={p.backend!r} is not one of {BACKENDS}")
-        if self.pod.physics not in POD_PHYSICS:
-            problems.append(f"pod.physics={self.pod.physics!r} is not one of {POD_PHYSICS}")
-        elif (
+        if (
             p.backend == "pod"
             and self.pod.physics == "warp"
             and importlib.util.find_spec("mujoco_warp") is None
@@ -248,16 +261,9 @@ class RunConfig:
                 f"game task {game.task!r} runs on the C game only: pipeline.backend 'c', or "
                 "'pod' with pod.physics 'c' or 'auto'"
             )
-        if p.transport not in ("ipc", "tcp"):
-            problems.append(f"pipeline.transport={p.transport!r} is not one of ('ipc', 'tcp')")
         problems += _cluster_problems(p)
         problems += _range_problems(self)
         problems += _population_problems(self)
-        if self.logging.wandb not in WANDB_MODES:
-            problems.append(f"logging.wandb={self.logging.wandb!r} is not one of {WANDB_MODES}")
-        for name in ("n_actors", "envs_per_actor", "ring_size", "n_policy_workers", "chunk_len"):
-            if getattr(p, name) < 1:
-                problems.append(f"pipeline.{name} must be >= 1, got {getattr(p, name)}")
         if p.envs_per_actor % max(p.ring_size, 1):
             problems.append(
                 f"pipeline.envs_per_actor={p.envs_per_actor} must be a multiple of "
@@ -289,128 +295,6 @@ def agent_contract_problems(agent: AgentConfig, game: GameConfig) -> list[str]:
     return []
 
 
-# Allowed range of every numeric field outside `game` and `pool` (which check their own):
-# (low, high, low inclusive). Booleans and strings are checked by type and by the rules above.
-_AT_LEAST_1 = (1, None, True)
-_NON_NEGATIVE = (0, None, True)
-_POSITIVE = (0, None, False)
-_UNIT = (0, 1, True)
-_RANGES: dict[str, tuple] = {
-    "seed": _NON_NEGATIVE,
-    **{
-        f"pipeline.{name}": _AT_LEAST_1
-        for name in (
-            "n_actors",
-            "envs_per_actor",
-            "ring_size",
-            "physics_threads",
-            "n_policy_workers",
-            "max_inference_batch",
-            "chunk_len",
-            "batch_chunks",
-            "reuse",
-            "sample_buffer_chunks",
-            "checkpoint_every",
-            "keep_checkpoints",
-            "torch_threads",
-            "max_message_mb",
-            "n_trainers",
-        )
-    },
-    **{
-        f"pipeline.{name}": _NON_NEGATIVE
-        for name in (
-            "max_staleness",
-            "max_restarts",
-            "ray_num_cpus",
-            "checkpoint_every_s",
-            "request_timeout_s",
-            "stall_timeout_s",
-            "controller_timeout_s",
-        )
-    },
-    # the cluster fields also have rules of their own (_cluster_problems); here: finite
-    "pipeline.ddp_timeout_s": _POSITIVE,
-    **{
-        f"pipeline.ray_{kind}_cpus": _NON_NEGATIVE
-        for kind in ("actor", "policy", "trainer", "eval")
-    },
-    **{f"pipeline.ray_{kind}_gpus": (-1, None, True) for kind in ("policy", "trainer")},
-    "pipeline.heartbeat_s": _POSITIVE,
-    "pipeline.heartbeat_timeout_s": _POSITIVE,
-    "pod.worlds": _AT_LEAST_1,
-    "pod.opponent_slots": _AT_LEAST_1,
-    "pod.threads": _NON_NEGATIVE,
-    "eval.n_workers": _NON_NEGATIVE,
-    "eval.worlds": _AT_LEAST_1,
-    "eval.every_s": _NON_NEGATIVE,
-    "eval.replay_share": _UNIT,
-    "eval.stop_render_wait_s": _NON_NEGATIVE,
-    "logging.every_s": _POSITIVE,
-    "stop.versions": _NON_NEGATIVE,
-    "stop.frames": _NON_NEGATIVE,
-    "stop.minutes": _NON_NEGATIVE,
-    **{
-        f"population.{name}": _AT_LEAST_1
-        for name in ("members", "hall_of_fame", "hof_every", "league_worlds")
-    },
-    **{
-        f"population.{name}": _UNIT
-        for name in (
-            "p_cross",
-            "p_past",
-            "bottom_fraction",
-            "top_fraction",
-            "copy_win_probability",
-            "resample_probability",
-        )
-    },
-    **{
-        f"population.{name}": _NON_NEGATIVE
-        for name in (
-            "pfsp_power",
-            "ready_versions",
-            "ready_games",
-            "max_restarts",
-            "member_eval_workers",
-        )
-    },
-    **{
-        f"population.{name}": _POSITIVE
-        for name in ("league_every_s", "sync_every_s", "record_every_s")
-    },
-    **{
-        f"agent.network.{name}": _AT_LEAST_1
-        for name in (
-            "lidar_filters",
-            "lidar_kernel",
-            "embed_dim",
-            "attention_heads",
-            "dense_dim",
-            "lstm_dim",
-        )
-    },
-    "agent.network.move_bins": (2, None, True),
-    "agent.network.head_init_std": _NON_NEGATIVE,
-    "agent.network.obs_norm_beta": (0, 1, False),
-    "agent.network.value_norm_beta": (0, 1, False),
-    "agent.network.obs_clip": _POSITIVE,
-    "agent.network.obs_norm_min_var": _NON_NEGATIVE,
-    "agent.network.value_norm_min_var": _NON_NEGATIVE,
-    **{f"agent.ppo.{name}": _AT_LEAST_1 for name in ("bptt_len", "epochs", "minibatches")},
-    "agent.ppo.gamma": _UNIT,
-    "agent.ppo.gae_lambda": _UNIT,
-    "agent.ppo.clip_coef": _POSITIVE,
-    "agent.ppo.ent_coef": _NON_NEGATIVE,
-    "agent.ppo.vf_coef": _NON_NEGATIVE,
-    "agent.ppo.value_clip": _POSITIVE,
-    "agent.ppo.lr": _NON_NEGATIVE,  # 0 freezes a learner (a control run, a crippled member)
-    "agent.ppo.weight_decay": _NON_NEGATIVE,
-    "agent.ppo.adam_eps": _POSITIVE,
-    "agent.ppo.max_grad_norm": _POSITIVE,
-}
-
-
 def flat_settings(cfg: RunConfig) -> dict[str, Any]:
     """Every setting of `cfg` by its dotted key ("agent.ppo.lr": 3e-4, ...)."""
     out: dict[str, Any] = {}
@@ -440,22 +324,8 @@ def _population_problems(cfg: RunConfig) -> list[str]:
 
 
 def _range_problems(cfg: RunConfig) -> list[str]:
-    """Every numeric field against `_RANGES`; every float must be finite."""
-    out = []
-    for key, (low, high, inclusive) in _RANGES.items():
-        node: Any = cfg
-        for part in key.split("."):
-            node = getattr(node, part)
-        value = node
-        if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
-            out.append(f"{key}={value} must be a finite number")
-            continue
-        below = value < low if inclusive else value <= low
-        above = high is not None and value > high
-        if below or above:
-            lo = f"{'>=' if inclusive else '>'} {low}"
-            allowed = lo if high is None else f"{lo} and <= {high}"
-            out.append(f"{key}={value!r} is not allowed; it must be {allowed}")
+    """Every numeric field against its bounds, then the rules between fields."""
+    out = typed_config.range_problems(cfg)
     p = cfg.pipeline
     if p.heartbeat_timeout_s <= p.heartbeat_s:
         out.append(
@@ -473,20 +343,18 @@ def _range_problems(cfg: RunConfig) -> list[str]:
 
 
 def _cluster_problems(p: PipelineConfig) -> list[str]:
-    """Rules of the several-trainer and Ray fields (their ranges are in `_RANGES`)."""
+    """Rules of the several-trainer and Ray fields (their ranges are declared with them)."""
     out = []
-    if p.n_trainers >= 1 and p.batch_chunks % p.n_trainers:  # (< 1: see _RANGES)
+    if p.n_trainers >= 1 and p.batch_chunks % p.n_trainers:  # (< 1: its range)
         out.append(
             f"pipeline.batch_chunks={p.batch_chunks} must be a multiple of "
             f"pipeline.n_trainers={p.n_trainers} (each trainer takes an equal share)"
         )
     if p.n_trainers > 1 and p.launcher == "serial":
         out.append("pipeline.n_trainers > 1 needs launcher local or ray (one process per rank)")
-    if p.ddp_backend not in ("auto", "gloo", "nccl"):
-        out.append(f"pipeline.ddp_backend={p.ddp_backend!r} is not one of auto, gloo, nccl")
     for kind in ("policy", "trainer"):
         gpus = getattr(p, f"ray_{kind}_gpus")
-        if -1 < gpus < 0:  # below -1 and non-finite: see _RANGES
+        if -1 < gpus < 0:  # below -1 and non-finite: its range
             out.append(f"pipeline.ray_{kind}_gpus must be -1 (auto) or >= 0, got {gpus}")
     return out
 
@@ -516,9 +384,7 @@ def config_from_dict(data: dict[str, Any], source: str = "config") -> RunConfig:
 
 
 def save_config(cfg: RunConfig, path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    tmp.replace(path)
+    atomic_write_bytes(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False).encode())
 
 
 def apply_override(cfg: RunConfig, item: str) -> RunConfig:

@@ -18,20 +18,95 @@ Errors are `FieldError` (a ValueError) that name the key and what is allowed:
 - a ValueError of the class's own checks (`__post_init__`), prefixed with the section's path
   (nested sections only);
 - a ZeroDivisionError of those checks, as the fields that are 0 and must not be.
+
+Ranges: a numeric field typed `Annotated[int, Bounds(1)]` (or one of the aliases `AtLeast1`,
+`NonNegativeInt`, `NonNegative`, `Positive`, `Unit`) states the values it allows where it is
+declared; a text field typed `Annotated[str, OneOf(names)]` names the values it takes.
+`range_problems(obj)` checks every such field of a config, nested sections included, and says
+for each one out of range what it must be; a float must also be finite. The run config reports
+them all at once; a section that stands alone (`PoolConfig`) raises the first from its own
+checks.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 
 class FieldError(ValueError):
     """A mapping that does not fit a config dataclass; the message names key and allowed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """The values a numeric field allows: >= `low` (> `low` unless `inclusive`), and <= `high`
+    where one is given."""
+
+    low: float
+    high: float | None = None
+    inclusive: bool = True
+
+    def problem(self, key: str, value: float) -> str | None:
+        """Why `value` of field `key` is not allowed, or None."""
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{key}={value} must be a finite number"
+        below = value < self.low if self.inclusive else value <= self.low
+        if below or (self.high is not None and value > self.high):
+            low = f"{'>=' if self.inclusive else '>'} {self.low}"
+            allowed = low if self.high is None else f"{low} and <= {self.high}"
+            return f"{key}={value!r} is not allowed; it must be {allowed}"
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class OneOf:
+    """The values a text field allows (checked with the ranges)."""
+
+    values: tuple[str, ...]
+
+    def problem(self, key: str, value: str) -> str | None:
+        """Why `value` of field `key` is not allowed, or None."""
+        return None if value in self.values else f"{key}={value!r} is not one of {self.values}"
+
+
+AtLeast1 = Annotated[int, Bounds(1)]
+NonNegativeInt = Annotated[int, Bounds(0)]
+NonNegative = Annotated[float, Bounds(0)]
+Positive = Annotated[float, Bounds(0, inclusive=False)]
+Unit = Annotated[float, Bounds(0, 1)]
+
+
+def bounds(cls: type, prefix: str = "") -> dict[str, Bounds | OneOf]:
+    """The `Bounds` (or `OneOf`) of every field of dataclass `cls` that has one, by dotted key,
+    nested sections included."""
+    out = {}
+    for name, hint in typing.get_type_hints(cls, include_extras=True).items():
+        if dataclasses.is_dataclass(hint):
+            out.update(bounds(hint, f"{prefix}{name}."))
+        for extra in getattr(hint, "__metadata__", ()):
+            if isinstance(extra, (Bounds, OneOf)):
+                out[prefix + name] = extra
+    return out
+
+
+def range_problems(obj: Any) -> list[str]:
+    """One message per field of the config `obj` whose value is outside its `Bounds` (or not
+    one of its `OneOf`)."""
+    out = []
+    for key, allowed in bounds(type(obj)).items():
+        value = obj
+        for part in key.split("."):
+            value = getattr(value, part)
+        problem = allowed.problem(key, value)
+        if problem:
+            out.append(problem)
+    return out
 
 
 def from_dict(cls: type, data: Any, prefix: str = "", what: str | None = None) -> Any:

@@ -134,6 +134,14 @@ def test_a_negative_render_wait_is_refused():
 def test_an_unknown_pipeline_backend_is_rejected(tmp_path):
     with pytest.raises(ConfigError, match="pipeline.backend='gpu' is not one of"):
         load_config(CONFIG_DIR / "smoke.yaml", [f"runs_dir={tmp_path}", "pipeline.backend=gpu"])
+    # the text settings that name their values with the field (`typed_config.OneOf`)
+    for override, said in (
+        ("pipeline.launcher=mpi", "pipeline.launcher='mpi'"),
+        ("pod.physics=gpu", "pod.physics='gpu'"),
+        ("pool.rule=elo", "pool: rule='elo'"),
+    ):
+        with pytest.raises(ConfigError, match=rf"{said} is not one of \("):
+            load_config(CONFIG_DIR / "smoke.yaml", [override])
 
 
 def test_the_retired_warp_actor_mode_points_to_pods(tmp_path):

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
-from hns_train.typed_config import FieldError, from_dict
+from hns_train.typed_config import (
+    AtLeast1,
+    Bounds,
+    FieldError,
+    OneOf,
+    Unit,
+    bounds,
+    from_dict,
+    range_problems,
+)
 
 
 @dataclass
@@ -65,3 +74,37 @@ def test_errors_name_the_key_and_what_is_allowed(data, message):
 def test_the_noun_of_unknown_keys_can_be_named():
     with pytest.raises(ValueError, match=r"unknown game parameter\(s\) \['speed'\]; allowed"):
         from_dict(Inner, {"speed": 1}, what="game parameter(s)")
+
+
+@dataclass
+class Bounded:
+    count: AtLeast1 = 1
+    share: Unit = 0.5
+    decay: Annotated[float, Bounds(0, 1, inclusive=False)] = 0.9
+    label: str = "x"
+    mode: Annotated[str, OneOf(("fast", "slow"))] = "fast"
+
+
+@dataclass
+class BoundedRun:
+    seed: int = 0
+    section: Bounded = field(default_factory=Bounded)
+
+
+def test_ranges_are_read_from_the_fields_and_every_problem_is_named():
+    assert set(bounds(BoundedRun)) == {
+        "section.count",
+        "section.share",
+        "section.decay",
+        "section.mode",
+    }
+    assert range_problems(BoundedRun()) == []
+    bad = BoundedRun(section=Bounded(count=0, share=float("nan"), decay=0.0, mode="quick"))
+    assert range_problems(bad) == [
+        "section.count=0 is not allowed; it must be >= 1",
+        "section.share=nan must be a finite number",
+        "section.decay=0.0 is not allowed; it must be > 0 and <= 1",
+        "section.mode='quick' is not one of ('fast', 'slow')",
+    ]
+    # the type hint the loader checks is the annotated type's own
+    assert from_dict(Bounded, {"share": 1}).share == 1.0

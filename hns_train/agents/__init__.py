@@ -1,7 +1,8 @@
 """Agents: the paper's entity-attention policy and omniscient value network, and PPO.
 
 Public API (no processes, no sockets; numpy at the edges):
-- `ActorCritic(obs_shapes, NetworkConfig())` with `act(obs, state, episode_start, deterministic)`
+- `ActorCritic(shapes, NetworkConfig())` with `act(obs, state, episode_start, deterministic)`;
+  `shapes` is the env contract's `observation_shapes(game)`
 - `PPO(model, PPOConfig())` with `update(chunks)`, `state_dict()`, `load_state_dict()`
 - `Chunk`, `ChunkRecorder`, `stack_chunks`: the one sample-chunk format
 - `AgentConfig`, `NetworkConfig`, `PPOConfig`: typed configuration with the paper's numbers
@@ -9,7 +10,7 @@ Public API (no processes, no sockets; numpy at the edges):
 
 from hns_train.agents.chunks import Chunk, ChunkRecorder, stack_chunks
 from hns_train.agents.config import AgentConfig, NetworkConfig, PPOConfig
-from hns_train.agents.observations import ObsLayout, obs_shapes
+from hns_train.agents.observations import ObsLayout
 from hns_train.agents.policy import ActorCritic, ActOutput
 from hns_train.agents.ppo import PPO, compute_gae
 from hns_train.agents.synthetic import random_observations, synthetic_chunk
@@ -25,7 +26,6 @@ __all__ = [
     "ObsLayout",
     "PPOConfig",
     "compute_gae",
-    "obs_shapes",
     "random_observations",
     "stack_chunks",
     "synthetic_chunk",

@@ -48,7 +48,7 @@ import shutil
 import struct
 import tempfile
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -276,12 +276,8 @@ class Counters:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Counters:
-        return cls(
-            version=int(data.get("version", 0)),
-            frames=int(data.get("frames", 0)),
-            episodes=int(data.get("episodes", 0)),
-            wall_clock_s=float(data.get("wall_clock_s", 0.0)),
-        )
+        """The counters `data` holds, each as its field's type (a missing one: 0)."""
+        return cls(**{f.name: type(f.default)(data.get(f.name, f.default)) for f in fields(cls)})
 
 
 def capture_rng_state(np_rng: np.random.Generator | None = None) -> dict[str, Any]:
@@ -440,13 +436,14 @@ class CheckpointDir:
         kept, doomed = steps[-self.keep :], steps[: -self.keep]
         if not doomed:
             return
-        if self._newest_valid(kept) is None:
-            rescue = self._newest_valid(doomed)
+        if self.newest_valid(kept) is None:
+            rescue = self.newest_valid(doomed)
             doomed = [s for s in doomed if s != rescue]
         for step in doomed:
             self.path_for(step).unlink(missing_ok=True)
 
-    def _newest_valid(self, steps: list[int]) -> int | None:
+    def newest_valid(self, steps: list[int]) -> int | None:
+        """The newest of `steps` whose file verifies (its header and SHA-256; nothing loaded)."""
         for step in reversed(steps):
             try:
                 _verified_body(self.path_for(step))
@@ -467,3 +464,17 @@ class CheckpointDir:
                 log.warning("skipping unusable checkpoint: %s", e)
                 self.skipped.append(str(e))
         return None
+
+
+def resolve_checkpoint(path: str | os.PathLike) -> Path | None:
+    """The checkpoint file `path` names: the file itself, else the newest one that verifies in a
+    checkpoints folder or a run directory's `checkpoints/`; None where there is none."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    if not folder.is_dir():
+        return None
+    found = CheckpointDir(folder)
+    step = found.newest_valid(found.steps())
+    return None if step is None else found.path_for(step)

@@ -3,36 +3,39 @@
 Every number of the paper's policy and training recipe (Baker et al. 2020; spec
 `hide_and_seek.md` §6-7) is a named field here, with the paper's value as its default. The
 classes are plain dataclasses of ints, floats and bools so that they load from YAML unchanged
-(`AgentConfig.from_dict`). Numbers the paper does not give are marked "(ours)".
+(`hns_train.typed_config.from_dict`). Numbers the paper does not give are marked "(ours)".
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated
 
-from hns_train import typed_config
 from hns_train.envs import contract
+from hns_train.typed_config import AtLeast1, Bounds, NonNegative, Positive, Unit
+
+# The factor of an exponential moving average: in (0, 1]
+Decay = Annotated[float, Bounds(0, 1, inclusive=False)]
 
 
 @dataclass
 class NetworkConfig:
     """Shape of the policy and value networks (both use the same shape, separate weights)."""
 
-    lidar_filters: int = 9
-    lidar_kernel: int = 3  # circular padding keeps the 30 rays a ring
-    embed_dim: int = 128  # per-entity and self embeddings, attention width
-    attention_heads: int = 4  # 4 heads x 32 = embed_dim
-    dense_dim: int = 256
-    lstm_dim: int = 256
-    move_bins: int = contract.DEFAULT_ACTION_BINS  # x force, y force, z torque; grab, lock: 2
-    head_init_std: float = 0.01  # every output head starts near uniform / near zero
-    obs_norm_beta: float = 0.99999
-    obs_clip: float = 5.0
-    obs_norm_min_var: float = 1e-2  # (ours) keeps near-constant features from exploding
-    value_norm_beta: float = 0.99999
-    value_norm_min_var: float = 1e-4  # (ours) floor of the PopArt variance
+    lidar_filters: AtLeast1 = 9
+    lidar_kernel: AtLeast1 = 3  # circular padding keeps the 30 rays a ring
+    embed_dim: AtLeast1 = 128  # per-entity and self embeddings, attention width
+    attention_heads: AtLeast1 = 4  # 4 heads x 32 = embed_dim
+    dense_dim: AtLeast1 = 256
+    lstm_dim: AtLeast1 = 256
+    # x force, y force, z torque; grab, lock: 2
+    move_bins: Annotated[int, Bounds(2)] = contract.DEFAULT_ACTION_BINS
+    head_init_std: NonNegative = 0.01  # every output head starts near uniform / near zero
+    obs_norm_beta: Decay = 0.99999
+    obs_clip: Positive = 5.0
+    obs_norm_min_var: NonNegative = 1e-2  # (ours) keeps near-constant features from exploding
+    value_norm_beta: Decay = 0.99999
+    value_norm_min_var: NonNegative = 1e-4  # (ours) floor of the PopArt variance
 
     def __post_init__(self) -> None:
         contract.check_action_bins(self.move_bins, "move_bins")
@@ -57,24 +60,23 @@ class NetworkConfig:
 class PPOConfig:
     """PPO + GAE with truncated BPTT (spec §7)."""
 
-    gamma: float = 0.998
-    gae_lambda: float = 0.95
-    clip_coef: float = 0.2
-    ent_coef: float = 0.01  # on the entropy summed over the 5 action heads
-    vf_coef: float = 0.5  # on 0.5 * squared error of the normalised value
+    gamma: Unit = 0.998
+    gae_lambda: Unit = 0.95
+    clip_coef: Positive = 0.2
+    ent_coef: NonNegative = 0.01  # on the entropy summed over the 5 action heads
+    vf_coef: NonNegative = 0.5  # on 0.5 * squared error of the normalised value
     clip_value_loss: bool = False  # (ours) PPO2-style value clipping, off by default
-    value_clip: float = 0.2  # used only when clip_value_loss
-    lr: float = 3e-4
-    weight_decay: float = 1e-6  # coupled L2, as torch.optim.Adam applies it
-    adam_eps: float = 1e-8  # (ours) torch's default
-    max_grad_norm: float = 5.0
-    bptt_len: int = 10  # steps per BPTT segment; chunks store the LSTM state every bptt_len
+    value_clip: Positive = 0.2  # used only when clip_value_loss
+    lr: NonNegative = 3e-4
+    weight_decay: NonNegative = 1e-6  # coupled L2, as torch.optim.Adam applies it
+    adam_eps: Positive = 1e-8  # (ours) torch's default
+    max_grad_norm: Positive = 5.0
+    bptt_len: AtLeast1 = 10  # steps per BPTT segment; chunks store the LSTM state every bptt_len
     # Sample reuse in the paper comes from the trainer replaying each chunk about 4 times across
     # optimisation steps, so one update() is one pass of one minibatch by default.
-    epochs: int = 1
-    minibatches: int = 1
+    epochs: AtLeast1 = 1
+    minibatches: AtLeast1 = 1
     normalize_advantages: bool = True  # (ours) per minibatch
-    # (each field's range: the run config's range table, hns_train/config.py)
 
 
 @dataclass
@@ -86,12 +88,3 @@ class AgentConfig:
     # a checkpoint file or run directory whose networks start this run ("" or "scratch": none);
     # fine-tuning for the transfer tasks, hns_train/agents/transfer.py
     init: str = ""
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> AgentConfig:
-        """Build from a nested dict (e.g. parsed YAML); unknown keys and wrong types are a
-        ValueError naming them (`hns_train.typed_config`)."""
-        return typed_config.from_dict(cls, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)

@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from hns_train.agents.config import NetworkConfig
-from hns_train.agents.observations import LIDAR_KEY, SELF_KEY, ObsLayout
+from hns_train.agents.observations import ObsLayout
+from hns_train.envs.contract import LIDAR_KEY, SELF_KEY
 
 LSTMState = tuple[torch.Tensor, torch.Tensor]  # (h, c), each (N, lstm_dim)
 

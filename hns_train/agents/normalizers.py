@@ -6,6 +6,8 @@ The debiased average therefore equals the exact mean of the batch statistics for
 ≈1/(1-β) = 100k updates and only then starts to forget: an exact running mean that turns into
 an EMA by itself, with no switch-over constant. Before the first update mean = 0 and std = 1.
 Statistics are float64 buffers, so they travel with `state_dict` and 1 - β keeps its precision.
+A batch is folded in from its sums (`EmaMeanStd.sums`: Σw·x, Σw·x², Σw); several ranks that
+train one model add theirs up first (`reduce`), so every rank folds in the whole batch.
 
 Observation normalisation (`ObsNormalizer`): per feature, i.e. the last axis of every non-mask
 key; entity rows of one type share statistics (slots are interchangeable) and only rows that
@@ -18,13 +20,17 @@ head's weight and bias are rescaled so that σ·head(x) + μ is unchanged (van H
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import nn
 
 from hns_train.agents.config import NetworkConfig
 from hns_train.agents.observations import ObsLayout
+
+# Sums a tensor in place over the ranks of a data-parallel group (`ppo.RankSync.all_sum`), so
+# the statistics fold in the whole batch's moments; the same on every rank.
+Reduce = Callable[[torch.Tensor], object]
 
 
 class EmaMeanStd(nn.Module):
@@ -40,22 +46,34 @@ class EmaMeanStd(nn.Module):
         self.register_buffer("debias", torch.zeros((), dtype=torch.float64))
 
     @torch.no_grad()
-    def update(self, x: torch.Tensor, weight: torch.Tensor | None = None) -> None:
-        """Fold in one batch. `weight` (x's leading dims, 0/1) drops rows, e.g. absent entities."""
-        x = x.to(torch.float64).reshape((-1,) + self.shape)
-        if weight is None:
-            self._fold(x.mean(0), x.square().mean(0), None)
-            return
-        w = weight.to(torch.float64).reshape(-1, *([1] * len(self.shape)))
-        total = w.sum()
-        # no rows: nothing changes (a `where`, not an `if`: no host read of the device's count)
-        self._fold(
-            (w * x).sum(0) / total.clamp(min=1e-300),
-            (w * x.square()).sum(0) / total.clamp(min=1e-300),
-            total > 0,
-        )
+    def update(
+        self, x: torch.Tensor, weight: torch.Tensor | None = None, reduce: Reduce | None = None
+    ) -> None:
+        """Fold in one batch. `weight` (x's leading dims, 0/1) drops rows, e.g. absent entities;
+        `reduce` (in place) turns the batch's `sums` into the whole batch's over several ranks."""
+        sums = self.sums(x, weight)
+        if reduce is not None:
+            reduce(sums)
+        self.fold(sums)
 
-    def _fold(self, mean: torch.Tensor, sq: torch.Tensor, any_rows: torch.Tensor | None) -> None:
+    def sums(self, x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """(Σ w·x, Σ w·x², Σ w) over the rows, per trailing feature, packed in one float64
+        tensor of 2·features + 1: what `fold` takes, and what ranks add up."""
+        x = x.to(torch.float64).reshape((-1,) + self.shape)
+        w = torch.ones(len(x), dtype=x.dtype, device=x.device) if weight is None else weight
+        w = w.to(torch.float64).reshape(-1, *([1] * len(self.shape)))
+        moments = [(w * x).sum(0).reshape(-1), (w * x.square()).sum(0).reshape(-1)]
+        return torch.cat([*moments, w.sum().reshape(1)])
+
+    @torch.no_grad()
+    def fold(self, sums: torch.Tensor) -> None:
+        """Fold in the batch whose `sums` these are; with no rows nothing changes (a `where`,
+        not an `if`: no host read of the device's count)."""
+        total = sums[-1]
+        mean, sq = (
+            (part / total.clamp(min=1e-300)).reshape(self.shape)
+            for part in sums[:-1].split(self.biased_mean.numel())
+        )
         b = self.beta
         new = [
             self.biased_mean * b + (1 - b) * mean,
@@ -63,7 +81,7 @@ class EmaMeanStd(nn.Module):
             self.debias * b + (1 - b),
         ]
         for buffer, value in zip((self.biased_mean, self.biased_sq, self.debias), new, strict=True):
-            buffer.copy_(value if any_rows is None else torch.where(any_rows, value, buffer))
+            buffer.copy_(torch.where(total > 0, value, buffer))
 
     def mean_std(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Current (mean, std) as float32; (0, 1) before the first update."""
@@ -115,20 +133,38 @@ class ObsNormalizer(nn.Module):
         return weight * s.reshape(*s.shape, *([1] * (weight.dim() - s.dim())))
 
     @torch.no_grad()
-    def update(self, obs: Mapping[str, torch.Tensor], steps: torch.Tensor | None = None) -> None:
-        """Fold in a batch; `steps` (the leading dims, bool): only those rows count."""
-        for key, stat in self.stats.items():
-            stat.update(obs[key], self.row_weights(key, obs, steps))
+    def update(
+        self,
+        obs: Mapping[str, torch.Tensor],
+        steps: torch.Tensor | None = None,
+        reduce: Reduce | None = None,
+    ) -> None:
+        """Fold in a batch; `steps` (the leading dims, bool): only those rows count. `reduce`
+        (see `EmaMeanStd.update`) takes every key's sums at once, packed in one tensor."""
+        parts = [
+            stat.sums(obs[key], self.row_weights(key, obs, steps))
+            for key, stat in self.stats.items()
+        ]
+        packed = torch.cat(parts)
+        if reduce is not None:
+            reduce(packed)
+        sums = packed.split([len(p) for p in parts])
+        for stat, part in zip(self.stats.values(), sums, strict=True):
+            stat.fold(part)
 
 
 @torch.no_grad()
 def popart_update(
-    stats: EmaMeanStd, head: nn.Linear, targets: torch.Tensor, weight: torch.Tensor | None = None
+    stats: EmaMeanStd,
+    head: nn.Linear,
+    targets: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    reduce: Reduce | None = None,
 ) -> None:
     """Update the value statistics with `targets` (those where `weight` is set) and rescale
     `head` to preserve its de-normalised outputs: σ' (W' x + b') + μ' = σ (W x + b) + μ."""
     old_mean, old_std = stats.mean_std()
-    stats.update(targets, weight)
+    stats.update(targets, weight, reduce)
     new_mean, new_std = stats.mean_std()
     head.weight.mul_(old_std / new_std)
     head.bias.mul_(old_std).add_(old_mean - new_mean).div_(new_std)

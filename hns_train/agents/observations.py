@@ -27,24 +27,18 @@ from typing import Any
 
 import numpy as np
 
-from hns_train.envs.contract import (  # noqa: F401  (SELF_KEY, LIDAR_KEY, is_mask_key re-exported)
+from hns_train.envs.contract import (
     ALL_ENTITY_KEYS,
-    ENTITY_KEYS,
     LIDAR_KEY,
     SELF_KEY,
-    SITE_DIM,
-    SITE_KEYS,
     EntityKeys,
     is_mask_key,
 )
 
-# the keys are the env's contract (hns_train/envs/contract.py); these names are its
-EntityType = EntityKeys
-ENTITY_TYPES = ALL_ENTITY_KEYS  # agents, boxes, ramps, then the optional sites
-
+# agents, boxes, ramps, then the optional sites: the env's contract (hns_train/envs/contract.py)
 KNOWN_KEYS = frozenset(
     [SELF_KEY, LIDAR_KEY]
-    + [k for e in ENTITY_TYPES for k in (e.key, e.visible_mask, e.exists_mask)]
+    + [k for e in ALL_ENTITY_KEYS for k in (e.key, e.visible_mask, e.exists_mask)]
 )
 
 
@@ -52,7 +46,7 @@ KNOWN_KEYS = frozenset(
 class EntitySlot:
     """One entity type present in a layout: `count` rows of `dim` features."""
 
-    kind: EntityType
+    kind: EntityKeys
     count: int
     dim: int
 
@@ -63,7 +57,7 @@ class ObsLayout:
 
     self_dim: int
     lidar_rays: int  # 0 = no lidar
-    entities: tuple[EntitySlot, ...]  # only types with count > 0, in ENTITY_TYPES order
+    entities: tuple[EntitySlot, ...]  # only types with count > 0, in ALL_ENTITY_KEYS order
     shapes: dict[str, tuple[int, ...]]  # every key the layout needs, shapes without batch dims
 
     @classmethod
@@ -89,7 +83,7 @@ class ObsLayout:
         if lidar[0] > 0:
             needed[LIDAR_KEY] = lidar
         slots = []
-        for kind in ENTITY_TYPES:
+        for kind in ALL_ENTITY_KEYS:
             present = [k for k in (kind.key, kind.visible_mask, kind.exists_mask) if k in shapes]
             if not present:
                 continue
@@ -157,30 +151,3 @@ def _shape(value: Any) -> tuple[int, ...]:
     """Shape of an array or a tensor on any device (np.shape would copy a GPU tensor to host)."""
     shape = getattr(value, "shape", None)
     return tuple(int(n) for n in shape) if shape is not None else tuple(np.shape(value))
-
-
-def obs_shapes(
-    n_other_agents: int = 3,
-    n_boxes: int = 2,
-    box_dim: int = 12,
-    n_ramps: int = 1,
-    ramp_dim: int = 9,
-    lidar_rays: int = 30,
-    self_dim: int = 10,
-    n_sites: int = 0,
-) -> dict[str, tuple[int, ...]]:
-    """The contract's shape dict for given entity counts (defaults: the quadrant preset; sites
-    only where `n_sites` > 0, as the env)."""
-    shapes: dict[str, tuple[int, ...]] = {SELF_KEY: (self_dim,), LIDAR_KEY: (lidar_rays,)}
-    kinds = [
-        (ENTITY_KEYS[0], n_other_agents, self_dim),
-        (ENTITY_KEYS[1], n_boxes, box_dim),
-        (ENTITY_KEYS[2], n_ramps, ramp_dim),
-    ]
-    if n_sites > 0:
-        kinds.append((SITE_KEYS, n_sites, SITE_DIM))
-    for kind, count, dim in kinds:
-        shapes[kind.key] = (count, dim)
-        shapes[kind.visible_mask] = (count,)
-        shapes[kind.exists_mask] = (count,)
-    return shapes

@@ -19,8 +19,7 @@ under a name it already has gives the new weights a new id (caches are keyed by 
 the old row; a replaced file is deleted only when its name has two newer ones (a process that
 drew the old id may still be loading it), so each name keeps at most its two newest files.
 `remove_guest` drops the row and leaves the files (the same reason). Snapshot listings
-(`versions`, `latest_version`, `index`, `snapshot_info`) and the snapshot rules never include
-guests.
+(`versions`, `snapshot_info`) and the snapshot rules never include guests.
 
 Who controls each team in an episode (`PolicyPool.draw(rng) -> TeamControllers`):
 - with probability `p_cross` the opponent team is a "cross" guest, with probability `p_past` a
@@ -53,7 +52,7 @@ Public API:
 - `PoolConfig` (dataclass), `TeamControllers(hiders, seekers)`, `policy_key(id) -> str`,
   `parse_policy_id(key) -> int | str`.
 - `PolicyPool(folder, config=None)`: `maybe_add(version, state_dict, frames, episodes)`,
-  `add_snapshot(...)`, `versions()`, `latest_version()`, `snapshot_info(version)`, `index()`,
+  `add_snapshot(...)`, `versions()`, `snapshot_info(version)`,
   `load_snapshot(version_or_guest_id)`, `draw(rng)`, `candidate_probabilities(role)`,
   `add_guest(name, kind, state_dict, hider_weight=1.0, seeker_weight=1.0) -> int`,
   `set_guest_weights(name, hider_weight, seeker_weight)`, `remove_guest(name) -> bool`,
@@ -73,10 +72,10 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import numpy as np
 
@@ -96,13 +95,13 @@ from hns_train.agents.pool_index import (
     open_index,
     transaction,
 )
+from hns_train.typed_config import AtLeast1, NonNegative, OneOf, Positive, Unit
 
 log = logging.getLogger(__name__)
 
 ROLES = ("hider", "seeker")
 LATEST, RANDOM, NOOP = "latest", "random", "noop"
 NAMED_POLICIES = (LATEST, RANDOM, NOOP)
-FIXED_OPPONENTS = (RANDOM, NOOP)
 RULES = ("uniform", "recency", "rating")
 PolicyId = int | str
 
@@ -177,58 +176,39 @@ class PoolConfig:
     """Snapshotting and opponent sampling. All values (ours): the paper trains against the
     latest policy only, which is `p_latest = 1.0`."""
 
-    snapshot_every: int = 100  # versions between snapshots
-    p_latest: float = 0.8  # both teams are the learning policy
-    rule: str = "recency"  # uniform | recency | rating
-    recency_half_life: float = 10.0  # snapshots; weight halves every this many snapshots back
-    rating_temperature: float = 5.0  # rating units (prior sigma is 8.3); lower = greedier
-    p_random: float = 0.05  # of opponent episodes: a team acting uniformly at random
-    p_noop: float = 0.05  # of opponent episodes: a team sending the no-op action
+    snapshot_every: AtLeast1 = 100  # versions between snapshots
+    p_latest: Unit = 0.8  # both teams are the learning policy
+    rule: Annotated[str, OneOf(RULES)] = "recency"
+    recency_half_life: Positive = 10.0  # snapshots; weight halves every this many snapshots back
+    rating_temperature: Positive = 5.0  # rating units (prior sigma is 8.3); lower = greedier
+    p_random: Unit = 0.05  # of opponent episodes: a team acting uniformly at random
+    p_noop: Unit = 0.05  # of opponent episodes: a team sending the no-op action
     # Of all episodes: the opponent team is a guest of kind "cross" / "past" (set by a
     # population on each member; 0 without guests). The rest are drawn by the rules above.
-    p_cross: float = 0.0
-    p_past: float = 0.0
-    index_refresh_s: float = 5.0  # how stale the sampler's copy of the index may be
-    opponent_role: str = "any"  # team an opponent plays: any | hider | seeker (chase: hider)
+    p_cross: Unit = 0.0
+    p_past: Unit = 0.0
+    index_refresh_s: NonNegative = 5.0  # how stale the sampler's copy of the index may be
+    # the team an opponent plays (chase: hider)
+    opponent_role: Annotated[str, OneOf(("any", *ROLES))] = "any"
     # Snapshots a policy worker keeps loaded (about 6.4 MB each with the paper's network). A
     # batch that needs more distinct snapshots than this reloads them from disk every time,
     # which can cost more than the inference itself.
-    snapshot_cache: int = 64
+    snapshot_cache: AtLeast1 = 64
 
     def __post_init__(self) -> None:
-        if self.snapshot_every < 1:
-            raise ValueError(f"snapshot_every must be >= 1, got {self.snapshot_every}")
-        for name in ("p_latest", "p_random", "p_noop", "p_cross", "p_past"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {value}")
+        problems = typed_config.range_problems(self)
+        if problems:
+            raise ValueError(problems[0])
         if self.p_random + self.p_noop > 1.0:
             raise ValueError(f"p_random + p_noop must be <= 1, got {self.p_random} + {self.p_noop}")
         if self.p_cross + self.p_past > 1.0:
             raise ValueError(f"p_cross + p_past must be <= 1, got {self.p_cross} + {self.p_past}")
-        if self.rule not in RULES:
-            raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}")
-        if self.recency_half_life <= 0 or self.rating_temperature <= 0:
-            raise ValueError("recency_half_life and rating_temperature must be > 0")
-        if self.opponent_role not in ("any", *ROLES):
-            raise ValueError(
-                f"opponent_role must be 'any', 'hider' or 'seeker', got {self.opponent_role!r}"
-            )
-        if self.snapshot_cache < 1:
-            raise ValueError(f"snapshot_cache must be >= 1, got {self.snapshot_cache}")
-        if self.index_refresh_s < 0:
-            raise ValueError(f"index_refresh_s must be >= 0, got {self.index_refresh_s}")
 
     @property
     def draws_opponents(self) -> bool:
         """Whether `PolicyPool.draw` can give a team to anything but the learning policy (a
         process needs the pool open only then)."""
         return self.p_latest < 1.0 or self.p_cross + self.p_past > 0.0
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> PoolConfig:
-        """From a dict; unknown keys and wrong types are a ValueError (`typed_config`)."""
-        return typed_config.from_dict(cls, data)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -435,33 +415,13 @@ class PolicyPool(IndexHolder):
         rows = self.conn.execute("SELECT version FROM snapshots ORDER BY version").fetchall()
         return [int(r[0]) for r in rows]
 
-    def latest_version(self) -> int | None:
-        row = self.conn.execute("SELECT MAX(version) FROM snapshots").fetchone()
-        return None if row[0] is None else int(row[0])
-
-    def index(self) -> list[SnapshotInfo]:
-        rows = self.conn.execute("SELECT * FROM pool_index ORDER BY version").fetchall()
-        return [self._info(r) for r in rows]
-
     def snapshot_info(self, version: int) -> SnapshotInfo | None:
         row = self.conn.execute(
             "SELECT * FROM pool_index WHERE version = ?", (int(version),)
         ).fetchone()
-        return None if row is None else self._info(row)
-
-    def _info(self, row: sqlite3.Row) -> SnapshotInfo:
-        return SnapshotInfo(
-            version=int(row["version"]),
-            path=self.folder / row["path"],
-            created=float(row["created"]),
-            frames=int(row["frames"]),
-            episodes=int(row["episodes"]),
-            games=int(row["games"]),
-            hider_mu=row["hider_mu"],
-            hider_sigma=row["hider_sigma"],
-            seeker_mu=row["seeker_mu"],
-            seeker_sigma=row["seeker_sigma"],
-        )
+        if row is None:
+            return None
+        return SnapshotInfo(**{**dict(row), "path": self.folder / row["path"]})
 
     def load_snapshot(self, version: int, map_location: Any = "cpu") -> dict[str, Any]:
         """The frozen state dict of snapshot `version` or of a guest id (for
@@ -569,18 +529,7 @@ class PolicyPool(IndexHolder):
     def guests(self) -> list[GuestInfo]:
         """The current guests, oldest id first (read now, not from the sampler's cache)."""
         rows = self.conn.execute("SELECT * FROM guests ORDER BY id").fetchall()
-        return [
-            GuestInfo(
-                id=int(r["id"]),
-                name=r["name"],
-                kind=r["kind"],
-                path=self.folder / r["path"],
-                hider_weight=float(r["hider_weight"]),
-                seeker_weight=float(r["seeker_weight"]),
-                created=None if r["created"] is None else float(r["created"]),
-            )
-            for r in rows
-        ]
+        return [GuestInfo(**{**dict(r), "path": self.folder / r["path"]}) for r in rows]
 
     # ----- sampling -----
 
@@ -657,7 +606,7 @@ class PolicyPool(IndexHolder):
                 role = self._opponent_role(rng)
                 ids, probs = self.guest_probabilities(kind, role)
                 if len(ids):
-                    return _teams(role, int(ids[_pick(probs, rng)]))
+                    return _teams(role, int(rng.choice(ids, p=probs)))
         if rng.random() < cfg.p_latest:
             return TeamControllers(LATEST, LATEST)
         role = self._opponent_role(rng)
@@ -670,18 +619,12 @@ class PolicyPool(IndexHolder):
             versions, probs = self.candidate_probabilities(role)
             if len(versions) == 0:
                 return TeamControllers(LATEST, LATEST)
-            opponent = int(versions[_pick(probs, rng)])
+            opponent = int(rng.choice(versions, p=probs))
         return _teams(role, opponent)
 
     def _opponent_role(self, rng: np.random.Generator) -> str:
         role = self.config.opponent_role
         return ROLES[int(rng.integers(2))] if role == "any" else role
-
-
-def _pick(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """Index drawn with `probs` (one uniform number)."""
-    pick = int(np.searchsorted(np.cumsum(probs), rng.random(), side="right"))
-    return min(pick, len(probs) - 1)
 
 
 def _teams(opponent_role: str, opponent: PolicyId) -> TeamControllers:
@@ -720,12 +663,3 @@ class SnapshotCache:
         while len(self._items) > self.size:
             self._items.popitem(last=False)
         return item
-
-    def __contains__(self, version: object) -> bool:
-        return version in self._items
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def cached_versions(self) -> Sequence[int]:
-        return list(self._items)

@@ -34,15 +34,16 @@ import json
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hns_train import typed_config
+from hns_train.agents.checkpoint import atomic_write_bytes
 from hns_train.jsonl import append_record, json_number, read_logged
 from hns_train.jsonl import read_records as read_records  # the views read these files too
+from hns_train.typed_config import AtLeast1, NonNegative, NonNegativeInt, Positive, Unit
 
 SCALES = ("log", "linear")
 # The files of a population run directory (the controller writes them, `eval` reads them)
@@ -89,38 +90,40 @@ class HyperRange:
 class PopulationConfig:
     """`population:` of the run config (numbers without a source are ours)."""
 
-    members: int = 1
+    members: AtLeast1 = 1
     # dotted config key -> [low, high] or [low, high, "log" | "linear"]
     ranges: dict[str, Any] = field(default_factory=dict)
     # fixed settings of single members, "INDEX:key=value" (e.g. "1:agent.ppo.lr=0")
     overrides: tuple[str, ...] = ()
-    p_cross: float = 0.5  # Madrona's hide-and-seek trainer
-    p_past: float = 0.375  # Madrona's hide-and-seek trainer
-    pfsp_power: float = 1.0
-    hall_of_fame: int = 8  # entries kept, best rated first; also the past-play pool
-    hof_every: int = 50  # versions between a member's hall-of-fame candidates
-    ready_versions: int = 50
-    ready_games: int = 16
-    bottom_fraction: float = 0.25  # DeepMind PBT: the bottom 20-25 % copy
-    top_fraction: float = 0.25
-    copy_win_probability: float = 0.7  # Capture the Flag / Madrona: copy only a clear better
+    p_cross: Unit = 0.5  # Madrona's hide-and-seek trainer
+    p_past: Unit = 0.375  # Madrona's hide-and-seek trainer
+    pfsp_power: NonNegative = 1.0
+    hall_of_fame: AtLeast1 = 8  # entries kept, best rated first; also the past-play pool
+    hof_every: AtLeast1 = 50  # versions between a member's hall-of-fame candidates
+    ready_versions: NonNegativeInt = 50
+    ready_games: NonNegativeInt = 16
+    bottom_fraction: Unit = 0.25  # DeepMind PBT: the bottom 20-25 % copy
+    top_fraction: Unit = 0.25
+    copy_win_probability: Unit = 0.7  # Capture the Flag / Madrona: copy only a clear better
     perturb_factors: tuple[float, float] = (0.8, 1.2)  # DeepMind PBT
-    resample_probability: float = 0.25
+    resample_probability: Unit = 0.25
     # League: rated games between members, hall of fame and the fixed anchors
     league_roles: tuple[str, ...] = ("hider", "seeker")  # roles members are rated in
     league_opponents: tuple[str, ...] = ("members", "hall_of_fame", "untrained")
-    league_worlds: int = 4  # matches per member and round
-    league_every_s: float = 10.0
-    sync_every_s: float = 20.0  # how often guests (cross/past opponents) are refreshed
-    record_every_s: float = 10.0  # population.jsonl status records
-    max_restarts: int = 5  # of one member's run, before the population stops with an error
+    league_worlds: AtLeast1 = 4  # matches per member and round
+    league_every_s: Positive = 10.0
+    sync_every_s: Positive = 20.0  # how often guests (cross/past opponents) are refreshed
+    record_every_s: Positive = 10.0  # population.jsonl status records
+    max_restarts: NonNegativeInt = (
+        5  # of one member's run, before the population stops with an error
+    )
     # Eval workers of each member's own run (`eval.n_workers` there): the league already rates
     # members, so none by default; 1 gives each member its own replays and videos.
-    member_eval_workers: int = 0
+    member_eval_workers: NonNegativeInt = 0
 
     def __post_init__(self) -> None:
-        # Each field's own range is in the run config's range table (hns_train/config.py);
-        # here: the rules between fields and the names.
+        # Each field's own range is declared with it (checked by the run config); here: the
+        # rules between fields and the names.
         if self.p_cross + self.p_past > 1.0:
             raise ValueError(f"p_cross + p_past must be <= 1, got {self.p_cross + self.p_past}")
         if min(self.perturb_factors) <= 0:
@@ -135,13 +138,6 @@ class PopulationConfig:
             if kind not in allowed:
                 raise ValueError(f"league_opponents: {kind!r} is not one of {allowed}")
         parse_overrides(self.overrides, self.members)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> PopulationConfig:
-        return typed_config.from_dict(cls, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def parse_ranges(ranges: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, HyperRange]:
@@ -207,7 +203,7 @@ def perturb(
     ranges: Mapping[str, HyperRange],
     rng: np.random.Generator,
     factors: Sequence[float] = (0.8, 1.2),
-    resample_probability: float = 0.25,
+    resample_probability: Unit = 0.25,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Explore: (new hyperparameters, how each changed: "x0.8", "x1.2" or "resample")."""
     new, how = dict(hyper), {}
@@ -318,10 +314,7 @@ class Lineage:
 
 def save_manifest(path: str | os.PathLike, manifest: Mapping[str, Any]) -> None:
     """Write the manifest atomically (a reader never sees half of it)."""
-    path = Path(path)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, default=json_number))
-    tmp.replace(path)
+    atomic_write_bytes(path, json.dumps(manifest, indent=1, default=json_number).encode())
 
 
 def load_manifest(path: str | os.PathLike) -> dict[str, Any]:

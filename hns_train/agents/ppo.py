@@ -37,7 +37,7 @@ parts included), so no rank can wait for a collective another rank skips.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 import numpy as np
@@ -132,24 +132,7 @@ class Rollout:
 
     def columns(self, index: torch.Tensor) -> Rollout:
         """The rollout restricted to the agent streams `index` (along B)."""
-        return Rollout(
-            obs={k: v.index_select(1, index) for k, v in self.obs.items()},
-            bootstrap_value=self.bootstrap_value.index_select(0, index),
-            learn=None if self.learn is None else self.learn.index_select(1, index),
-            **{
-                name: getattr(self, name).index_select(1, index)
-                for name in (
-                    "actions",
-                    "logp",
-                    "values",
-                    "rewards",
-                    "episode_start",
-                    "truncated",
-                    "truncated_value",
-                    "lstm_state",
-                )
-            },
-        )
+        return _take(self, index, dims={"bootstrap_value": 0})
 
     @classmethod
     def from_chunk(cls, chunk: Chunk, model: ActorCritic) -> Rollout:
@@ -160,18 +143,14 @@ class Rollout:
         def t(x, dtype):
             return torch.as_tensor(np.asarray(x), device=device).to(dtype)
 
-        f32 = torch.float32
+        dtypes = {"actions": torch.int64, "episode_start": torch.bool, "truncated": torch.bool}
         return cls(
             obs=model.obs_to_tensors(chunk.obs, 2),
-            actions=t(chunk.actions, torch.int64),
-            logp=t(chunk.logp, f32),
-            values=t(chunk.values, f32),
-            rewards=t(chunk.rewards, f32),
-            episode_start=t(chunk.episode_start, torch.bool),
-            truncated=t(chunk.truncated, torch.bool),
-            truncated_value=t(chunk.truncated_value, f32),
-            bootstrap_value=t(chunk.bootstrap_value, f32),
-            lstm_state=t(chunk.lstm_state, f32),
+            **{
+                f.name: t(getattr(chunk, f.name), dtypes.get(f.name, torch.float32))
+                for f in fields(cls)
+                if f.name not in ("obs", "learn")
+            },
         )
 
 
@@ -193,15 +172,7 @@ class Segments:
         return self.state.shape[0]
 
     def select(self, index: torch.Tensor) -> Segments:
-        return Segments(
-            obs={k: v[:, index] for k, v in self.obs.items()},
-            state=self.state[index],
-            learn=None if self.learn is None else self.learn[:, index],
-            **{
-                name: getattr(self, name)[:, index]
-                for name in ("episode_start", "actions", "logp", "values", "advantages", "returns")
-            },
-        )
+        return _take(self, index, dims={"state": 0})
 
 
 class RankSync(Protocol):
@@ -254,11 +225,9 @@ class PPO:
         batch = self._as_rollout(batch)
         advantages, returns = self._gae(batch)
         learn = batch.learn
-        if self.sync is None:
-            self.model.update_value_normalizer(returns, learn)
-        else:
-            rows = self._whole_batch_moments([(returns, learn)])[0]
-            self.model.update_value_normalizer(rows, None)
+        # under `sync`, the statistics fold in the whole batch's moments (sums over ranks)
+        reduce = None if self.sync is None else self.sync.all_sum
+        self.model.update_value_normalizer(returns, learn, reduce)
         segments = self._segments(batch, advantages, returns)
 
         cfg = self.config
@@ -276,10 +245,7 @@ class PPO:
                     names = list(stats)
                     history.append(torch.stack(list(stats.values())))
 
-        if self.sync is None:
-            self.model.update_obs_normalizer(batch.obs, learn)
-        else:
-            self._update_obs_normalizer_synced(batch.obs, learn)
+        self.model.obs_norm.update(batch.obs, learn, reduce)
         self.version += 1
         out = dict(zip(names, torch.stack(history).mean(0), strict=True)) if history else {}
         value_mean, value_std = self.model.value_norm.mean_std()
@@ -347,55 +313,6 @@ class PPO:
             size = p.numel()
             p.grad = flat[offset : offset + size].view_as(p).clone()
             offset += size
-
-    @torch.no_grad()
-    def _whole_batch_moments(
-        self, items: list[tuple[torch.Tensor, torch.Tensor | None]], features: Sequence[int] = ()
-    ) -> list[torch.Tensor | None]:
-        """For each (x, row weight): two rows whose mean and second moment per trailing feature
-        equal those of the (weighted) rows of x over all ranks; None where no rank has a row.
-
-        Feeding the two rows to an `EmaMeanStd` folds in exactly the whole batch's moments, so
-        the normalisers' own update rules (and PopArt's rescaling) apply unchanged.
-        """
-        sums = []
-        for i, (x, w) in enumerate(items):
-            width = features[i] if features else 1
-            x = x.to(torch.float64).reshape(-1, width)
-            w = torch.ones(len(x), dtype=torch.float64, device=x.device) if w is None else w
-            w = w.to(torch.float64).reshape(-1, 1)
-            sums.append(torch.cat([(w * x).sum(0), (w * x.square()).sum(0), w.sum().reshape(1)]))
-        packed = self.sync.all_sum(torch.cat(sums))
-        out, offset = [], 0
-        for i in range(len(items)):
-            width = features[i] if features else 1
-            s1, s2 = packed[offset : offset + width], packed[offset + width : offset + 2 * width]
-            total = packed[offset + 2 * width]
-            offset += 2 * width + 1
-            if total <= 0:
-                out.append(None)
-                continue
-            mean = s1 / total
-            sd = (s2 / total - mean.square()).clamp(min=0).sqrt()
-            rows = torch.stack([mean + sd, mean - sd])
-            out.append(rows if features else rows.reshape(-1))
-        return out
-
-    @torch.no_grad()
-    def _update_obs_normalizer_synced(
-        self, obs: dict[str, torch.Tensor], learn: torch.Tensor | None
-    ) -> None:
-        """`update_obs_normalizer` with the whole batch's statistics (the same weighting: entity
-        rows count where their entity exists, steps where `learn` is set)."""
-        norm = self.model.obs_norm
-        keys = list(norm.stats.keys())
-        items, widths = [], []
-        for key in keys:
-            items.append((obs[key], norm.row_weights(key, obs, learn)))
-            widths.append(obs[key].shape[-1])
-        for key, rows in zip(keys, self._whole_batch_moments(items, widths), strict=True):
-            if rows is not None:
-                norm.stats[key].update(rows)
 
     @torch.no_grad()
     def evaluate_loss(self, batch: Chunk | Sequence[Chunk] | Rollout) -> dict[str, float]:
@@ -534,3 +451,15 @@ def _advantage_moments(seg: Segments) -> torch.Tensor:
     adv = seg.advantages.to(torch.float64)
     m = torch.ones_like(adv) if seg.learn is None else seg.learn.to(torch.float64)
     return torch.stack([m.sum(), (m * adv).sum(), (m * adv.square()).sum()])
+
+
+def _take(batch: Any, index: torch.Tensor, dims: dict[str, int]) -> Any:
+    """A copy of `batch` (a `Rollout` or `Segments`) holding only the columns `index` of every
+    tensor: along dim 1 (time-major), or the dim `dims` names for a field without time."""
+
+    def take(name: str, x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: take(name, v) for k, v in x.items()}
+        return None if x is None else x.index_select(dims.get(name, 1), index)
+
+    return type(batch)(**{f.name: take(f.name, getattr(batch, f.name)) for f in fields(batch)})

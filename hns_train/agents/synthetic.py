@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from hns_train.agents.chunks import Chunk, ChunkRecorder
-from hns_train.agents.observations import ENTITY_TYPES, is_mask_key
 from hns_train.agents.policy import ActorCritic
+from hns_train.envs.contract import ALL_ENTITY_KEYS, is_mask_key
 
 
 def random_observations(
@@ -31,7 +31,7 @@ def random_observations(
         for k, s in shapes.items()
         if not is_mask_key(k)
     }
-    for kind in ENTITY_TYPES:
+    for kind in ALL_ENTITY_KEYS:
         if kind.exists_mask not in shapes:
             continue
         size = batch_shape + tuple(shapes[kind.exists_mask])

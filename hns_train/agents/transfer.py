@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from hns_train.agents.checkpoint import Checkpoint, CheckpointDir, load_checkpoint, read_meta
+from hns_train.agents.checkpoint import Checkpoint, load_checkpoint, read_meta, resolve_checkpoint
 from hns_train.agents.observations import ObsLayout
 from hns_train.envs.config import GameConfig, make_config, nest_moved
 from hns_train.envs.contract import observation_shapes
@@ -53,14 +53,9 @@ _NOT_TRANSFERRED = ("value_norm.", *REINITIALISED)
 
 def checkpoint_path(init: str | Path) -> Path:
     """The checkpoint file `init` names (a file, or a run directory's newest checkpoint)."""
-    path = Path(init)
-    if path.is_file():
+    path = resolve_checkpoint(init)
+    if path is not None:
         return path
-    folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-    if folder.is_dir():
-        steps = CheckpointDir(folder).steps()
-        if steps:
-            return CheckpointDir(folder).path_for(steps[-1])
     raise ValueError(
         f"agent.init={str(init)!r}: no checkpoint there; give a checkpoint file (ckpt_*.pt) or a "
         "run directory with checkpoints/, or 'scratch' to train from scratch"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from hns_train.agents import PPO, ActorCritic, NetworkConfig, PPOConfig, obs_shapes
+from hns_train.agents import PPO, ActorCritic, NetworkConfig, PPOConfig
 from hns_train.agents.checkpoint import (
     HEADER,
     MAGIC,
@@ -24,8 +24,12 @@ from hns_train.agents.checkpoint import (
     training_state,
 )
 from hns_train.agents.synthetic import random_observations, synthetic_chunk
+from hns_train.envs.config import make_config
+from hns_train.envs.contract import observation_shapes
 
-SHAPES = obs_shapes(n_other_agents=1, n_boxes=1, n_ramps=1, lidar_rays=6)
+SHAPES = observation_shapes(
+    make_config("quadrant", n_hiders=(1, 1), n_seekers=(1, 1), n_boxes=(1, 1), n_lidar=6)
+)
 SMALL = dict(embed_dim=16, attention_heads=2, dense_dim=32, lstm_dim=16)
 
 

@@ -7,12 +7,13 @@ from hns_train.agents import (
     ActorCritic,
     Chunk,
     ChunkRecorder,
-    obs_shapes,
     stack_chunks,
     synthetic_chunk,
 )
+from hns_train.envs.config import make_config
+from hns_train.envs.contract import observation_shapes
 
-SHAPES = obs_shapes(n_other_agents=1, n_boxes=0, n_ramps=0)
+SHAPES = observation_shapes(make_config("chase"))
 
 
 def test_recorder_layout_and_stacking():

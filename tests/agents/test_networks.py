@@ -4,11 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from hns_train.agents import ActorCritic, ObsLayout, obs_shapes, random_observations
+from hns_train.agents import ActorCritic, ObsLayout, random_observations
+from hns_train.envs.config import make_config
+from hns_train.envs.contract import observation_shapes
 
-QUADRANT = obs_shapes(n_other_agents=3, n_boxes=2, box_dim=12, n_ramps=1, ramp_dim=9)
-RANDOMWALLS = obs_shapes(n_other_agents=3, n_boxes=9, box_dim=15, n_ramps=2, ramp_dim=15)
-CHASE = obs_shapes(n_other_agents=1, n_boxes=0, n_ramps=0)
+QUADRANT = observation_shapes(make_config("quadrant"))
+RANDOMWALLS = observation_shapes(make_config("randomwalls"))
+CHASE = observation_shapes(make_config("chase"))
 
 
 def forward(model, obs):
@@ -49,7 +51,7 @@ def test_zero_entity_counts_work():
 
 
 def test_no_entities_at_all():
-    shapes = obs_shapes(n_other_agents=0, n_boxes=0, n_ramps=0)
+    shapes = {k: CHASE[k] for k in ("observation_self", "lidar")}
     model = ActorCritic(shapes, device="cpu")
     out = model.act(random_observations(shapes, (3,), np.random.default_rng(0)))
     assert np.isfinite(out.values).all()
@@ -146,7 +148,7 @@ def test_layout_from_gymnasium_like_space():
 def test_act_takes_tensors_where_they_are_and_arrays_alike():
     """A pod hands the policy its observations as tensors on the simulation's device;
     they give the same outputs as host arrays, and a wrongly shaped tensor is refused."""
-    shapes = obs_shapes()
+    shapes = observation_shapes(make_config("quadrant"))
     model = ActorCritic(shapes)
     obs = random_observations(shapes, (6,), np.random.default_rng(0))
     tensors = {k: torch.from_numpy(v) for k, v in obs.items()}

@@ -1,14 +1,19 @@
 """Running observation statistics and PopArt value normalisation."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
-from hns_train.agents import ActorCritic, AgentConfig, NetworkConfig, obs_shapes
+from hns_train.agents import ActorCritic, AgentConfig, NetworkConfig
 from hns_train.agents import random_observations as random_obs
 from hns_train.agents.normalizers import EmaMeanStd, popart_update
+from hns_train.envs.config import make_config
+from hns_train.envs.contract import observation_shapes
+from hns_train.typed_config import from_dict
 
-SHAPES = obs_shapes()
+SHAPES = observation_shapes(make_config("quadrant"))
 
 
 def test_debiased_ema_equals_mean_of_batch_statistics_early():
@@ -32,7 +37,7 @@ def test_obs_normalizer_clips_skips_masks_and_absent_rows():
     obs["mask_ab_obs_spoof"][..., 1] = 0.0
     obs["box_obs"][..., 1, :] = 1000.0  # padding of an absent box: must not count
     tensors = model.obs_to_tensors(obs, 2)
-    model.update_obs_normalizer(tensors)
+    model.obs_norm.update(tensors)
 
     box_mean, _ = model.obs_norm.stats["box_obs"].mean_std()
     torch.testing.assert_close(box_mean, torch.full((12,), 3.0), atol=0.02, rtol=0)
@@ -74,10 +79,10 @@ def test_value_normalizer_update_keeps_model_values():
 
 
 def test_config_from_dict():
-    cfg = AgentConfig.from_dict({"network": {"lstm_dim": 64}, "ppo": {"epochs": 3}})
+    cfg = from_dict(AgentConfig, {"network": {"lstm_dim": 64}, "ppo": {"epochs": 3}})
     assert cfg.network.lstm_dim == 64 and cfg.ppo.epochs == 3 and cfg.ppo.gamma == 0.998
-    assert AgentConfig.from_dict(cfg.to_dict()) == cfg
+    assert from_dict(AgentConfig, dataclasses.asdict(cfg)) == cfg
     with pytest.raises(ValueError, match="unknown NetworkConfig fields.*lstm_size"):
-        AgentConfig.from_dict({"network": {"lstm_size": 64}})
+        from_dict(AgentConfig, {"network": {"lstm_size": 64}})
     with pytest.raises(ValueError, match="divisible"):
         NetworkConfig(embed_dim=100, attention_heads=3)

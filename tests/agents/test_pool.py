@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from hns_train.agents import ActorCritic, NetworkConfig, obs_shapes
+from hns_train.agents import ActorCritic, NetworkConfig
 from hns_train.agents.pod import LATEST as POD_LATEST
 from hns_train.agents.pod import OpponentSlots
 from hns_train.agents.pool import (
@@ -24,8 +24,11 @@ from hns_train.agents.pool_index import PRIOR_MU, open_index, transaction
 from hns_train.agents.synthetic import random_observations
 from hns_train.distributed.opponent_codes import LATEST as WIRE_LATEST
 from hns_train.distributed.opponent_codes import OpponentDraw, code_of
+from hns_train.envs.config import make_config
+from hns_train.envs.contract import observation_shapes
+from hns_train.typed_config import from_dict
 
-SHAPES = obs_shapes(n_other_agents=1, n_boxes=0, n_ramps=0, lidar_rays=0)
+SHAPES = observation_shapes(make_config("chase", n_lidar=0))
 SMALL = NetworkConfig(embed_dim=8, attention_heads=2, dense_dim=8, lstm_dim=8)
 
 
@@ -74,9 +77,9 @@ def test_snapshots_index_and_weights_round_trip(tmp_path):
     assert not pool.maybe_add(3, model.state_dict())  # not a multiple of snapshot_every
     assert pool.maybe_add(5, model.state_dict(), frames=1000, episodes=12)
     assert not pool.maybe_add(5, model.state_dict())  # already stored
-    assert pool.versions() == [5] and pool.latest_version() == 5
+    assert pool.versions() == [5]
     assert pool.maybe_add(0, model.state_dict())  # the untrained policy is kept for cross-play
-    assert pool.versions() == [0, 5] and pool.latest_version() == 5
+    assert pool.versions() == [0, 5]
     info = pool.snapshot_info(5)
     assert (info.frames, info.episodes, info.games, info.hider_mu) == (1000, 12, 0, None)
     assert info.path.exists()
@@ -192,8 +195,12 @@ def test_snapshot_cache_is_lru(tmp_path):
     cache.get(20)
     cache.get(10)  # 10 is now the most recent
     cache.get(30)  # evicts 20
-    assert cache.cached_versions() == [10, 30]
     assert (cache.hits, cache.misses) == (1, 3)
+    cache.get(10)
+    cache.get(30)
+    assert (cache.hits, cache.misses) == (3, 3)
+    cache.get(20)  # evicted: read again
+    assert (cache.hits, cache.misses) == (3, 4)
     with pytest.raises(ValueError, match="size"):
         SnapshotCache(pool, 0)
 
@@ -253,8 +260,8 @@ def test_config_validation():
     with pytest.raises(ValueError, match="p_random \\+ p_noop"):
         PoolConfig(p_random=0.6, p_noop=0.6)
     with pytest.raises(ValueError, match="unknown PoolConfig fields"):
-        PoolConfig.from_dict({"snapshot_evry": 3})
-    assert PoolConfig.from_dict({"rule": "uniform"}).rule == "uniform"
+        from_dict(PoolConfig, {"snapshot_evry": 3})
+    assert from_dict(PoolConfig, {"rule": "uniform"}).rule == "uniform"
 
 
 def test_opponent_role_fixes_which_team_the_opponent_plays(tmp_path):
@@ -288,8 +295,8 @@ def test_guest_ids_replacement_and_file_rule(tmp_path):
     assert (info["c1"].kind, info["c1"].hider_weight, info["c1"].seeker_weight) == ("cross", 1, 3)
     assert info["p1"].path == tmp_path / "pool" / f"guest_{p1}.pt" and info["p1"].path.exists()
     # Guests are not snapshots: no listing or snapshot rule sees them.
-    assert pool.versions() == [10, 20] and pool.latest_version() == 20
-    assert [s.version for s in pool.index()] == [10, 20] and pool.snapshot_info(c1) is None
+    assert pool.versions() == [10, 20]
+    assert pool.snapshot_info(c1) is None
     assert list(pool.candidate_probabilities("hider")[0]) == [10, 20]
 
     # Replacing by name: a new id each time; the replaced file stays until replaced twice.
@@ -337,8 +344,8 @@ def test_guest_input_is_checked(tmp_path):
     with pytest.raises(ValueError, match="guest kind"):
         pool.guest_probabilities("self", "hider")
     for kwargs, match in (
-        ({"p_cross": 1.5}, "p_cross must be in"),
-        ({"p_past": -0.1}, "p_past must be in"),
+        ({"p_cross": 1.5}, "p_cross=1.5 is not allowed; it must be >= 0 and <= 1"),
+        ({"p_past": -0.1}, "p_past=-0.1 is not allowed"),
         ({"p_cross": 0.6, "p_past": 0.5}, "p_cross \\+ p_past must be <= 1"),
     ):
         with pytest.raises(ValueError, match=match):

@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from hns_train.agents import PPO, ActorCritic, PPOConfig, compute_gae, obs_shapes, synthetic_chunk
+from hns_train.agents import PPO, ActorCritic, PPOConfig, compute_gae, synthetic_chunk
+from hns_train.envs.config import make_config
+from hns_train.envs.contract import observation_shapes
 
-SHAPES = obs_shapes()
+SHAPES = observation_shapes(make_config("quadrant"))
 
 
 def reference_gae(rewards, values, truncated, truncated_value, bootstrap, gamma, lam):

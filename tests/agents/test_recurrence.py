@@ -3,10 +3,12 @@
 import numpy as np
 import torch
 
-from hns_train.agents import PPO, ActorCritic, PPOConfig, obs_shapes, synthetic_chunk
+from hns_train.agents import PPO, ActorCritic, PPOConfig, synthetic_chunk
 from hns_train.agents import random_observations as random_obs
+from hns_train.envs.config import make_config
+from hns_train.envs.contract import observation_shapes
 
-SHAPES = obs_shapes()
+SHAPES = observation_shapes(make_config("quadrant"))
 
 
 def sequence(model, obs_seq, starts, state=None):

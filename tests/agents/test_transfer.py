@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from hns_train.agents import PPO, ActorCritic, PPOConfig
-from hns_train.agents.checkpoint import Counters, load_checkpoint, save_checkpoint, training_state
+from hns_train.agents.checkpoint import (
+    CheckpointDir,
+    Counters,
+    load_checkpoint,
+    save_checkpoint,
+    training_state,
+)
 from hns_train.agents.transfer import (
     REINITIALISED,
     checkpoint_path,
@@ -114,3 +120,11 @@ def test_a_missing_init_names_what_is_allowed(tmp_path):
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     with pytest.raises(ValueError, match="run directory with checkpoints"):
         checkpoint_path(tmp_path / "run")
+
+
+def test_a_run_directory_names_its_newest_checkpoint_that_verifies(tmp_path):
+    folder = CheckpointDir(tmp_path / "run" / "checkpoints")
+    good = folder.save(10, {"w": torch.zeros(2)})
+    folder.save(20, {"w": torch.ones(2)}).write_bytes(b"cut short")  # a write the disk lost
+    assert checkpoint_path(tmp_path / "run") == good
+    assert checkpoint_path(folder.folder) == good

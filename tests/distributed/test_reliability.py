@@ -668,7 +668,8 @@ def test_every_numeric_config_field_has_a_range():
     """A numeric field added to the config without a range would take any value unchecked."""
     import dataclasses
 
-    from hns_train.config import _RANGES, RunConfig
+    from hns_train.config import RunConfig
+    from hns_train.typed_config import bounds
 
     def numeric(obj, prefix):
         for f in dataclasses.fields(obj):
@@ -681,6 +682,7 @@ def test_every_numeric_config_field_has_a_range():
     cfg = RunConfig()
     # game and pool check their own fields
     fields = {k for k in numeric(cfg, "") if not k.startswith(("pool.", "game."))}
-    missing = sorted(fields - set(_RANGES))
+    ranges = bounds(RunConfig)
+    missing = sorted(fields - set(ranges))
     assert not missing, f"numeric config fields without a range: {missing}"
-    assert "eval.stop_render_wait_s" in _RANGES
+    assert "eval.stop_render_wait_s" in ranges
