@@ -74,7 +74,6 @@ class Group:
     seq: int = 0
     sent_at: float = 0.0  # when the request awaited was (last) sent
     request: tuple[dict, dict] = ({}, {})  # its arrays and block address, for a re-send
-    pending: dict = field(default_factory=dict)  # the step awaiting its final values
     next_obs: dict = field(default_factory=dict)  # first observations of the next episodes
     next_slot: int = 0  # the block slot `next_obs` lies in
     final_present: np.ndarray | None = None  # agents of the episodes that just ended
@@ -132,7 +131,9 @@ class ActorWorker(Worker):
                 state=np.zeros((rows, 4, lstm), np.float32),
                 episode_start=np.ones(rows, bool),
                 codes=np.zeros(rows, np.int64),
-                recorder=ChunkRecorder(p.chunk_len, cfg.agent.ppo.bptt_len),
+                recorder=ChunkRecorder(
+                    p.chunk_len, cfg.agent.ppo.bptt_len, len(cfg.agent.network.action_sizes)
+                ),
                 block=block,
                 slot_obs=slot_obs,
             )
@@ -231,14 +232,7 @@ class ActorWorker(Worker):
             group.oldest_version = version
         game = group.game
         W, A = game.n_worlds, game.n_agents
-        acted = dict(
-            obs=group.obs,
-            state=group.state,
-            episode_start=group.episode_start,
-            actions=out["actions"],
-            logp=out["logp"],
-            values=out["values"],
-        )
+        group.recorder.record_inputs(group.obs, group.state, group.episode_start)
         actions = out["actions"].reshape(W, A, -1)
         if group.block is None:
             result = game.step(actions)
@@ -247,7 +241,9 @@ class ActorWorker(Worker):
             views = group.slot_obs
             result = game.step(actions, out=views[after], final_out=views[final])
         self._frames += W
-        step = dict(acted, rewards=result.rewards.reshape(-1))
+        group.recorder.record_outputs(
+            out["actions"], out["logp"], out["values"], result.rewards.reshape(-1)
+        )
         group.state = out["state"]
         group.episode_start = np.zeros(W * A, bool)
         if result.truncated.any():
@@ -255,7 +251,6 @@ class ActorWorker(Worker):
                 raise RuntimeError("worlds of one group must end their episodes together")
             self._stat_sums += [result.episode_stats[k].sum() for k in self.stat_keys]
             self._episodes += W
-            group.pending = step
             group.next_obs = _rows(result.obs)
             group.final_present = result.final_agent_present
             gid = self.groups.index(group)
@@ -265,7 +260,6 @@ class ActorWorker(Worker):
                 group.next_slot = after
                 self._request(gid, group, "value", slot=final)
             return
-        group.recorder.add(**step, truncated=np.zeros(W * A, bool))
         group.obs = _rows(result.obs)
         if group.block is not None:
             group.slot = after
@@ -274,10 +268,7 @@ class ActorWorker(Worker):
 
     def _end_episodes(self, group: Group, final_values: np.ndarray) -> None:
         rows = len(final_values)
-        group.recorder.add(
-            **group.pending, truncated=np.ones(rows, bool), truncated_value=final_values
-        )
-        group.pending = {}
+        group.recorder.end_episodes(final_values)
         if group.recorder.full:
             self._ship(group, np.zeros(rows, np.float32), group.final_present)
         group.obs = group.next_obs
