@@ -94,49 +94,33 @@ class Chunk:
 
     def validate(self, num_actions: int = 5) -> Chunk:
         """Raise ValueError naming the first inconsistent field; return self."""
-        if self.actions.ndim != 3 or self.actions.shape[2] != num_actions:
-            raise ValueError(f"actions must be (T, B, {num_actions}), got {self.actions.shape}")
-        if not np.issubdtype(self.actions.dtype, np.integer):
-            raise ValueError(f"actions must be integers, got {self.actions.dtype}")
-        tb = self.actions.shape[:2]
-        for name in STEP_FIELDS:
-            if getattr(self, name).shape != tb:
-                raise ValueError(
-                    f"{name} must have shape (T, B) = {tb}, got {getattr(self, name).shape}"
-                )
-        for key, value in self.obs.items():
-            if value.shape[:2] != tb:
-                raise ValueError(f"obs['{key}'] must start with (T, B) = {tb}, got {value.shape}")
-        if self.bootstrap_value.shape != tb[1:]:
+        if self.actions.ndim != 3 or not np.issubdtype(self.actions.dtype, np.integer):
             raise ValueError(
-                f"bootstrap_value must be (B,) = {tb[1:]}, got {self.bootstrap_value.shape}"
+                f"actions must be (T, B, {num_actions}) integers, got {self.actions.shape} "
+                f"{self.actions.dtype}"
             )
-        if self.policy_version.shape != tb[1:]:
-            raise ValueError(
-                f"policy_version must be (B,) = {tb[1:]}, got {self.policy_version.shape}"
-            )
+        T, B = self.actions.shape[:2]
         s = self.lstm_state.shape
-        if len(s) != 4 or s[1] != tb[1] or s[2] != 4 or s[0] == 0 or tb[0] % s[0]:
+        if len(s) != 4 or s[2] != 4 or s[0] == 0 or T % s[0]:
             raise ValueError(
-                f"lstm_state must be (T/L, B, 4, H) with T = {tb[0]} a multiple of L, got {s}"
+                f"lstm_state must be (T/L, B, 4, H) with T = {T} a multiple of L, got {s}"
             )
+        obs_shapes = {k: v.shape[2:] for k, v in self.obs.items()}
+        layout = chunk_layout(obs_shapes, T, B, T // s[0], s[2:], num_actions)
+        for name, value in self.to_arrays().items():
+            if value.shape != layout[name][1]:
+                raise ValueError(
+                    f"{name} must have shape {layout[name][1]} (T = {T}, B = {B}), "
+                    f"got {value.shape}"
+                )
         if not np.array_equal(self.episode_start[1:], self.truncated[:-1]):
             raise ValueError("episode_start[t+1] must equal truncated[t] inside a chunk")
         return self
 
     def select(self, columns: np.ndarray) -> Chunk:
         """The chunk restricted to agent streams `columns` (indices along B)."""
-        per_stream = PER_STREAM_FIELDS
-        return Chunk(
-            obs={k: v[:, columns] for k, v in self.obs.items()},
-            **{
-                f.name: getattr(self, f.name)[columns]
-                if f.name in per_stream
-                else getattr(self, f.name)[:, columns]
-                for f in fields(self)
-                if f.name != "obs"
-            },
-        )
+        arrays = self.to_arrays().items()
+        return Chunk.from_arrays({k: np.take(v, columns, _stream_axis(k)) for k, v in arrays})
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Flat name -> array dict (observations as 'obs/<key>') for the wire format."""
@@ -169,18 +153,16 @@ def stack_chunks(chunks: Sequence[Chunk]) -> Chunk:
             raise ValueError(
                 f"chunks have different observation keys: {sorted(keys)} vs {sorted(c.obs)}"
             )
-    per_step_axis = 1  # (T, B, ...) and lstm_state (T/L, B, 4, H)
-    return Chunk(
-        obs={k: np.concatenate([c.obs[k] for c in chunks], per_step_axis) for k in chunks[0].obs},
-        **{
-            f.name: np.concatenate(
-                [getattr(c, f.name) for c in chunks],
-                0 if f.name in ("bootstrap_value", "policy_version") else per_step_axis,
-            )
-            for f in fields(Chunk)
-            if f.name != "obs"
-        },
+    arrays = [c.to_arrays() for c in chunks]
+    return Chunk.from_arrays(
+        {k: np.concatenate([a[k] for a in arrays], _stream_axis(k)) for k in arrays[0]}
     )
+
+
+def _stream_axis(name: str) -> int:
+    """The axis of the agent streams in a chunk's array `name` (as `Chunk.to_arrays` names
+    it): 0 for the per-stream fields, 1 for the per-step ones (T, B, ...) and lstm_state."""
+    return 0 if name in PER_STREAM_FIELDS else 1
 
 
 class ChunkRecorder:

@@ -60,7 +60,7 @@ def test_recorder_and_stacking_errors():
     with pytest.raises(ValueError, match="different lengths"):
         stack_chunks([a, b])
     a.values = a.values[:, :1]
-    with pytest.raises(ValueError, match=r"values must have shape \(T, B\)"):
+    with pytest.raises(ValueError, match=r"values must have shape \(10, 2\)"):
         a.validate()
 
 
