@@ -191,11 +191,8 @@ class ActorWorker(Worker):
         for gid, group in enumerate(self.groups):
             if group.waiting and now - group.sent_at > timeout:
                 group.seq += 1
-                group.sent_at = now
                 self._resent += 1
-                arrays, address = group.request
-                meta = {"group": gid, "seq": group.seq, "kind": group.waiting, **address}
-                self.inference.send("act", arrays, meta)
+                self._send(gid, group)
 
     def _request(self, gid: int, group: Group, kind: str, obs=None, slot=None) -> None:
         """Ask for actions (`act`) about `group.obs`, or for the values (`value`) of the
@@ -215,8 +212,13 @@ class ActorWorker(Worker):
             np.copyto(views["code"], group.codes)
             arrays, address = {}, group.block.address(slot)
         group.request = (arrays, address)
+        self._send(gid, group)
+
+    def _send(self, gid: int, group: Group) -> None:
+        """Send the request `group` awaits under its sequence number (again, when re-sent)."""
         group.sent_at = time.monotonic()
-        meta = {"group": gid, "seq": group.seq, "kind": kind, **address}
+        arrays, address = group.request
+        meta = {"group": gid, "seq": group.seq, "kind": group.waiting, **address}
         self.inference.send("act", arrays, meta)
 
     def _on_reply(self, group: Group, message) -> None:
