@@ -13,7 +13,7 @@ The iteration is a generator, so the worker (distributed/pod_worker.py) takes it
 every env step, as every worker does (on the serial launcher the controller and the other
 workers run there too), and a stopping run simply does not resume it. The hook (`PodHook`) is
 the worker's narrow part of the loop: it runs the update guarded, or skips it; by default it
-just learns, and `Pod.run_iteration` runs an iteration on its own (tests, bench/pod_speed.py).
+just learns (bench/pod_speed.py calls `Pod.step` and `Pod.learn` itself).
 
 The game is the C `VectorGame` (host arrays: the CPU pod) or `WarpGame` (tensors on the Warp
 device: the GPU pod); both are used through `DeviceGame`, which hands the pod tensors on the
@@ -311,15 +311,6 @@ class Pod:
             self.step()
             yield
         return hook.update(self.learn, steps * self.game.rows)  # learn
-
-    def run_iteration(self, hook: PodHook | None = None) -> dict | None:
-        """`iteration` from its first step to its update, with nothing in between."""
-        steps = self.iteration(hook)
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                return done.value
 
     def new_rollout(self) -> None:
         """The next rollout starts at slot 0, with the rows the learning policy plays now."""
