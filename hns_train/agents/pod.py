@@ -209,7 +209,7 @@ class OpponentSlots:
 
 
 class Pod:
-    """W worlds, the learning policy, its opponents, a rollout buffer and PPO on one device."""
+    """W worlds, the learning policy, its opponents, a chunk recorder and PPO on one device."""
 
     def __init__(
         self,

@@ -20,8 +20,8 @@ On one host a group's requests travel through its shared-memory block (`shared_r
 game writes each observation into a slot, the state, episode-start flags and codes are written
 next to it, and the socket carries the slot's address. The slot a group acts on is `slot`; a
 step writes the next observation into the slot after it and, when episodes end, the finished
-episodes' last observation into the one after that, so no slot is rewritten while a request or
-the chunk recorder still needs it.
+episodes' last observation into the one after that, so no slot is rewritten while a request
+still needs it (the chunk recorder copies a step's observation when the step is taken).
 
 Lost requests: a request unanswered for `pipeline.request_timeout_s` (its policy worker died
 with it, or a reply was dropped as malformed) is sent again under a new sequence number; a late
