@@ -134,15 +134,15 @@ def in_process(cfg, device: torch.device, rollouts: int, run_dir: Path) -> dict:
         learned += float(pod.learn()["learned_steps"])
     elapsed, wall = clock() - start, time.perf_counter() - wall
     c = pod.take_counters()
-    frames = c.frames
+    frames = c["frames"]
     agents = game.n_agents
     pool.close()
     return {
         "pod_ms_per_frame": 1e3 * elapsed / frames,
         "pod_wall_ms_per_frame": 1e3 * wall / frames,
-        "sim_ms_per_frame": 1e3 * c.sim_s / frames,
-        "act_ms_per_frame": 1e3 * c.act_s / frames,
-        "learn_ms_per_frame": 1e3 * c.learn_s / frames,
+        "sim_ms_per_frame": 1e3 * c["sim_s"] / frames,
+        "act_ms_per_frame": 1e3 * c["act_s"] / frames,
+        "learn_ms_per_frame": 1e3 * c["learn_s"] / frames,
         "pod_inprocess_fps": frames / wall,
         "pod_inprocess_trained_fps": learned / agents / wall,
         "syncs_per_step": syncs.total / steps,

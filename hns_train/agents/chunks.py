@@ -30,8 +30,9 @@ Consistency rule checked by `validate`: episode_start[t+1] == truncated[t].
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -93,49 +94,33 @@ class Chunk:
 
     def validate(self, num_actions: int = 5) -> Chunk:
         """Raise ValueError naming the first inconsistent field; return self."""
-        if self.actions.ndim != 3 or self.actions.shape[2] != num_actions:
-            raise ValueError(f"actions must be (T, B, {num_actions}), got {self.actions.shape}")
-        if not np.issubdtype(self.actions.dtype, np.integer):
-            raise ValueError(f"actions must be integers, got {self.actions.dtype}")
-        tb = self.actions.shape[:2]
-        for name in STEP_FIELDS:
-            if getattr(self, name).shape != tb:
-                raise ValueError(
-                    f"{name} must have shape (T, B) = {tb}, got {getattr(self, name).shape}"
-                )
-        for key, value in self.obs.items():
-            if value.shape[:2] != tb:
-                raise ValueError(f"obs['{key}'] must start with (T, B) = {tb}, got {value.shape}")
-        if self.bootstrap_value.shape != tb[1:]:
+        if self.actions.ndim != 3 or not np.issubdtype(self.actions.dtype, np.integer):
             raise ValueError(
-                f"bootstrap_value must be (B,) = {tb[1:]}, got {self.bootstrap_value.shape}"
+                f"actions must be (T, B, {num_actions}) integers, got {self.actions.shape} "
+                f"{self.actions.dtype}"
             )
-        if self.policy_version.shape != tb[1:]:
-            raise ValueError(
-                f"policy_version must be (B,) = {tb[1:]}, got {self.policy_version.shape}"
-            )
+        T, B = self.actions.shape[:2]
         s = self.lstm_state.shape
-        if len(s) != 4 or s[1] != tb[1] or s[2] != 4 or s[0] == 0 or tb[0] % s[0]:
+        if len(s) != 4 or s[2] != 4 or s[0] == 0 or T % s[0]:
             raise ValueError(
-                f"lstm_state must be (T/L, B, 4, H) with T = {tb[0]} a multiple of L, got {s}"
+                f"lstm_state must be (T/L, B, 4, H) with T = {T} a multiple of L, got {s}"
             )
+        obs_shapes = {k: v.shape[2:] for k, v in self.obs.items()}
+        layout = chunk_layout(obs_shapes, T, B, T // s[0], s[2:], num_actions)
+        for name, value in self.to_arrays().items():
+            if value.shape != layout[name][1]:
+                raise ValueError(
+                    f"{name} must have shape {layout[name][1]} (T = {T}, B = {B}), "
+                    f"got {value.shape}"
+                )
         if not np.array_equal(self.episode_start[1:], self.truncated[:-1]):
             raise ValueError("episode_start[t+1] must equal truncated[t] inside a chunk")
         return self
 
     def select(self, columns: np.ndarray) -> Chunk:
         """The chunk restricted to agent streams `columns` (indices along B)."""
-        per_stream = PER_STREAM_FIELDS
-        return Chunk(
-            obs={k: v[:, columns] for k, v in self.obs.items()},
-            **{
-                f.name: getattr(self, f.name)[columns]
-                if f.name in per_stream
-                else getattr(self, f.name)[:, columns]
-                for f in fields(self)
-                if f.name != "obs"
-            },
-        )
+        arrays = self.to_arrays().items()
+        return Chunk.from_arrays({k: np.take(v, columns, _stream_axis(k)) for k, v in arrays})
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Flat name -> array dict (observations as 'obs/<key>') for the wire format."""
@@ -168,37 +153,52 @@ def stack_chunks(chunks: Sequence[Chunk]) -> Chunk:
             raise ValueError(
                 f"chunks have different observation keys: {sorted(keys)} vs {sorted(c.obs)}"
             )
-    per_step_axis = 1  # (T, B, ...) and lstm_state (T/L, B, 4, H)
-    return Chunk(
-        obs={k: np.concatenate([c.obs[k] for c in chunks], per_step_axis) for k in chunks[0].obs},
-        **{
-            f.name: np.concatenate(
-                [getattr(c, f.name) for c in chunks],
-                0 if f.name in ("bootstrap_value", "policy_version") else per_step_axis,
-            )
-            for f in fields(Chunk)
-            if f.name != "obs"
-        },
+    arrays = [c.to_arrays() for c in chunks]
+    return Chunk.from_arrays(
+        {k: np.concatenate([a[k] for a in arrays], _stream_axis(k)) for k in arrays[0]}
     )
 
 
-class ChunkRecorder:
-    """Builds one `Chunk` step by step for a fixed set of B agent streams.
+def _stream_axis(name: str) -> int:
+    """The axis of the agent streams in a chunk's array `name` (as `Chunk.to_arrays` names
+    it): 0 for the per-stream fields, 1 for the per-step ones (T, B, ...) and lstm_state."""
+    return 0 if name in PER_STREAM_FIELDS else 1
 
-    Per step, call `add` with what the actor knows after `env.step`: the observation the agent
-    acted on, the state it was given (before any episode-start reset), the act outputs, and the
-    reward / truncation that followed. After `num_steps` steps, `finish` returns the chunk.
-    Each step is copied once, into the chunk's own (T, B, ...) arrays; a new chunk gets new
-    arrays, so a finished one may still be on its way (zero-copy sends) while the next fills.
+
+class ChunkRecorder:
+    """Records T steps of B agent streams in the chunk layout: the one place where a step, an
+    episode end (`truncated`, `truncated_value`) and the bootstrap at the cut are written, for
+    the actor's chunks (numpy arrays) and the pod's rollouts (tensors on its device, pod.py).
+
+    Per step, `record_inputs` takes what the streams act on (the observation, the recurrent
+    state they were given before any episode-start reset, whether the step starts an episode)
+    and `record_outputs` what followed (the act outputs and the reward); `end_episodes` marks
+    the streams whose episode ended with the step just recorded, with V(final observation).
+    After `num_steps` steps, `take` (arrays of any kind) or `finish` (a numpy `Chunk`) closes
+    the chunk with V(o_T) as its bootstrap value, read only where the last step is not cut.
+
+    Storage: by default every chunk gets new numpy arrays, allocated at its first step, each
+    step copied in once, so a finished chunk may still be on its way (zero-copy sends) while the
+    next fills. With `new_array(dtype, shape)` (tensors on a device) the arrays are allocated
+    at the first step and reused by every chunk: what `take` returns is valid until the next.
     """
 
-    def __init__(self, num_steps: int, bptt_len: int) -> None:
+    def __init__(
+        self,
+        num_steps: int,
+        bptt_len: int,
+        num_actions: int = 5,
+        new_array: Callable[[np.dtype, tuple[int, ...]], Any] | None = None,
+    ) -> None:
         if num_steps <= 0 or num_steps % bptt_len:
             raise ValueError(
                 f"num_steps ({num_steps}) must be a positive multiple of bptt_len ({bptt_len})"
             )
         self.num_steps = num_steps
         self.bptt_len = bptt_len
+        self.num_actions = num_actions
+        self._new_array = new_array or (lambda dtype, shape: np.empty(shape, dtype))
+        self._reuse = new_array is not None
         self._t = 0
         self._buf: dict = {}
 
@@ -208,6 +208,54 @@ class ChunkRecorder:
     @property
     def full(self) -> bool:
         return self._t == self.num_steps
+
+    def clear(self) -> None:
+        """Forget the steps recorded so far: the next one is step 0 of a new chunk."""
+        self._t = 0
+
+    def record_inputs(self, obs: Mapping[str, Any], state: Any, episode_start: Any) -> None:
+        """Step t's inputs: observations (B, ...), recurrent states (B, 4, H), starts (B,)."""
+        if self.full:
+            raise ValueError("chunk is full: call finish() or take() first")
+        t = self._t
+        if not self._buf:
+            self._buf = self._allocate(obs, tuple(state.shape))
+        buf = self._buf
+        if set(obs) != set(buf["obs"]):
+            raise ValueError(
+                f"step {t} has observation keys {sorted(obs)}, not {sorted(buf['obs'])}"
+            )
+        for key, value in obs.items():
+            buf["obs"][key][t] = value
+        if t % self.bptt_len == 0:
+            buf["lstm_state"][t // self.bptt_len] = state
+        buf["episode_start"][t] = episode_start
+
+    def record_outputs(self, actions: Any, logp: Any, values: Any, rewards: Any) -> None:
+        """Step t's outputs and the reward that followed; no episode ends with it (yet)."""
+        buf, t = self._buf, self._t
+        if not buf:
+            raise ValueError("record_inputs() comes before record_outputs()")
+        buf["actions"][t] = actions
+        buf["logp"][t] = logp
+        buf["values"][t] = values
+        buf["rewards"][t] = rewards
+        buf["truncated"][t] = False
+        buf["truncated_value"][t] = 0.0
+        self._t = t + 1
+
+    def end_episodes(self, final_values: Any, rows: Any = None) -> None:
+        """Streams `rows` (an index array or tensor; None: all) ended their episode with the
+        step just recorded; `final_values` is V(final observation) of each."""
+        if self._t == 0:
+            raise ValueError("no step recorded for an episode to end with")
+        t = self._t - 1
+        if rows is None:
+            self._buf["truncated"][t] = True
+            self._buf["truncated_value"][t] = final_values
+        else:
+            self._buf["truncated"][t][rows] = True
+            self._buf["truncated_value"][t][rows] = final_values
 
     def add(
         self,
@@ -222,56 +270,46 @@ class ChunkRecorder:
         truncated: np.ndarray,
         truncated_value: np.ndarray | None = None,
     ) -> None:
-        if self.full:
-            raise ValueError("chunk is full: call finish() first")
+        """A whole step at once (host arrays), `truncated_value` (B,) read where `truncated`."""
         truncated = np.asarray(truncated, dtype=bool)
-        if truncated_value is None:
-            if truncated.any():
-                raise ValueError("truncated_value is required on steps where an episode ends")
-            truncated_value = np.zeros(truncated.shape, np.float32)
-        t = self._t
-        if t == 0:
-            self._buf = self._new_arrays(obs, np.shape(state), np.shape(actions))
-        buf = self._buf
-        if set(obs) != set(buf["obs"]):
-            raise ValueError(
-                f"step {t} has observation keys {sorted(obs)}, not {sorted(buf['obs'])}"
-            )
-        if t % self.bptt_len == 0:
-            buf["lstm_state"][t // self.bptt_len] = state
-        for key, value in obs.items():
-            buf["obs"][key][t] = value
-        buf["actions"][t] = actions
-        step = (logp, values, rewards, episode_start, truncated, truncated_value)
-        for name, value in zip(STEP_FIELDS, step, strict=True):
-            buf[name][t] = value
-        self._t += 1
+        if truncated.any() and truncated_value is None:
+            raise ValueError("truncated_value is required on steps where an episode ends")
+        self.record_inputs(obs, state, episode_start)
+        self.record_outputs(actions, logp, values, rewards)
+        if truncated.any():
+            rows = np.flatnonzero(truncated)
+            self.end_episodes(np.asarray(truncated_value)[rows], rows)
 
-    def _new_arrays(self, obs: Mapping[str, np.ndarray], state_shape, action_shape) -> dict:
-        obs_shapes = {k: np.shape(v)[1:] for k, v in obs.items()}
+    def _allocate(self, obs: Mapping[str, Any], state_shape: tuple[int, ...]) -> dict:
         layout = chunk_layout(
-            obs_shapes,
+            {k: tuple(v.shape[1:]) for k, v in obs.items()},
             self.num_steps,
-            action_shape[0],
+            state_shape[0],
             self.bptt_len,
             state_shape[1:],
-            action_shape[1],
+            self.num_actions,
         )
         arrays = {
-            name: np.empty(shape, dtype)
+            name: self._new_array(dtype, shape)
             for name, (dtype, shape) in layout.items()
             if name not in PER_STREAM_FIELDS
         }
         return {"obs": {k: arrays.pop(f"obs/{k}") for k in obs}, **arrays}
 
-    def finish(self, bootstrap_value: np.ndarray, policy_version: int | np.ndarray) -> Chunk:
+    def take(self, bootstrap_value: Any) -> dict[str, Any]:
+        """The full chunk's fields (as `Chunk`'s, without `policy_version`), V(o_T) of each
+        stream as `bootstrap_value`; the next step starts a new chunk."""
         if not self.full:
             raise ValueError(f"chunk has {self._t} of {self.num_steps} steps")
-        buf, self._buf, self._t = self._buf, {}, 0
-        batch = buf["actions"].shape[1]
-        chunk = Chunk(
-            **buf,
-            bootstrap_value=np.asarray(bootstrap_value, np.float32).reshape(batch),
-            policy_version=np.broadcast_to(np.asarray(policy_version, np.int64), (batch,)).copy(),
-        )
-        return chunk.validate()
+        buf, self._t = self._buf, 0
+        if not self._reuse:
+            self._buf = {}
+        return {**buf, "bootstrap_value": bootstrap_value}
+
+    def finish(self, bootstrap_value: np.ndarray, policy_version: int | np.ndarray) -> Chunk:
+        """The full chunk as a validated numpy `Chunk`."""
+        arrays = self.take(bootstrap_value)
+        batch = arrays["actions"].shape[1]
+        arrays["bootstrap_value"] = np.asarray(bootstrap_value, np.float32).reshape(batch)
+        version = np.broadcast_to(np.asarray(policy_version, np.int64), (batch,)).copy()
+        return Chunk(**arrays, policy_version=version).validate()

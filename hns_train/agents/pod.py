@@ -2,22 +2,24 @@
 one device, in one process. One iteration is `Pod.iteration`, read top to bottom:
 
     for t in range(T):                       # collect (T = pipeline.chunk_len): Pod.step
-        store o_t, LSTM state, episode starts in the rollout buffer (slot t)
+        record o_t, LSTM state, episode starts (step t of the chunk recorder)
         act: the learning policy on its rows, pool opponents on theirs
-        step every world; store a_t, log-prob, value, r_t, which rows learn
-        worlds whose episode ended: V(final observation) into the buffer, new opponents drawn
+        step every world; record a_t, log-prob, value, r_t, which rows learn
+        worlds whose episode ended: V(final observation) recorded, new opponents drawn
         yield                                # the worker's turn: control messages, heartbeats
-    hook.update(Pod.learn)                   # learn: PPO on the whole buffer (ppo.py, agent.ppo)
+    hook.update(Pod.learn)                   # learn: PPO on the whole rollout (ppo.py, agent.ppo)
 
 The iteration is a generator, so the worker (distributed/pod_worker.py) takes its turn after
 every env step, as every worker does (on the serial launcher the controller and the other
 workers run there too), and a stopping run simply does not resume it. The hook (`PodHook`) is
 the worker's narrow part of the loop: it runs the update guarded, or skips it; by default it
-just learns, and `Pod.run_iteration` runs an iteration on its own (tests, bench/pod_speed.py).
+just learns (bench/pod_speed.py calls `Pod.step` and `Pod.learn` itself).
 
 The game is the C `VectorGame` (host arrays: the CPU pod) or `WarpGame` (tensors on the Warp
 device: the GPU pod); both are used through `DeviceGame`, which hands the pod tensors on the
-model's device. The rollout storage is preallocated on that device (rollout.py), and a pod step
+model's device. The rollout is recorded by the actor's `ChunkRecorder` (chunks.py: the same
+steps, episode ends and bootstrap, one implementation) into tensors allocated once on that
+device, and is PPO's batch as it stands (`Pod.rollout`, a `ppo.Rollout`). A pod step
 with the Warp game reads nothing back to the host: which worlds end their episode on a step is
 known on the host without asking the device, since an episode always runs to the horizon
 (spec §4) and the pod mirrors each world's episode clock; which rows each controller plays is
@@ -28,9 +30,10 @@ pool's rule (`PolicyPool.draw`: the latest policy with `p_latest`, else a snapsh
 or the no-op team for one side). Snapshots play from `opponent_slots` fixed models on the device
 (least recently used first out): drawing an opponent copies weights into a free slot at most,
 never builds a model, and when every slot is in use by a running episode the draw takes one of
-the loaded snapshots instead (counted in `slot_substitutions`). Only the learning policy's rows
-of present agents are trained on (`learn`); rows it did not play at all in a rollout are left
-out of the update (the host knows them from the draws), so opponents cost no learning compute.
+the loaded snapshots instead (counted in `OpponentSlots.substitutions`). Only the learning
+policy's rows of present agents are trained on (`learn_steps`); rows it did not play at all in
+a rollout are left out of the update (the host knows them from the draws), so opponents cost no
+learning compute.
 
 Counters (frames, episodes, episode statistics) accumulate on the device or the host mirror and
 are read when a worker heartbeats, not per step.
@@ -41,11 +44,11 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from hns_train.agents.chunks import ChunkRecorder
 from hns_train.agents.opponents import (
     LATEST,
     RANDOM,
@@ -55,8 +58,7 @@ from hns_train.agents.opponents import (
 )
 from hns_train.agents.policy import ActorCritic, ActOutput
 from hns_train.agents.pool import PolicyPool, SnapshotCache
-from hns_train.agents.ppo import PPO
-from hns_train.agents.rollout import RolloutBuffer
+from hns_train.agents.ppo import PPO, Rollout
 from hns_train.envs import contract
 from hns_train.envs.vector import VectorGame
 
@@ -121,15 +123,14 @@ class DeviceGame:
         return (torch.rand(n, len(self.nvec), device=self.device) * self.nvec).long()
 
 
-def _gather(index: torch.Tensor | None, obs, state, starts):
-    """The rows `index` (None: all) of a step's observations, states and episode starts."""
-    if index is None:
-        return obs, state, starts
-    return (
-        {k: v.index_select(0, index) for k, v in obs.items()},
-        state.index_select(0, index),
-        starts.index_select(0, index),
-    )
+def tensor_storage(device: torch.device | str) -> Callable[[np.dtype, tuple], torch.Tensor]:
+    """A `ChunkRecorder`'s storage as zeroed tensors on `device`, of the layout's dtypes."""
+
+    def zeros(dtype: np.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+        torch_dtype = torch.from_numpy(np.empty(0, dtype)).dtype
+        return torch.zeros(shape, dtype=torch_dtype, device=device)
+
+    return zeros
 
 
 def _host(x) -> np.ndarray:
@@ -143,18 +144,6 @@ class PodHook:
         """Run `learn` (PPO on the rollout of `agent_steps` agent-steps) and return its
         statistics, or skip it (None)."""
         return learn()
-
-
-@dataclass
-class PodCounters:
-    """What a pod did since the last read (`Pod.take_counters`)."""
-
-    frames: int = 0
-    episodes: int = 0
-    sim_s: float = 0.0
-    act_s: float = 0.0
-    learn_s: float = 0.0
-    stat_sums: list[float] = field(default_factory=list)  # one per `DeviceGame.stat_keys`
 
 
 class OpponentSlots:
@@ -220,7 +209,7 @@ class OpponentSlots:
 
 
 class Pod:
-    """W worlds, the learning policy, its opponents, a rollout buffer and PPO on one device."""
+    """W worlds, the learning policy, its opponents, a chunk recorder and PPO on one device."""
 
     def __init__(
         self,
@@ -239,15 +228,14 @@ class Pod:
         self.game = DeviceGame(game, self.device, model.layout.shapes)
         self.profile = profile  # wait for the device after each phase, so the split is true
         g = self.game
-        self.buffer = RolloutBuffer(
-            model.layout.shapes,
-            g.rows,
+        self.recorder = ChunkRecorder(
             rollout_len,
             ppo.config.bptt_len,
-            model.config.lstm_dim,
             len(model.action_sizes),
-            self.device,
+            new_array=tensor_storage(self.device),
         )
+        # the steps the learning policy played for a present agent: the ones trained on
+        self.learn_steps = torch.zeros(rollout_len, g.rows, dtype=torch.bool, device=self.device)
         self.rng = np.random.default_rng(seed)
         self.slots = OpponentSlots(
             pool,
@@ -256,12 +244,15 @@ class Pod:
             self.rng,
             snapshot_cache,
         )
-        self.t = 0  # step within the rollout
-        self.counters = PodCounters()
+        self.counters = self._no_counters()
         self._stat_sums = torch.zeros(len(g.stat_keys), dtype=torch.float64, device=self.device)
         self._noop = torch.as_tensor(contract.noop_action(int(g.nvec[0])), device=self.device)
-        self._world_of_row = np.repeat(np.arange(g.n_worlds), g.n_agents)
         self.reset()
+
+    @property
+    def t(self) -> int:
+        """The step within the rollout."""
+        return len(self.recorder)
 
     # ------------------------------------------------------------------ episodes
     def reset(self) -> None:
@@ -315,40 +306,31 @@ class Pod:
         the update's statistics, None when the hook skipped it."""
         hook = hook or PodHook()
         self.new_rollout()
-        for _ in range(self.buffer.steps):  # collect
+        steps = self.recorder.num_steps
+        for _ in range(steps):  # collect
             self.step()
             yield
-        return hook.update(self.learn, self.buffer.steps * self.game.rows)  # learn
-
-    def run_iteration(self, hook: PodHook | None = None) -> dict | None:
-        """`iteration` from its first step to its update, with nothing in between."""
-        steps = self.iteration(hook)
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                return done.value
+        return hook.update(self.learn, steps * self.game.rows)  # learn
 
     def new_rollout(self) -> None:
         """The next rollout starts at slot 0, with the rows the learning policy plays now."""
-        self.t = 0
+        self.recorder.clear()
         self._learned = self._learning.copy()
 
     def step(self) -> bool:
-        """One env step of every world into the buffer; True when the rollout is full."""
-        buf, g, t = self.buffer, self.game, self.t
+        """One env step of every world into the recorder; True when the rollout is full."""
+        rec, g, t = self.recorder, self.game, self.t
         start = time.perf_counter()
-        buf.store_inputs(t, self.obs, self.state, self.episode_start)
+        rec.record_inputs(self.obs, self.state, self.episode_start)
         out = self.act(self.obs, self.state, self.episode_start)
         self._sync()
         acted = time.perf_counter()
         obs, rewards, present, final_obs, stats, truncated = g.step(out.actions)
         self._sync()
         simulated = time.perf_counter()
-        buf.store_outputs(
-            t, out.actions, out.logp, out.values, rewards, self.learn_rows & self.present
-        )
-        self.counters.frames += g.n_worlds
+        rec.record_outputs(out.actions, out.logp, out.values, rewards)
+        self.learn_steps[t] = self.learn_rows & self.present
+        self.counters["frames"] += g.n_worlds
         self.clock += 1
         ended = np.flatnonzero(self.clock >= g.horizon)
         if isinstance(truncated, np.ndarray) and not np.array_equal(
@@ -362,10 +344,9 @@ class Pod:
         if ended.size:
             state = self._end_episodes(t, ended, final_obs, stats, state, starts)
         self.obs, self.present, self.state, self.episode_start = obs, present, state, starts
-        self.counters.act_s += acted - start
-        self.counters.sim_s += simulated - acted
-        self.t = t + 1
-        return self.t == buf.steps
+        self.counters["act_s"] += acted - start
+        self.counters["sim_s"] += simulated - acted
+        return rec.full
 
     def _end_episodes(self, t: int, ended: np.ndarray, final_obs, stats, state, starts):
         """Worlds `ended` finished their episode with step t: V(final observation) into the
@@ -378,22 +359,21 @@ class Pod:
         final_values = self.model.value_tensors(
             g.final_rows(final_obs, rows), state.index_select(0, rows)
         )
-        self.buffer.store_truncation(t, rows, final_values)
+        self.recorder.end_episodes(final_values, rows)
         finished = torch.stack(
             [torch.as_tensor(stats[k], device=self.device).to(torch.float64) for k in g.stat_keys]
         )
         self._stat_sums += finished.nan_to_num(0.0).sum(dim=1)
-        self.counters.episodes += len(ended)
+        self.counters["episodes"] += len(ended)
         self.clock[ended] = 0
         starts.index_fill_(0, rows, True)
         self._draw(ended)
         return state.index_fill(0, rows, 0.0)
 
     def learn(self) -> dict[str, torch.Tensor]:
-        """PPO on the full buffer (statistics stay on the device); the next rollout starts."""
+        """PPO on the full rollout (statistics stay on the device); the next rollout starts."""
         start = time.perf_counter()
-        bootstrap = self.model.value_tensors(self.obs, self.state)
-        rollout = self.buffer.rollout(bootstrap)
+        rollout = self.rollout()
         if not self._learned.all():  # opponents' rows cost nothing in the update
             rollout = rollout.columns(
                 torch.as_tensor(np.flatnonzero(self._learned), device=self.device)
@@ -402,15 +382,27 @@ class Pod:
         stats = self.ppo.update_async(rollout)
         stats["learned_steps"] = rollout.learn.sum().to(torch.float64)
         self._sync()
-        self.counters.learn_s += time.perf_counter() - start
+        self.counters["learn_s"] += time.perf_counter() - start
         return stats
 
-    def take_counters(self) -> PodCounters:
-        """The counters since the last call (one host read of the device's statistic sums)."""
-        out = self.counters
-        out.stat_sums = self._stat_sums.tolist()
+    def rollout(self) -> Rollout:
+        """The full rollout as PPO's batch, V(o_T) as its bootstrap value: views of the
+        recorder's tensors, valid until the next step."""
+        bootstrap = self.model.value_tensors(self.obs, self.state)
+        return Rollout(**self.recorder.take(bootstrap), learn=self.learn_steps)
+
+    @staticmethod
+    def _no_counters() -> dict:
+        return {"frames": 0, "episodes": 0, "sim_s": 0.0, "act_s": 0.0, "learn_s": 0.0}
+
+    def take_counters(self) -> dict:
+        """What the pod did since the last call, named as a heartbeat names it: frames,
+        episodes, `stat_sums` (one per `DeviceGame.stat_keys`: one host read of the device's
+        sums) and the wall time of simulating, acting and learning (`sim_s`, `act_s`,
+        `learn_s`)."""
+        out = {**self.counters, "stat_sums": self._stat_sums.tolist()}
         self._stat_sums.zero_()
-        self.counters = PodCounters()
+        self.counters = self._no_counters()
         return out
 
     def _sync(self) -> None:

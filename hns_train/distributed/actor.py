@@ -20,8 +20,8 @@ On one host a group's requests travel through its shared-memory block (`shared_r
 game writes each observation into a slot, the state, episode-start flags and codes are written
 next to it, and the socket carries the slot's address. The slot a group acts on is `slot`; a
 step writes the next observation into the slot after it and, when episodes end, the finished
-episodes' last observation into the one after that, so no slot is rewritten while a request or
-the chunk recorder still needs it.
+episodes' last observation into the one after that, so no slot is rewritten while a request
+still needs it (the chunk recorder copies a step's observation when the step is taken).
 
 Lost requests: a request unanswered for `pipeline.request_timeout_s` (its policy worker died
 with it, or a reply was dropped as malformed) is sent again under a new sequence number; a late
@@ -74,7 +74,6 @@ class Group:
     seq: int = 0
     sent_at: float = 0.0  # when the request awaited was (last) sent
     request: tuple[dict, dict] = ({}, {})  # its arrays and block address, for a re-send
-    pending: dict = field(default_factory=dict)  # the step awaiting its final values
     next_obs: dict = field(default_factory=dict)  # first observations of the next episodes
     next_slot: int = 0  # the block slot `next_obs` lies in
     final_present: np.ndarray | None = None  # agents of the episodes that just ended
@@ -132,7 +131,9 @@ class ActorWorker(Worker):
                 state=np.zeros((rows, 4, lstm), np.float32),
                 episode_start=np.ones(rows, bool),
                 codes=np.zeros(rows, np.int64),
-                recorder=ChunkRecorder(p.chunk_len, cfg.agent.ppo.bptt_len),
+                recorder=ChunkRecorder(
+                    p.chunk_len, cfg.agent.ppo.bptt_len, len(cfg.agent.network.action_sizes)
+                ),
                 block=block,
                 slot_obs=slot_obs,
             )
@@ -190,11 +191,8 @@ class ActorWorker(Worker):
         for gid, group in enumerate(self.groups):
             if group.waiting and now - group.sent_at > timeout:
                 group.seq += 1
-                group.sent_at = now
                 self._resent += 1
-                arrays, address = group.request
-                meta = {"group": gid, "seq": group.seq, "kind": group.waiting, **address}
-                self.inference.send("act", arrays, meta)
+                self._send(gid, group)
 
     def _request(self, gid: int, group: Group, kind: str, obs=None, slot=None) -> None:
         """Ask for actions (`act`) about `group.obs`, or for the values (`value`) of the
@@ -214,8 +212,13 @@ class ActorWorker(Worker):
             np.copyto(views["code"], group.codes)
             arrays, address = {}, group.block.address(slot)
         group.request = (arrays, address)
+        self._send(gid, group)
+
+    def _send(self, gid: int, group: Group) -> None:
+        """Send the request `group` awaits under its sequence number (again, when re-sent)."""
         group.sent_at = time.monotonic()
-        meta = {"group": gid, "seq": group.seq, "kind": kind, **address}
+        arrays, address = group.request
+        meta = {"group": gid, "seq": group.seq, "kind": group.waiting, **address}
         self.inference.send("act", arrays, meta)
 
     def _on_reply(self, group: Group, message) -> None:
@@ -231,14 +234,7 @@ class ActorWorker(Worker):
             group.oldest_version = version
         game = group.game
         W, A = game.n_worlds, game.n_agents
-        acted = dict(
-            obs=group.obs,
-            state=group.state,
-            episode_start=group.episode_start,
-            actions=out["actions"],
-            logp=out["logp"],
-            values=out["values"],
-        )
+        group.recorder.record_inputs(group.obs, group.state, group.episode_start)
         actions = out["actions"].reshape(W, A, -1)
         if group.block is None:
             result = game.step(actions)
@@ -247,7 +243,9 @@ class ActorWorker(Worker):
             views = group.slot_obs
             result = game.step(actions, out=views[after], final_out=views[final])
         self._frames += W
-        step = dict(acted, rewards=result.rewards.reshape(-1))
+        group.recorder.record_outputs(
+            out["actions"], out["logp"], out["values"], result.rewards.reshape(-1)
+        )
         group.state = out["state"]
         group.episode_start = np.zeros(W * A, bool)
         if result.truncated.any():
@@ -255,7 +253,6 @@ class ActorWorker(Worker):
                 raise RuntimeError("worlds of one group must end their episodes together")
             self._stat_sums += [result.episode_stats[k].sum() for k in self.stat_keys]
             self._episodes += W
-            group.pending = step
             group.next_obs = _rows(result.obs)
             group.final_present = result.final_agent_present
             gid = self.groups.index(group)
@@ -265,7 +262,6 @@ class ActorWorker(Worker):
                 group.next_slot = after
                 self._request(gid, group, "value", slot=final)
             return
-        group.recorder.add(**step, truncated=np.zeros(W * A, bool))
         group.obs = _rows(result.obs)
         if group.block is not None:
             group.slot = after
@@ -274,10 +270,7 @@ class ActorWorker(Worker):
 
     def _end_episodes(self, group: Group, final_values: np.ndarray) -> None:
         rows = len(final_values)
-        group.recorder.add(
-            **group.pending, truncated=np.ones(rows, bool), truncated_value=final_values
-        )
-        group.pending = {}
+        group.recorder.end_episodes(final_values)
         if group.recorder.full:
             self._ship(group, np.zeros(rows, np.float32), group.final_present)
         group.obs = group.next_obs

@@ -91,7 +91,6 @@ class PodWorker(LearnerWorker, PodHook):
 
     # ------------------------------------------------------------------ control
     def counters(self) -> dict:
-        c = self.pod.take_counters()
         learner = self.learner
         out = {
             # what a trainer reports
@@ -109,15 +108,9 @@ class PodWorker(LearnerWorker, PodHook):
             "reuse": float(self.cfg.agent.ppo.epochs),
             "stats": self._last_stats,
             "counters": asdict(learner.counters_from_controller),
-            # what an actor reports
-            "frames": c.frames,
-            "episodes": c.episodes,
-            "stat_sums": c.stat_sums,
+            # what an actor reports, and where the pod's time went (sim_s, act_s, learn_s)
+            **self.pod.take_counters(),
             "physics_warnings": self.pod.game.physics_warnings(),
-            # where the pod's time went
-            "sim_s": c.sim_s,
-            "act_s": c.act_s,
-            "learn_s": c.learn_s,
         }
         self._steps = self._env_steps = self._samples = 0
         self._update_s = 0.0

@@ -1,15 +1,22 @@
-"""The chunk format: recording, validation, stacking and the flat-array form."""
+"""The chunk format: recording (host arrays and device tensors alike), validation, stacking
+and the flat-array form."""
 
 import numpy as np
 import pytest
+import torch
 
 from hns_train.agents import (
     ActorCritic,
     Chunk,
     ChunkRecorder,
+    PPOConfig,
+    compute_gae,
     stack_chunks,
     synthetic_chunk,
 )
+from hns_train.agents.pod import tensor_storage
+from hns_train.agents.ppo import Rollout
+from hns_train.agents.synthetic import random_observations
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
 
@@ -54,7 +61,7 @@ def test_recorder_and_stacking_errors():
     with pytest.raises(ValueError, match="different lengths"):
         stack_chunks([a, b])
     a.values = a.values[:, :1]
-    with pytest.raises(ValueError, match=r"values must have shape \(T, B\)"):
+    with pytest.raises(ValueError, match=r"values must have shape \(10, 2\)"):
         a.validate()
 
 
@@ -110,3 +117,89 @@ def test_recorder_copies_each_step_once_and_never_reuses_a_finished_chunks_array
     rec.add(**{**steps[0], "obs": {"lidar": steps[0]["obs"]["lidar"]}})  # a new chunk starts
     with pytest.raises(ValueError, match="observation keys"):
         rec.add(**steps[1])
+
+
+def reference_gae(rewards, values, cut, final, bootstrap, gamma, lam):
+    """GAE written as its forward sums, stream by stream: A_t = sum_k (gamma lam)^k delta_t+k
+    up to the step that ends the episode or the chunk."""
+    T, B = rewards.shape
+    adv = np.zeros((T, B))
+    for b in range(B):
+        for t in range(T):
+            coef, k = 1.0, t
+            while True:
+                nv = final[k, b] if cut[k, b] else values[k + 1, b] if k + 1 < T else bootstrap[b]
+                adv[t, b] += coef * (rewards[k, b] + gamma * nv - values[k, b])
+                if cut[k, b] or k == T - 1:
+                    break
+                coef, k = coef * gamma * lam, k + 1
+    return adv
+
+
+def test_actor_and_pod_recordings_give_the_same_advantages():
+    """One sequence of steps recorded as the actor does (host arrays, a `Chunk`) and as the pod
+    does (tensors, episode ends by row index, a `Rollout`): identical fields, and the learner's
+    GAE gives identical advantages and returns, equal to GAE's forward sums. Stream 0's episode
+    ends mid-chunk and at the cut, stream 1's at the cut only, stream 2's mid-chunk only."""
+    T, B, L, H = 6, 3, 2, 4
+    rng = np.random.default_rng(4)
+    ends = np.zeros((T, B), bool)
+    ends[[2, 5, 5, 3], [0, 0, 1, 2]] = True
+    rewards = rng.standard_normal((T, B)).astype(np.float32)
+    values = rng.standard_normal((T, B)).astype(np.float32)
+    final = rng.standard_normal((T, B)).astype(np.float32)
+    bootstrap = np.array([1e6, 1e6, 0.5], np.float32)  # read for stream 2 only
+    obs = random_observations(SHAPES, (T, B), rng)
+    state = rng.standard_normal((T, B, 4, H)).astype(np.float32)
+    starts = np.vstack([np.ones((1, B), bool), ends[:-1]])
+    actions = rng.integers(0, 2, (T, B, 5))
+
+    actor = ChunkRecorder(T, L)
+    pod = ChunkRecorder(T, L, new_array=tensor_storage("cpu"))
+    for t in range(T):
+        actor.add(
+            obs={k: v[t] for k, v in obs.items()},
+            state=state[t],
+            episode_start=starts[t],
+            actions=actions[t],
+            logp=np.zeros(B, np.float32),
+            values=values[t],
+            rewards=rewards[t],
+            truncated=ends[t],
+            truncated_value=final[t],
+        )
+        pod.record_inputs(
+            {k: torch.as_tensor(v[t]) for k, v in obs.items()},
+            torch.as_tensor(state[t]),
+            torch.as_tensor(starts[t]),
+        )
+        pod.record_outputs(
+            *map(torch.as_tensor, (actions[t], np.zeros(B, np.float32), values[t], rewards[t]))
+        )
+        rows = torch.as_tensor(np.flatnonzero(ends[t]))
+        if len(rows):
+            pod.end_episodes(torch.as_tensor(final[t]).index_select(0, rows), rows)
+    chunk = actor.finish(bootstrap, policy_version=3)
+    rollout = Rollout(**pod.take(torch.as_tensor(bootstrap)))
+
+    model = ActorCritic(SHAPES, device="cpu")
+    from_chunk = Rollout.from_chunk(chunk, model)
+    for name in ("actions", "values", "rewards", "episode_start", "truncated", "lstm_state"):
+        assert torch.equal(getattr(from_chunk, name), getattr(rollout, name)), name
+    cfg = PPOConfig()
+    a_chunk, r_chunk = compute_gae(*gae_inputs(from_chunk), cfg.gamma, cfg.gae_lambda)
+    a_pod, r_pod = compute_gae(*gae_inputs(rollout), cfg.gamma, cfg.gae_lambda)
+    assert torch.equal(a_chunk, a_pod) and torch.equal(r_chunk, r_pod)
+    expected = reference_gae(rewards, values, ends, final, bootstrap, cfg.gamma, cfg.gae_lambda)
+    np.testing.assert_allclose(a_pod.numpy(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(r_pod.numpy(), expected + values, rtol=1e-5, atol=1e-5)
+
+
+def gae_inputs(batch: Rollout):
+    return (
+        batch.rewards,
+        batch.values,
+        batch.truncated,
+        batch.truncated_value,
+        batch.bootstrap_value,
+    )

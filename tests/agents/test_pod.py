@@ -33,11 +33,11 @@ def make_pod(preset="chase", worlds=4, rollout=20, pool=None, ppo_config=None, s
 def collect(pod):
     while not pod.step():
         pass
-    return pod.buffer
+    return pod.rollout()
 
 
 def as_chunk(buf, columns) -> Chunk:
-    """The buffer's columns as the pipeline's chunk (host arrays, only those columns)."""
+    """The rollout's columns as the pipeline's chunk (host arrays, only those columns)."""
 
     def host(x):
         return x[:, columns].numpy().copy()
@@ -59,17 +59,14 @@ def as_chunk(buf, columns) -> Chunk:
 
 def test_rollout_keeps_the_chunk_invariants_across_episode_ends():
     pod = make_pod(worlds=3, rollout=40)  # chase: horizon 40... the rollout spans episodes
-    pod.step()
-    while not pod.step():
-        pass
-    buf = pod.buffer
+    buf = collect(pod)
     assert torch.equal(buf.episode_start[1:], buf.truncated[:-1])
     ends = buf.truncated.any(dim=1).nonzero().flatten().tolist()
     assert ends, "no episode ended inside the rollout"
     assert buf.learn.all()  # self-play, everyone present: every row learns
     # V(final observation) is the value network's, continuing the finished episode's state
     assert torch.isfinite(buf.truncated_value[buf.truncated]).all()
-    assert pod.take_counters().episodes == 3
+    assert pod.take_counters()["episodes"] == 3
 
 
 def test_the_pod_and_the_trainer_take_the_same_step_from_the_same_samples(tmp_path):
@@ -78,11 +75,9 @@ def test_the_pod_and_the_trainer_take_the_same_step_from_the_same_samples(tmp_pa
     pool = PolicyPool(tmp_path, PoolConfig(p_latest=0.0, p_random=1.0, p_noop=0.0,
                                            opponent_role="hider"))  # fmt: skip
     pod = make_pod(worlds=4, rollout=20, pool=pool)
-    buf = collect(pod)
+    rollout = buf = collect(pod)
     seekers = np.flatnonzero(~np.tile(pod.game.is_hider, pod.game.n_worlds))
     assert torch.equal(buf.learn.any(dim=0).nonzero().flatten(), torch.as_tensor(seekers))
-    bootstrap = pod.model.value_tensors(pod.obs, pod.state)
-    rollout = pod.buffer.rollout(bootstrap)
 
     trainer = copy.deepcopy(pod.ppo)
     chunk = as_chunk(buf, seekers)
@@ -133,7 +128,8 @@ def test_random_opponents_act_on_the_device_without_a_model(tmp_path):
 
 def test_an_update_reads_the_device_back_once():
     pod = make_pod(worlds=2, rollout=20, ppo_config=PPOConfig(epochs=2, minibatches=2))
-    collect(pod)
+    while not pod.step():
+        pass
     with HostSyncCounter() as syncs:
         stats = pod.learn()
     assert syncs.total == 0, syncs.calls
@@ -165,14 +161,16 @@ def test_an_iteration_collects_a_rollout_then_learns_through_the_hook():
     stats = done.value.value
     assert hook.updates == [20 * pod.game.rows] and pod.ppo.version == 1
     assert float(stats["learned_steps"]) == 20 * pod.game.rows
-    assert pod.take_counters().frames == 20 * 2
+    assert pod.take_counters()["frames"] == 20 * 2
 
     # An iteration left after 7 steps (the run stops) is not learned on; the next starts afresh.
     left = pod.iteration(RecordingHook())
     for _ in range(7):
         next(left)
     again = RecordingHook()
-    assert pod.run_iteration(again) is not None and pod.ppo.version == 2
+    for _ in pod.iteration(again):  # to its update
+        pass
+    assert pod.ppo.version == 2
     assert again.updates == [20 * pod.game.rows]  # a whole rollout, from slot 0
 
 

@@ -29,11 +29,11 @@ def test_a_warp_pod_step_never_waits_for_the_device(pod):
         while not pod.step():  # chase: horizon 40, staggered: worlds end on different steps
             pass
     assert syncs.total == 0, syncs.calls
-    buf = pod.buffer
-    assert torch.equal(buf.episode_start[1:], buf.truncated[:-1])
-    ends = buf.truncated.any(dim=1).nonzero().flatten()
-    assert len(ends) >= 2  # the worlds' episodes ended on different steps
     with HostSyncCounter() as syncs:
-        stats = pod.learn()
+        rollout = pod.rollout()
+        stats = pod.ppo.update_async(rollout)
     assert syncs.total == 0, syncs.calls
+    assert torch.equal(rollout.episode_start[1:], rollout.truncated[:-1])
+    ends = rollout.truncated.any(dim=1).nonzero().flatten()
+    assert len(ends) >= 2  # the worlds' episodes ended on different steps
     assert float(stats["finite"]) == 1.0
