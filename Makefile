@@ -37,8 +37,12 @@ $(TEST_STAMP): $(STAMP)
 train: $(STAMP)
 	$(BIN)/python -m hns_train.train $(ARGS)
 
-# The slowest tests are printed at the end of every run, to keep the suite's time in view.
-PYTEST_ARGS ?= --durations=30
+# Two pytest workers (pytest-xdist): many tests wait on worker processes that start, connect
+# and stop, and the other worker's test fills those waits. The tests of one file stay on one
+# worker, in order (tests/conftest.py). The slowest tests are printed at the end of every run,
+# to keep the suite's time in view.
+PYTEST_WORKERS ?= 2
+PYTEST_ARGS ?= -n $(PYTEST_WORKERS) --dist loadfile --durations=30
 
 test: $(TEST_STAMP)
 	$(BIN)/ruff check .

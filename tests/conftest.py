@@ -6,9 +6,13 @@ worker processes that pipeline tests start on the same two cores. Ctrl-C and SIG
 whole suite (below).
 """
 
+import contextlib
+import fcntl
 import os
 import signal
+import tempfile
 import threading
+from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -30,8 +34,23 @@ torch.set_num_threads(1)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+# Under pytest-xdist, make passes SIGTERM on to the controller alone: the controller hands it on
+# to its workers (their pids, below), which stop as a single pytest process does. Ctrl-C reaches
+# the workers from the terminal itself.
+_WORKER_PIDS: list[int] = []
+
+
 def _interrupt(signum, frame):
+    if signum == signal.SIGTERM:
+        for pid in _WORKER_PIDS:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
     raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    _WORKER_PIDS.append(node.gateway._rinfo().pid)
 
 
 def pytest_sessionstart(session):
@@ -43,6 +62,8 @@ def pytest_sessionstart(session):
     session.config._stop_signal_pipe = read
     signal.set_wakeup_fd(write, warn_on_full_buffer=False)
     signal.signal(signal.SIGTERM, _interrupt)
+    if session.config.getoption("numprocesses", None):  # the xdist controller: it runs no test
+        signal.signal(signal.SIGINT, _interrupt)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -58,3 +79,22 @@ def pytest_runtest_protocol(item, nextitem):
     names = sorted({signal.Signals(b).name for b in received if b in STOP_SIGNALS})
     if names:
         item.session.shouldstop = f"stopped by {', '.join(names)}"
+
+
+# ---------------------------------------------------------------- parallel workers (pytest-xdist)
+# `make test` runs two workers with `--dist loadfile`: the tests of one file stay on one worker,
+# in order (later README commands read the runs earlier ones made; module fixtures are built
+# once). Tests that start a local Ray instance take a lock first, so that the two workers never
+# run two Ray instances at once.
+RAY_FILES = {"test_ray.py", "test_population_run.py", "test_third_party_learning.py"}
+RAY_LOCK = Path(tempfile.gettempdir()) / "hns-train-tests-ray.lock"
+
+
+@pytest.fixture(autouse=True)
+def one_ray_instance_at_a_time(request):
+    if request.node.path.name not in RAY_FILES:
+        yield
+        return
+    with open(RAY_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

@@ -99,12 +99,14 @@ def _running(pid: int) -> bool:
 def test_make_test_stops_on_a_signal_with_its_workers(tmp_path, sig):
     """`make test` while a test trains with worker processes: the signal stops the run (its
     workers end) and the whole suite, not only the running test. SIGINT goes to the whole
-    foreground process group, as Ctrl-C in a terminal does; SIGTERM to make alone."""
+    foreground process group, as Ctrl-C in a terminal does; SIGTERM to make alone. With the
+    Makefile's two pytest workers, as `make test` runs by default."""
     venv = Path(sys.prefix)
     env = {**os.environ, "STOP_TARGET_DIR": str(tmp_path), "WANDB_MODE": "disabled"}
     make = subprocess.Popen(
         ["make", "test", f"VENV={venv}", "-o", f"{venv}/.installed", "-o",
-         f"{venv}/.installed-test", "PYTEST_ARGS=-p no:cacheprovider tests/stop_target.py"],
+         f"{venv}/.installed-test",
+         "PYTEST_ARGS=-n 2 --dist loadfile -p no:cacheprovider tests/stop_target.py"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )  # fmt: skip

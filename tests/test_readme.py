@@ -159,10 +159,11 @@ def skip_reason_fixed(command: str) -> str | None:
     return next((reason for pattern, reason in SKIPS if re.search(pattern, command)), None)
 
 
-def as_walked(command: str, venv: Path) -> str:
+def as_walked(command: str) -> str:
     """The command with the walk's additions: the stop setting, and make told the environment
-    is built."""
-    stamps = f"-o {venv}/.installed -o {venv}/.installed-test"
+    is built (`-o` names the stamps as the Makefile does, relative to the clone: an absolute
+    path is another target to make, and the stamps' times would decide)."""
+    stamps = "-o .venv/.installed -o .venv/.installed-test"
     if re.match(r"make\s+train\b", command):
         if "ARGS=" in command:
             command = re.sub(
@@ -274,7 +275,7 @@ def test_readme_command(command, clone):
     if reason:
         pytest.skip(f"{command}: {reason}")
     where, env = clone
-    walked = as_walked(command.text, where / ".venv")
+    walked = as_walked(command.text)
     start = time.monotonic()
     done = subprocess.run(
         ["bash", "-c", walked],
