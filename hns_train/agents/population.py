@@ -7,7 +7,7 @@ in `hns_train/distributed/population.py` starts the members, plays the league an
 decisions). `members = 1` is the plain run: nothing here is used.
 
 Hyperparameters: `ranges` maps a dotted config key (any numeric setting, e.g. `agent.ppo.lr`,
-`pod.epochs`) to `[low, high]` or `[low, high, scale]`, scale `log` (default when low > 0) or
+`agent.ppo.epochs`) to `[low, high]` or `[low, high, scale]`, scale `log` (default when low > 0) or
 `linear`; a key whose setting is an int stays an int. Member 0 keeps the base config's values
 (a population of 1 is the plain run); members 1.. draw theirs uniformly in the (log) range.
 

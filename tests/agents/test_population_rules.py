@@ -23,7 +23,12 @@ from hns_train.agents.population import (
 )
 from hns_train.config import ConfigError, flat_settings, load_config
 
-BASE = {"agent.ppo.lr": 3e-4, "agent.ppo.ent_coef": 0.01, "pod.epochs": 2, "game.preset": "chase"}
+BASE = {
+    "agent.ppo.lr": 3e-4,
+    "agent.ppo.ent_coef": 0.01,
+    "agent.ppo.epochs": 2,
+    "game.preset": "chase",
+}
 
 
 def test_ranges_scale_and_integers_follow_the_base_config():
@@ -31,21 +36,21 @@ def test_ranges_scale_and_integers_follow_the_base_config():
         {
             "agent.ppo.lr": [1e-4, 1e-3],
             "agent.ppo.ent_coef": [0.0, 0.02],
-            "pod.epochs": [1, 4],
+            "agent.ppo.epochs": [1, 4],
         },
         BASE,
     )
     assert ranges["agent.ppo.lr"].scale == "log"
     assert ranges["agent.ppo.ent_coef"].scale == "linear"  # low 0 cannot be log
-    assert ranges["pod.epochs"].integer and not ranges["agent.ppo.lr"].integer
+    assert ranges["agent.ppo.epochs"].integer and not ranges["agent.ppo.lr"].integer
     rng = np.random.default_rng(0)
     draws = [sample_hyper(ranges, rng) for _ in range(400)]
     lrs = np.array([d["agent.ppo.lr"] for d in draws])
     assert lrs.min() >= 1e-4 and lrs.max() <= 1e-3
     # log-uniform: about half the draws below the geometric mean (3.16e-4), not the arithmetic
     assert 0.4 < np.mean(lrs < np.sqrt(1e-4 * 1e-3)) < 0.6
-    assert {d["pod.epochs"] for d in draws} == {1, 2, 3, 4}
-    assert all(isinstance(d["pod.epochs"], int) for d in draws)
+    assert {d["agent.ppo.epochs"] for d in draws} == {1, 2, 3, 4}
+    assert all(isinstance(d["agent.ppo.epochs"], int) for d in draws)
 
 
 @pytest.mark.parametrize(
@@ -65,14 +70,14 @@ def test_bad_ranges_name_the_key_and_what_is_allowed(ranges, message):
 
 
 def test_explore_stays_in_range_and_says_how():
-    ranges = parse_ranges({"agent.ppo.lr": [1e-4, 1e-3], "pod.epochs": [1, 4]}, BASE)
+    ranges = parse_ranges({"agent.ppo.lr": [1e-4, 1e-3], "agent.ppo.epochs": [1, 4]}, BASE)
     rng = np.random.default_rng(1)
-    hyper = {"agent.ppo.lr": 9.5e-4, "pod.epochs": 4}
+    hyper = {"agent.ppo.lr": 9.5e-4, "agent.ppo.epochs": 4}
     seen = set()
     for _ in range(300):
         new, how = perturb(hyper, ranges, rng, (0.8, 1.2), 0.25)
         assert 1e-4 <= new["agent.ppo.lr"] <= 1e-3
-        assert new["pod.epochs"] in (1, 2, 3, 4)
+        assert new["agent.ppo.epochs"] in (1, 2, 3, 4)
         seen.update(how.values())
         if how["agent.ppo.lr"] == "x1.2":  # 9.5e-4 * 1.2 clips to the top of the range
             assert new["agent.ppo.lr"] == 1e-3
@@ -119,8 +124,8 @@ def test_readiness_counts_versions_and_games_since_the_last_change():
 
 
 def test_overrides_parse_and_refuse_unknown_members():
-    assert parse_overrides(["1:agent.ppo.lr=0", "1:pod.epochs=1", "0:seed=3"], 2) == {
-        1: ["agent.ppo.lr=0", "pod.epochs=1"],
+    assert parse_overrides(["1:agent.ppo.lr=0", "1:agent.ppo.epochs=1", "0:seed=3"], 2) == {
+        1: ["agent.ppo.lr=0", "agent.ppo.epochs=1"],
         0: ["seed=3"],
     }
     with pytest.raises(ValueError, match="INDEX:section.key=value"):
