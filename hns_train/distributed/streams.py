@@ -247,7 +247,7 @@ class _Stream:
         except zmq.Again:
             return None
 
-    def _recv_one(self, timeout_ms: int) -> Message | None:
+    def recv(self, timeout_ms: int = 100) -> Message | None:
         """The next well-formed message, dropping malformed ones, or None after timeout_ms."""
         deadline = _Deadline(timeout_ms)
         while self.socket.poll(deadline.remaining_ms(), zmq.POLLIN):
@@ -342,9 +342,18 @@ class _RouterServer(_Stream):
                 break
         return out
 
-    def _reply(
-        self, peer: bytes, kind: str, arrays: _Arrays, meta: _Meta, timeout_ms: int, copy: bool
+    def send(
+        self,
+        peer: bytes,
+        kind: str,
+        arrays: _Arrays = None,
+        meta: _Meta = None,
+        *,
+        timeout_ms: int = 1000,
+        copy: bool = False,
     ) -> bool:
+        """Send to one peer; False if it is not connected or its queue stays full for
+        timeout_ms."""
         frames = [bytes(peer), *encode(kind, arrays, meta)]
         deadline = _Deadline(timeout_ms)
         while True:
@@ -365,17 +374,41 @@ class _RouterServer(_Stream):
                 return False
 
 
-class _DealerClient(_Stream):
+class _Sender(_Stream):
+    """A stream that sends: ``send`` waits up to timeout_ms for room in the queue."""
+
+    def send(
+        self,
+        kind: str,
+        arrays: _Arrays = None,
+        meta: _Meta = None,
+        *,
+        timeout_ms: int = 1000,
+        copy: bool = False,
+    ) -> bool:
+        """Queue one message; False if the queue stays full for timeout_ms."""
+        return self._send(encode(kind, arrays, meta), timeout_ms, copy)
+
+
+class _DealerClient(_Sender):
+    """DEALER: requests to, and replies from, a ROUTER server; ``identity`` is the peer id the
+    server sees.
+
+    ``token``, when given, goes into the meta of every message sent (key ``"token"``): the
+    controller hands each worker incarnation its own and accepts nothing without it."""
+
     def __init__(
         self,
         connect: str | Sequence[str],
         identity: str | bytes | None = None,
         *,
+        token: str | None = None,
         hwm: int = 1000,
         security: RunKeys | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         self.identity = _identity(identity)
+        self.token = token
         super().__init__(
             zmq.DEALER,
             connect=connect,
@@ -389,9 +422,10 @@ class _DealerClient(_Stream):
         if self.identity is not None:
             self.socket.setsockopt(zmq.ROUTING_ID, self.identity)
 
-    def recv(self, timeout_ms: int = 100) -> Message | None:
-        """The next well-formed message, or None after timeout_ms."""
-        return self._recv_one(timeout_ms)
+    def send(self, kind: str, arrays: _Arrays = None, meta: _Meta = None, **options) -> bool:
+        if self.token is not None:
+            meta = {**dict(meta or {}), "token": self.token}
+        return super().send(kind, arrays, meta, **options)
 
 
 class InferenceServer(_RouterServer):
@@ -402,36 +436,12 @@ class InferenceServer(_RouterServer):
     """
 
     DEFAULT_MAX_REQUESTS = 256
-
-    def reply(
-        self,
-        client_id: bytes,
-        kind: str,
-        arrays: _Arrays = None,
-        meta: _Meta = None,
-        *,
-        timeout_ms: int = 1000,
-        copy: bool = False,
-    ) -> bool:
-        """Send to one client; False if it is gone or its queue stays full for timeout_ms."""
-        return self._reply(client_id, kind, arrays, meta, timeout_ms, copy)
+    reply = _RouterServer.send  # one reply per request, to the client that sent it
 
 
 class InferenceClient(_DealerClient):
     """Actor side: send requests, receive replies (each reply carries what the actor needs to
     match it, e.g. a group index in ``meta``; replies come back in request order per server)."""
-
-    def send(
-        self,
-        kind: str,
-        arrays: _Arrays = None,
-        meta: _Meta = None,
-        *,
-        timeout_ms: int = 1000,
-        copy: bool = False,
-    ) -> bool:
-        """Queue a request; False if the queue stays full for timeout_ms."""
-        return self._send(encode(kind, arrays, meta), timeout_ms, copy)
 
 
 class ControlServer(_RouterServer):
@@ -439,60 +449,21 @@ class ControlServer(_RouterServer):
 
     DEFAULT_MAX_REQUESTS = 1024
 
-    def send(
-        self,
-        worker_id: bytes,
-        kind: str,
-        arrays: _Arrays = None,
-        meta: _Meta = None,
-        *,
-        timeout_ms: int = 1000,
-    ) -> bool:
-        """Send to one worker; False if it is not connected or its queue stays full."""
-        return self._reply(worker_id, kind, arrays, meta, timeout_ms, copy=True)
-
 
 class ControlClient(_DealerClient):
-    """Worker side of the control stream; ``identity`` is the worker id the controller sees.
+    """Worker side of the control stream; ``identity`` is the worker id the controller sees,
+    ``token`` this worker incarnation's (see ``_DealerClient``)."""
 
-    ``token``, when given, goes into the meta of every message sent (key ``"token"``): the
-    controller hands each worker incarnation its own and accepts nothing without it."""
-
-    def __init__(
-        self,
-        connect: str,
-        identity: str | bytes,
-        *,
-        token: str | None = None,
-        hwm: int = 1000,
-        security: RunKeys | None = None,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    ) -> None:
+    def __init__(self, connect: str, identity: str | bytes, **options) -> None:
         if identity is None:
             raise ValueError("a ControlClient needs an identity (its worker id)")
-        self.token = token
-        super().__init__(
-            connect, identity, hwm=hwm, security=security, max_message_bytes=max_message_bytes
-        )
-
-    def send(
-        self,
-        kind: str,
-        meta: _Meta = None,
-        arrays: _Arrays = None,
-        *,
-        timeout_ms: int = 1000,
-    ) -> bool:
-        """Queue a message for the controller; False if the queue stays full for timeout_ms."""
-        if self.token is not None:
-            meta = {**dict(meta or {}), "token": self.token}
-        return self._send(encode(kind, arrays, meta), timeout_ms, copy=True)
+        super().__init__(connect, identity, **options)
 
 
 # --- samples ---------------------------------------------------------------------------------
 
 
-class SampleSender(_Stream):
+class SampleSender(_Sender):
     """Actor side of the sample stream (PUSH). Connect to one or several receivers (messages
     then go round-robin). ``send`` returns False under back-pressure instead of queueing."""
 
@@ -503,23 +474,7 @@ class SampleSender(_Stream):
         *,
         security: RunKeys | None = None,
     ) -> None:
-        self.blocked = 0
         super().__init__(zmq.PUSH, connect=connect, security=security, sndhwm=hwm)
-
-    def send(
-        self,
-        kind: str,
-        arrays: _Arrays = None,
-        meta: _Meta = None,
-        timeout_ms: int = 1000,
-        *,
-        copy: bool = False,
-    ) -> bool:
-        """Queue one message; False (and ``blocked`` += 1) if the queue stays full."""
-        ok = self._send(encode(kind, arrays, meta), timeout_ms, copy)
-        if not ok:
-            self.blocked += 1
-        return ok
 
 
 class SampleReceiver(_Stream):
@@ -540,20 +495,6 @@ class SampleReceiver(_Stream):
             rcvhwm=hwm,
             max_message_bytes=max_message_bytes,
         )
-
-    def recv(self, timeout_ms: int = 100) -> Message | None:
-        """The next well-formed message, or None after timeout_ms."""
-        return self._recv_one(timeout_ms)
-
-    def recv_many(self, max_messages: int, timeout_ms: int = 100) -> list[Message]:
-        """Up to max_messages: waits up to timeout_ms for the first, then takes what is queued."""
-        first = self.recv(timeout_ms)
-        if first is None:
-            return []
-        out = [first]
-        while len(out) < max_messages and (msg := self.recv(0)) is not None:
-            out.append(msg)
-        return out
 
 
 # --- parameters ------------------------------------------------------------------------------
