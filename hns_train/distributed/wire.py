@@ -255,7 +255,7 @@ def _no_ext(code: int, data: bytes) -> Any:
     raise WireError(f"msgpack extension type {code} is not allowed in a header")
 
 
-def _short(value: Any, limit: int = 80) -> str:
+def short_repr(value: Any, limit: int = 80) -> str:
     """repr bounded in length: reasons are logged, and a hostile header can be large."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -280,7 +280,7 @@ def _check_descriptor(i: int, d: Any) -> tuple[str, np.dtype, tuple[int, ...]]:
         raise WireError(f"array descriptor {i}: name must be a str of 1..{MAX_NAME_CHARS} chars")
     if not isinstance(dtype, str) or dtype not in ALLOWED_DTYPES:
         raise WireError(
-            f"array {name!r}: dtype {_short(dtype)} is not allowed; "
+            f"array {name!r}: dtype {short_repr(dtype)} is not allowed; "
             f"allowed: {sorted(ALLOWED_DTYPES)}"
         )
     if not isinstance(shape, list) or len(shape) > MAX_NDIM:
@@ -288,7 +288,7 @@ def _check_descriptor(i: int, d: Any) -> tuple[str, np.dtype, tuple[int, ...]]:
     for n in shape:
         # bool is an int subclass; msgpack never yields it for an int, but a crafted header can.
         if type(n) is not int or not 0 <= n <= MAX_DIM:
-            raise WireError(f"array {name!r}: shape {_short(shape)} needs ints in 0..{MAX_DIM}")
+            raise WireError(f"array {name!r}: shape {short_repr(shape)} needs ints in 0..{MAX_DIM}")
     return name, ALLOWED_DTYPES[dtype], tuple(shape)
 
 
@@ -303,7 +303,7 @@ def decode(frames: Sequence[Any], copy: bool = False) -> Message:
     except WireError:
         raise
     except Exception as exc:  # a last guard: the contract is "WireError or a Message"
-        raise WireError(f"malformed message: {type(exc).__name__}: {_short(str(exc))}") from exc
+        raise WireError(f"malformed message: {type(exc).__name__}: {short_repr(str(exc))}") from exc
 
 
 def _decode(frames: Sequence[Any], copy: bool) -> Message:
@@ -318,14 +318,16 @@ def _decode(frames: Sequence[Any], copy: bool) -> Message:
     if not isinstance(header, dict):
         raise WireError(f"header must be a map, got {type(header).__name__}")
     if header.get("magic") != MAGIC:
-        raise WireError(f"wrong magic {_short(header.get('magic'))}; expected {MAGIC!r}")
+        raise WireError(f"wrong magic {short_repr(header.get('magic'))}; expected {MAGIC!r}")
     version = header.get("version")
     if type(version) is not int or version != FORMAT_VERSION:
         raise WireError(
-            f"format version {_short(version)} not supported; this build reads {FORMAT_VERSION}"
+            f"format version {short_repr(version)} not supported; this build reads {FORMAT_VERSION}"
         )
     if set(header) != _HEADER_KEYS:
-        raise WireError(f"header keys {_short(list(header))} differ from {sorted(_HEADER_KEYS)}")
+        raise WireError(
+            f"header keys {short_repr(list(header))} differ from {sorted(_HEADER_KEYS)}"
+        )
     kind, descriptors, meta = header["kind"], header["arrays"], header["meta"]
     if not isinstance(kind, str) or not kind or len(kind) > MAX_KIND_CHARS:
         raise WireError(f"kind must be a str of 1..{MAX_KIND_CHARS} chars")
