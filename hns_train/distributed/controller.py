@@ -63,7 +63,7 @@ from hns_train.distributed.launchers import actor_plan, make_endpoints, make_lau
 from hns_train.distributed.message_sizes import check_message_sizes
 from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.reporting import RunLog, by_kind
-from hns_train.distributed.run_lock import RunLock, clean_socket_folders, in_use, socket_folder
+from hns_train.distributed.run_lock import SOCKETS_PREFIX, claim, owned_folder
 from hns_train.distributed.shared_rows import shared_folder
 from hns_train.distributed.streams import ControlServer
 from hns_train.distributed.worker import NO_ROOM_EXIT, WorkerSpec
@@ -131,13 +131,8 @@ class Controller:
         self.message_sizes = check_message_sizes(cfg)
         self.cfg = cfg
         self.run_dir = cfg.run_dir
-        if not resume and in_use(self.run_dir):
-            raise ValueError(
-                f"run directory {self.run_dir} already exists; pass --resume {self.run_dir} "
-                "to continue it, or choose another name (name=...)"
-            )
         check_devices(cfg)  # what a worker would refuse on this machine, refused here
-        self.owner = RunLock(self.run_dir)  # one owner per run directory
+        self.owner = claim(self.run_dir, resume)  # one owner per run directory
         try:
             self._prepare_run_dir(resume)
         except BaseException:
@@ -147,8 +142,8 @@ class Controller:
         self.hardware = hardware_info()
         (self.run_dir / "hardware.yaml").write_text(yaml.safe_dump(self.hardware))
         self.launcher = make_launcher(cfg)
-        clean_socket_folders()  # left by controllers that were killed
-        self._tmp = str(socket_folder())  # short ipc paths (the OS limits their length)
+        # short ipc paths (the OS limits their length); folders of killed controllers go
+        self._tmp = str(owned_folder(SOCKETS_PREFIX))
         scheme = cfg.pipeline.transport if self.launcher.scheme != "inproc" else "inproc"
         # Cluster runs: CURVE keys made here, per run, handed to workers in their specs.
         self.security = run_keys(cfg)

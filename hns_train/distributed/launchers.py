@@ -14,15 +14,14 @@ and `endpoints(cfg, run_tmp)` giving the addresses workers bind and connect to.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import multiprocessing as mp
 import os
-import socket
 import time
 from pathlib import Path
 
 from hns_train.config import RunConfig
 from hns_train.distributed.security import RunKeys
+from hns_train.distributed.streams import free_tcp_ports, is_loopback
 from hns_train.distributed.worker import (  # noqa: F401 (actor_plan: the controller's)
     Worker,
     WorkerSpec,
@@ -38,19 +37,8 @@ def run_keys(cfg: RunConfig) -> RunKeys | None:
     `pipeline.encrypt`); None for one-host runs. Made per run and handed to the workers in
     their specs, never written to disk."""
     p = cfg.pipeline
-    host = p.host.strip("[]")
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    exposed = p.launcher == "ray" or (p.transport == "tcp" and not loopback)
+    exposed = p.launcher == "ray" or (p.transport == "tcp" and not is_loopback(p.host))
     return RunKeys.generate() if exposed or p.encrypt else None
-
-
-def free_tcp_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def make_endpoints(cfg: RunConfig, scheme: str, folder: Path | None = None) -> dict:
@@ -72,7 +60,8 @@ def make_endpoints(cfg: RunConfig, scheme: str, folder: Path | None = None) -> d
         addr = {n: f"ipc://{folder / n}" for n in names}
     elif scheme == "tcp":
         host = cfg.pipeline.host
-        addr = {n: f"tcp://{host}:{free_tcp_port(host)}" for n in names}
+        ports = free_tcp_ports(host, len(names))
+        addr = {n: f"tcp://{host}:{port}" for n, port in zip(names, ports, strict=True)}
     else:
         raise ValueError(f"unknown transport {scheme!r}; allowed: inproc, ipc, tcp")
     return endpoints_from(addr, n_policy, n_trainers)

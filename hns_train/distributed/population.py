@@ -83,7 +83,7 @@ from hns_train.agents.population import (
 from hns_train.config import RunConfig, apply_override, config_from_dict, flat_settings, save_config
 from hns_train.distributed.controller import stop_signals
 from hns_train.distributed.opponent_codes import pool_dir
-from hns_train.distributed.run_lock import RunLock, in_use
+from hns_train.distributed.run_lock import claim
 from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
 from hns_train.distributed.worker import _die_with_parent
 from hns_train.eval.league import League
@@ -196,12 +196,7 @@ class PopulationController:
         self.cfg = cfg
         self.p = cfg.population
         self.run_dir = cfg.run_dir
-        if not resume and in_use(self.run_dir):
-            raise ValueError(
-                f"run directory {self.run_dir} already exists; pass --resume {self.run_dir} "
-                "to continue it, or choose another name (name=...)"
-            )
-        self.owner = RunLock(self.run_dir)  # one population per run directory
+        self.owner = claim(self.run_dir, resume)  # one population per run directory
         for sub in ("members", LEAGUE, REQUESTS):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         save_config(cfg, self.run_dir / "config.yaml")
@@ -386,17 +381,10 @@ class PopulationController:
         p = self.cfg.pipeline
         if p.launcher != "ray" or p.ray_address or self.ray_address:
             return
-        try:
-            import ray
-        except ImportError:
-            raise ValueError(
-                "pipeline.launcher=ray needs Ray 2.60: pip install 'hns_train[cluster]'"
-            ) from None
-        ray.init(
-            num_cpus=p.ray_num_cpus or None, include_dashboard=False, logging_level=logging.WARNING
-        )
+        from hns_train.distributed.ray_launcher import start_ray
+
+        ray, self._owns_ray = start_ray(p)
         self.ray_address = ray.get_runtime_context().gcs_address
-        self._owns_ray = True
 
     def start_members(self) -> None:
         """Every member joins (a new population) and its run starts (or resumes)."""

@@ -58,6 +58,7 @@ import ipaddress
 import itertools
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -97,7 +98,8 @@ def ipc_endpoint(directory: str | os.PathLike, name: str) -> str:
     return f"ipc://{path}"
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address, IPv6 in brackets or not) is this host only."""
     host = host.strip("[]")
     if host == "localhost":
         return True
@@ -124,12 +126,26 @@ def resolve_bind(bind: str, security: RunKeys | None = None) -> str:
     if not sep or not (port == "*" or port.isdigit()):
         raise ValueError(f"tcp bind address {bind!r} needs a port (0 or * for any free port)")
     host = host or "127.0.0.1"
-    if not _is_loopback(host) and security is None:
+    if not is_loopback(host) and security is None:
         raise ValueError(
             f"binding {bind!r} would expose an unauthenticated socket beyond this host; bind "
             f"127.0.0.1, or pass security=RunKeys for a cluster run"
         )
     return f"tcp://{host}:{'*' if port in ('0', '*') else port}"
+
+
+def free_tcp_ports(host: str, count: int) -> list[int]:
+    """`count` distinct free ports on `host` (all held open together while they are chosen)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def _check_timeout(timeout_ms: int) -> int:
