@@ -21,8 +21,8 @@ Invariants:
   the problem; it never raises another exception type and never allocates more memory than the
   frames it was given (declared shapes are checked against the real buffer sizes first).
 
-Nested dicts travel as flat ``"a/b"`` names (``flatten`` / ``unflatten``), which is the same
-convention as ``Chunk.to_arrays()`` (``"obs/<key>"``).
+Nested dicts travel as flat ``"a/b"`` names, as ``Chunk.to_arrays()`` writes them
+(``"obs/<key>"``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ import numpy as np
 
 MAGIC = "hns"
 FORMAT_VERSION = 1
-SEP = "/"
 
 # Limits that bound the work and memory of decoding an untrusted header.
 MAX_HEADER_BYTES = 1 << 20
@@ -82,62 +81,8 @@ class Message:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
 
-    def nested(self) -> dict[str, Any]:
-        """The arrays as a nested dict (``"obs/lidar"`` -> ``{"obs": {"lidar": ...}}``)."""
-        return unflatten(self.arrays)
 
-
-def flatten(nested: Mapping[str, Any], sep: str = SEP) -> dict[str, Any]:
-    """``{"obs": {"lidar": x}, "v": y}`` -> ``{"obs/lidar": x, "v": y}``.
-
-    Keys must be non-empty strings without ``sep`` so that ``unflatten`` is the exact inverse.
-    Leaves (anything that is not a Mapping) are passed through unchanged.
-    """
-    out: dict[str, Any] = {}
-
-    def walk(prefix: str, node: Mapping[str, Any]) -> None:
-        for key, value in node.items():
-            if not isinstance(key, str) or not key or sep in key:
-                raise ValueError(
-                    f"flatten: key {key!r} under {prefix or '<root>'!r} must be a non-empty "
-                    f"string without {sep!r}"
-                )
-            name = f"{prefix}{sep}{key}" if prefix else key
-            if isinstance(value, Mapping):
-                if not value:
-                    raise ValueError(f"flatten: {name!r} is an empty dict, which cannot travel")
-                walk(name, value)
-            else:
-                out[name] = value
-
-    walk("", nested)
-    return out
-
-
-def unflatten(flat: Mapping[str, Any], sep: str = SEP) -> dict[str, Any]:
-    """Inverse of ``flatten``: ``{"obs/lidar": x}`` -> ``{"obs": {"lidar": x}}``."""
-    out: dict[str, Any] = {}
-    for name, value in flat.items():
-        parts = name.split(sep)
-        if any(not p for p in parts):
-            raise ValueError(f"unflatten: name {name!r} has an empty part")
-        node = out
-        for i, part in enumerate(parts[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ValueError(
-                    f"unflatten: {sep.join(parts[: i + 1])!r} is both a leaf and a prefix of "
-                    f"{name!r}"
-                )
-            node = child
-        if parts[-1] in node:
-            raise ValueError(f"unflatten: {name!r} is both a leaf and a prefix of another name")
-        node[parts[-1]] = value
-    return out
-
-
-def _wire_dtype(name: str, arr: np.ndarray) -> np.dtype:
-    dt = arr.dtype
+def _wire_dtype(name: str, dt: np.dtype) -> np.dtype:
     if dt.kind not in "biuf" or dt.fields is not None or dt.subdtype is not None:
         raise WireError(
             f"array {name!r} has dtype {dt} which cannot travel; allowed: "
@@ -185,7 +130,7 @@ def encode(
                 f"array name {name!r} must be a non-empty str of at most {MAX_NAME_CHARS} chars"
             )
         arr = np.asarray(value)
-        dt = _wire_dtype(name, arr)
+        dt = _wire_dtype(name, arr.dtype)
         if arr.ndim > MAX_NDIM:
             raise WireError(f"array {name!r} has {arr.ndim} dims; at most {MAX_NDIM} allowed")
         arr = arr.astype(dt, order="C", copy=False)  # ascontiguousarray would make 0-d 1-d
@@ -228,10 +173,7 @@ def encoded_size(
     before it starts (`message_sizes.py`)."""
     descriptors, data = [], 0
     for name, (dtype, shape) in layout.items():
-        dt = np.dtype(dtype)
-        wire = ALLOWED_DTYPES.get(dt.newbyteorder("<").str if dt.byteorder != "|" else dt.str)
-        if wire is None:
-            raise WireError(f"array {name!r} has dtype {dt} which cannot travel")
+        wire = _wire_dtype(name, np.dtype(dtype))
         shape = [int(n) for n in shape]
         descriptors.append({"name": name, "dtype": wire.str, "shape": shape})
         data += math.prod(shape) * wire.itemsize
