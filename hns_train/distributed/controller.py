@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
+import math
 import os
 import secrets
 import shutil
@@ -60,7 +61,7 @@ from hns_train.config import RunConfig, save_config
 from hns_train.distributed.contract import ContractError, DropLog, check_heartbeat, check_hello
 from hns_train.distributed.devices import check_devices
 from hns_train.distributed.launchers import actor_plan, make_endpoints, make_launcher, run_keys
-from hns_train.distributed.message_sizes import check_message_sizes
+from hns_train.distributed.message_sizes import check_message_sizes, parameter_layout
 from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.reporting import RunLog, by_kind
 from hns_train.distributed.run_lock import SOCKETS_PREFIX, claim, owned_folder
@@ -675,11 +676,8 @@ def _check_pool(run_dir: Path) -> None:
 def checkpoint_bytes_estimate(cfg: RunConfig) -> int:
     """Size of a new run's checkpoints: the network's tensors three times (weights and the
     optimiser's two moments) and room for RNG states and metadata."""
-    from hns_train.agents.policy import ActorCritic
-    from hns_train.envs.contract import observation_shapes
-
-    model = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network)
-    tensors = sum(v.numel() * v.element_size() for v in model.state_dict().values())
+    layout = parameter_layout(cfg).values()
+    tensors = sum(math.prod(shape) * dtype.itemsize for dtype, shape in layout)
     return 3 * tensors + (256 << 10)
 
 

@@ -206,11 +206,6 @@ class SharedReader:
         finally:
             os.close(fd)
 
-    def forget(self, name: str) -> None:
-        """Close the mappings of a block (one that failed, or whose writer is gone)."""
-        for key in [k for k in self._open if k[0] == name]:
-            _close(self._open.pop(key)[0])
-
     def close(self) -> None:
         while self._open:
             _close(self._open.popitem()[1][0])
