@@ -122,10 +122,7 @@ class EvalWorker(Worker):
         self._replay_credit = 0.0  # matches owed a recording (the first round records one)
         self._render: VideoJob | None = None
         self._render_next: Path | None = None
-        self._matches = self._rounds_delta = 0
-        self._new_replays: list[str] = []
-        self._new_videos: list[str] = []
-        self._leaderboard: dict | None = None
+        self._since_beat = _since_beat()  # what the next heartbeat reports as new
         self._rating: dict[str, list[float]] = {}
         self._win_rate: dict[str, float] = {}
         self.round_s = 0.0
@@ -217,7 +214,7 @@ class EvalWorker(Worker):
             ]
             saved = hook.save(names)
             paths[:n_rec] = [str(p) for p in saved]
-            self._new_replays += paths[:n_rec]
+            self._since_beat["new_replays"] += paths[:n_rec]
             if self.settings.render_videos and available("imageio_ffmpeg"):
                 self._render_next = saved[-1]
         rated = [
@@ -227,8 +224,8 @@ class EvalWorker(Worker):
         self.ratings.record(rated)
         self.version = version
         self.rounds += 1
-        self._matches += len(results)
-        self._rounds_delta += 1
+        self._since_beat["matches"] += len(results)
+        self._since_beat["rounds"] += 1
         self._refresh_summary()
         self._poll_render()
         self.round_s = time.monotonic() - start
@@ -243,7 +240,7 @@ class EvalWorker(Worker):
             cls: rec.all.rate for cls, rec in win_rates(self.ratings).items() if rec.all.games
         }
         board = self.ratings.leaderboard()[:LEADERBOARD_ROWS]
-        self._leaderboard = {
+        self._since_beat["leaderboard"] = {
             "columns": LEADERBOARD_COLUMNS,
             "rows": [[r.policy, r.role, r.mu, r.sigma, r.conservative, r.games] for r in board],
         }
@@ -255,7 +252,7 @@ class EvalWorker(Worker):
                 return
             job, self._render = self._render, None
             if job.ok():
-                self._new_videos.append(str(job.out))
+                self._since_beat["new_videos"].append(str(job.out))
             else:
                 log.warning("rendering %s failed: %s", job.out, job.error())
         if self._render_next is not None:
@@ -280,19 +277,12 @@ class EvalWorker(Worker):
     def counters(self) -> dict:
         out = {
             "version": self.version,
-            "matches": self._matches,
-            "rounds": self._rounds_delta,
             "round_s": self.round_s,
             "rating": dict(self._rating),
             "win_rate": dict(self._win_rate),
-            "new_replays": self._new_replays,
-            "new_videos": self._new_videos,
+            **self._since_beat,
         }
-        if self._leaderboard is not None:
-            out["leaderboard"] = self._leaderboard
-        self._matches = self._rounds_delta = 0
-        self._new_replays, self._new_videos = [], []
-        self._leaderboard = None
+        self._since_beat = _since_beat()
         return out
 
     def shutdown(self) -> None:
@@ -306,6 +296,12 @@ class EvalWorker(Worker):
         self.params.close()
         self.ratings.close()
         self.pool.close()
+
+
+def _since_beat() -> dict:
+    """The counters an eval heartbeat reports as new since the previous one (and, after a round,
+    its `leaderboard`)."""
+    return {"matches": 0, "rounds": 0, "new_replays": [], "new_videos": []}
 
 
 class _Rated:
