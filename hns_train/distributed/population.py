@@ -58,7 +58,12 @@ import torch
 import yaml
 from tqdm import tqdm
 
-from hns_train.agents.checkpoint import CheckpointDir, load_checkpoint, save_checkpoint
+from hns_train.agents.checkpoint import (
+    CheckpointDir,
+    atomic_write_bytes,
+    load_checkpoint,
+    save_checkpoint,
+)
 from hns_train.agents.pool import PolicyPool
 from hns_train.agents.population import (
     ANCHORS,
@@ -810,13 +815,8 @@ def request(run_dir: str | Path, action: str, member: str | None = None) -> Path
         names = set(load_manifest(run_dir / MANIFEST)["members"])
         if member not in names:
             raise ValueError(f"no member {member!r} in {run_dir}; members: {sorted(names)}")
-    folder = run_dir / REQUESTS
-    folder.mkdir(exist_ok=True)
-    path = folder / f"{time.time_ns()}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"action": action, "member": member}))
-    tmp.replace(path)
-    return path
+    path = run_dir / REQUESTS / f"{time.time_ns()}.json"
+    return atomic_write_bytes(path, json.dumps({"action": action, "member": member}).encode())
 
 
 def move_aside(path: Path) -> Path:
