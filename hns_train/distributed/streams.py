@@ -89,13 +89,7 @@ def context() -> zmq.Context:
 
 def ipc_endpoint(directory: str | os.PathLike, name: str) -> str:
     """``ipc://<directory>/<name>.sock``, checking the length limit of socket paths."""
-    path = os.path.join(os.fspath(directory), f"{name}.sock")
-    if len(os.fsencode(path)) > MAX_IPC_PATH_BYTES:
-        raise ValueError(
-            f"ipc path {path!r} is {len(os.fsencode(path))} bytes; at most "
-            f"{MAX_IPC_PATH_BYTES} allowed (use a shorter directory, e.g. under /tmp)"
-        )
-    return f"ipc://{path}"
+    return resolve_bind(f"ipc://{os.path.join(os.fspath(directory), f'{name}.sock')}")
 
 
 def is_loopback(host: str) -> bool:
@@ -116,7 +110,10 @@ def resolve_bind(bind: str, security: RunKeys | None = None) -> str:
     transport, rest = bind.split("://", 1)
     if transport == "ipc":
         if len(os.fsencode(rest)) > MAX_IPC_PATH_BYTES:
-            raise ValueError(f"ipc path {rest!r} is longer than {MAX_IPC_PATH_BYTES} bytes")
+            raise ValueError(
+                f"ipc path {rest!r} is {len(os.fsencode(rest))} bytes; at most "
+                f"{MAX_IPC_PATH_BYTES} allowed (use a shorter directory, e.g. under /tmp)"
+            )
         return bind
     if transport == "inproc":
         return bind
