@@ -125,10 +125,6 @@ class LocalLauncher:
     def dead(self) -> list[str]:
         return [name for name, p in self.processes.items() if not p.is_alive()]
 
-    def pid(self, name: str) -> int | None:
-        p = self.processes.get(name)
-        return None if p is None else p.pid
-
     def exit_code(self, name: str) -> int | None:
         p = self.processes.get(name)
         return None if p is None else p.exitcode

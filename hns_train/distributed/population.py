@@ -217,7 +217,6 @@ class PopulationController:
         self.prior_s = 0.0
         self.stop_reason = ""
         self.error = ""
-        self.resumed = resume
         self.ray_address, self._owns_ray = "", False
         self._fresh: set[str] = set()  # members with new weights since the last sync
         self._manifest_games: dict[str, int] = {}

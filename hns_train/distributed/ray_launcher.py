@@ -232,9 +232,6 @@ class RayLauncher:
                     log.warning("%s: Ray actor ended with %s", name, type(err).__name__)
         return sorted(self._finished & set(self.runs))
 
-    def pid(self, name: str) -> int | None:
-        return self.placement().get(name, (None, None))[0]
-
     def placement(self) -> dict[str, tuple[int, str]]:
         """Worker name -> (process id, Ray node id) of its current actor."""
         out = {}
