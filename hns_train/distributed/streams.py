@@ -163,7 +163,10 @@ def _identity(identity: str | bytes | None) -> bytes | None:
 
 
 class _Stream:
-    """One socket, bound or connected, with the shared rejection and closing logic."""
+    """One socket, bound or connected, with the shared rejection and closing logic.
+
+    Every stream class takes ``security`` and ``max_message_bytes``; the request/reply ones pass
+    them here as ``**settings``."""
 
     def __init__(
         self,
@@ -308,25 +311,12 @@ class _RouterServer(_Stream):
     DEFAULT_MAX_REQUESTS: int
 
     def __init__(
-        self,
-        bind: str,
-        *,
-        max_requests: int | None = None,
-        hwm: int = 1000,
-        security: RunKeys | None = None,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        self, bind: str, *, max_requests: int | None = None, hwm: int = 1000, **settings
     ) -> None:
         if max_requests is None:
             max_requests = self.DEFAULT_MAX_REQUESTS
         self.max_requests = _positive("max_requests", max_requests)
-        super().__init__(
-            zmq.ROUTER,
-            bind=bind,
-            security=security,
-            sndhwm=hwm,
-            rcvhwm=hwm,
-            max_message_bytes=max_message_bytes,
-        )
+        super().__init__(zmq.ROUTER, bind=bind, sndhwm=hwm, rcvhwm=hwm, **settings)
 
     def _setup(self) -> None:
         # Unknown or full peers raise instead of being silently dropped, so send() can say so.
@@ -417,19 +407,11 @@ class _DealerClient(_Sender):
         *,
         token: str | None = None,
         hwm: int = 1000,
-        security: RunKeys | None = None,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        **settings,
     ) -> None:
         self.identity = _identity(identity)
         self.token = token
-        super().__init__(
-            zmq.DEALER,
-            connect=connect,
-            security=security,
-            sndhwm=hwm,
-            rcvhwm=hwm,
-            max_message_bytes=max_message_bytes,
-        )
+        super().__init__(zmq.DEALER, connect=connect, sndhwm=hwm, rcvhwm=hwm, **settings)
 
     def _setup(self) -> None:
         if self.identity is not None:
@@ -467,10 +449,10 @@ class ControlClient(_DealerClient):
     """Worker side of the control stream; ``identity`` is the worker id the controller sees,
     ``token`` this worker incarnation's (see ``_DealerClient``)."""
 
-    def __init__(self, connect: str, identity: str | bytes, **options) -> None:
+    def __init__(self, connect: str, identity: str | bytes, **settings) -> None:
         if identity is None:
             raise ValueError("a ControlClient needs an identity (its worker id)")
-        super().__init__(connect, identity, **options)
+        super().__init__(connect, identity, **settings)
 
 
 # --- samples ---------------------------------------------------------------------------------
