@@ -274,8 +274,9 @@ class _Stream:
                 break
         return None
 
-    def _send(self, frames: list, timeout_ms: int, copy: bool) -> bool:
-        """Send unless the queue stays full for timeout_ms (then False)."""
+    def _send(self, frames: list, *, timeout_ms: int = 1000, copy: bool = False) -> bool:
+        """Send unless the queue stays full for timeout_ms (then False); ``copy=False`` hands
+        the arrays to the socket as they are (see the module docstring)."""
         if not self.socket.poll(_check_timeout(timeout_ms), zmq.POLLOUT):
             return False
         try:
@@ -380,17 +381,10 @@ class _RouterServer(_Stream):
 class _Sender(_Stream):
     """A stream that sends: ``send`` waits up to timeout_ms for room in the queue."""
 
-    def send(
-        self,
-        kind: str,
-        arrays: _Arrays = None,
-        meta: _Meta = None,
-        *,
-        timeout_ms: int = 1000,
-        copy: bool = False,
-    ) -> bool:
-        """Queue one message; False if the queue stays full for timeout_ms."""
-        return self._send(encode(kind, arrays, meta), timeout_ms, copy)
+    def send(self, kind: str, arrays: _Arrays = None, meta: _Meta = None, **options) -> bool:
+        """Queue one message; False if the queue stays full for ``timeout_ms`` (an option, as
+        ``copy``: see ``_send``)."""
+        return self._send(encode(kind, arrays, meta), **options)
 
 
 class _DealerClient(_Sender):
