@@ -489,7 +489,7 @@ class SampleReceiver(_Stream):
 # --- parameters ------------------------------------------------------------------------------
 
 
-class ParamPublisher:
+class ParamPublisher(_Stream):
     """Trainer side of the parameter stream.
 
     ``publish`` copies the arrays, keeps them as the latest version and hands them to a
@@ -514,18 +514,16 @@ class ParamPublisher:
             raise ValueError(f"republish_s must be > 0 or None, got {republish_s}")
         self.republish_s = republish_s
         self.publisher_id = os.urandom(8).hex()
-        self.latest_version: int | None = None
         self.sends = 0  # messages handed to the socket, re-sends included
         self._latest: list | None = None
         self._lock = threading.Lock()
-        self._stream = _Stream(
+        super().__init__(
             zmq.XPUB,
             bind=bind,
             security=security,
             sndhwm=hwm,
             options={zmq.XPUB_VERBOSE: 1},
         )
-        self.endpoint = self._stream.endpoint
         ctx = context()
         wake = f"inproc://hns-param-wake-{os.getpid()}-{next(self._wake_ids)}"
         self._wake_rx = ctx.socket(zmq.PAIR)
@@ -553,14 +551,13 @@ class ParamPublisher:
         frames = encode(PARAMS_KIND, owned, meta)
         with self._lock:
             self._latest = frames
-            self.latest_version = int(version)
         try:
             self._wake_tx.send(b"new", flags=zmq.NOBLOCK)
         except zmq.Again:  # only if the thread has died; the next subscribe cannot be served
             log.error("ParamPublisher %s: publishing thread is not running", self.endpoint)
 
     def _serve(self) -> None:
-        xpub = self._stream.socket
+        xpub = self.socket
         poller = zmq.Poller()
         poller.register(xpub, zmq.POLLIN)
         poller.register(self._wake_rx, zmq.POLLIN)
@@ -613,12 +610,6 @@ class ParamPublisher:
             self._wake_tx.send(b"stop", flags=zmq.NOBLOCK)
         self._thread.join(timeout=5)
         self._wake_tx.close(linger=0)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class ParamSubscriber(_Stream):
