@@ -1,6 +1,7 @@
 """Evaluation worker: the latest policy against pool snapshots and fixed opponents, rated.
 
-Loop: parameters arrive over the parameter stream (newest only). As soon as the first ones are
+Loop: parameters arrive over the parameter stream (newest only) and are loaded as they come,
+once they keep the run's contract (`policy.load_checked_params`). As soon as the first ones are
 there, and then every `eval.every_s` seconds (start to start), the worker plays one round of
 `eval.worlds` matches on its own `HideAndSeekGame`: the latest policy against the next entry of
 a fixed schedule of (opponent class, role the latest plays), cycling through
@@ -56,9 +57,9 @@ import numpy as np
 import hns_train
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import LATEST, ROLES, PolicyPool, SnapshotCache
-from hns_train.distributed.contract import ContractError, DropLog, check_params, param_reference
+from hns_train.distributed.contract import DropLog, param_reference
 from hns_train.distributed.opponent_codes import pool_dir
-from hns_train.distributed.params import arrays_to_state_dict
+from hns_train.distributed.policy import load_checked_params
 from hns_train.distributed.streams import ParamSubscriber
 from hns_train.distributed.worker import Worker, WorkerSpec, _die_with_parent
 from hns_train.envs.contract import observation_shapes
@@ -112,7 +113,7 @@ class EvalWorker(Worker):
         self.replay_dir = Path(spec.run_dir) / "replays"
         self.plan = schedule(e.opponent_classes())
         self.rng = np.random.default_rng([cfg.seed, 4, spec.index])
-        self._params = None  # newest parameter message, loaded when a round starts
+        self.loaded = -1  # version of the parameters in `latest` (-1: none yet)
         self._reference = param_reference(self.latest)
         self.bad_params = DropLog(f"{self.name} parameters")
         self.version = -1  # version last evaluated
@@ -135,17 +136,13 @@ class EvalWorker(Worker):
     # ------------------------------------------------------------------ loop
     def step(self) -> bool:
         due = time.monotonic() - self._last_round >= self.settings.every_s
-        wait = 0 if (due and self._params is not None) else min(self.poll_ms * 10, IDLE_WAIT_MS)
+        wait = 0 if (due and self.loaded >= 0) else min(self.poll_ms * 10, IDLE_WAIT_MS)
         message = self.params.poll_latest(timeout_ms=wait)
-        if message is not None:
-            try:
-                check_params(message.arrays, self._reference)
-            except ContractError as err:
-                self.bad_params.drop(str(err))
-            else:
-                self._params = message
+        self.loaded = load_checked_params(
+            message, self.latest, self._reference, "cpu", self.bad_params, self.loaded
+        )
         self._poll_render()
-        if self._params is None or not due or self.stopping:
+        if self.loaded < 0 or not due or self.stopping:
             return False
         self.play_round()
         return True
@@ -172,8 +169,7 @@ class EvalWorker(Worker):
         if picked is None:
             return []
         cls, role, opponent = picked
-        version = int(self._params.meta["version"])
-        self.latest.load_state_dict(arrays_to_state_dict(self._params.arrays))
+        version = self.loaded
         det = self.settings.deterministic
         ours = PolicyController(self.latest, LATEST, deterministic=det)
         opp_role = "seeker" if role == "hider" else "hider"
