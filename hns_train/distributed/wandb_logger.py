@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import string
 import subprocess
 import sys
 import time
@@ -56,12 +55,6 @@ SKIPPED_KEYS = ("kind", "time")  # bookkeeping in metrics.jsonl, not a chart
 FLUSH_TIMEOUT_S = 30.0  # longest wait for an offline run file to be complete after finish()
 FLUSH_POLL_S = 0.25
 INSPECT_TIMEOUT_S = 120.0
-
-
-def new_run_id(length: int = 8) -> str:
-    """A wandb-style run id: lowercase letters and digits."""
-    alphabet = string.ascii_lowercase + string.digits
-    return "".join(secrets.choice(alphabet) for _ in range(length))
 
 
 def resolve_mode(mode: str | None) -> str:
@@ -109,7 +102,7 @@ class WandbLogger:
         if resume and id_file.is_file() and id_file.read_text().strip():
             self.run_id = id_file.read_text().strip()
         else:
-            self.run_id = new_run_id()
+            self.run_id = secrets.token_hex(4)  # wandb's form: lowercase letters and digits
             id_file.write_text(self.run_id + "\n")
         self.run = wandb.init(
             project=project,
@@ -158,7 +151,8 @@ class WandbLogger:
             return
         import wandb
 
-        self.run.log({**_onset_axes(onset), **_phase_row(onset.phase, onset.episodes)})
+        axes = {axis: getattr(onset, axis) for axis in AXES}
+        self.run.log({**axes, **_phase_row(onset.phase, onset.episodes)})
         for axis in AXES:
             self.run.summary[f"phase/{onset.phase}/{axis}"] = getattr(onset, axis)
         rows = [[o.phase, o.episodes, o.frames, o.hours, o.version] for o in self.onsets]
@@ -240,10 +234,6 @@ def define_axes(run) -> None:
     for axis in AXES:
         run.define_metric(axis, summary="max")
     run.define_metric("*", step_metric="episodes")
-
-
-def _onset_axes(onset: PhaseOnset) -> dict:
-    return {axis: getattr(onset, axis) for axis in AXES}
 
 
 def _phase_row(phase: str, episodes: float) -> dict:
