@@ -165,8 +165,8 @@ def _identity(identity: str | bytes | None) -> bytes | None:
 class _Stream:
     """One socket, bound or connected, with the shared rejection and closing logic.
 
-    Every stream class takes ``security`` and ``max_message_bytes``; the request/reply ones pass
-    them here as ``**settings``."""
+    Every stream class takes ``security`` and ``max_message_bytes`` as keywords and passes them
+    here as they are (``**settings``)."""
 
     def __init__(
         self,
@@ -456,34 +456,15 @@ class SampleSender(_Sender):
     """Actor side of the sample stream (PUSH). Connect to one or several receivers (messages
     then go round-robin). ``send`` returns False under back-pressure instead of queueing."""
 
-    def __init__(
-        self,
-        connect: str | Sequence[str],
-        hwm: int = 8,
-        *,
-        security: RunKeys | None = None,
-    ) -> None:
-        super().__init__(zmq.PUSH, connect=connect, security=security, sndhwm=hwm)
+    def __init__(self, connect: str | Sequence[str], hwm: int = 8, **settings) -> None:
+        super().__init__(zmq.PUSH, connect=connect, sndhwm=hwm, **settings)
 
 
 class SampleReceiver(_Stream):
     """Trainer side of the sample stream (PULL, binds); any number of senders connect."""
 
-    def __init__(
-        self,
-        bind: str,
-        hwm: int = 8,
-        *,
-        security: RunKeys | None = None,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    ) -> None:
-        super().__init__(
-            zmq.PULL,
-            bind=bind,
-            security=security,
-            rcvhwm=hwm,
-            max_message_bytes=max_message_bytes,
-        )
+    def __init__(self, bind: str, hwm: int = 8, **settings) -> None:
+        super().__init__(zmq.PULL, bind=bind, rcvhwm=hwm, **settings)
 
 
 # --- parameters ------------------------------------------------------------------------------
@@ -508,7 +489,7 @@ class ParamPublisher(_Stream):
         *,
         republish_s: float | None = None,
         hwm: int = 4,
-        security: RunKeys | None = None,
+        **settings,
     ) -> None:
         if republish_s is not None and republish_s <= 0:
             raise ValueError(f"republish_s must be > 0 or None, got {republish_s}")
@@ -517,13 +498,8 @@ class ParamPublisher(_Stream):
         self.sends = 0  # messages handed to the socket, re-sends included
         self._latest: list | None = None
         self._lock = threading.Lock()
-        super().__init__(
-            zmq.XPUB,
-            bind=bind,
-            security=security,
-            sndhwm=hwm,
-            options={zmq.XPUB_VERBOSE: 1},
-        )
+        options = {zmq.XPUB_VERBOSE: 1}
+        super().__init__(zmq.XPUB, bind=bind, sndhwm=hwm, options=options, **settings)
         ctx = context()
         wake = f"inproc://hns-param-wake-{os.getpid()}-{next(self._wake_ids)}"
         self._wake_rx = ctx.socket(zmq.PAIR)
@@ -615,24 +591,11 @@ class ParamPublisher(_Stream):
 class ParamSubscriber(_Stream):
     """Policy/eval side of the parameter stream (SUB, connects)."""
 
-    def __init__(
-        self,
-        connect: str | Sequence[str],
-        *,
-        hwm: int = 4,
-        security: RunKeys | None = None,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    ) -> None:
+    def __init__(self, connect: str | Sequence[str], *, hwm: int = 4, **settings) -> None:
         self.version: int | None = None  # version last returned by poll_latest
         self.publisher: str | None = None
-        super().__init__(
-            zmq.SUB,
-            connect=connect,
-            security=security,
-            rcvhwm=hwm,
-            max_message_bytes=max_message_bytes,
-            options={zmq.SUBSCRIBE: b""},
-        )
+        options = {zmq.SUBSCRIBE: b""}
+        super().__init__(zmq.SUB, connect=connect, rcvhwm=hwm, options=options, **settings)
 
     def _check(self, msg: Message) -> bool:
         v, pub = msg.meta.get("version"), msg.meta.get("publisher")
