@@ -102,11 +102,7 @@ class EvalWorker(Worker):
         self.latest = ActorCritic(shapes, cfg.agent.network, device="cpu").eval()
         self.opponent = ActorCritic(shapes, cfg.agent.network, device="cpu").eval()
         self.game = HideAndSeekGame(self.game_cfg, n_worlds=e.worlds, seed=self._seed(0))
-        self.params = ParamSubscriber(
-            spec.endpoints["params"],
-            security=self.security,
-            max_message_bytes=self.max_message_bytes,
-        )
+        self.params = self.open_stream(ParamSubscriber, spec.endpoints["params"])
         self.pool = PolicyPool(pool_dir(spec.run_dir), cfg.pool)
         self.snapshots = SnapshotCache(self.pool, size=2)
         self.ratings = Ratings(self.pool)
