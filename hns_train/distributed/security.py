@@ -93,7 +93,7 @@ class RunKeys:
 
     def apply_server(self, socket: zmq.Socket) -> None:
         """Make a socket (before bind) a CURVE server that admits only this run's client key."""
-        _authenticator(socket.context).allow(self.zap_domain, self.client_public)
+        _allow(socket.context, self.zap_domain, self.client_public)
         socket.curve_secretkey = self.server_secret
         socket.curve_publickey = self.server_public
         socket.curve_server = True
@@ -122,45 +122,31 @@ class _KeySet:
         return allowed
 
 
-class _Authenticators:
-    """One started ThreadAuthenticator per zmq context of this process."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_context: dict[int, tuple[ThreadAuthenticator, dict[str, _KeySet]]] = {}
-
-    def get(self, context: zmq.Context) -> _Authenticators._Handle:
-        with self._lock:
-            entry = self._by_context.get(id(context))
-            if entry is None or entry[0].context is not context:
-                auth = ThreadAuthenticator(context, log=log)
-                auth.start()
-                entry = (auth, {})
-                self._by_context[id(context)] = entry
-            return self._Handle(*entry, self._lock)
-
-    def stop_all(self) -> None:
-        with self._lock:
-            for auth, _ in self._by_context.values():
-                auth.stop()
-            self._by_context.clear()
-
-    class _Handle:
-        def __init__(self, auth: ThreadAuthenticator, domains: dict[str, _KeySet], lock) -> None:
-            self.auth, self.domains, self.lock = auth, domains, lock
-
-        def allow(self, domain: str, client_public: bytes) -> None:
-            with self.lock:
-                keyset = self.domains.get(domain)
-                if keyset is None:
-                    keyset = self.domains[domain] = _KeySet()
-                    self.auth.configure_curve_callback(domain, credentials_provider=keyset)
-                keyset.keys.add(client_public)
+# One started ThreadAuthenticator per zmq context of this process, with its domains' key sets.
+_LOCK = threading.Lock()
+_BY_CONTEXT: dict[int, tuple[ThreadAuthenticator, dict[str, _KeySet]]] = {}
 
 
-_AUTHENTICATORS = _Authenticators()
-atexit.register(_AUTHENTICATORS.stop_all)
+def _allow(context: zmq.Context, domain: str, client_public: bytes) -> None:
+    """Admit `client_public` in ZAP `domain` on `context`, whose authenticator starts on first
+    use."""
+    with _LOCK:
+        entry = _BY_CONTEXT.get(id(context))
+        if entry is None or entry[0].context is not context:
+            auth = ThreadAuthenticator(context, log=log)
+            auth.start()
+            entry = _BY_CONTEXT[id(context)] = (auth, {})
+        auth, domains = entry
+        keyset = domains.get(domain)
+        if keyset is None:
+            keyset = domains[domain] = _KeySet()
+            auth.configure_curve_callback(domain, credentials_provider=keyset)
+        keyset.keys.add(client_public)
 
 
-def _authenticator(context: zmq.Context) -> _Authenticators._Handle:
-    return _AUTHENTICATORS.get(context)
+@atexit.register
+def _stop_authenticators() -> None:
+    with _LOCK:
+        for auth, _ in _BY_CONTEXT.values():
+            auth.stop()
+        _BY_CONTEXT.clear()
