@@ -58,12 +58,10 @@ def make_endpoints(cfg: RunConfig, scheme: str, folder: Path | None = None) -> d
     elif scheme == "ipc":
         assert folder is not None
         addr = {n: f"ipc://{folder / n}" for n in names}
-    elif scheme == "tcp":
+    else:  # tcp: the config allows no other transport
         host = cfg.pipeline.host
         ports = free_tcp_ports(host, len(names))
         addr = {n: f"tcp://{host}:{port}" for n, port in zip(names, ports, strict=True)}
-    else:
-        raise ValueError(f"unknown transport {scheme!r}; allowed: inproc, ipc, tcp")
     return endpoints_from(addr, n_policy, n_trainers)
 
 
@@ -155,8 +153,6 @@ def make_launcher(cfg: RunConfig):
         return SerialLauncher(cfg.pipeline.torch_threads)
     if kind == "local":
         return LocalLauncher()
-    if kind == "ray":
-        from hns_train.distributed.ray_launcher import RayLauncher
+    from hns_train.distributed.ray_launcher import RayLauncher  # ray: the config allows no other
 
-        return RayLauncher(cfg)
-    raise ValueError(f"unknown launcher {kind!r}; allowed: serial, local, ray")
+    return RayLauncher(cfg)
