@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from hns_train.agents.opponents import NOOP
+from hns_train.distributed.wire import short_repr
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +242,7 @@ def _int(meta: Mapping, key: str, low: int | None = 0, required: bool = False) -
     value = meta[key]
     if type(value) is not int or (low is not None and value < low):
         bound = "" if low is None else f" >= {low}"
-        raise ContractError(f"{key}={_short(value)} must be an int{bound}")
+        raise ContractError(f"{key}={short_repr(value)} must be an int{bound}")
 
 
 def _number(value: Any) -> bool:
@@ -254,7 +255,7 @@ def _num(meta: Mapping, key: str, low: float | None = None, optional_none: bool 
     value = meta[key]
     if not _number(value) or (low is not None and value < low):
         bound = "" if low is None else f" >= {low}"
-        raise ContractError(f"{key}={_short(value)} must be a finite number{bound}")
+        raise ContractError(f"{key}={short_repr(value)} must be a finite number{bound}")
 
 
 def _numbers(meta: Mapping, key: str, length: int | None = None) -> None:
@@ -262,7 +263,7 @@ def _numbers(meta: Mapping, key: str, length: int | None = None) -> None:
         return
     value = meta[key]
     if not isinstance(value, list) or not all(_number(v) for v in value):
-        raise ContractError(f"{key} must be a list of finite numbers, got {_short(value)}")
+        raise ContractError(f"{key} must be a list of finite numbers, got {short_repr(value)}")
     if length is not None and len(value) != length:
         raise ContractError(f"{key} has {len(value)} numbers; expected {length}")
 
@@ -274,12 +275,7 @@ def _str_map(meta: Mapping, key: str, check, what: str) -> None:
     if not isinstance(value, dict) or not all(
         isinstance(k, str) and check(v) for k, v in value.items()
     ):
-        raise ContractError(f"{key} must map names to {what}, got {_short(value)}")
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+        raise ContractError(f"{key} must map names to {what}, got {short_repr(value)}")
 
 
 def check_hello(meta: Mapping) -> None:
@@ -361,7 +357,7 @@ def check_heartbeat(kind: str, meta: Mapping, run_dir: str | Path, n_stats: int)
                 for r in board["rows"]
             )
         ):
-            raise ContractError(f"leaderboard must be {{columns, rows}}, got {_short(board)}")
+            raise ContractError(f"leaderboard must be {{columns, rows}}, got {short_repr(board)}")
 
 
 def _paths(meta: Mapping, key: str, run_dir: str | Path) -> None:
@@ -370,11 +366,11 @@ def _paths(meta: Mapping, key: str, run_dir: str | Path) -> None:
         return
     value = meta[key]
     if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
-        raise ContractError(f"{key} must be a list of paths, got {_short(value)}")
+        raise ContractError(f"{key} must be a list of paths, got {short_repr(value)}")
     root = Path(run_dir).resolve()
     for p in value:
         if not Path(p).resolve().is_relative_to(root):
-            raise ContractError(f"{key} names {_short(p)}, outside the run directory {root}")
+            raise ContractError(f"{key} names {short_repr(p)}, outside the run directory {root}")
 
 
 def check_counters(meta: Mapping) -> None:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
+import math
 import os
 import secrets
 import shutil
@@ -60,10 +61,10 @@ from hns_train.config import RunConfig, save_config
 from hns_train.distributed.contract import ContractError, DropLog, check_heartbeat, check_hello
 from hns_train.distributed.devices import check_devices
 from hns_train.distributed.launchers import actor_plan, make_endpoints, make_launcher, run_keys
-from hns_train.distributed.message_sizes import check_message_sizes
+from hns_train.distributed.message_sizes import check_message_sizes, parameter_layout
 from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.reporting import RunLog, by_kind
-from hns_train.distributed.run_lock import RunLock, clean_socket_folders, in_use, socket_folder
+from hns_train.distributed.run_lock import SOCKETS_PREFIX, claim, owned_folder
 from hns_train.distributed.shared_rows import shared_folder
 from hns_train.distributed.streams import ControlServer
 from hns_train.distributed.worker import NO_ROOM_EXIT, WorkerSpec
@@ -131,13 +132,8 @@ class Controller:
         self.message_sizes = check_message_sizes(cfg)
         self.cfg = cfg
         self.run_dir = cfg.run_dir
-        if not resume and in_use(self.run_dir):
-            raise ValueError(
-                f"run directory {self.run_dir} already exists; pass --resume {self.run_dir} "
-                "to continue it, or choose another name (name=...)"
-            )
         check_devices(cfg)  # what a worker would refuse on this machine, refused here
-        self.owner = RunLock(self.run_dir)  # one owner per run directory
+        self.owner = claim(self.run_dir, resume)  # one owner per run directory
         try:
             self._prepare_run_dir(resume)
         except BaseException:
@@ -147,8 +143,8 @@ class Controller:
         self.hardware = hardware_info()
         (self.run_dir / "hardware.yaml").write_text(yaml.safe_dump(self.hardware))
         self.launcher = make_launcher(cfg)
-        clean_socket_folders()  # left by controllers that were killed
-        self._tmp = str(socket_folder())  # short ipc paths (the OS limits their length)
+        # short ipc paths (the OS limits their length); folders of killed controllers go
+        self._tmp = str(owned_folder(SOCKETS_PREFIX))
         scheme = cfg.pipeline.transport if self.launcher.scheme != "inproc" else "inproc"
         # Cluster runs: CURVE keys made here, per run, handed to workers in their specs.
         self.security = run_keys(cfg)
@@ -680,11 +676,8 @@ def _check_pool(run_dir: Path) -> None:
 def checkpoint_bytes_estimate(cfg: RunConfig) -> int:
     """Size of a new run's checkpoints: the network's tensors three times (weights and the
     optimiser's two moments) and room for RNG states and metadata."""
-    from hns_train.agents.policy import ActorCritic
-    from hns_train.envs.contract import observation_shapes
-
-    model = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network)
-    tensors = sum(v.numel() * v.element_size() for v in model.state_dict().values())
+    layout = parameter_layout(cfg).values()
+    tensors = sum(math.prod(shape) * dtype.itemsize for dtype, shape in layout)
     return 3 * tensors + (256 << 10)
 
 

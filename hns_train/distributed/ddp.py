@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -34,7 +35,6 @@ import torch
 import torch.distributed as dist
 
 log = logging.getLogger(__name__)
-BACKENDS = ("auto", "gloo", "nccl")
 
 
 def make_store(host: str, timeout_s: float) -> tuple[dist.TCPStore, int]:
@@ -76,8 +76,7 @@ def rendezvous_info(host: str, port: int, world_size: int, generation: int) -> d
 
 
 def choose_backend(name: str, device: torch.device) -> str:
-    if name not in BACKENDS:
-        raise ValueError(f"pipeline.ddp_backend={name!r}; allowed: {BACKENDS}")
+    """The collective backend for trainers on `device` (the config has checked the name)."""
     if name == "auto":
         return "nccl" if device.type == "cuda" else "gloo"
     if name == "nccl" and device.type != "cuda":
@@ -101,11 +100,16 @@ class TorchRankSync:
         self.device = device if backend == "nccl" else torch.device("cpu")
 
     def all_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.collective(tensor, lambda t: dist.all_reduce(t, op=dist.ReduceOp.SUM))
+
+    def collective(self, tensor: torch.Tensor, op: Callable[[torch.Tensor], Any]) -> torch.Tensor:
+        """`op(tensor)` in place, through a copy on the backend's device when it lies elsewhere
+        (gloo reduces on the CPU)."""
         if tensor.device == self.device:
-            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+            op(tensor)
             return tensor
         moved = tensor.to(self.device)
-        dist.all_reduce(moved, op=dist.ReduceOp.SUM)
+        op(moved)
         tensor.copy_(moved)
         return tensor
 
@@ -159,12 +163,7 @@ class DataParallel:
     def broadcast_state(self, module: torch.nn.Module) -> None:
         """Every tensor of `module.state_dict()` (weights and normaliser buffers) from rank 0."""
         for tensor in module.state_dict().values():
-            if self.backend == "nccl" or tensor.device.type == "cpu":
-                dist.broadcast(tensor, src=0)
-            else:
-                moved = tensor.cpu()
-                dist.broadcast(moved, src=0)
-                tensor.copy_(moved)
+            self.sync.collective(tensor, lambda t: dist.broadcast(t, src=0))
 
     def close(self) -> None:
         """Leave the group (after an agreed stop every rank gets here; nothing is pending)."""

@@ -1,6 +1,7 @@
 """Evaluation worker: the latest policy against pool snapshots and fixed opponents, rated.
 
-Loop: parameters arrive over the parameter stream (newest only). As soon as the first ones are
+Loop: parameters arrive over the parameter stream (newest only) and are loaded as they come,
+once they keep the run's contract (`policy.load_checked_params`). As soon as the first ones are
 there, and then every `eval.every_s` seconds (start to start), the worker plays one round of
 `eval.worlds` matches on its own `HideAndSeekGame`: the latest policy against the next entry of
 a fixed schedule of (opponent class, role the latest plays), cycling through
@@ -56,9 +57,9 @@ import numpy as np
 import hns_train
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import LATEST, ROLES, PolicyPool, SnapshotCache
-from hns_train.distributed.contract import ContractError, DropLog, check_params, param_reference
+from hns_train.distributed.contract import DropLog, param_reference
 from hns_train.distributed.opponent_codes import pool_dir
-from hns_train.distributed.params import arrays_to_state_dict
+from hns_train.distributed.policy import load_checked_params
 from hns_train.distributed.streams import ParamSubscriber
 from hns_train.distributed.worker import Worker, WorkerSpec, _die_with_parent
 from hns_train.envs.contract import observation_shapes
@@ -101,18 +102,14 @@ class EvalWorker(Worker):
         self.latest = ActorCritic(shapes, cfg.agent.network, device="cpu").eval()
         self.opponent = ActorCritic(shapes, cfg.agent.network, device="cpu").eval()
         self.game = HideAndSeekGame(self.game_cfg, n_worlds=e.worlds, seed=self._seed(0))
-        self.params = ParamSubscriber(
-            spec.endpoints["params"],
-            security=self.security,
-            max_message_bytes=self.max_message_bytes,
-        )
+        self.params = self.open_stream(ParamSubscriber, spec.endpoints["params"])
         self.pool = PolicyPool(pool_dir(spec.run_dir), cfg.pool)
         self.snapshots = SnapshotCache(self.pool, size=2)
         self.ratings = Ratings(self.pool)
         self.replay_dir = Path(spec.run_dir) / "replays"
         self.plan = schedule(e.opponent_classes())
         self.rng = np.random.default_rng([cfg.seed, 4, spec.index])
-        self._params = None  # newest parameter message, loaded when a round starts
+        self.loaded = -1  # version of the parameters in `latest` (-1: none yet)
         self._reference = param_reference(self.latest)
         self.bad_params = DropLog(f"{self.name} parameters")
         self.version = -1  # version last evaluated
@@ -122,10 +119,7 @@ class EvalWorker(Worker):
         self._replay_credit = 0.0  # matches owed a recording (the first round records one)
         self._render: VideoJob | None = None
         self._render_next: Path | None = None
-        self._matches = self._rounds_delta = 0
-        self._new_replays: list[str] = []
-        self._new_videos: list[str] = []
-        self._leaderboard: dict | None = None
+        self._since_beat = _since_beat()  # what the next heartbeat reports as new
         self._rating: dict[str, list[float]] = {}
         self._win_rate: dict[str, float] = {}
         self.round_s = 0.0
@@ -138,17 +132,13 @@ class EvalWorker(Worker):
     # ------------------------------------------------------------------ loop
     def step(self) -> bool:
         due = time.monotonic() - self._last_round >= self.settings.every_s
-        wait = 0 if (due and self._params is not None) else min(self.poll_ms * 10, IDLE_WAIT_MS)
+        wait = 0 if (due and self.loaded >= 0) else min(self.poll_ms * 10, IDLE_WAIT_MS)
         message = self.params.poll_latest(timeout_ms=wait)
-        if message is not None:
-            try:
-                check_params(message.arrays, self._reference)
-            except ContractError as err:
-                self.bad_params.drop(str(err))
-            else:
-                self._params = message
+        self.loaded = load_checked_params(
+            message, self.latest, self._reference, "cpu", self.bad_params, self.loaded
+        )
         self._poll_render()
-        if self._params is None or not due or self.stopping:
+        if self.loaded < 0 or not due or self.stopping:
             return False
         self.play_round()
         return True
@@ -175,8 +165,7 @@ class EvalWorker(Worker):
         if picked is None:
             return []
         cls, role, opponent = picked
-        version = int(self._params.meta["version"])
-        self.latest.load_state_dict(arrays_to_state_dict(self._params.arrays))
+        version = self.loaded
         det = self.settings.deterministic
         ours = PolicyController(self.latest, LATEST, deterministic=det)
         opp_role = "seeker" if role == "hider" else "hider"
@@ -217,7 +206,7 @@ class EvalWorker(Worker):
             ]
             saved = hook.save(names)
             paths[:n_rec] = [str(p) for p in saved]
-            self._new_replays += paths[:n_rec]
+            self._since_beat["new_replays"] += paths[:n_rec]
             if self.settings.render_videos and available("imageio_ffmpeg"):
                 self._render_next = saved[-1]
         rated = [
@@ -227,8 +216,8 @@ class EvalWorker(Worker):
         self.ratings.record(rated)
         self.version = version
         self.rounds += 1
-        self._matches += len(results)
-        self._rounds_delta += 1
+        self._since_beat["matches"] += len(results)
+        self._since_beat["rounds"] += 1
         self._refresh_summary()
         self._poll_render()
         self.round_s = time.monotonic() - start
@@ -243,7 +232,7 @@ class EvalWorker(Worker):
             cls: rec.all.rate for cls, rec in win_rates(self.ratings).items() if rec.all.games
         }
         board = self.ratings.leaderboard()[:LEADERBOARD_ROWS]
-        self._leaderboard = {
+        self._since_beat["leaderboard"] = {
             "columns": LEADERBOARD_COLUMNS,
             "rows": [[r.policy, r.role, r.mu, r.sigma, r.conservative, r.games] for r in board],
         }
@@ -255,7 +244,7 @@ class EvalWorker(Worker):
                 return
             job, self._render = self._render, None
             if job.ok():
-                self._new_videos.append(str(job.out))
+                self._since_beat["new_videos"].append(str(job.out))
             else:
                 log.warning("rendering %s failed: %s", job.out, job.error())
         if self._render_next is not None:
@@ -280,19 +269,12 @@ class EvalWorker(Worker):
     def counters(self) -> dict:
         out = {
             "version": self.version,
-            "matches": self._matches,
-            "rounds": self._rounds_delta,
             "round_s": self.round_s,
             "rating": dict(self._rating),
             "win_rate": dict(self._win_rate),
-            "new_replays": self._new_replays,
-            "new_videos": self._new_videos,
+            **self._since_beat,
         }
-        if self._leaderboard is not None:
-            out["leaderboard"] = self._leaderboard
-        self._matches = self._rounds_delta = 0
-        self._new_replays, self._new_videos = [], []
-        self._leaderboard = None
+        self._since_beat = _since_beat()
         return out
 
     def shutdown(self) -> None:
@@ -306,6 +288,12 @@ class EvalWorker(Worker):
         self.params.close()
         self.ratings.close()
         self.pool.close()
+
+
+def _since_beat() -> dict:
+    """The counters an eval heartbeat reports as new since the previous one (and, after a round,
+    its `leaderboard`)."""
+    return {"matches": 0, "rounds": 0, "new_replays": [], "new_videos": []}
 
 
 class _Rated:

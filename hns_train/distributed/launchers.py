@@ -14,15 +14,14 @@ and `endpoints(cfg, run_tmp)` giving the addresses workers bind and connect to.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import multiprocessing as mp
 import os
-import socket
 import time
 from pathlib import Path
 
 from hns_train.config import RunConfig
 from hns_train.distributed.security import RunKeys
+from hns_train.distributed.streams import free_tcp_ports, is_loopback
 from hns_train.distributed.worker import (  # noqa: F401 (actor_plan: the controller's)
     Worker,
     WorkerSpec,
@@ -38,19 +37,8 @@ def run_keys(cfg: RunConfig) -> RunKeys | None:
     `pipeline.encrypt`); None for one-host runs. Made per run and handed to the workers in
     their specs, never written to disk."""
     p = cfg.pipeline
-    host = p.host.strip("[]")
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    exposed = p.launcher == "ray" or (p.transport == "tcp" and not loopback)
+    exposed = p.launcher == "ray" or (p.transport == "tcp" and not is_loopback(p.host))
     return RunKeys.generate() if exposed or p.encrypt else None
-
-
-def free_tcp_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def make_endpoints(cfg: RunConfig, scheme: str, folder: Path | None = None) -> dict:
@@ -70,11 +58,10 @@ def make_endpoints(cfg: RunConfig, scheme: str, folder: Path | None = None) -> d
     elif scheme == "ipc":
         assert folder is not None
         addr = {n: f"ipc://{folder / n}" for n in names}
-    elif scheme == "tcp":
+    else:  # tcp: the config allows no other transport
         host = cfg.pipeline.host
-        addr = {n: f"tcp://{host}:{free_tcp_port(host)}" for n in names}
-    else:
-        raise ValueError(f"unknown transport {scheme!r}; allowed: inproc, ipc, tcp")
+        ports = free_tcp_ports(host, len(names))
+        addr = {n: f"tcp://{host}:{port}" for n, port in zip(names, ports, strict=True)}
     return endpoints_from(addr, n_policy, n_trainers)
 
 
@@ -136,10 +123,6 @@ class LocalLauncher:
     def dead(self) -> list[str]:
         return [name for name, p in self.processes.items() if not p.is_alive()]
 
-    def pid(self, name: str) -> int | None:
-        p = self.processes.get(name)
-        return None if p is None else p.pid
-
     def exit_code(self, name: str) -> int | None:
         p = self.processes.get(name)
         return None if p is None else p.exitcode
@@ -170,8 +153,6 @@ def make_launcher(cfg: RunConfig):
         return SerialLauncher(cfg.pipeline.torch_threads)
     if kind == "local":
         return LocalLauncher()
-    if kind == "ray":
-        from hns_train.distributed.ray_launcher import RayLauncher
+    from hns_train.distributed.ray_launcher import RayLauncher  # ray: the config allows no other
 
-        return RayLauncher(cfg)
-    raise ValueError(f"unknown launcher {kind!r}; allowed: serial, local, ray")
+    return RayLauncher(cfg)

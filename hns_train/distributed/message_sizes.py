@@ -75,9 +75,8 @@ def _parameters(cfg: RunConfig) -> MessageSize:
     )
 
 
-def _chunk(cfg: RunConfig, worlds: int) -> int:
+def _chunk(cfg: RunConfig, columns: int) -> int:
     game = cfg.game_config()
-    columns = worlds * cfg.pool.learning_agents(game.max_hiders, game.max_seekers)
     p, net = cfg.pipeline, cfg.agent.network
     layout = chunk_layout(
         observation_shapes(game),
@@ -134,7 +133,7 @@ def _c_messages(cfg: RunConfig) -> list[MessageSize]:
         _parameters(cfg),
         MessageSize(
             f"a sample chunk (one per actor group: {columns} agent columns x {p.chunk_len} steps)",
-            _chunk(cfg, worlds),
+            _chunk(cfg, columns),
             "smaller chunks (pipeline.envs_per_actor / pipeline.ring_size worlds per group, "
             "pipeline.chunk_len steps)",
         ),

@@ -58,7 +58,12 @@ import torch
 import yaml
 from tqdm import tqdm
 
-from hns_train.agents.checkpoint import CheckpointDir, load_checkpoint, save_checkpoint
+from hns_train.agents.checkpoint import (
+    CheckpointDir,
+    atomic_write_bytes,
+    load_checkpoint,
+    save_checkpoint,
+)
 from hns_train.agents.pool import PolicyPool
 from hns_train.agents.population import (
     ANCHORS,
@@ -83,7 +88,7 @@ from hns_train.agents.population import (
 from hns_train.config import RunConfig, apply_override, config_from_dict, flat_settings, save_config
 from hns_train.distributed.controller import stop_signals
 from hns_train.distributed.opponent_codes import pool_dir
-from hns_train.distributed.run_lock import RunLock, in_use
+from hns_train.distributed.run_lock import claim
 from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
 from hns_train.distributed.worker import _die_with_parent
 from hns_train.eval.league import League
@@ -196,12 +201,7 @@ class PopulationController:
         self.cfg = cfg
         self.p = cfg.population
         self.run_dir = cfg.run_dir
-        if not resume and in_use(self.run_dir):
-            raise ValueError(
-                f"run directory {self.run_dir} already exists; pass --resume {self.run_dir} "
-                "to continue it, or choose another name (name=...)"
-            )
-        self.owner = RunLock(self.run_dir)  # one population per run directory
+        self.owner = claim(self.run_dir, resume)  # one population per run directory
         for sub in ("members", LEAGUE, REQUESTS):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         save_config(cfg, self.run_dir / "config.yaml")
@@ -217,7 +217,6 @@ class PopulationController:
         self.prior_s = 0.0
         self.stop_reason = ""
         self.error = ""
-        self.resumed = resume
         self.ray_address, self._owns_ray = "", False
         self._fresh: set[str] = set()  # members with new weights since the last sync
         self._manifest_games: dict[str, int] = {}
@@ -386,17 +385,10 @@ class PopulationController:
         p = self.cfg.pipeline
         if p.launcher != "ray" or p.ray_address or self.ray_address:
             return
-        try:
-            import ray
-        except ImportError:
-            raise ValueError(
-                "pipeline.launcher=ray needs Ray 2.60: pip install 'hns_train[cluster]'"
-            ) from None
-        ray.init(
-            num_cpus=p.ray_num_cpus or None, include_dashboard=False, logging_level=logging.WARNING
-        )
+        from hns_train.distributed.ray_launcher import start_ray
+
+        ray, self._owns_ray = start_ray(p)
         self.ray_address = ray.get_runtime_context().gcs_address
-        self._owns_ray = True
 
     def start_members(self) -> None:
         """Every member joins (a new population) and its run starts (or resumes)."""
@@ -822,13 +814,8 @@ def request(run_dir: str | Path, action: str, member: str | None = None) -> Path
         names = set(load_manifest(run_dir / MANIFEST)["members"])
         if member not in names:
             raise ValueError(f"no member {member!r} in {run_dir}; members: {sorted(names)}")
-    folder = run_dir / REQUESTS
-    folder.mkdir(exist_ok=True)
-    path = folder / f"{time.time_ns()}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"action": action, "member": member}))
-    tmp.replace(path)
-    return path
+    path = run_dir / REQUESTS / f"{time.time_ns()}.json"
+    return atomic_write_bytes(path, json.dumps({"action": action, "member": member}).encode())
 
 
 def move_aside(path: Path) -> Path:

@@ -32,12 +32,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import socket
 import time
 from collections import defaultdict
 from typing import Any
 
 from hns_train.config import RunConfig
+from hns_train.distributed.streams import free_tcp_ports
 from hns_train.distributed.worker import WorkerSpec, actor_plan, endpoints_from, run_worker
 
 log = logging.getLogger(__name__)
@@ -64,45 +64,35 @@ class _WorkerHost:
         run_worker(WorkerSpec(**spec))
 
 
-def _free_ports(host: str, count: int) -> list[int]:
-    """`count` distinct free ports on `host` (all held open together while they are chosen)."""
-    sockets = []
+def start_ray(p) -> tuple[Any, bool]:
+    """(the `ray` module, whether this call connected it): connected to `pipeline.ray_address`,
+    or to a new local Ray with `pipeline.ray_num_cpus` logical CPUs and no dashboard, unless
+    this process is connected already."""
     try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+        import ray
+    except ImportError:
+        raise ValueError(
+            "pipeline.launcher=ray needs Ray 2.60: pip install 'hns_train[cluster]'"
+        ) from None
+    if ray.is_initialized():
+        return ray, False
+    if p.ray_address:
+        ray.init(address=p.ray_address, logging_level=logging.WARNING)
+    else:
+        ray.init(
+            num_cpus=p.ray_num_cpus or None, include_dashboard=False, logging_level=logging.WARNING
+        )
+    return ray, True
 
 
 class RayLauncher:
     scheme = "tcp"
 
     def __init__(self, cfg: RunConfig) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise ValueError(
-                "pipeline.launcher=ray needs Ray 2.60: pip install 'hns_train[cluster]'"
-            ) from None
-        self.ray = ray
+        self.ray, self.owns_ray = start_ray(cfg.pipeline)
         self.cfg = cfg
-        p = cfg.pipeline
-        self.owns_ray = not ray.is_initialized()
-        if self.owns_ray:
-            if p.ray_address:
-                ray.init(address=p.ray_address, logging_level=logging.WARNING)
-            else:
-                ray.init(
-                    num_cpus=p.ray_num_cpus or None,
-                    include_dashboard=False,
-                    logging_level=logging.WARNING,
-                )
-        self.host = ray.util.get_node_ip_address()  # the controller's node
-        self._host_cls = ray.remote(_WorkerHost)
+        self.host = self.ray.util.get_node_ip_address()  # the controller's node
+        self._host_cls = self.ray.remote(_WorkerHost)
         self.actors: dict[str, Any] = {}
         self.runs: dict[str, Any] = {}
         self._where: dict[str, Any] = {}  # name -> reference to (pid, node id)
@@ -195,10 +185,10 @@ class RayLauncher:
 
     def _ports_on(self, ip: str, node_id: str | None, count: int) -> list[int]:
         if ip == self.host or node_id is None:
-            return _free_ports(ip, count)
+            return free_tcp_ports(ip, count)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        task = self.ray.remote(_free_ports).options(
+        task = self.ray.remote(free_tcp_ports).options(
             num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
         )
         return self.ray.get(task.remote(ip, count), timeout=60)
@@ -241,9 +231,6 @@ class RayLauncher:
                 except Exception as err:
                     log.warning("%s: Ray actor ended with %s", name, type(err).__name__)
         return sorted(self._finished & set(self.runs))
-
-    def pid(self, name: str) -> int | None:
-        return self.placement().get(name, (None, None))[0]
 
     def placement(self) -> dict[str, tuple[int, str]]:
         """Worker name -> (process id, Ray node id) of its current actor."""

@@ -48,8 +48,7 @@ class RunLog:
         self.eval_matches = 0  # rated matches reported by eval workers
         self.eval_latest: dict = {}  # newest eval heartbeat carrying a rating
         self._stats = np.zeros(len(self.stat_keys))  # episode statistics summed over the window
-        self._episodes = 0
-        self._frames = 0
+        self._episodes = 0  # the window's frames are the costs' (`costs.frames`)
 
     def open(self, frames: int) -> None:
         lg = self.cfg.logging
@@ -91,7 +90,6 @@ class RunLog:
         self.costs.add(kind, meta)
         if kind in ("actor", "trainer"):  # actors, and pods: trainers that simulate
             self._episodes += int(meta.get("episodes", 0))
-            self._frames += int(meta.get("frames", 0))
             sums = meta.get("stat_sums")
             if sums is not None and len(sums) == len(self.stat_keys):
                 self._stats += np.asarray(sums, float)
@@ -119,7 +117,7 @@ class RunLog:
     def record(self, base: dict, elapsed_s: float, last_by_kind: dict[str, list[dict]]) -> dict:
         """Complete the controller's `base` record with the window's figures; write it, log it,
         look for phase onsets, start a new window."""
-        record = {**base, "throughput/env_fps": self._frames / max(elapsed_s, 1e-9)}
+        record = {**base, "throughput/env_fps": self.costs.frames / max(elapsed_s, 1e-9)}
         if self._episodes:
             means = self._stats / self._episodes
             keys = self.stat_keys
@@ -128,7 +126,7 @@ class RunLog:
         record.update(self.costs.metrics(elapsed_s))
         record.update(self._eval_metrics())
         self._stats[:] = 0
-        self._episodes = self._frames = 0
+        self._episodes = 0
         self.records.append(record)
         append_record(self.metrics_path, record)
         if self.logger is not None:

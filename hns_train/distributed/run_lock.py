@@ -1,15 +1,16 @@
 """One owner per run directory, and no socket folder left by an owner that is gone.
 
-`RunLock(run_dir)` takes an exclusive `flock` on `run_dir/.owner` and writes the owner's PID
-into it. The kernel drops the lock when the owning process ends, however it ends (`kill -9`
-included), so a dead owner never holds a run; a second training or resume of a live one is
-refused with the owner's PID. Worker processes do not inherit the descriptor (Python opens it
-non-inheritable): a worker that outlives its controller for a moment holds nothing.
+`claim(run_dir, resume)` refuses to start a new run in a directory that holds one, then takes
+its `RunLock`. `RunLock(run_dir)` takes an exclusive `flock` on `run_dir/.owner` and writes the
+owner's PID into it. The kernel drops the lock when the owning process ends, however it ends
+(`kill -9` included), so a dead owner never holds a run; a second training or resume of a live
+one is refused with the owner's PID. Worker processes do not inherit the descriptor (Python
+opens it non-inheritable): a worker that outlives its controller for a moment holds nothing.
 
-`socket_folder()` makes the controller's folder of `ipc://` sockets (`/tmp/hns-*`, short
-paths: the OS limits their length) with its owner's PID in a file; `clean_socket_folders()`
-removes the folders whose owner is gone (a controller killed with `kill -9` cannot remove its
-own).
+`owned_folder(prefix)` makes a folder named after its owner's PID, such as the controller's
+folder of `ipc://` sockets (`/tmp/hns-<pid>-*`, short paths: the OS limits their length), and
+first removes the folders of that prefix whose owner is gone (a controller killed with
+`kill -9` cannot remove its own).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from pathlib import Path
 
 LOCK_NAME = ".owner"
 SOCKETS_PREFIX = "hns-"
-OWNER_FILE = "owner.pid"
 
 
 class RunDirInUse(ValueError):
@@ -70,33 +70,38 @@ def in_use(run_dir: str | os.PathLike) -> bool:
     return path.is_dir() and any(p.name != LOCK_NAME for p in path.iterdir())
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
+def claim(run_dir: str | os.PathLike, resume: bool) -> RunLock:
+    """The lock of a run directory for a controller that starts (`resume` False: the directory
+    must be new) or resumes it; a ValueError saying what to do otherwise."""
+    if not resume and in_use(run_dir):
+        raise ValueError(
+            f"run directory {run_dir} already exists; pass --resume {run_dir} "
+            "to continue it, or choose another name (name=...)"
+        )
+    return RunLock(run_dir)
 
 
-def socket_folder() -> Path:
-    """A new socket folder owned by this process."""
-    folder = Path(tempfile.mkdtemp(prefix=SOCKETS_PREFIX))
-    (folder / OWNER_FILE).write_text(f"{os.getpid()}\n")
-    return folder
+def owned_folder(prefix: str, base: str | os.PathLike | None = None) -> Path:
+    """A new private folder `<prefix><pid>-<random>` in `base` (the temp folder), owned by this
+    process; first, the folders of that prefix whose owner is gone are removed."""
+    base = base or tempfile.gettempdir()
+    remove_stale_folders(base, prefix)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=base))
 
 
-def clean_socket_folders(root: str | os.PathLike | None = None) -> list[Path]:
-    """Remove the socket folders under `root` (the temp folder) whose owner process is gone;
-    folders without an owner file (made by other programs, or being made) are left alone."""
+def remove_stale_folders(base: str | os.PathLike, prefix: str) -> list[Path]:
+    """Remove this user's folders `<prefix><pid>-*` in `base` whose owner process is gone;
+    folders of other names (made by other programs) are left alone."""
     removed = []
-    for folder in Path(root or tempfile.gettempdir()).glob(f"{SOCKETS_PREFIX}*"):
+    for folder in Path(base).glob(f"{prefix}*-*"):
+        pid = folder.name[len(prefix) :].split("-", 1)[0]
         try:
-            pid = int((folder / OWNER_FILE).read_text().strip())
-        except (OSError, ValueError):
-            continue
-        if pid != os.getpid() and not _alive(pid):
+            if not pid.isdigit() or folder.is_symlink() or folder.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
+        except OSError:  # alive under another user, or the folder went meanwhile
+            continue
     return removed

@@ -1,4 +1,4 @@
-"""ZeroMQ CURVE keys for cluster runs: generate, store in the run dir, apply to sockets.
+"""ZeroMQ CURVE keys for cluster runs: generate, hand to workers as plain data, apply to sockets.
 
 One run has two keypairs, made by the controller with ``zmq.curve_keypair``:
 
@@ -11,9 +11,9 @@ binding socket) that accepts only the run's client public key, in a ZAP domain n
 run's server key; a peer with other keys, or none, never gets a message through. CURVE also
 encrypts the traffic.
 
-Key file: ``<run_dir>/security/curve_keys.json`` (z85 strings), created with mode 0600 in a 0700
-directory and written atomically. ``load`` refuses a file or directory that other users can read
-or write, or that belongs to another user. Secret keys never appear in ``repr``.
+The keys are never written to disk: the controller makes them per run and hands them to its
+workers inside their start specs (``to_dict`` / ``from_dict``). Secret keys never appear in
+``repr``.
 """
 
 from __future__ import annotations
@@ -21,13 +21,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
-import json
 import logging
-import os
-import stat
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import zmq
@@ -36,9 +32,6 @@ from zmq.utils import z85
 
 log = logging.getLogger(__name__)
 
-KEYS_DIR = "security"
-KEYS_FILE = "curve_keys.json"
-KEYS_FORMAT = 1
 _KEY_FIELDS = ("server_public", "server_secret", "client_public", "client_secret")
 
 
@@ -96,57 +89,11 @@ class RunKeys:
             raise ValueError(f"CURVE key data lacks {missing}; needs {list(_KEY_FIELDS)}")
         return cls(**{n: data[n] for n in _KEY_FIELDS})
 
-    # --- files -----------------------------------------------------------------------------
-
-    @staticmethod
-    def path(run_dir: str | os.PathLike) -> Path:
-        return Path(run_dir) / KEYS_DIR / KEYS_FILE
-
-    def save(self, run_dir: str | os.PathLike) -> Path:
-        """Write the key file (0600, directory 0700); returns its path."""
-        path = self.path(run_dir)
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(path.parent, 0o700)  # mkdir's mode is filtered by the umask
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump({"format": KEYS_FORMAT, **self.to_dict()}, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        return path
-
-    @classmethod
-    def load(cls, run_dir: str | os.PathLike) -> RunKeys:
-        """Read the key file, refusing it when other users could read or change it."""
-        path = cls.path(run_dir)
-        for p, what in ((path.parent, "directory"), (path, "file")):
-            st = os.stat(p)
-            if st.st_uid != os.getuid():
-                raise ValueError(f"CURVE key {what} {p} belongs to uid {st.st_uid}, not to us")
-            if st.st_mode & 0o077:
-                raise ValueError(
-                    f"CURVE key {what} {p} has mode {stat.filemode(st.st_mode)}; other users "
-                    f"must have no access (file 0600, directory 0700)"
-                )
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"CURVE key file {path} is unreadable: {exc}") from exc
-        if not isinstance(data, dict) or data.get("format") != KEYS_FORMAT:
-            raise ValueError(f"CURVE key file {path} is not format {KEYS_FORMAT}")
-        return cls.from_dict(data)
-
     # --- sockets ---------------------------------------------------------------------------
 
     def apply_server(self, socket: zmq.Socket) -> None:
         """Make a socket (before bind) a CURVE server that admits only this run's client key."""
-        _authenticator(socket.context).allow(self.zap_domain, self.client_public)
+        _allow(socket.context, self.zap_domain, self.client_public)
         socket.curve_secretkey = self.server_secret
         socket.curve_publickey = self.server_public
         socket.curve_server = True
@@ -175,45 +122,31 @@ class _KeySet:
         return allowed
 
 
-class _Authenticators:
-    """One started ThreadAuthenticator per zmq context of this process."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_context: dict[int, tuple[ThreadAuthenticator, dict[str, _KeySet]]] = {}
-
-    def get(self, context: zmq.Context) -> _Authenticators._Handle:
-        with self._lock:
-            entry = self._by_context.get(id(context))
-            if entry is None or entry[0].context is not context:
-                auth = ThreadAuthenticator(context, log=log)
-                auth.start()
-                entry = (auth, {})
-                self._by_context[id(context)] = entry
-            return self._Handle(*entry, self._lock)
-
-    def stop_all(self) -> None:
-        with self._lock:
-            for auth, _ in self._by_context.values():
-                auth.stop()
-            self._by_context.clear()
-
-    class _Handle:
-        def __init__(self, auth: ThreadAuthenticator, domains: dict[str, _KeySet], lock) -> None:
-            self.auth, self.domains, self.lock = auth, domains, lock
-
-        def allow(self, domain: str, client_public: bytes) -> None:
-            with self.lock:
-                keyset = self.domains.get(domain)
-                if keyset is None:
-                    keyset = self.domains[domain] = _KeySet()
-                    self.auth.configure_curve_callback(domain, credentials_provider=keyset)
-                keyset.keys.add(client_public)
+# One started ThreadAuthenticator per zmq context of this process, with its domains' key sets.
+_LOCK = threading.Lock()
+_BY_CONTEXT: dict[int, tuple[ThreadAuthenticator, dict[str, _KeySet]]] = {}
 
 
-_AUTHENTICATORS = _Authenticators()
-atexit.register(_AUTHENTICATORS.stop_all)
+def _allow(context: zmq.Context, domain: str, client_public: bytes) -> None:
+    """Admit `client_public` in ZAP `domain` on `context`, whose authenticator starts on first
+    use."""
+    with _LOCK:
+        entry = _BY_CONTEXT.get(id(context))
+        if entry is None or entry[0].context is not context:
+            auth = ThreadAuthenticator(context, log=log)
+            auth.start()
+            entry = _BY_CONTEXT[id(context)] = (auth, {})
+        auth, domains = entry
+        keyset = domains.get(domain)
+        if keyset is None:
+            keyset = domains[domain] = _KeySet()
+            auth.configure_curve_callback(domain, credentials_provider=keyset)
+        keyset.keys.add(client_public)
 
 
-def _authenticator(context: zmq.Context) -> _Authenticators._Handle:
-    return _AUTHENTICATORS.get(context)
+@atexit.register
+def _stop_authenticators() -> None:
+    with _LOCK:
+        for auth, _ in _BY_CONTEXT.values():
+            auth.stop()
+        _BY_CONTEXT.clear()

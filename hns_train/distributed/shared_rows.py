@@ -32,7 +32,6 @@ import contextlib
 import mmap
 import os
 import re
-import shutil
 import tempfile
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -43,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from hns_train.distributed.contract import ContractError
+from hns_train.distributed.run_lock import owned_folder
 
 SLOTS = 3
 ALIGN = 64  # bytes; every field starts on a cache line
@@ -60,25 +60,7 @@ def shared_folder(base: str | None = None) -> str:
     if base is None:
         shm = "/dev/shm"
         base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
-    remove_stale_folders(base)
-    return tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-", dir=base)
-
-
-def remove_stale_folders(base: str | os.PathLike) -> list[Path]:
-    """Remove this user's block folders in `base` whose controller process is gone."""
-    removed = []
-    for folder in Path(base).glob(f"{FOLDER_PREFIX}*-*"):
-        pid = folder.name[len(FOLDER_PREFIX) :].split("-", 1)[0]
-        try:
-            if not pid.isdigit() or folder.is_symlink() or folder.stat().st_uid != os.getuid():
-                continue
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
-        except OSError:  # alive under another user, or the folder went meanwhile
-            continue
-    return removed
+    return str(owned_folder(FOLDER_PREFIX, base))
 
 
 @dataclass(frozen=True)
@@ -223,11 +205,6 @@ class SharedReader:
             return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
         finally:
             os.close(fd)
-
-    def forget(self, name: str) -> None:
-        """Close the mappings of a block (one that failed, or whose writer is gone)."""
-        for key in [k for k in self._open if k[0] == name]:
-            _close(self._open.pop(key)[0])
 
     def close(self) -> None:
         while self._open:

@@ -58,6 +58,7 @@ import ipaddress
 import itertools
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -88,16 +89,11 @@ def context() -> zmq.Context:
 
 def ipc_endpoint(directory: str | os.PathLike, name: str) -> str:
     """``ipc://<directory>/<name>.sock``, checking the length limit of socket paths."""
-    path = os.path.join(os.fspath(directory), f"{name}.sock")
-    if len(os.fsencode(path)) > MAX_IPC_PATH_BYTES:
-        raise ValueError(
-            f"ipc path {path!r} is {len(os.fsencode(path))} bytes; at most "
-            f"{MAX_IPC_PATH_BYTES} allowed (use a shorter directory, e.g. under /tmp)"
-        )
-    return f"ipc://{path}"
+    return resolve_bind(f"ipc://{os.path.join(os.fspath(directory), f'{name}.sock')}")
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address, IPv6 in brackets or not) is this host only."""
     host = host.strip("[]")
     if host == "localhost":
         return True
@@ -114,7 +110,10 @@ def resolve_bind(bind: str, security: RunKeys | None = None) -> str:
     transport, rest = bind.split("://", 1)
     if transport == "ipc":
         if len(os.fsencode(rest)) > MAX_IPC_PATH_BYTES:
-            raise ValueError(f"ipc path {rest!r} is longer than {MAX_IPC_PATH_BYTES} bytes")
+            raise ValueError(
+                f"ipc path {rest!r} is {len(os.fsencode(rest))} bytes; at most "
+                f"{MAX_IPC_PATH_BYTES} allowed (use a shorter directory, e.g. under /tmp)"
+            )
         return bind
     if transport == "inproc":
         return bind
@@ -124,12 +123,26 @@ def resolve_bind(bind: str, security: RunKeys | None = None) -> str:
     if not sep or not (port == "*" or port.isdigit()):
         raise ValueError(f"tcp bind address {bind!r} needs a port (0 or * for any free port)")
     host = host or "127.0.0.1"
-    if not _is_loopback(host) and security is None:
+    if not is_loopback(host) and security is None:
         raise ValueError(
             f"binding {bind!r} would expose an unauthenticated socket beyond this host; bind "
             f"127.0.0.1, or pass security=RunKeys for a cluster run"
         )
     return f"tcp://{host}:{'*' if port in ('0', '*') else port}"
+
+
+def free_tcp_ports(host: str, count: int) -> list[int]:
+    """`count` distinct free ports on `host` (all held open together while they are chosen)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def _check_timeout(timeout_ms: int) -> int:
@@ -150,7 +163,10 @@ def _identity(identity: str | bytes | None) -> bytes | None:
 
 
 class _Stream:
-    """One socket, bound or connected, with the shared rejection and closing logic."""
+    """One socket, bound or connected, with the shared rejection and closing logic.
+
+    Every stream class takes ``security`` and ``max_message_bytes`` as keywords and passes them
+    here as they are (``**settings``)."""
 
     def __init__(
         self,
@@ -247,7 +263,7 @@ class _Stream:
         except zmq.Again:
             return None
 
-    def _recv_one(self, timeout_ms: int) -> Message | None:
+    def recv(self, timeout_ms: int = 100) -> Message | None:
         """The next well-formed message, dropping malformed ones, or None after timeout_ms."""
         deadline = _Deadline(timeout_ms)
         while self.socket.poll(deadline.remaining_ms(), zmq.POLLIN):
@@ -258,8 +274,9 @@ class _Stream:
                 break
         return None
 
-    def _send(self, frames: list, timeout_ms: int, copy: bool) -> bool:
-        """Send unless the queue stays full for timeout_ms (then False)."""
+    def _send(self, frames: list, *, timeout_ms: int = 1000, copy: bool = False) -> bool:
+        """Send unless the queue stays full for timeout_ms (then False); ``copy=False`` hands
+        the arrays to the socket as they are (see the module docstring)."""
         if not self.socket.poll(_check_timeout(timeout_ms), zmq.POLLOUT):
             return False
         try:
@@ -295,25 +312,12 @@ class _RouterServer(_Stream):
     DEFAULT_MAX_REQUESTS: int
 
     def __init__(
-        self,
-        bind: str,
-        *,
-        max_requests: int | None = None,
-        hwm: int = 1000,
-        security: RunKeys | None = None,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        self, bind: str, *, max_requests: int | None = None, hwm: int = 1000, **settings
     ) -> None:
         if max_requests is None:
             max_requests = self.DEFAULT_MAX_REQUESTS
         self.max_requests = _positive("max_requests", max_requests)
-        super().__init__(
-            zmq.ROUTER,
-            bind=bind,
-            security=security,
-            sndhwm=hwm,
-            rcvhwm=hwm,
-            max_message_bytes=max_message_bytes,
-        )
+        super().__init__(zmq.ROUTER, bind=bind, sndhwm=hwm, rcvhwm=hwm, **settings)
 
     def _setup(self) -> None:
         # Unknown or full peers raise instead of being silently dropped, so send() can say so.
@@ -342,9 +346,18 @@ class _RouterServer(_Stream):
                 break
         return out
 
-    def _reply(
-        self, peer: bytes, kind: str, arrays: _Arrays, meta: _Meta, timeout_ms: int, copy: bool
+    def send(
+        self,
+        peer: bytes,
+        kind: str,
+        arrays: _Arrays = None,
+        meta: _Meta = None,
+        *,
+        timeout_ms: int = 1000,
+        copy: bool = False,
     ) -> bool:
+        """Send to one peer; False if it is not connected or its queue stays full for
+        timeout_ms."""
         frames = [bytes(peer), *encode(kind, arrays, meta)]
         deadline = _Deadline(timeout_ms)
         while True:
@@ -365,33 +378,43 @@ class _RouterServer(_Stream):
                 return False
 
 
-class _DealerClient(_Stream):
+class _Sender(_Stream):
+    """A stream that sends: ``send`` waits up to timeout_ms for room in the queue."""
+
+    def send(self, kind: str, arrays: _Arrays = None, meta: _Meta = None, **options) -> bool:
+        """Queue one message; False if the queue stays full for ``timeout_ms`` (an option, as
+        ``copy``: see ``_send``)."""
+        return self._send(encode(kind, arrays, meta), **options)
+
+
+class _DealerClient(_Sender):
+    """DEALER: requests to, and replies from, a ROUTER server; ``identity`` is the peer id the
+    server sees.
+
+    ``token``, when given, goes into the meta of every message sent (key ``"token"``): the
+    controller hands each worker incarnation its own and accepts nothing without it."""
+
     def __init__(
         self,
         connect: str | Sequence[str],
         identity: str | bytes | None = None,
         *,
+        token: str | None = None,
         hwm: int = 1000,
-        security: RunKeys | None = None,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        **settings,
     ) -> None:
         self.identity = _identity(identity)
-        super().__init__(
-            zmq.DEALER,
-            connect=connect,
-            security=security,
-            sndhwm=hwm,
-            rcvhwm=hwm,
-            max_message_bytes=max_message_bytes,
-        )
+        self.token = token
+        super().__init__(zmq.DEALER, connect=connect, sndhwm=hwm, rcvhwm=hwm, **settings)
 
     def _setup(self) -> None:
         if self.identity is not None:
             self.socket.setsockopt(zmq.ROUTING_ID, self.identity)
 
-    def recv(self, timeout_ms: int = 100) -> Message | None:
-        """The next well-formed message, or None after timeout_ms."""
-        return self._recv_one(timeout_ms)
+    def send(self, kind: str, arrays: _Arrays = None, meta: _Meta = None, **options) -> bool:
+        if self.token is not None:
+            meta = {**dict(meta or {}), "token": self.token}
+        return super().send(kind, arrays, meta, **options)
 
 
 class InferenceServer(_RouterServer):
@@ -402,36 +425,12 @@ class InferenceServer(_RouterServer):
     """
 
     DEFAULT_MAX_REQUESTS = 256
-
-    def reply(
-        self,
-        client_id: bytes,
-        kind: str,
-        arrays: _Arrays = None,
-        meta: _Meta = None,
-        *,
-        timeout_ms: int = 1000,
-        copy: bool = False,
-    ) -> bool:
-        """Send to one client; False if it is gone or its queue stays full for timeout_ms."""
-        return self._reply(client_id, kind, arrays, meta, timeout_ms, copy)
+    reply = _RouterServer.send  # one reply per request, to the client that sent it
 
 
 class InferenceClient(_DealerClient):
     """Actor side: send requests, receive replies (each reply carries what the actor needs to
     match it, e.g. a group index in ``meta``; replies come back in request order per server)."""
-
-    def send(
-        self,
-        kind: str,
-        arrays: _Arrays = None,
-        meta: _Meta = None,
-        *,
-        timeout_ms: int = 1000,
-        copy: bool = False,
-    ) -> bool:
-        """Queue a request; False if the queue stays full for timeout_ms."""
-        return self._send(encode(kind, arrays, meta), timeout_ms, copy)
 
 
 class ControlServer(_RouterServer):
@@ -439,127 +438,39 @@ class ControlServer(_RouterServer):
 
     DEFAULT_MAX_REQUESTS = 1024
 
-    def send(
-        self,
-        worker_id: bytes,
-        kind: str,
-        arrays: _Arrays = None,
-        meta: _Meta = None,
-        *,
-        timeout_ms: int = 1000,
-    ) -> bool:
-        """Send to one worker; False if it is not connected or its queue stays full."""
-        return self._reply(worker_id, kind, arrays, meta, timeout_ms, copy=True)
-
 
 class ControlClient(_DealerClient):
-    """Worker side of the control stream; ``identity`` is the worker id the controller sees.
+    """Worker side of the control stream; ``identity`` is the worker id the controller sees,
+    ``token`` this worker incarnation's (see ``_DealerClient``)."""
 
-    ``token``, when given, goes into the meta of every message sent (key ``"token"``): the
-    controller hands each worker incarnation its own and accepts nothing without it."""
-
-    def __init__(
-        self,
-        connect: str,
-        identity: str | bytes,
-        *,
-        token: str | None = None,
-        hwm: int = 1000,
-        security: RunKeys | None = None,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    ) -> None:
+    def __init__(self, connect: str, identity: str | bytes, **settings) -> None:
         if identity is None:
             raise ValueError("a ControlClient needs an identity (its worker id)")
-        self.token = token
-        super().__init__(
-            connect, identity, hwm=hwm, security=security, max_message_bytes=max_message_bytes
-        )
-
-    def send(
-        self,
-        kind: str,
-        meta: _Meta = None,
-        arrays: _Arrays = None,
-        *,
-        timeout_ms: int = 1000,
-    ) -> bool:
-        """Queue a message for the controller; False if the queue stays full for timeout_ms."""
-        if self.token is not None:
-            meta = {**dict(meta or {}), "token": self.token}
-        return self._send(encode(kind, arrays, meta), timeout_ms, copy=True)
+        super().__init__(connect, identity, **settings)
 
 
 # --- samples ---------------------------------------------------------------------------------
 
 
-class SampleSender(_Stream):
+class SampleSender(_Sender):
     """Actor side of the sample stream (PUSH). Connect to one or several receivers (messages
     then go round-robin). ``send`` returns False under back-pressure instead of queueing."""
 
-    def __init__(
-        self,
-        connect: str | Sequence[str],
-        hwm: int = 8,
-        *,
-        security: RunKeys | None = None,
-    ) -> None:
-        self.blocked = 0
-        super().__init__(zmq.PUSH, connect=connect, security=security, sndhwm=hwm)
-
-    def send(
-        self,
-        kind: str,
-        arrays: _Arrays = None,
-        meta: _Meta = None,
-        timeout_ms: int = 1000,
-        *,
-        copy: bool = False,
-    ) -> bool:
-        """Queue one message; False (and ``blocked`` += 1) if the queue stays full."""
-        ok = self._send(encode(kind, arrays, meta), timeout_ms, copy)
-        if not ok:
-            self.blocked += 1
-        return ok
+    def __init__(self, connect: str | Sequence[str], hwm: int = 8, **settings) -> None:
+        super().__init__(zmq.PUSH, connect=connect, sndhwm=hwm, **settings)
 
 
 class SampleReceiver(_Stream):
     """Trainer side of the sample stream (PULL, binds); any number of senders connect."""
 
-    def __init__(
-        self,
-        bind: str,
-        hwm: int = 8,
-        *,
-        security: RunKeys | None = None,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    ) -> None:
-        super().__init__(
-            zmq.PULL,
-            bind=bind,
-            security=security,
-            rcvhwm=hwm,
-            max_message_bytes=max_message_bytes,
-        )
-
-    def recv(self, timeout_ms: int = 100) -> Message | None:
-        """The next well-formed message, or None after timeout_ms."""
-        return self._recv_one(timeout_ms)
-
-    def recv_many(self, max_messages: int, timeout_ms: int = 100) -> list[Message]:
-        """Up to max_messages: waits up to timeout_ms for the first, then takes what is queued."""
-        first = self.recv(timeout_ms)
-        if first is None:
-            return []
-        out = [first]
-        while len(out) < max_messages and (msg := self.recv(0)) is not None:
-            out.append(msg)
-        return out
+    def __init__(self, bind: str, hwm: int = 8, **settings) -> None:
+        super().__init__(zmq.PULL, bind=bind, rcvhwm=hwm, **settings)
 
 
 # --- parameters ------------------------------------------------------------------------------
 
 
-class ParamPublisher:
+class ParamPublisher(_Stream):
     """Trainer side of the parameter stream.
 
     ``publish`` copies the arrays, keeps them as the latest version and hands them to a
@@ -578,24 +489,17 @@ class ParamPublisher:
         *,
         republish_s: float | None = None,
         hwm: int = 4,
-        security: RunKeys | None = None,
+        **settings,
     ) -> None:
         if republish_s is not None and republish_s <= 0:
             raise ValueError(f"republish_s must be > 0 or None, got {republish_s}")
         self.republish_s = republish_s
         self.publisher_id = os.urandom(8).hex()
-        self.latest_version: int | None = None
         self.sends = 0  # messages handed to the socket, re-sends included
         self._latest: list | None = None
         self._lock = threading.Lock()
-        self._stream = _Stream(
-            zmq.XPUB,
-            bind=bind,
-            security=security,
-            sndhwm=hwm,
-            options={zmq.XPUB_VERBOSE: 1},
-        )
-        self.endpoint = self._stream.endpoint
+        options = {zmq.XPUB_VERBOSE: 1}
+        super().__init__(zmq.XPUB, bind=bind, sndhwm=hwm, options=options, **settings)
         ctx = context()
         wake = f"inproc://hns-param-wake-{os.getpid()}-{next(self._wake_ids)}"
         self._wake_rx = ctx.socket(zmq.PAIR)
@@ -623,14 +527,13 @@ class ParamPublisher:
         frames = encode(PARAMS_KIND, owned, meta)
         with self._lock:
             self._latest = frames
-            self.latest_version = int(version)
         try:
             self._wake_tx.send(b"new", flags=zmq.NOBLOCK)
         except zmq.Again:  # only if the thread has died; the next subscribe cannot be served
             log.error("ParamPublisher %s: publishing thread is not running", self.endpoint)
 
     def _serve(self) -> None:
-        xpub = self._stream.socket
+        xpub = self.socket
         poller = zmq.Poller()
         poller.register(xpub, zmq.POLLIN)
         poller.register(self._wake_rx, zmq.POLLIN)
@@ -684,34 +587,15 @@ class ParamPublisher:
         self._thread.join(timeout=5)
         self._wake_tx.close(linger=0)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 class ParamSubscriber(_Stream):
     """Policy/eval side of the parameter stream (SUB, connects)."""
 
-    def __init__(
-        self,
-        connect: str | Sequence[str],
-        *,
-        hwm: int = 4,
-        security: RunKeys | None = None,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    ) -> None:
+    def __init__(self, connect: str | Sequence[str], *, hwm: int = 4, **settings) -> None:
         self.version: int | None = None  # version last returned by poll_latest
         self.publisher: str | None = None
-        super().__init__(
-            zmq.SUB,
-            connect=connect,
-            security=security,
-            rcvhwm=hwm,
-            max_message_bytes=max_message_bytes,
-            options={zmq.SUBSCRIBE: b""},
-        )
+        options = {zmq.SUBSCRIBE: b""}
+        super().__init__(zmq.SUB, connect=connect, rcvhwm=hwm, options=options, **settings)
 
     def _check(self, msg: Message) -> bool:
         v, pub = msg.meta.get("version"), msg.meta.get("publisher")

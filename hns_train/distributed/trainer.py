@@ -46,11 +46,8 @@ class Sample:
 class TrainerWorker(LearnerWorker):
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
-        self.samples = SampleReceiver(
-            spec.endpoints["samples_bind"][self.rank],
-            hwm=16,
-            security=self.security,
-            max_message_bytes=self.max_message_bytes,
+        self.samples = self.open_stream(
+            SampleReceiver, spec.endpoints["samples_bind"][self.rank], hwm=16
         )
         self.buffer: list[Sample] = []
         self._arrivals = 0

@@ -25,9 +25,9 @@ population writes it once, in its own directory, before its members start; a mem
 (`<population>/members/m<i>`) finds it there and writes none: the members share their
 population's wandb service, which refuses a second process opening the same run id.
 
-`read_offline_run(path)` reads an offline run back through wandb's own command-line reader
-(`wandb leet inspect --json`, one JSON record per line), for tests and for checking a run before
-syncing it; nothing here parses wandb's binary file format.
+`run_records(path)` reads an offline run file back through wandb's own command-line reader
+(`wandb leet inspect --json`, one JSON record per line): `finish` uses it to wait for the exit
+record; nothing here parses wandb's binary file format.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import string
 import subprocess
 import sys
 import time
@@ -56,12 +55,6 @@ SKIPPED_KEYS = ("kind", "time")  # bookkeeping in metrics.jsonl, not a chart
 FLUSH_TIMEOUT_S = 30.0  # longest wait for an offline run file to be complete after finish()
 FLUSH_POLL_S = 0.25
 INSPECT_TIMEOUT_S = 120.0
-
-
-def new_run_id(length: int = 8) -> str:
-    """A wandb-style run id: lowercase letters and digits."""
-    alphabet = string.ascii_lowercase + string.digits
-    return "".join(secrets.choice(alphabet) for _ in range(length))
 
 
 def resolve_mode(mode: str | None) -> str:
@@ -109,7 +102,7 @@ class WandbLogger:
         if resume and id_file.is_file() and id_file.read_text().strip():
             self.run_id = id_file.read_text().strip()
         else:
-            self.run_id = new_run_id()
+            self.run_id = secrets.token_hex(4)  # wandb's form: lowercase letters and digits
             id_file.write_text(self.run_id + "\n")
         self.run = wandb.init(
             project=project,
@@ -158,7 +151,8 @@ class WandbLogger:
             return
         import wandb
 
-        self.run.log({**_onset_axes(onset), **_phase_row(onset.phase, onset.episodes)})
+        axes = {axis: getattr(onset, axis) for axis in AXES}
+        self.run.log({**axes, **_phase_row(onset.phase, onset.episodes)})
         for axis in AXES:
             self.run.summary[f"phase/{onset.phase}/{axis}"] = getattr(onset, axis)
         rows = [[o.phase, o.episodes, o.frames, o.hours, o.version] for o in self.onsets]
@@ -230,7 +224,7 @@ def _finish(run, exit_code: int) -> None:
 
 def _has_exit(path: Path) -> bool:
     try:
-        return any(r.get("type") == "exit" for r in _records(path))
+        return any(r.get("type") == "exit" for r in run_records(path))
     except ValueError:  # a file still being written may end in a torn record
         return False
 
@@ -240,10 +234,6 @@ def define_axes(run) -> None:
     for axis in AXES:
         run.define_metric(axis, summary="max")
     run.define_metric("*", step_metric="episodes")
-
-
-def _onset_axes(onset: PhaseOnset) -> dict:
-    return {axis: getattr(onset, axis) for axis in AXES}
 
 
 def _phase_row(phase: str, episodes: float) -> dict:
@@ -318,13 +308,7 @@ def log_reference_run(
     return REFERENCE_RUN_ID
 
 
-# ---------------------------------------------------------------------- reading offline runs
-def offline_runs(run_dir: str | Path) -> list[Path]:
-    """The offline-run directories under `run_dir/wandb`, oldest first."""
-    return sorted((Path(run_dir) / "wandb").glob("offline-run-*"))
-
-
-def _records(path: Path) -> list[dict]:
+def run_records(path: Path) -> list[dict]:
     """The run file's records as wandb's `leet inspect --json` prints them."""
     done = subprocess.run(
         [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(path)],
@@ -339,47 +323,3 @@ def _records(path: Path) -> list[dict]:
         return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
     except json.JSONDecodeError as err:
         raise ValueError(f"wandb printed something other than JSON for {path}: {err}") from None
-
-
-def _nested(flat: dict) -> dict:
-    """wandb prints a media value's fields as `key._type`, `key.path`, ...: one dict per key."""
-    out: dict = {}
-    for key, value in flat.items():
-        head, dot, rest = key.partition(".")
-        if dot and not head.startswith("_"):
-            out.setdefault(head, {})[rest] = value
-        else:
-            out[key] = value
-    return out
-
-
-def read_offline_run(path: str | Path) -> dict:
-    """Contents of an offline run (its directory or its .wandb file): run id, project, config,
-    metric definitions, history rows and the final summary."""
-    path = Path(path)
-    if path.is_dir():
-        files = sorted(path.glob("run-*.wandb"))
-        if not files:
-            raise ValueError(f"{path} holds no run-*.wandb file")
-        path = files[0]
-    out: dict = {"run_id": None, "project": None, "config": {}, "metrics": [], "history": []}
-    summary: dict = {}
-    for record in _records(path):
-        kind, body = record.get("type"), record.get(record.get("type"), {})
-        if kind == "run":
-            out["run_id"], out["project"] = body.get("run_id"), body.get("project")
-            out["config"].update(body.get("config", {}).get("update", {}))
-        elif kind == "config":
-            out["config"].update(body.get("update", {}))
-        elif kind == "metric":
-            name = body.get("name") or body.get("glob_name")
-            out["metrics"].append(
-                {"name": name, "glob": "glob_name" in body, "step": body.get("step_metric", "")}
-            )
-        elif kind == "history":
-            out["history"].append(_nested(body.get("item", {})))
-        elif kind == "summary":
-            summary.update(_nested(body.get("update", {})))
-    out["config"].pop("_wandb", None)
-    out["summary"] = summary
-    return out

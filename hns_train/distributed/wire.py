@@ -21,8 +21,8 @@ Invariants:
   the problem; it never raises another exception type and never allocates more memory than the
   frames it was given (declared shapes are checked against the real buffer sizes first).
 
-Nested dicts travel as flat ``"a/b"`` names (``flatten`` / ``unflatten``), which is the same
-convention as ``Chunk.to_arrays()`` (``"obs/<key>"``).
+Nested dicts travel as flat ``"a/b"`` names, as ``Chunk.to_arrays()`` writes them
+(``"obs/<key>"``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ import numpy as np
 
 MAGIC = "hns"
 FORMAT_VERSION = 1
-SEP = "/"
 
 # Limits that bound the work and memory of decoding an untrusted header.
 MAX_HEADER_BYTES = 1 << 20
@@ -82,62 +81,8 @@ class Message:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
 
-    def nested(self) -> dict[str, Any]:
-        """The arrays as a nested dict (``"obs/lidar"`` -> ``{"obs": {"lidar": ...}}``)."""
-        return unflatten(self.arrays)
 
-
-def flatten(nested: Mapping[str, Any], sep: str = SEP) -> dict[str, Any]:
-    """``{"obs": {"lidar": x}, "v": y}`` -> ``{"obs/lidar": x, "v": y}``.
-
-    Keys must be non-empty strings without ``sep`` so that ``unflatten`` is the exact inverse.
-    Leaves (anything that is not a Mapping) are passed through unchanged.
-    """
-    out: dict[str, Any] = {}
-
-    def walk(prefix: str, node: Mapping[str, Any]) -> None:
-        for key, value in node.items():
-            if not isinstance(key, str) or not key or sep in key:
-                raise ValueError(
-                    f"flatten: key {key!r} under {prefix or '<root>'!r} must be a non-empty "
-                    f"string without {sep!r}"
-                )
-            name = f"{prefix}{sep}{key}" if prefix else key
-            if isinstance(value, Mapping):
-                if not value:
-                    raise ValueError(f"flatten: {name!r} is an empty dict, which cannot travel")
-                walk(name, value)
-            else:
-                out[name] = value
-
-    walk("", nested)
-    return out
-
-
-def unflatten(flat: Mapping[str, Any], sep: str = SEP) -> dict[str, Any]:
-    """Inverse of ``flatten``: ``{"obs/lidar": x}`` -> ``{"obs": {"lidar": x}}``."""
-    out: dict[str, Any] = {}
-    for name, value in flat.items():
-        parts = name.split(sep)
-        if any(not p for p in parts):
-            raise ValueError(f"unflatten: name {name!r} has an empty part")
-        node = out
-        for i, part in enumerate(parts[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ValueError(
-                    f"unflatten: {sep.join(parts[: i + 1])!r} is both a leaf and a prefix of "
-                    f"{name!r}"
-                )
-            node = child
-        if parts[-1] in node:
-            raise ValueError(f"unflatten: {name!r} is both a leaf and a prefix of another name")
-        node[parts[-1]] = value
-    return out
-
-
-def _wire_dtype(name: str, arr: np.ndarray) -> np.dtype:
-    dt = arr.dtype
+def _wire_dtype(name: str, dt: np.dtype) -> np.dtype:
     if dt.kind not in "biuf" or dt.fields is not None or dt.subdtype is not None:
         raise WireError(
             f"array {name!r} has dtype {dt} which cannot travel; allowed: "
@@ -185,7 +130,7 @@ def encode(
                 f"array name {name!r} must be a non-empty str of at most {MAX_NAME_CHARS} chars"
             )
         arr = np.asarray(value)
-        dt = _wire_dtype(name, arr)
+        dt = _wire_dtype(name, arr.dtype)
         if arr.ndim > MAX_NDIM:
             raise WireError(f"array {name!r} has {arr.ndim} dims; at most {MAX_NDIM} allowed")
         arr = arr.astype(dt, order="C", copy=False)  # ascontiguousarray would make 0-d 1-d
@@ -228,10 +173,7 @@ def encoded_size(
     before it starts (`message_sizes.py`)."""
     descriptors, data = [], 0
     for name, (dtype, shape) in layout.items():
-        dt = np.dtype(dtype)
-        wire = ALLOWED_DTYPES.get(dt.newbyteorder("<").str if dt.byteorder != "|" else dt.str)
-        if wire is None:
-            raise WireError(f"array {name!r} has dtype {dt} which cannot travel")
+        wire = _wire_dtype(name, np.dtype(dtype))
         shape = [int(n) for n in shape]
         descriptors.append({"name": name, "dtype": wire.str, "shape": shape})
         data += math.prod(shape) * wire.itemsize
@@ -255,7 +197,7 @@ def _no_ext(code: int, data: bytes) -> Any:
     raise WireError(f"msgpack extension type {code} is not allowed in a header")
 
 
-def _short(value: Any, limit: int = 80) -> str:
+def short_repr(value: Any, limit: int = 80) -> str:
     """repr bounded in length: reasons are logged, and a hostile header can be large."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -280,7 +222,7 @@ def _check_descriptor(i: int, d: Any) -> tuple[str, np.dtype, tuple[int, ...]]:
         raise WireError(f"array descriptor {i}: name must be a str of 1..{MAX_NAME_CHARS} chars")
     if not isinstance(dtype, str) or dtype not in ALLOWED_DTYPES:
         raise WireError(
-            f"array {name!r}: dtype {_short(dtype)} is not allowed; "
+            f"array {name!r}: dtype {short_repr(dtype)} is not allowed; "
             f"allowed: {sorted(ALLOWED_DTYPES)}"
         )
     if not isinstance(shape, list) or len(shape) > MAX_NDIM:
@@ -288,7 +230,7 @@ def _check_descriptor(i: int, d: Any) -> tuple[str, np.dtype, tuple[int, ...]]:
     for n in shape:
         # bool is an int subclass; msgpack never yields it for an int, but a crafted header can.
         if type(n) is not int or not 0 <= n <= MAX_DIM:
-            raise WireError(f"array {name!r}: shape {_short(shape)} needs ints in 0..{MAX_DIM}")
+            raise WireError(f"array {name!r}: shape {short_repr(shape)} needs ints in 0..{MAX_DIM}")
     return name, ALLOWED_DTYPES[dtype], tuple(shape)
 
 
@@ -303,7 +245,7 @@ def decode(frames: Sequence[Any], copy: bool = False) -> Message:
     except WireError:
         raise
     except Exception as exc:  # a last guard: the contract is "WireError or a Message"
-        raise WireError(f"malformed message: {type(exc).__name__}: {_short(str(exc))}") from exc
+        raise WireError(f"malformed message: {type(exc).__name__}: {short_repr(str(exc))}") from exc
 
 
 def _decode(frames: Sequence[Any], copy: bool) -> Message:
@@ -318,14 +260,16 @@ def _decode(frames: Sequence[Any], copy: bool) -> Message:
     if not isinstance(header, dict):
         raise WireError(f"header must be a map, got {type(header).__name__}")
     if header.get("magic") != MAGIC:
-        raise WireError(f"wrong magic {_short(header.get('magic'))}; expected {MAGIC!r}")
+        raise WireError(f"wrong magic {short_repr(header.get('magic'))}; expected {MAGIC!r}")
     version = header.get("version")
     if type(version) is not int or version != FORMAT_VERSION:
         raise WireError(
-            f"format version {_short(version)} not supported; this build reads {FORMAT_VERSION}"
+            f"format version {short_repr(version)} not supported; this build reads {FORMAT_VERSION}"
         )
     if set(header) != _HEADER_KEYS:
-        raise WireError(f"header keys {_short(list(header))} differ from {sorted(_HEADER_KEYS)}")
+        raise WireError(
+            f"header keys {short_repr(list(header))} differ from {sorted(_HEADER_KEYS)}"
+        )
     kind, descriptors, meta = header["kind"], header["arrays"], header["meta"]
     if not isinstance(kind, str) or not kind or len(kind) > MAX_KIND_CHARS:
         raise WireError(f"kind must be a str of 1..{MAX_KIND_CHARS} chars")

@@ -130,12 +130,11 @@ class Worker:
         # Cluster runs: every socket of this worker is a CURVE client/server with the run's keys.
         self.security = RunKeys.from_dict(spec.security) if spec.security else None
         self.max_message_bytes = self.cfg.pipeline.max_message_mb << 20  # one message, all frames
-        self.control = ControlClient(
+        self.control = self.open_stream(
+            ControlClient,
             spec.endpoints["control"],
             identity=spec.routing_id,
             token=spec.token or None,
-            security=self.security,
-            max_message_bytes=self.max_message_bytes,
         )
         self.stopping = False
         self.stopped = False
@@ -168,6 +167,12 @@ class Worker:
         """Close the worker's own sockets."""
 
     # --- shared
+    def open_stream(self, stream_class, endpoint, **options):
+        """A stream of this worker (streams.py), with the run's keys and message cap."""
+        return stream_class(
+            endpoint, security=self.security, max_message_bytes=self.max_message_bytes, **options
+        )
+
     def poll_control(self) -> None:
         now = time.monotonic()
         if now - self._last_beat >= self.cfg.pipeline.heartbeat_s:

@@ -300,18 +300,20 @@ def test_the_rendezvous_store_closes_quietly():
 
 
 def test_socket_folders_of_gone_owners_are_removed(tmp_path):
-    from hns_train.distributed.run_lock import OWNER_FILE, clean_socket_folders
+    from hns_train.distributed.run_lock import SOCKETS_PREFIX, owned_folder
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        for name, pid in (("hns-gone", gone.pid), ("hns-live", live.pid)):
-            (tmp_path / name).mkdir()
-            (tmp_path / name / OWNER_FILE).write_text(f"{pid}\n")
+        for pid in (gone.pid, live.pid):
+            (tmp_path / f"{SOCKETS_PREFIX}{pid}-x").mkdir()
         (tmp_path / "hns-unowned").mkdir()  # not made by a controller: left alone
-        assert clean_socket_folders(tmp_path) == [tmp_path / "hns-gone"]
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["hns-live", "hns-unowned"]
+        new = owned_folder(SOCKETS_PREFIX, tmp_path)
+        assert new.name.startswith(f"{SOCKETS_PREFIX}{os.getpid()}-")
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            [f"{SOCKETS_PREFIX}{live.pid}-x", "hns-unowned", new.name]
+        )
     finally:
         live.kill()
         live.wait()

@@ -294,7 +294,9 @@ def test_population_on_ray_gives_each_member_its_own_placement_group(tmp_path):
 def test_population_logs_members_and_lineage_to_its_own_wandb_run(tmp_path, monkeypatch):
     """The population's wandb run (in the group of its members' runs) holds each member's
     rating and settings over time and the lineage table."""
-    from hns_train.distributed.wandb_logger import REFERENCE_RUN_ID, offline_runs, read_offline_run
+    from wandb_runs import offline_runs, read_offline_run
+
+    from hns_train.distributed.wandb_logger import REFERENCE_RUN_ID
 
     monkeypatch.delenv("WANDB_MODE", raising=False)  # the suite's switch; offline writes files
     for var in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
@@ -325,7 +327,9 @@ def test_population_with_wandb_offline_starts_every_member_once(tmp_path, monkey
     service, so the paper's reference run is written once, by the population; no member dies
     at start on a run id another member holds (max_restarts=0 makes one death the run's end).
     Once it has stopped, its view shows every member stopped."""
-    from hns_train.distributed.wandb_logger import REFERENCE_RUN_ID, offline_runs
+    from wandb_runs import offline_runs
+
+    from hns_train.distributed.wandb_logger import REFERENCE_RUN_ID
 
     monkeypatch.delenv("WANDB_MODE", raising=False)  # the suite's switch; offline writes files
     for var in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):

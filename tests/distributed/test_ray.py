@@ -105,7 +105,7 @@ def test_two_node_cluster_packs_trainers_restarts_a_worker_and_releases_everythi
     thread.start()
     try:
         wait_for(lambda: controller.version >= 1, 240, "a first optimisation step")
-        killed = controller.launcher.pid("actor0")
+        killed = controller.workers["actor0"].pid  # from its hello
         os.kill(killed, signal.SIGKILL)
         wait_for(lambda: controller.restarts >= 1, 90, "the actor's restart")
         # a worker still starting when the run stops is killed, and has no placement then

@@ -457,18 +457,18 @@ def test_the_controller_drops_wrong_heartbeats_and_keeps_its_counters(tmp_path):
             ("eval0", {"leaderboard": {"columns": ["a"], "rows": [[{"x": 1}]]}}),
         ]
         for name, meta in wrong:
-            assert clients[name].send("heartbeat", meta)
+            assert clients[name].send("heartbeat", meta=meta)
         assert clients["actor0"].send("mystery")
         # Right identity, no token / someone else's token: a forged trainer heartbeat.
         forged = ControlClient(controller.endpoints["control"], identity="trainer0.1")
-        assert forged.send("heartbeat", {"version": 10**9})
+        assert forged.send("heartbeat", meta={"version": 10**9})
         forged.close()
         for _ in range(20):
             controller.tick()
         assert controller.control_drops.total == len(wrong) + 2
         assert controller.frames == 0 and controller.version == 0 and not controller.log.eval_latest
-        assert clients["actor0"].send("heartbeat", {"frames": 10, "episodes": 1})
-        assert clients["eval0"].send("heartbeat", {"rating": {"hider": [25.0, 8.0]}})
+        assert clients["actor0"].send("heartbeat", meta={"frames": 10, "episodes": 1})
+        assert clients["eval0"].send("heartbeat", meta={"rating": {"hider": [25.0, 8.0]}})
         for _ in range(20):
             controller.tick()
         assert controller.frames == 10, list(controller.control_drops.recent)
@@ -504,7 +504,7 @@ def test_nobody_can_speak_for_a_worker_on_the_control_channel(tmp_path):
         ]
         for _ in range(5):
             for fake in impostors:
-                assert fake.send("heartbeat", {"version": 10**9, "steps": 1})
+                assert fake.send("heartbeat", meta={"version": 10**9, "steps": 1})
             time.sleep(0.2)
         version = controller.version
         wait_for(lambda: controller.version >= version + 2, 240, "training to go on")

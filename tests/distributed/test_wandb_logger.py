@@ -8,14 +8,13 @@ the home directory."""
 import imageio.v2 as iio
 import numpy as np
 import pytest
+from wandb_runs import offline_runs, read_offline_run
 
 from hns_train.distributed.wandb_logger import (
     AXES,
     RUN_ID_FILE,
     WandbLogger,
     log_reference_run,
-    offline_runs,
-    read_offline_run,
 )
 from hns_train.envs.stats import STAT_KEYS
 from hns_train.eval.baselines import load_baselines

@@ -11,7 +11,7 @@ import pytest
 
 from hns_train.agents.chunks import Chunk
 from hns_train.distributed import wire
-from hns_train.distributed.wire import WireError, decode, encode, flatten, unflatten
+from hns_train.distributed.wire import WireError, decode, encode
 
 SHAPES = [(), (0,), (7,), (3, 4), (2, 0, 3), (1, 1, 1, 2)]
 
@@ -85,7 +85,7 @@ def test_decoded_arrays_are_views_unless_copy_requested():
     assert copied.flags.writeable and view[0] == 0.0
 
 
-def test_chunk_arrays_and_nested_dicts_travel_unchanged():
+def test_chunk_arrays_travel_unchanged():
     rng = np.random.default_rng(1)
     T, B, H = 4, 3, 8
     chunk = Chunk(
@@ -110,35 +110,6 @@ def test_chunk_arrays_and_nested_dicts_travel_unchanged():
         got = back.to_arrays()[name]
         assert got.dtype == value.dtype
         np.testing.assert_array_equal(got, value)
-
-    nested = {"obs": {"lidar": np.ones(3), "pos": np.zeros(2)}, "state": {"h": {"x": np.ones(1)}}}
-    flat = flatten(nested)
-    assert set(flat) == {"obs/lidar", "obs/pos", "state/h/x"}
-    again = decode(_as_bytes(encode("n", flat))).nested()
-    np.testing.assert_array_equal(again["state"]["h"]["x"], np.ones(1))
-    assert unflatten(flatten(nested)).keys() == nested.keys()
-    # torch state-dict names use dots, which pass through untouched
-    assert flatten({"core.lstm.weight_ih_l0": 1}) == {"core.lstm.weight_ih_l0": 1}
-
-
-@pytest.mark.parametrize(
-    "bad, needle",
-    [
-        ({"a/b": 1}, "without '/'"),
-        ({"": 1}, "non-empty"),
-        ({"a": {}}, "empty dict"),
-    ],
-)
-def test_flatten_refuses_ambiguous_keys(bad, needle):
-    with pytest.raises(ValueError, match=needle):
-        flatten(bad)
-
-
-def test_unflatten_refuses_leaf_that_is_also_a_prefix():
-    with pytest.raises(ValueError, match="both a leaf and a prefix"):
-        unflatten({"a": 1, "a/b": 2})
-    with pytest.raises(ValueError, match="both a leaf and a prefix"):
-        unflatten({"a/b": 2, "a": 1})
 
 
 @pytest.mark.parametrize(
