@@ -476,5 +476,8 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path | None:
     if not folder.is_dir():
         return None
     found = CheckpointDir(folder)
-    step = found.newest_valid(found.steps())
+    steps = found.steps()
+    step = found.newest_valid(steps)
+    if step is not None and step != steps[-1]:
+        log.warning("skipping unusable checkpoints newer than %s", found.path_for(step))
     return None if step is None else found.path_for(step)

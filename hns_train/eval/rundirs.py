@@ -75,21 +75,14 @@ def resolve_checkpoint(arg: str | os.PathLike, runs_dir: str | os.PathLike = RUN
             f"{str(path)!r}: no such file or directory; give a checkpoint (.pt), a run "
             f"directory, or '{LATEST}' (the newest run under {runs_dir}/)"
         )
+    from hns_train.agents.checkpoint import resolve_checkpoint as newest_checkpoint
+
     run = resolve_run_dir(arg, runs_dir)
-    folder = run if run.name == "checkpoints" else run / "checkpoints"
-    newest = _newest_loadable(folder)
+    newest = newest_checkpoint(run)  # skips broken files with a warning
     if newest is None:
+        folder = run if run.name == "checkpoints" else run / "checkpoints"
         raise ValueError(
             f"{run}: no usable checkpoint in {folder} yet (the trainer writes one every "
             "pipeline.checkpoint_every optimisation steps and when the run stops)"
         )
     return newest
-
-
-def _newest_loadable(folder: Path) -> Path | None:
-    if not folder.is_dir():
-        return None
-    from hns_train.agents.checkpoint import CheckpointDir
-
-    newest = CheckpointDir(folder).latest()  # skips broken files with a warning
-    return None if newest is None else newest.path
