@@ -95,13 +95,13 @@ def bounds(cls: type, prefix: str = "") -> dict[str, Bounds | OneOf]:
     return out
 
 
-def range_problems(obj: Any) -> list[str]:
+def range_problems(obj: Any, prefix: str = "") -> list[str]:
     """One message per field of the config `obj` whose value is outside its `Bounds` (or not
-    one of its `OneOf`)."""
+    one of its `OneOf`); the keys named start with `prefix` (the section `obj` is)."""
     out = []
-    for key, allowed in bounds(type(obj)).items():
+    for key, allowed in bounds(type(obj), prefix).items():
         value = obj
-        for part in key.split("."):
+        for part in key.removeprefix(prefix).split("."):
             value = getattr(value, part)
         problem = allowed.problem(key, value)
         if problem:

@@ -30,8 +30,9 @@ from __future__ import annotations
 import math
 import typing
 from dataclasses import dataclass, field, fields
+from typing import Annotated
 
-from hns_train.typed_config import FieldError, fits, from_dict
+from hns_train.typed_config import FieldError, OneOf, fits, from_dict, range_problems
 
 Range = tuple[int, int]  # inclusive [low, high], sampled uniformly per episode
 
@@ -132,6 +133,19 @@ class CountingConfig:
         _raise(errors)
 
 
+# every transfer task a config may name, and the module of envs/ that defines it (tasks.py
+# imports it on first use: it imports tasks.py)
+TASK_MODULES = {
+    "lock_and_return": "locking",
+    "sequential_lock": "locking",
+    "blueprint": "construction",
+    "shelter": "construction",
+    "object_counting": "counting",
+    "count_based": "intrinsic",  # pretraining: count-based exploration, no game reward
+}
+TASK_NAMES = ("hide_and_seek", *TASK_MODULES)
+WALL_MODES = ("quadrant", "random", "tri", "none", "counting")
+PLACEMENT_MODES = ("quadrant", "uniform", "counting")
 COUNT_STATES = ("objects", "objects_agents")
 
 
@@ -141,7 +155,8 @@ class CountBasedConfig:
 
     bonus_scale: float = 1.0
     cell: float = 0.5  # grid of the discretised state, m
-    state: str = "objects"  # "objects" (boxes, ramps) | "objects_agents" (and agents)
+    # "objects": boxes and ramps; "objects_agents": the agents too
+    state: Annotated[str, OneOf(COUNT_STATES)] = "objects"
 
     def __post_init__(self) -> None:
         errors = []
@@ -149,9 +164,7 @@ class CountBasedConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 errors.append(f"count_based.{name}={value} must be finite and > 0")
-        if self.state not in COUNT_STATES:
-            errors.append(f"count_based.state={self.state!r} is not one of {COUNT_STATES}")
-        _raise(errors)
+        _raise(errors + range_problems(self, "count_based."))
 
 
 def _not_finite(section, name: str, keys: tuple[str, ...]) -> list[str]:
@@ -180,7 +193,7 @@ def _upper_end(range_field: str) -> property:
 class GameConfig:
     preset: str = "quadrant"
     # "hide_and_seek" or a transfer task (tasks.py; its numbers below, its world in PRESETS)
-    task: str = "hide_and_seek"
+    task: Annotated[str, OneOf(TASK_NAMES)] = "hide_and_seek"
 
     # Teams and episode
     n_hiders: Range = (2, 2)
@@ -196,7 +209,7 @@ class GameConfig:
     # Arena and walls
     floor_size: float = 6.0
     grid_cells: int = 30
-    walls: str = "quadrant"  # "quadrant" | "random" | "tri" | "none" | "counting"
+    walls: Annotated[str, OneOf(WALL_MODES)] = "quadrant"
     room_cells: Range = (15, 15)  # quadrant room: inner walls on cell lines x=15 and y=15
     n_rooms: Range = (1, 4)  # random walls
     min_room_cells: int = 6
@@ -246,7 +259,7 @@ class GameConfig:
     ramp_lock_obs: bool = True  # lock flags in ramp_obs where ramps lock (contract.ramp_columns)
 
     # Placement on the grid
-    placement: str = "quadrant"  # "quadrant" | "uniform" | "counting"
+    placement: Annotated[str, OneOf(PLACEMENT_MODES)] = "quadrant"
     teammate_spread_cells: int = -1  # >= 0: teammates within this many cells of the first one
     place_tries: int = 10
     agent_cells: int = 2
@@ -326,16 +339,11 @@ class GameConfig:
                 errors.append(
                     f"{name}={getattr(self, name)} must be (low, high) with 0 <= low <= high"
                 )
-        if self.task not in TASK_NAMES:
-            errors.append(f"task={self.task!r} is not one of {TASK_NAMES}")
-        elif self.task == "hide_and_seek" and (self.n_hiders[0] < 1 or self.n_seekers[0] < 1):
+        errors += range_problems(self)
+        if self.task == "hide_and_seek" and (self.n_hiders[0] < 1 or self.n_seekers[0] < 1):
             errors.append("each team needs at least one agent (n_hiders, n_seekers low >= 1)")
         elif self.n_hiders[0] + self.n_seekers[0] < 1:
             errors.append("a task needs at least one agent (n_hiders + n_seekers low >= 1)")
-        if self.walls not in WALL_MODES:
-            errors.append(f"walls={self.walls!r} is not one of {WALL_MODES}")
-        if self.placement not in PLACEMENT_MODES:
-            errors.append(f"placement={self.placement!r} is not one of {PLACEMENT_MODES}")
         if self.horizon < 1 or self.substeps < 1:
             errors.append("horizon and substeps must be >= 1")
         if not 0.0 <= self.prep_fraction < 1.0:
@@ -351,19 +359,6 @@ class GameConfig:
             raise ValueError("invalid game config: " + "; ".join(errors))
 
 
-# every transfer task a config may name, and the module of envs/ that defines it (tasks.py
-# imports it on first use: it imports tasks.py)
-TASK_MODULES = {
-    "lock_and_return": "locking",
-    "sequential_lock": "locking",
-    "blueprint": "construction",
-    "shelter": "construction",
-    "object_counting": "counting",
-    "count_based": "intrinsic",  # pretraining: count-based exploration, no game reward
-}
-TASK_NAMES = ("hide_and_seek", *TASK_MODULES)
-WALL_MODES = ("quadrant", "random", "tri", "none", "counting")
-PLACEMENT_MODES = ("quadrant", "uniform", "counting")
 _ONE_AGENT_TASK = dict(
     prep_fraction=0.0, box_size_obs=True, placement="uniform", penalise_objects_oob=False
 )
