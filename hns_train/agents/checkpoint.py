@@ -46,7 +46,6 @@ import random
 import re
 import shutil
 import struct
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -54,6 +53,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from hns_train.atomic_file import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -123,35 +124,6 @@ def _to_safe(value: Any, where: str) -> Any:
         f"checkpoint state {where}: {type(value).__name__} is not allowed; use tensors, numpy "
         "arrays, numbers, strings, None, lists, tuples and dicts"
     )
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # platforms without directory handles
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write `data` to `path` atomically (temp file in the same folder, fsync, rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
 
 
 def save_checkpoint(

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hns_train.atomic_file import atomic_write
 from hns_train.envs.layout import ABSENT
 from hns_train.envs.parallel import agent_names
 from hns_train.envs.world import (
@@ -32,7 +33,7 @@ from hns_train.envs.world import (
     object_half_extents,
 )
 from hns_train.eval.recorder import team_label
-from hns_train.eval.replay import Replay, atomic_write
+from hns_train.eval.replay import Replay
 
 DECIMALS = 3
 CANVAS_PX = 640

@@ -465,7 +465,7 @@ def plot_population(pop: Population, out: str | Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from hns_train.eval.replay import atomic_write
+    from hns_train.atomic_file import atomic_write
 
     schedule = hyper_schedule(pop.lineage)
     scales, _ = searched_scales(pop.run_dir)

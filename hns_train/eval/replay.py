@@ -39,8 +39,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -50,6 +48,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
+from hns_train.atomic_file import atomic_write
 from hns_train.envs import contract, rules
 from hns_train.envs.config import GameConfig, make_config, nest_moved
 from hns_train.envs.layout import Layout, n_wall_slots
@@ -285,24 +284,6 @@ def save(replay: Replay, path) -> Path:
         members[f"layout.{name}"] = np.asarray(getattr(replay.layout, name))
     members.update(replay.arrays)
     return atomic_write(path, lambda tmp: np.savez_compressed(tmp, **members), suffix=".npz")
-
-
-def atomic_write(path, write: Callable[[str], None], suffix: str) -> Path:
-    """Run `write(tmp)` on a temporary file next to `path` (named with `suffix`, so writers that
-    go by the extension pick the right format), then rename it over `path`: readers never see
-    a partial file. The result gets the usual 0644 permissions (mkstemp makes 0600 files)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{suffix}", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def load(path) -> Replay:

@@ -36,11 +36,12 @@ import mujoco
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from hns_train.atomic_file import atomic_write
 from hns_train.envs.parallel import agent_names
 from hns_train.envs.render import TopViewRenderer
 from hns_train.envs.world import HIDER_RGBA, SEEKER_RGBA, object_half_extents
 from hns_train.eval.recorder import team_label
-from hns_train.eval.replay import Replay, atomic_write
+from hns_train.eval.replay import Replay
 from hns_train.optional import available
 
 FORMATS = ("mp4", "gif", "png")

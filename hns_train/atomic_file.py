@@ -1,0 +1,53 @@
+"""Atomic file writes: readers see the old file or the new one, never half of one.
+
+`atomic_write(path, write, suffix="")` runs `write(tmp)` on a temporary file in the target's
+folder (named with `suffix`, so writers that go by the extension pick the right format),
+fsyncs it, gives it the usual 0644 permissions (mkstemp makes 0600 files), renames it over
+`path` and fsyncs the folder. A write that fails or is interrupted deletes its temporary file.
+`atomic_write_bytes(path, data)` does the same for bytes in memory.
+
+Checkpoints, manifests, replays and renders all write through here; the module imports nothing
+heavy, so a render does not pay for torch.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # platforms without directory handles
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[str], None], suffix: str = "") -> Path:
+    """Run `write(tmp)` on a temporary file next to `path`, then rename it over `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{suffix}", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write `data` to `path` atomically."""
+    return atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
