@@ -26,6 +26,7 @@ import numpy as np
 import yaml
 
 from hns_train.eval.baselines import Baselines, load_baselines
+from hns_train.eval.figure import panels, save_png, side_legend
 from hns_train.eval.phases import (
     PHASE_TITLES,
     PHASES,
@@ -36,7 +37,6 @@ from hns_train.eval.phases import (
 )
 
 DEFAULT_WIDTH, DEFAULT_HEIGHT = 1400, 1000  # pixels
-DPI = 100
 MAX_PIXELS = 8000  # per side; beyond this matplotlib needs gigabytes
 SMOOTH_RECORDS = 5  # rolling mean drawn over the raw per-record values
 TABLE_WIDTH = 100  # terminal columns the table and its notes fit in
@@ -292,17 +292,10 @@ def plot_run(
     height: int = DEFAULT_HEIGHT,
 ) -> Path:
     """Write the PNG (exactly width x height pixels) and return its path."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     for name, v in (("width", width), ("height", height)):
         if not isinstance(v, int) or not 200 <= v <= MAX_PIXELS:
             raise ValueError(f"{name}={v!r} pixels must be an integer in [200, {MAX_PIXELS}]")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI)
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(len(PANELS), 1, sharex=True)
+    fig, axes = panels(width, height, len(PANELS))
     rapid = baselines.rapid
     all_marks = [(p, m.episodes) for p, m in rapid.phases.items() if m.episodes]
     lo, hi = x_range(run, all_marks)
@@ -322,7 +315,7 @@ def plot_run(
             ax.axhline(0.5, color="0.5", linewidth=0.8, linestyle=":")
         ax.set_title(title, fontsize=10, loc="left")
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0)
+        side_legend(ax)
         for _, ep in marks:
             ax.axvline(ep, color="0.35", linestyle="--", linewidth=1.0)
         for onset in run.onsets.values():
@@ -352,8 +345,7 @@ def plot_run(
     )
     fig.tight_layout(rect=(0, 0, 1, 0.97))  # makes room for the legends right of the panels
     _label_onsets(fig, axes[0], marks, run)
-    fig.savefig(out, dpi=DPI, format="png")
-    return out
+    return save_png(fig, out)
 
 
 def x_range(run: RunSummary, marks: list[tuple[str, float]]) -> tuple[float, float]:

@@ -55,6 +55,7 @@ from hns_train.agents.population import (
     load_manifest,
     read_records,
 )
+from hns_train.eval.figure import panels, save_png, side_legend
 
 # File names of a population run directory (the population design; written by the controller).
 PLOT = "population.png"
@@ -63,7 +64,7 @@ LOG_SPAN = 10.0  # a key not searched gets a log axis when its positive values s
 LINEAGE_ROWS = 60  # newest lineage rows printed; older ones are counted
 LEADERBOARD_ROWS = 20  # per role, as `Ratings.format_leaderboard`
 TEXT_WIDTH = 100  # columns the tables wrap to
-WIDTH, TOP_PX, PANEL_PX, DPI = 1400, 80, 260, 100  # the PNG's pixels: WIDTH x TOP + PANEL * n
+WIDTH, TOP_PX, PANEL_PX = 1400, 80, 260  # the PNG's pixels: WIDTH x TOP + PANEL * n
 MAX_PANELS = 24  # hyperparameter panels drawn; beyond that the PNG grows past usefulness
 HOF = re.compile(r"^(m\d+)\.(\d+)$")  # a hall-of-fame policy: member m1 at version 400
 ROLE_MU = {role: (f"{role}_mu", f"{role}_sigma") for role in ROLES}
@@ -462,11 +463,6 @@ def log_axis(key: str, values: list[float], scales: dict[str, str]) -> bool:
 
 def plot_population(pop: Population, out: str | Path) -> Path:
     """Write the PNG (`figure_size` pixels) atomically and return its path."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    from hns_train.atomic_file import atomic_write
-
     schedule = hyper_schedule(pop.lineage)
     scales, _ = searched_scales(pop.run_dir)
     keys = list(dict.fromkeys(k for per in schedule.values() for k in per))
@@ -486,9 +482,7 @@ def plot_population(pop: Population, out: str | Path) -> Path:
     colours = {m: f"C{i % 10}" for i, m in enumerate(members)}
 
     width, height = figure_size(len(keys))
-    fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI)
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(len(ROLES) + len(keys), 1, sharex=True, squeeze=False)[:, 0]
+    fig, axes = panels(width, height, len(ROLES) + len(keys))
     for ax, role in zip(axes, ROLES, strict=False):
         mu_key, sigma_key = ROLE_MU[role]
         for m in members:
@@ -549,7 +543,7 @@ def plot_population(pop: Population, out: str | Path) -> Path:
             )
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0)
+            side_legend(ax)
     axes[-1].set_xlabel(f"elapsed ({unit})")
     axes[-1].set_xlim(0, max(t_end / scale, 1e-9))
     status = "" if pop.status else " (no status records yet)"
@@ -559,7 +553,7 @@ def plot_population(pop: Population, out: str | Path) -> Path:
         fontsize=11,
     )
     fig.tight_layout(rect=(0, 0, 1, 1 - TOP_PX / height / 2))
-    return atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=DPI, format="png"), ".png")
+    return save_png(fig, out)
 
 
 # ----- the view -----
