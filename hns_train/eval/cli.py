@@ -28,6 +28,8 @@ import signal
 import sys
 import threading
 
+from hns_train.eval.rundirs import RENDER_FORMATS, output_format, render_path, resolve_run_dir
+
 PROG = "python -m hns_train.eval"
 
 # name -> (module, its entry point `fn(argv: list[str]) -> int` parsing the rest of the command
@@ -47,8 +49,6 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
 }
 # `--run RUN_DIR`: module exposing run_view(run_dir: str) -> int | None
 RUN_VIEW = "hns_train.eval.runview"
-
-RENDER_FORMATS = ("mp4", "gif", "png", "html")
 
 
 def replay_parser() -> argparse.ArgumentParser:
@@ -95,8 +95,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.run is not None:
             if args.replay is not None:
                 raise ValueError("give either a REPLAY or --run RUN_DIR, not both")
-            from hns_train.eval.rundirs import resolve_run_dir
-
             return _load(RUN_VIEW, "--run").run_view(resolve_run_dir(args.run)) or 0
         if args.replay is None:
             replay_parser().print_help()
@@ -154,17 +152,8 @@ def _render(args) -> int:
 
         show(replay, camera=args.camera, fps=args.fps)
         return 0
-    fmt = args.format or (args.out.rsplit(".", 1)[-1].lower() if args.out else "mp4")
-    if fmt not in RENDER_FORMATS:
-        raise ValueError(
-            f"cannot tell the format of --out {args.out!r}; use --format {RENDER_FORMATS}"
-        )
-    if args.out:
-        out = args.out
-    else:
-        from hns_train.eval.rundirs import render_path
-
-        out = str(render_path(args.replay, fmt))
+    fmt = output_format(args.out, args.format)
+    out = args.out or str(render_path(args.replay, fmt))
     if fmt == "html":
         from hns_train.eval.html import write_html
 

@@ -14,7 +14,7 @@ examples, a file from elsewhere) renders into `runs/renders/`, never beside it.
 
 Public API: `resolve_run_dir(arg, runs_dir="runs") -> Path`,
 `resolve_checkpoint(arg, runs_dir="runs") -> Path`, `render_path(replay, fmt) -> Path`,
-`LATEST`, `RENDERS`.
+`output_format(out, fmt=None, allowed=RENDER_FORMATS) -> str`, `LATEST`, `RENDERS`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ LATEST = "latest"
 RUNS_DIR = "runs"  # RunConfig.runs_dir's default: where `python -m hns_train.train` writes
 _MARKERS = ("metrics.jsonl", "config.yaml", "checkpoints")  # what a run directory holds
 RENDERS = "renders"  # under RUNS_DIR: renders of replays that belong to no run
+VIDEO_FORMATS = ("mp4", "gif", "png")  # what video.py writes (a png is one frame)
+RENDER_FORMATS = (*VIDEO_FORMATS, "html")
 
 
 def _is_run_dir(path: Path) -> bool:
@@ -38,6 +40,20 @@ def render_path(replay: str | os.PathLike, fmt: str) -> Path:
     if _is_run_dir(replay.parent) or _is_run_dir(replay.parent.parent):
         return replay.with_suffix(f".{fmt}")
     return Path(RUNS_DIR) / RENDERS / f"{replay.stem}.{fmt}"
+
+
+def output_format(
+    out: str | os.PathLike | None, fmt: str | None = None, allowed: tuple = RENDER_FORMATS
+) -> str:
+    """The format of a render to `out`: `fmt` where given, else `out`'s extension, else mp4;
+    ValueError names the formats `allowed`."""
+    fmt = fmt or (Path(out).suffix.lstrip(".").lower() if out else "mp4")
+    if fmt not in allowed:
+        raise ValueError(
+            f"cannot render {str(out)!r} as format {fmt!r}: the formats are {allowed} "
+            "(the file's extension, or --format)"
+        )
+    return fmt
 
 
 def _last_change(run: Path) -> float:

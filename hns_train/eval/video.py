@@ -42,9 +42,10 @@ from hns_train.envs.render import TopViewRenderer
 from hns_train.envs.world import HIDER_RGBA, SEEKER_RGBA, object_half_extents
 from hns_train.eval.recorder import team_label
 from hns_train.eval.replay import Replay
+from hns_train.eval.rundirs import VIDEO_FORMATS as FORMATS
+from hns_train.eval.rundirs import output_format
 from hns_train.optional import available
 
-FORMATS = ("mp4", "gif", "png")
 FOLLOW_DISTANCE = 2.5
 FOLLOW_ELEVATION = -35.0
 # Where a wall or an object would hide the agent, the camera looks down more steeply, or, where
@@ -309,13 +310,6 @@ def _add_connector(
 # ----------------------------------------------------------------------------- outputs
 
 
-def output_format(path, fmt: str | None) -> str:
-    fmt = fmt or Path(path).suffix.lstrip(".").lower()
-    if fmt not in FORMATS:
-        raise ValueError(f"video format {fmt!r} is not one of {FORMATS}")
-    return fmt
-
-
 def render_png(replay: Replay, path, t: int = -1, options: VideoOptions | None = None) -> Path:
     """Frame t (default: the last) to a PNG."""
     import imageio.v3 as iio
@@ -334,7 +328,7 @@ def write_video(
 ) -> Path:
     """Render every frame of `replay` to an mp4 or gif at `path`; returns the path."""
     opts = options or VideoOptions()
-    fmt = output_format(path, fmt)
+    fmt = output_format(path, fmt, FORMATS)
     if fmt == "png":
         return render_png(replay, path, -1, opts)
     if fmt == "mp4" and not available("imageio_ffmpeg"):

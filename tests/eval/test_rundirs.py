@@ -8,7 +8,12 @@ import os
 import pytest
 
 from hns_train.agents.checkpoint import CheckpointDir
-from hns_train.eval.rundirs import resolve_checkpoint, resolve_run_dir
+from hns_train.eval.rundirs import (
+    VIDEO_FORMATS,
+    output_format,
+    resolve_checkpoint,
+    resolve_run_dir,
+)
 
 
 def make_run(root, name, steps, mtime):
@@ -48,3 +53,13 @@ def test_bad_names_say_what_is_allowed(tmp_path):
     (tmp_path / "empty" / "checkpoints").mkdir(parents=True)
     with pytest.raises(ValueError, match="no usable checkpoint"):
         resolve_checkpoint(tmp_path / "empty")
+
+
+def test_a_render_format_comes_from_format_then_the_extension_then_mp4():
+    assert output_format(None) == "mp4"
+    assert output_format("runs/a.GIF") == "gif"
+    assert output_format("runs/a.gif", "html") == "html"
+    with pytest.raises(ValueError, match=r"'avi'.*\('mp4', 'gif', 'png', 'html'\)"):
+        output_format("runs/a.avi")
+    with pytest.raises(ValueError, match=r"'html'.*\('mp4', 'gif', 'png'\)"):
+        output_format("runs/a.html", allowed=VIDEO_FORMATS)
