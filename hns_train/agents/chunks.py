@@ -37,8 +37,17 @@ from typing import Any
 import numpy as np
 
 STEP_FIELDS = ("logp", "values", "rewards", "episode_start", "truncated", "truncated_value")
-_FLOAT_FIELDS = ("logp", "values", "rewards", "truncated_value")
 PER_STREAM_FIELDS = ("bootstrap_value", "policy_version")  # (B,): made by `finish`
+# the dtype of every field of a chunk but `obs` (float32 observations), on the wire and as the
+# learner's tensors (`ppo.Rollout.from_chunk`)
+FIELD_DTYPES = {
+    "actions": np.dtype(np.int64),
+    **{name: np.dtype(np.float32) for name in ("logp", "values", "rewards", "truncated_value")},
+    **{name: np.dtype(bool) for name in ("episode_start", "truncated")},
+    "bootstrap_value": np.dtype(np.float32),
+    "lstm_state": np.dtype(np.float32),
+    "policy_version": np.dtype(np.int64),
+}
 
 
 def chunk_layout(
@@ -56,12 +65,11 @@ def chunk_layout(
     T, B = num_steps, batch
     f32 = np.dtype(np.float32)
     out = {f"obs/{k}": (f32, (T, B, *map(int, s))) for k, s in obs_shapes.items()}
-    out["actions"] = (np.dtype(np.int64), (T, B, num_actions))
-    for name in STEP_FIELDS:
-        out[name] = (f32 if name in _FLOAT_FIELDS else np.dtype(bool), (T, B))
-    out["bootstrap_value"] = (f32, (B,))
-    out["lstm_state"] = (f32, (T // bptt_len, B, *map(int, state_shape)))
-    out["policy_version"] = (np.dtype(np.int64), (B,))
+    shapes = {"actions": (T, B, num_actions), **{name: (T, B) for name in STEP_FIELDS}}
+    shapes.update(bootstrap_value=(B,), lstm_state=(T // bptt_len, B, *map(int, state_shape)))
+    shapes["policy_version"] = (B,)
+    for name, shape in shapes.items():
+        out[name] = (FIELD_DTYPES[name], shape)
     return out
 
 
@@ -120,7 +128,7 @@ class Chunk:
     def select(self, columns: np.ndarray) -> Chunk:
         """The chunk restricted to agent streams `columns` (indices along B)."""
         arrays = self.to_arrays().items()
-        return Chunk.from_arrays({k: np.take(v, columns, _stream_axis(k)) for k, v in arrays})
+        return Chunk.from_arrays({k: np.take(v, columns, stream_axis(k)) for k, v in arrays})
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Flat name -> array dict (observations as 'obs/<key>') for the wire format."""
@@ -155,11 +163,11 @@ def stack_chunks(chunks: Sequence[Chunk]) -> Chunk:
             )
     arrays = [c.to_arrays() for c in chunks]
     return Chunk.from_arrays(
-        {k: np.concatenate([a[k] for a in arrays], _stream_axis(k)) for k in arrays[0]}
+        {k: np.concatenate([a[k] for a in arrays], stream_axis(k)) for k in arrays[0]}
     )
 
 
-def _stream_axis(name: str) -> int:
+def stream_axis(name: str) -> int:
     """The axis of the agent streams in a chunk's array `name` (as `Chunk.to_arrays` names
     it): 0 for the per-stream fields, 1 for the per-step ones (T, B, ...) and lstm_state."""
     return 0 if name in PER_STREAM_FIELDS else 1

@@ -36,7 +36,7 @@ parts included), so no rank can wait for a collective another rank skips.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hns_train.agents.chunks import Chunk, stack_chunks
+from hns_train.agents.chunks import FIELD_DTYPES, Chunk, stack_chunks, stream_axis
 from hns_train.agents.config import PPOConfig
 from hns_train.agents.policy import ActorCritic
 
@@ -132,25 +132,20 @@ class Rollout:
 
     def columns(self, index: torch.Tensor) -> Rollout:
         """The rollout restricted to the agent streams `index` (along B)."""
-        return _take(self, index, dims={"bootstrap_value": 0})
+        return _take(self, index, stream_axis)
 
     @classmethod
     def from_chunk(cls, chunk: Chunk, model: ActorCritic) -> Rollout:
         """A (validated) chunk's arrays on the model's device, observations checked against its
         layout."""
-        device = model.device
-
-        def t(x, dtype):
-            return torch.as_tensor(np.asarray(x), device=device).to(dtype)
-
-        dtypes = {"actions": torch.int64, "episode_start": torch.bool, "truncated": torch.bool}
+        arrays = {
+            f.name: np.asarray(getattr(chunk, f.name), FIELD_DTYPES[f.name])
+            for f in fields(cls)
+            if f.name not in ("obs", "learn")
+        }
         return cls(
             obs=model.obs_to_tensors(chunk.obs, 2),
-            **{
-                f.name: t(getattr(chunk, f.name), dtypes.get(f.name, torch.float32))
-                for f in fields(cls)
-                if f.name not in ("obs", "learn")
-            },
+            **{name: torch.as_tensor(x, device=model.device) for name, x in arrays.items()},
         )
 
 
@@ -172,7 +167,7 @@ class Segments:
         return self.state.shape[0]
 
     def select(self, index: torch.Tensor) -> Segments:
-        return _take(self, index, dims={"state": 0})
+        return _take(self, index, lambda name: 0 if name == "state" else 1)
 
 
 class RankSync(Protocol):
@@ -453,13 +448,13 @@ def _advantage_moments(seg: Segments) -> torch.Tensor:
     return torch.stack([m.sum(), (m * adv).sum(), (m * adv.square()).sum()])
 
 
-def _take(batch: Any, index: torch.Tensor, dims: dict[str, int]) -> Any:
+def _take(batch: Any, index: torch.Tensor, axis: Callable[[str], int]) -> Any:
     """A copy of `batch` (a `Rollout` or `Segments`) holding only the columns `index` of every
-    tensor: along dim 1 (time-major), or the dim `dims` names for a field without time."""
+    tensor, along the dim `axis(field name)` gives (1 for time-major fields)."""
 
     def take(name: str, x: Any) -> Any:
         if isinstance(x, dict):
             return {k: take(name, v) for k, v in x.items()}
-        return None if x is None else x.index_select(dims.get(name, 1), index)
+        return None if x is None else x.index_select(axis(name), index)
 
     return type(batch)(**{f.name: take(f.name, getattr(batch, f.name)) for f in fields(batch)})
