@@ -1,13 +1,8 @@
-"""Atomic file writes: readers see the old file or the new one, never half of one.
-
-`atomic_write(path, write, suffix="")` runs `write(tmp)` on a temporary file in the target's
-folder (named with `suffix`, so writers that go by the extension pick the right format),
-fsyncs it, gives it the usual 0644 permissions (mkstemp makes 0600 files), renames it over
-`path` and fsyncs the folder. A write that fails or is interrupted deletes its temporary file.
-`atomic_write_bytes(path, data)` does the same for bytes in memory.
-
-Checkpoints, manifests, replays and renders all write through here; the module imports nothing
-heavy, so a render does not pay for torch.
+"""Atomic file writes (checkpoints, manifests, replays, renders): a temporary file in the
+target's folder is written, fsync'ed, given the usual 0644 permissions (mkstemp makes 0600
+files) and renamed over the target, so readers see the old file or the new one, never half of
+one; a write that fails or is interrupted deletes its temporary file. Nothing heavy is
+imported here, so a render does not pay for torch.
 """
 
 from __future__ import annotations
@@ -30,7 +25,8 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None], suffix: str = "") -> Path:
-    """Run `write(tmp)` on a temporary file next to `path`, then rename it over `path`."""
+    """Run `write(tmp)` on a temporary file next to `path` (named with `suffix`, so writers that
+    go by the extension pick the right format), then rename it over `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{suffix}", dir=path.parent)

@@ -12,9 +12,8 @@ parsed, then uses `torch.load(weights_only=True)`, so a truncated or corrupted f
 and a file holding an arbitrary pickled object is refused (`CheckpointError`, a ValueError):
 reading a checkpoint can never run code.
 
-Writes are atomic: a temporary file in the same folder is written, flushed, fsync'ed and
-renamed over the target (and the folder is fsync'ed), so readers see the old file or the new
-one, never half of one.
+Writes are atomic (`hns_train.atomic_file`): readers see the old file or the new one, never
+half of one.
 
 Public API:
 - `save_checkpoint(path, state, meta=None) -> Path`, `load_checkpoint(path, map_location="cpu")

@@ -1,8 +1,6 @@
 """The PNG figures of the eval views (`compare`, `population_view`): a column of panels that
-share their x axis, drawn off-screen by matplotlib and written atomically, so a killed view
-never leaves half a picture where the last whole one was.
-
-`panels(width, height, rows) -> (figure, axes)`, `side_legend(ax)`, `save_png(figure, out)`.
+share their x axis, drawn off-screen by matplotlib and written atomically (a killed view never
+leaves half a picture where the last whole one was).
 """
 
 from __future__ import annotations
