@@ -20,8 +20,8 @@ Errors are `FieldError` (a ValueError) that name the key and what is allowed:
 - a ZeroDivisionError of those checks, as the fields that are 0 and must not be.
 
 Ranges: a numeric field typed `Annotated[int, Bounds(1)]` (or one of the aliases `AtLeast1`,
-`NonNegativeInt`, `NonNegative`, `Positive`, `Unit`) states the values it allows where it is
-declared; a text field typed `Annotated[str, OneOf(names)]` names the values it takes.
+`NonNegativeInt`, `NonNegative`, `Positive`, `Unit`, `Finite`) states the values it allows
+where it is declared; a text field typed `Annotated[str, OneOf(names)]` names the values it takes.
 `range_problems(obj)` checks every such field of a config, nested sections included, and says
 for each one out of range what it must be; a float must also be finite. The run config reports
 them all at once; a section that stands alone (`PoolConfig`) raises the first from its own
@@ -79,6 +79,7 @@ AtLeast1 = Annotated[int, Bounds(1)]
 NonNegativeInt = Annotated[int, Bounds(0)]
 NonNegative = Annotated[float, Bounds(0)]
 Positive = Annotated[float, Bounds(0, inclusive=False)]
+Finite = Annotated[float, Bounds(-math.inf)]
 Unit = Annotated[float, Bounds(0, 1)]
 
 

@@ -32,7 +32,17 @@ import typing
 from dataclasses import dataclass, field, fields
 from typing import Annotated
 
-from hns_train.typed_config import FieldError, OneOf, fits, from_dict, range_problems
+from hns_train.typed_config import (
+    AtLeast1,
+    FieldError,
+    Finite,
+    NonNegative,
+    OneOf,
+    Positive,
+    fits,
+    from_dict,
+    range_problems,
+)
 
 Range = tuple[int, int]  # inclusive [low, high], sampled uniformly per episode
 
@@ -42,18 +52,14 @@ class LockTaskConfig:
     """Section `lock`: lock_and_return and sequential_lock (locking.py; the original's
     LockObjectsTask, docs/fidelity.md)."""
 
-    reward: float = 5.0  # for each box that becomes locked
-    unlock_penalty: float = 5.0  # for each box that becomes unlocked
-    shaped_reward_scale: float = 0.5  # times the distance gained towards the target
-    success_reward: float = 1.0  # every step the task is complete
-    return_threshold: float = 0.1  # lock_and_return: largest distance to the spawn xy, m
+    reward: Finite = 5.0  # for each box that becomes locked
+    unlock_penalty: Finite = 5.0  # for each box that becomes unlocked
+    shaped_reward_scale: Finite = 0.5  # times the distance gained towards the target
+    success_reward: Finite = 1.0  # every step the task is complete
+    return_threshold: NonNegative = 0.1  # lock_and_return: largest distance to the spawn xy, m
 
     def __post_init__(self) -> None:
-        errors = _not_finite(self, "lock", ("reward", "unlock_penalty", "shaped_reward_scale"))
-        errors += _not_finite(self, "lock", ("success_reward", "return_threshold"))
-        if not self.return_threshold >= 0.0:
-            errors.append(f"lock.return_threshold={self.return_threshold} must be >= 0")
-        _raise(errors)
+        _raise(range_problems(self, "lock."))
 
 
 @dataclass(frozen=True)
@@ -62,15 +68,13 @@ class BlueprintConfig:
     example config, docs/fidelity.md). The sites themselves are the world's (`n_sites`,
     `site_*` of GameConfig)."""
 
-    activation_radius: float = 0.1  # box centre and corners this close: site done
+    activation_radius: Positive = 0.1  # box centre and corners this close: site done
     smoothmin_alpha: float = -1.5  # dense reward: smooth-min over box corners (< 0)
-    dense_scale: float = 0.05  # dense reward = -scale * mean smooth-min distance
-    completed_reward: float = 3.0  # per site, once, when every site is done
+    dense_scale: Finite = 0.05  # dense reward = -scale * mean smooth-min distance
+    completed_reward: Finite = 3.0  # per site, once, when every site is done
 
     def __post_init__(self) -> None:
-        errors = _not_finite(self, "blueprint", ("dense_scale", "completed_reward"))
-        if not self.activation_radius > 0:
-            errors.append(f"blueprint.activation_radius={self.activation_radius} must be > 0")
+        errors = range_problems(self, "blueprint.")
         if not self.smoothmin_alpha < 0:
             errors.append(
                 f"blueprint.smoothmin_alpha={self.smoothmin_alpha} must be < 0 (smooth-min)"
@@ -83,17 +87,12 @@ class ShelterConfig:
     """Section `shelter`: the rays cast at the cylinder and its reward (construction.py). The
     cylinder itself is the world's (`cylinder*` of GameConfig)."""
 
-    rays_per_side: int = 25
-    ray_margin_cells: float = 1.01  # ray starts this many cells in from the floor edge
-    reward_scale: float = 0.001  # reward = -scale * rays reaching the cylinder
+    rays_per_side: AtLeast1 = 25
+    ray_margin_cells: NonNegative = 1.01  # ray starts this many cells in from the floor edge
+    reward_scale: Finite = 0.001  # reward = -scale * rays reaching the cylinder
 
     def __post_init__(self) -> None:
-        errors = _not_finite(self, "shelter", ("reward_scale",))
-        if self.rays_per_side < 1:
-            errors.append(f"shelter.rays_per_side={self.rays_per_side} must be >= 1")
-        if not self.ray_margin_cells >= 0:
-            errors.append(f"shelter.ray_margin_cells={self.ray_margin_cells} must be >= 0")
-        _raise(errors)
+        _raise(range_problems(self, "shelter."))
 
 
 @dataclass(frozen=True)
@@ -103,28 +102,20 @@ class CountingConfig:
     left or right out of sight behind two screen walls; its x-force bin on the last step is its
     count. Its scene is the `counting` walls and placement of layout.py."""
 
-    show_steps: int = 10  # boxes stand still in view
-    move_steps: int = 20  # boxes slide to their hiding spots
-    hidden_steps: int = 10  # boxes hidden before the answer (horizon = the three sums)
+    show_steps: AtLeast1 = 10  # boxes stand still in view
+    move_steps: AtLeast1 = 20  # boxes slide to their hiding spots
+    hidden_steps: AtLeast1 = 10  # boxes hidden before the answer (horizon = the three sums)
     agent_y: float = 1.0  # pinned agent at (floor_size / 2, this), facing +y, m
     row_y: float = 3.0  # the boxes' lane: start row and hiding spots, m
-    spacing: float = 0.55  # between box centres in the row and at the spots, m
+    spacing: Positive = 0.55  # between box centres in the row and at the spots, m
     screen_y: float = 2.4  # line of the two screen walls, between agent and lane, m
-    window: float = 2.2  # gap between the screen walls, centred on the agent, m
+    window: Positive = 2.2  # gap between the screen walls, centred on the agent, m
     spot_margin: float = 0.5  # outermost hiding spot's centre from the floor's edge, m
-    correct_reward: float = 1.0  # on the last step, when the count is right
-    wrong_reward: float = 0.0  # on the last step, when it is wrong
+    correct_reward: Finite = 1.0  # on the last step, when the count is right
+    wrong_reward: Finite = 0.0  # on the last step, when it is wrong
 
     def __post_init__(self) -> None:
-        errors = []
-        for name in ("show_steps", "move_steps", "hidden_steps"):
-            if getattr(self, name) < 1:
-                errors.append(f"counting.{name}={getattr(self, name)} must be >= 1")
-        for name in ("spacing", "window"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                errors.append(f"counting.{name}={value} must be finite and > 0")
-        errors += _not_finite(self, "counting", ("correct_reward", "wrong_reward"))
+        errors = range_problems(self, "counting.")
         if not 0 < self.agent_y < self.screen_y < self.row_y:
             errors.append(
                 "counting needs 0 < agent_y < screen_y < row_y, got "
@@ -153,26 +144,13 @@ COUNT_STATES = ("objects", "objects_agents")
 class CountBasedConfig:
     """Section `count_based` (intrinsic.py): reward bonus_scale / sqrt(N(s)) every step."""
 
-    bonus_scale: float = 1.0
-    cell: float = 0.5  # grid of the discretised state, m
+    bonus_scale: Positive = 1.0
+    cell: Positive = 0.5  # grid of the discretised state, m
     # "objects": boxes and ramps; "objects_agents": the agents too
     state: Annotated[str, OneOf(COUNT_STATES)] = "objects"
 
     def __post_init__(self) -> None:
-        errors = []
-        for name in ("bonus_scale", "cell"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                errors.append(f"count_based.{name}={value} must be finite and > 0")
-        _raise(errors + range_problems(self, "count_based."))
-
-
-def _not_finite(section, name: str, keys: tuple[str, ...]) -> list[str]:
-    return [
-        f"{name}.{k}={getattr(section, k)} must be finite"
-        for k in keys
-        if not math.isfinite(getattr(section, k))
-    ]
+        _raise(range_problems(self, "count_based."))
 
 
 def _raise(errors: list[str]) -> None:

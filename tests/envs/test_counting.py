@@ -147,7 +147,7 @@ def test_a_scene_that_does_not_work_is_refused(overrides, message):
 
 
 def test_bad_counting_numbers_are_refused():
-    with pytest.raises(ValueError, match=r"counting\.move_steps=0 must be >= 1"):
+    with pytest.raises(ValueError, match=r"counting\.move_steps=0 is not allowed; it must be >= 1"):
         make_config("object_counting", counting={"move_steps": 0})
     with pytest.raises(ValueError, match="agent_y < screen_y"):
         make_config("object_counting", counting={"screen_y": 3.5})

@@ -89,7 +89,7 @@ def test_agents_are_part_of_the_state_only_when_asked():
 def test_count_based_numbers_are_checked():
     with pytest.raises(ValueError, match=r"count_based\.state='boxes' is not one of"):
         make_config("count_based", count_based={"state": "boxes"})
-    with pytest.raises(ValueError, match=r"count_based\.cell=0.0 must be finite and > 0"):
+    with pytest.raises(ValueError, match=r"count_based\.cell=0.0 is not allowed; it must be > 0"):
         make_config("count_based", count_cell=0.0)
 
 
