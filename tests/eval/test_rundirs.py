@@ -39,10 +39,11 @@ def test_latest_is_the_run_changed_last_and_its_newest_checkpoint(tmp_path):
     assert resolve_checkpoint(paths[0], runs) == paths[0]  # a file is taken as it is
 
 
-def test_a_broken_newest_checkpoint_is_skipped(tmp_path):
+def test_a_broken_newest_checkpoint_is_skipped(tmp_path, caplog):
     run, paths = make_run(tmp_path, "r", [1, 2], 1_000)
     paths[-1].write_bytes(paths[-1].read_bytes()[:-5])  # torn write
     assert resolve_checkpoint(run) == paths[0]
+    assert f"skipping unusable checkpoints newer than {paths[0]}" in caplog.text
 
 
 def test_bad_names_say_what_is_allowed(tmp_path):
