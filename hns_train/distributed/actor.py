@@ -90,14 +90,11 @@ class ActorWorker(Worker):
         p = cfg.pipeline
         self.game_cfg = cfg.game_config()
         self.stat_keys = stat_keys(self.game_cfg)  # what `stat_sums` sums, in order
-        self.inference = InferenceClient(
-            spec.endpoints["inference"],
-            identity=spec.routing_id,
-            security=self.security,
-            max_message_bytes=self.max_message_bytes,
+        self.inference = self.open_stream(
+            InferenceClient, spec.endpoints["inference"], identity=spec.routing_id
         )
         # Connected to every trainer rank: chunks go to them in turn (see make_endpoints).
-        self.samples = SampleSender(spec.endpoints["samples"], hwm=4, security=self.security)
+        self.samples = self.open_stream(SampleSender, spec.endpoints["samples"], hwm=4)
         self.draw = opponent_codes.OpponentDraw(cfg.pool, spec.run_dir, seed=self._seed(99))
         lstm = cfg.agent.network.lstm_dim
         per_group = p.envs_per_actor // p.ring_size

@@ -55,17 +55,12 @@ class PolicyWorker(Worker):
         self.device = resolve_device(self.cfg.pipeline.device)
         self.shapes = observation_shapes(self.cfg.game_config())
         self.model = self._new_model()
-        self.server = InferenceServer(
+        self.server = self.open_stream(
+            InferenceServer,
             spec.endpoints["inference_bind"][spec.index],
             max_requests=max(1, self.cfg.pipeline.max_inference_batch),
-            security=self.security,
-            max_message_bytes=self.max_message_bytes,
         )
-        self.params = ParamSubscriber(
-            spec.endpoints["params"],
-            security=self.security,
-            max_message_bytes=self.max_message_bytes,
-        )
+        self.params = self.open_stream(ParamSubscriber, spec.endpoints["params"])
         self.opponents = opponent_codes.Opponents(
             self.cfg.pool,
             spec.run_dir,
