@@ -8,7 +8,7 @@ and end their episodes together (fixed horizon), which is why chunks of `chunk_l
 by one controller throughout.
 
 Per agent row (world x agent slot) a request carries the raw observation, the LSTM state and
-the episode-start flag, plus the controller code of that row (`opponent_codes.py`): the learning
+the episode-start flag, plus the controller code of that row (`agents/opponents.py`): the learning
 policy, a pool snapshot, or a built-in opponent. Policy workers keep no per-agent state.
 
 Bootstrapping: when the episodes of a group end, the actor asks once more for the values of the
@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hns_train.agents.chunks import ChunkRecorder
+from hns_train.agents.opponents import LATEST
 from hns_train.distributed import opponent_codes
 from hns_train.distributed.contract import ContractError, DropLog, check_reply
 from hns_train.distributed.shared_rows import SLOTS, RequestLayout, SharedBlock
@@ -290,7 +291,7 @@ class ActorWorker(Worker):
         chunk = group.recorder.finish(bootstrap, max(group.oldest_version, 0))
         group.unfinished = False
         group.oldest_version = -1
-        keep = (group.codes == opponent_codes.LATEST) & present.reshape(-1)
+        keep = (group.codes == LATEST) & present.reshape(-1)
         if keep.any():  # all kept (both teams learning, all present): no gathering copy
             kept = chunk if keep.all() else chunk.select(np.flatnonzero(keep))
             self.pending_chunks.append((kept.to_arrays(), {"actor": self.name}))

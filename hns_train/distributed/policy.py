@@ -28,7 +28,12 @@ import time
 import numpy as np
 import torch
 
-from hns_train.agents.opponents import act_by_controller, controller_groups
+from hns_train.agents.opponents import (
+    LATEST,
+    act_by_controller,
+    controller_groups,
+    fixed_actions,
+)
 from hns_train.agents.policy import ActorCritic, ActOutput
 from hns_train.distributed import opponent_codes
 from hns_train.distributed.contract import (
@@ -62,12 +67,9 @@ class PolicyWorker(Worker):
         )
         self.params = self.open_stream(ParamSubscriber, spec.endpoints["params"])
         self.opponents = opponent_codes.Opponents(
-            self.cfg.pool,
-            spec.run_dir,
-            self._new_model,
-            seed=[self.cfg.seed, 2, spec.index],
-            name=self.name,
+            self.cfg.pool, spec.run_dir, self._new_model, name=self.name
         )
+        self.rng = np.random.default_rng([self.cfg.seed, 2, spec.index])  # fixed opponents
         folder = spec.endpoints.get("shared_rows")
         lstm = self.cfg.agent.network.lstm_dim
         self.shared = SharedReader(folder, self.shapes, lstm) if folder else None
@@ -127,7 +129,7 @@ class PolicyWorker(Worker):
         n = len(codes)
         actions, logp, values, state = self._act(obs, batch["state"], batch["episode_start"], codes)
         self._rows += n
-        self._forwards += len(np.unique(codes[codes >= opponent_codes.LATEST]))
+        self._forwards += len(np.unique(codes[codes >= LATEST]))
         offset = 0
         for (client, message), size in zip(requests, sizes, strict=True):
             part = slice(offset, offset + size)
@@ -158,12 +160,12 @@ class PolicyWorker(Worker):
         return ActOutput(*(x.cpu().numpy() for x in out))
 
     def _network(self, code: int) -> ActorCritic:
-        if code == opponent_codes.LATEST:
+        if code == LATEST:
             return self.model
         return self.opponents.snapshot_or_latest(code, self.model)
 
     def _fixed(self, code: int, n: int) -> torch.Tensor:
-        return torch.as_tensor(self.opponents.fixed_actions(code, n), device=self.device)
+        return torch.as_tensor(fixed_actions(code, n, self.rng), device=self.device)
 
     def counters(self) -> dict:
         out = {
