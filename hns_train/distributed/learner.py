@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 class Learner:
     """The model, its PPO and everything a learner does around an update (module docstring)."""
 
-    def __init__(self, cfg: RunConfig, spec: WorkerSpec, security, busy: Callable[[], None]):
+    def __init__(self, cfg: RunConfig, spec: WorkerSpec, open_stream, busy: Callable[[], None]):
         self.cfg = cfg
         self.busy = busy  # tells the controller an update may outlast the heartbeat timeout
         self.device = resolve_device(cfg.pipeline.device)
@@ -105,9 +105,7 @@ class Learner:
         if self.pool is not None:  # the untrained policy joins the pool before any update
             self.pool.maybe_add(self.version, self.model.state_dict())
         self.params = (
-            ParamPublisher(spec.endpoints["params_bind"], security=security)
-            if self.is_main
-            else None
+            open_stream(ParamPublisher, spec.endpoints["params_bind"]) if self.is_main else None
         )
         self.skipped_updates = 0
         self._last_checkpoint = time.monotonic()
@@ -272,7 +270,7 @@ class LearnerWorker(Worker):
 
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
-        self.learner = Learner(self.cfg, spec, self.security, lambda: self.control.send("busy"))
+        self.learner = Learner(self.cfg, spec, self.open_stream, lambda: self.control.send("busy"))
         self.rank = self.learner.rank
 
     def on_control(self, message) -> None:
