@@ -10,6 +10,10 @@ Controller codes, one per agent row (on the wire in inference requests, and in a
                  the pod's device model slot c
 `code_of` maps the pool's policy ids ("latest", "random", "noop", a version) to codes.
 
+`Snapshots` reads a code's pool snapshot through a `SnapshotCache` for both: a snapshot that is
+missing or broken is counted and remembered (up to `MAX_BAD_CODES` of them), never read again,
+and the caller lets the latest policy play its rows.
+
 `act_by_controller(groups, network, fixed, obs, state, starts)` acts every row: one forward pass
 per network code on its rows (gathered and scattered with the group's index tensor), fixed
 opponents' actions for the others, whose state is kept and whose log-prob and value are 0.
@@ -35,10 +39,13 @@ import torch
 
 from hns_train.agents.policy import ActorCritic, ActOutput
 from hns_train.agents.pool import LATEST as LATEST_ID
+from hns_train.agents.pool import SnapshotCache
 from hns_train.envs import contract
 
 LATEST, RANDOM, NOOP = -1, -2, -3
 _NAMED = {LATEST_ID: LATEST, "random": RANDOM, "noop": NOOP}
+SNAPSHOT_ERRORS = (OSError, ValueError, RuntimeError)  # no such snapshot, a broken file
+MAX_BAD_CODES = 10_000  # snapshot codes remembered as unusable (not looked up on disk again)
 
 ACTION_BINS = contract.DEFAULT_ACTION_BINS
 N_ACTION_DIMS = contract.N_ACTION_DIMS
@@ -86,6 +93,15 @@ def fixed_opponent(name: str) -> FixedOpponent:
     if name not in FIXED_OPPONENTS:
         raise ValueError(f"unknown fixed opponent {name!r}; known: {sorted(FIXED_OPPONENTS)}")
     return FIXED_OPPONENTS[name]
+
+
+def fixed_actions(code: int, rows: int, rng: np.random.Generator) -> np.ndarray:
+    """(rows, 5) host actions of the fixed opponent of `code` (RANDOM or NOOP)."""
+    names = {RANDOM: "random", NOOP: "noop"}
+    if code not in names:
+        raise ValueError(f"controller code {code} is not a fixed opponent; allowed: {names}")
+    rows_only = {contract.SELF_KEY: np.zeros((rows, 1), np.float32)}  # only its size is read
+    return fixed_opponent(names[code])(rows_only, rng)
 
 
 def code_of(policy_id) -> int:
@@ -148,3 +164,30 @@ def act_by_controller(
         values.index_copy_(0, index, out.values)
         new_state.index_copy_(0, index, out.state)
     return ActOutput(actions, logp, values, new_state)
+
+
+class Snapshots:
+    """Pool snapshots by code, read through `cache` (state dicts, or the models it builds)."""
+
+    def __init__(self, cache: SnapshotCache) -> None:
+        self.cache = cache
+        self.unusable = 0  # asks for a missing or broken snapshot
+        self._bad: dict[int, str] = {}  # unusable code -> why
+        self._last_error = ""
+
+    def get(self, code: int):
+        """The snapshot of `code`, or None when it is missing or broken (counted; `why`)."""
+        code = int(code)
+        if code not in self._bad:
+            try:
+                return self.cache.get(code)
+            except SNAPSHOT_ERRORS as err:
+                self._last_error = str(err)
+                if len(self._bad) < MAX_BAD_CODES:
+                    self._bad[code] = self._last_error
+        self.unusable += 1
+        return None
+
+    def why(self, code: int) -> str:
+        """Why snapshot `code` is unusable (past `MAX_BAD_CODES` codes: the newest error)."""
+        return self._bad.get(int(code), self._last_error)

@@ -52,6 +52,7 @@ from hns_train.agents.chunks import ChunkRecorder
 from hns_train.agents.opponents import (
     LATEST,
     RANDOM,
+    Snapshots,
     act_by_controller,
     code_of,
     controller_groups,
@@ -163,9 +164,8 @@ class OpponentSlots:
         self.rng = rng
         self.models: list[ActorCritic] = []
         self.versions: OrderedDict[int, int] = OrderedDict()  # version -> slot, LRU first
-        self.cache = SnapshotCache(pool, cache_size) if pool is not None else None
+        self.snapshots = Snapshots(SnapshotCache(pool, cache_size)) if pool is not None else None
         self.substitutions = 0
-        self.unusable = 0
 
     def draw(self, in_use: np.ndarray) -> tuple[int, int]:
         """(hider code, seeker code) for one episode; `in_use` (slots,) counts live episodes
@@ -186,10 +186,8 @@ class OpponentSlots:
         if free is None:  # every slot plays a running episode: one of them plays this one too
             self.substitutions += 1
             return int(self.rng.choice(list(self.versions.values())))
-        try:
-            state = self.cache.get(version)
-        except (OSError, ValueError, RuntimeError):  # missing or broken snapshot: latest plays
-            self.unusable += 1
+        state = self.snapshots.get(version)
+        if state is None:  # missing or broken snapshot: the latest plays it
             return LATEST
         self.models[free].load_state_dict(state)  # copies into the slot: nothing is rebuilt
         for v, s in list(self.versions.items()):

@@ -8,7 +8,7 @@ and end their episodes together (fixed horizon), which is why chunks of `chunk_l
 by one controller throughout.
 
 Per agent row (world x agent slot) a request carries the raw observation, the LSTM state and
-the episode-start flag, plus the controller code of that row (`opponent_codes.py`): the learning
+the episode-start flag, plus the controller code of that row (`agents/opponents.py`): the learning
 policy, a pool snapshot, or a built-in opponent. Policy workers keep no per-agent state.
 
 Bootstrapping: when the episodes of a group end, the actor asks once more for the values of the
@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hns_train.agents.chunks import ChunkRecorder
+from hns_train.agents.opponents import LATEST
 from hns_train.distributed import opponent_codes
 from hns_train.distributed.contract import ContractError, DropLog, check_reply
 from hns_train.distributed.shared_rows import SLOTS, RequestLayout, SharedBlock
@@ -90,14 +91,11 @@ class ActorWorker(Worker):
         p = cfg.pipeline
         self.game_cfg = cfg.game_config()
         self.stat_keys = stat_keys(self.game_cfg)  # what `stat_sums` sums, in order
-        self.inference = InferenceClient(
-            spec.endpoints["inference"],
-            identity=spec.routing_id,
-            security=self.security,
-            max_message_bytes=self.max_message_bytes,
+        self.inference = self.open_stream(
+            InferenceClient, spec.endpoints["inference"], identity=spec.routing_id
         )
         # Connected to every trainer rank: chunks go to them in turn (see make_endpoints).
-        self.samples = SampleSender(spec.endpoints["samples"], hwm=4, security=self.security)
+        self.samples = self.open_stream(SampleSender, spec.endpoints["samples"], hwm=4)
         self.draw = opponent_codes.OpponentDraw(cfg.pool, spec.run_dir, seed=self._seed(99))
         lstm = cfg.agent.network.lstm_dim
         per_group = p.envs_per_actor // p.ring_size
@@ -293,7 +291,7 @@ class ActorWorker(Worker):
         chunk = group.recorder.finish(bootstrap, max(group.oldest_version, 0))
         group.unfinished = False
         group.oldest_version = -1
-        keep = (group.codes == opponent_codes.LATEST) & present.reshape(-1)
+        keep = (group.codes == LATEST) & present.reshape(-1)
         if keep.any():  # all kept (both teams learning, all present): no gathering copy
             kept = chunk if keep.all() else chunk.select(np.flatnonzero(keep))
             self.pending_chunks.append((kept.to_arrays(), {"actor": self.name}))

@@ -126,7 +126,23 @@ class Summary:
         return ret
 
 
-class Controller:
+class Stoppable:
+    """What a run's and a population's controller share about stopping: the first reason
+    asked for is the one kept (`stop_reason`), and an error stops with its message."""
+
+    stop_reason = ""
+    error = ""
+
+    def request_stop(self, reason: str) -> None:
+        """Stop after the current tick (safe from signal handlers and other threads)."""
+        self.stop_reason = self.stop_reason or reason
+
+    def _fail(self, err: BaseException) -> None:
+        self.error = f"{type(err).__name__}: {err}"
+        self.request_stop(f"error: {self.error}")
+
+
+class Controller(Stoppable):
     def __init__(self, cfg: RunConfig, resume: bool = False) -> None:
         # A message every socket would refuse is a config error, found before anything starts.
         self.message_sizes = check_message_sizes(cfg)
@@ -170,8 +186,6 @@ class Controller:
         self.workers: dict[str, WorkerState] = {}
         self.control_drops = DropLog("controller: control messages")
         self.restarts = 0
-        self.stop_reason = ""
-        self.error = ""
 
         self.version = self.frames = self.episodes = 0
         self.prior_s = 0.0
@@ -298,10 +312,6 @@ class Controller:
         self._check_made_frames()
         return self.summary()
 
-    def _fail(self, err: BaseException) -> None:
-        self.error = f"{type(err).__name__}: {err}"
-        self.stop_reason = self.stop_reason or f"error: {self.error}"
-
     def _no_room(self, cause: str) -> None:
         """A write failed for want of space: the run ends, never restarts into the same wall."""
         problem = room_problem(self.run_dir, self.checkpoint_bytes) or cause
@@ -331,10 +341,6 @@ class Controller:
             "see the workers' messages above"
         )
         self.stop_reason = f"{self.stop_reason}; error: {self.error}"
-
-    def request_stop(self, reason: str) -> None:
-        """Stop the run after the current tick (safe from signal handlers and other threads)."""
-        self.stop_reason = self.stop_reason or reason
 
     def tick(self) -> None:
         now = time.monotonic()

@@ -30,6 +30,7 @@ import copy
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +55,7 @@ log = logging.getLogger(__name__)
 class Learner:
     """The model, its PPO and everything a learner does around an update (module docstring)."""
 
-    def __init__(self, cfg: RunConfig, spec: WorkerSpec, security, busy: Callable[[], None]):
+    def __init__(self, cfg: RunConfig, spec: WorkerSpec, open_stream, busy: Callable[[], None]):
         self.cfg = cfg
         self.busy = busy  # tells the controller an update may outlast the heartbeat timeout
         self.device = resolve_device(cfg.pipeline.device)
@@ -104,14 +105,20 @@ class Learner:
         if self.pool is not None:  # the untrained policy joins the pool before any update
             self.pool.maybe_add(self.version, self.model.state_dict())
         self.params = (
-            ParamPublisher(spec.endpoints["params_bind"], security=security)
-            if self.is_main
-            else None
+            open_stream(ParamPublisher, spec.endpoints["params_bind"]) if self.is_main else None
         )
         self.skipped_updates = 0
         self._last_checkpoint = time.monotonic()
         self.last_update_s: float | None = None  # duration of the newest update
         self._stop_at: float | None = None  # monotonic time the run stops at (stop.minutes)
+        self.last_stats: dict[str, float] = {}  # the newest kept update's statistics
+        self._reset_window()
+
+    def _reset_window(self) -> None:
+        """The per-heartbeat update counters (deltas since the last report)."""
+        self.steps = 0  # kept updates
+        self.update_s = 0.0  # time in updates, undone ones included
+        self.samples = self.new_samples = 0  # agent-steps in kept updates; of those, first uses
 
     @property
     def version(self) -> int:
@@ -165,6 +172,7 @@ class Learner:
                 raise  # the ranks' collectives are out of step now: the group restarts
             stats, problem = None, f"{type(err).__name__}: {err}"
         self.last_update_s = time.perf_counter() - start
+        self.update_s += self.last_update_s
         if problem is None:
             self.after_update()
             return stats
@@ -179,6 +187,30 @@ class Learner:
             self.skipped_updates,
         )
         return None
+
+    def count_update(self, stats: dict, samples: int, new_samples: int) -> None:
+        """Count a kept update of `samples` agent-steps (`new_samples` of them trained on for
+        the first time) and keep its statistics for the next report."""
+        self.last_stats = stats
+        self.steps += 1
+        self.samples += samples
+        self.new_samples += new_samples
+
+    def report(self) -> dict:
+        """What every learner sends with its heartbeat: the version, the updates since the
+        last report (reset here), the newest statistics and the run's counters."""
+        out = {
+            "version": self.version,
+            "steps": self.steps,
+            "update_s": self.update_s,
+            "samples": self.samples,
+            "new_samples": self.new_samples,
+            "skipped_updates": self.skipped_updates,
+            "stats": self.last_stats,
+            "counters": asdict(self.counters_from_controller),
+        }
+        self._reset_window()
+        return out
 
     def after_update(self) -> None:
         """Publish the new parameters; rank 0 writes a due checkpoint and pool snapshot."""
@@ -238,7 +270,7 @@ class LearnerWorker(Worker):
 
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
-        self.learner = Learner(self.cfg, spec, self.security, lambda: self.control.send("busy"))
+        self.learner = Learner(self.cfg, spec, self.open_stream, lambda: self.control.send("busy"))
         self.rank = self.learner.rank
 
     def on_control(self, message) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import asdict
 
 import torch
 
@@ -51,10 +50,7 @@ class PodWorker(LearnerWorker, PodHook):
             snapshot_cache=cfg.pool.snapshot_cache,
             seed=self._seed(2),
         )
-        self._last_stats: dict[str, float] = {}
-        self._steps = self._env_steps = 0
-        self._update_s = 0.0
-        self._samples = 0
+        self._env_steps = 0
         self._iteration = None  # the pod's iteration under way
         learner.publish()
 
@@ -73,10 +69,9 @@ class PodWorker(LearnerWorker, PodHook):
         except StopIteration as done:  # the rollout's update (or its skip) is over
             self._iteration = None
             stats = done.value
-            if stats is not None:
-                self._samples += int(stats.pop("learned_steps"))
-                self._last_stats = stats
-                self._steps += 1
+            if stats is not None:  # a rollout is trained on as it comes, once: every step is new
+                learned = int(stats.pop("learned_steps"))
+                self.learner.count_update(stats, learned, learned)
         return True
 
     def update(self, learn: Callable[[], dict], agent_steps: int) -> dict | None:
@@ -85,35 +80,24 @@ class PodWorker(LearnerWorker, PodHook):
         learner = self.learner
         if not learner.agree(stop=self.stopping, ready=not learner.would_end_late()):
             return None
-        stats = learner.guarded_update(learn, agent_steps)
-        self._update_s += learner.last_update_s
-        return stats
+        return learner.guarded_update(learn, agent_steps)
 
     # ------------------------------------------------------------------ control
     def counters(self) -> dict:
-        learner = self.learner
         out = {
             # what a trainer reports
-            "version": learner.version,
-            "steps": self._steps,
-            "update_s": self._update_s,
-            "samples": self._samples,
-            "new_samples": self._samples,  # a rollout is trained on as it comes, once
+            **self.learner.report(),
             "received": self._env_steps,
             "dropped_stale": 0,
             "rejected": 0,
-            "skipped_updates": learner.skipped_updates,
             "buffer": self.pod.t,
             "staleness": 0.0,
             "reuse": float(self.cfg.agent.ppo.epochs),
-            "stats": self._last_stats,
-            "counters": asdict(learner.counters_from_controller),
             # what an actor reports, and where the pod's time went (sim_s, act_s, learn_s)
             **self.pod.take_counters(),
             "physics_warnings": self.pod.game.physics_warnings(),
         }
-        self._steps = self._env_steps = self._samples = 0
-        self._update_s = 0.0
+        self._env_steps = 0
         return out
 
     def close_streams(self) -> None:

@@ -28,9 +28,15 @@ import time
 import numpy as np
 import torch
 
-from hns_train.agents.opponents import act_by_controller, controller_groups
+from hns_train.agents.opponents import (
+    LATEST,
+    Snapshots,
+    act_by_controller,
+    controller_groups,
+    fixed_actions,
+)
 from hns_train.agents.policy import ActorCritic, ActOutput
-from hns_train.distributed import opponent_codes
+from hns_train.agents.pool import PolicyPool, SnapshotCache
 from hns_train.distributed.contract import (
     ContractError,
     DropLog,
@@ -38,6 +44,7 @@ from hns_train.distributed.contract import (
     check_request,
     param_reference,
 )
+from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.params import arrays_to_state_dict, resolve_device
 from hns_train.distributed.shared_rows import ADDRESS_KEYS, SharedReader
 from hns_train.distributed.streams import InferenceServer, ParamSubscriber
@@ -55,24 +62,15 @@ class PolicyWorker(Worker):
         self.device = resolve_device(self.cfg.pipeline.device)
         self.shapes = observation_shapes(self.cfg.game_config())
         self.model = self._new_model()
-        self.server = InferenceServer(
+        self.server = self.open_stream(
+            InferenceServer,
             spec.endpoints["inference_bind"][spec.index],
             max_requests=max(1, self.cfg.pipeline.max_inference_batch),
-            security=self.security,
-            max_message_bytes=self.max_message_bytes,
         )
-        self.params = ParamSubscriber(
-            spec.endpoints["params"],
-            security=self.security,
-            max_message_bytes=self.max_message_bytes,
-        )
-        self.opponents = opponent_codes.Opponents(
-            self.cfg.pool,
-            spec.run_dir,
-            self._new_model,
-            seed=[self.cfg.seed, 2, spec.index],
-            name=self.name,
-        )
+        self.params = self.open_stream(ParamSubscriber, spec.endpoints["params"])
+        self.snapshots: Snapshots | None = None  # opened when the first snapshot is asked for
+        self.unusable = DropLog(f"{self.name} snapshot codes")
+        self.rng = np.random.default_rng([self.cfg.seed, 2, spec.index])  # fixed opponents
         folder = spec.endpoints.get("shared_rows")
         lstm = self.cfg.agent.network.lstm_dim
         self.shared = SharedReader(folder, self.shapes, lstm) if folder else None
@@ -132,7 +130,7 @@ class PolicyWorker(Worker):
         n = len(codes)
         actions, logp, values, state = self._act(obs, batch["state"], batch["episode_start"], codes)
         self._rows += n
-        self._forwards += len(np.unique(codes[codes >= opponent_codes.LATEST]))
+        self._forwards += len(np.unique(codes[codes >= LATEST]))
         offset = 0
         for (client, message), size in zip(requests, sizes, strict=True):
             part = slice(offset, offset + size)
@@ -163,12 +161,27 @@ class PolicyWorker(Worker):
         return ActOutput(*(x.cpu().numpy() for x in out))
 
     def _network(self, code: int) -> ActorCritic:
-        if code == opponent_codes.LATEST:
+        """The latest model, or snapshot `code`'s (the latest when that one is unusable)."""
+        if code == LATEST:
             return self.model
-        return self.opponents.snapshot_or_latest(code, self.model)
+        if self.snapshots is None:
+            pool = PolicyPool(pool_dir(self.spec.run_dir), self.cfg.pool)
+            cache = SnapshotCache(pool, self.cfg.pool.snapshot_cache, build=self._loaded_model)
+            self.snapshots = Snapshots(cache)
+        model = self.snapshots.get(code)
+        if model is None:
+            why = self.snapshots.why(code)
+            self.unusable.drop(f"snapshot {code} unusable, the latest plays it: {why}")
+            return self.model
+        return model
+
+    def _loaded_model(self, state: dict) -> ActorCritic:
+        model = self._new_model()
+        model.load_state_dict(state)
+        return model
 
     def _fixed(self, code: int, n: int) -> torch.Tensor:
-        return torch.as_tensor(self.opponents.fixed_actions(code, n), device=self.device)
+        return torch.as_tensor(fixed_actions(code, n, self.rng), device=self.device)
 
     def counters(self) -> dict:
         out = {
@@ -178,8 +191,9 @@ class PolicyWorker(Worker):
             "forwards": self._forwards,
             "busy_s": self._busy_s,
             "rejected": self.server.rejected + self.bad_params.total,
-            "unknown_snapshots": self.opponents.unusable.total,
-            "snapshot_loads": self.opponents.loads,
+            "unknown_snapshots": self.unusable.total,
+            # snapshots read from disk: a cache too small for the pool shows here
+            "snapshot_loads": self.snapshots.cache.misses if self.snapshots is not None else 0,
         }
         self._rows = self._batches = self._forwards = 0
         self._busy_s = 0.0
@@ -190,6 +204,8 @@ class PolicyWorker(Worker):
         self.params.close()
         if self.shared is not None:
             self.shared.close()
+        if self.snapshots is not None:
+            self.snapshots.cache.pool.close()
 
 
 def load_checked_params(message, model, reference, device, bad: DropLog, version: int) -> int:

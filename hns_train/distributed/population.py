@@ -56,7 +56,6 @@ from typing import Any
 import numpy as np
 import torch
 import yaml
-from tqdm import tqdm
 
 from hns_train.agents.checkpoint import (
     CheckpointDir,
@@ -86,8 +85,9 @@ from hns_train.agents.population import (
     save_manifest,
 )
 from hns_train.config import RunConfig, apply_override, config_from_dict, flat_settings, save_config
-from hns_train.distributed.controller import stop_signals
+from hns_train.distributed.controller import Stoppable, stop_signals
 from hns_train.distributed.opponent_codes import pool_dir
+from hns_train.distributed.reporting import ProgressBar
 from hns_train.distributed.run_lock import claim
 from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
 from hns_train.distributed.worker import _die_with_parent
@@ -196,7 +196,7 @@ class MemberRun:
         return True
 
 
-class PopulationController:
+class PopulationController(Stoppable):
     def __init__(self, cfg: RunConfig, resume: bool = False) -> None:
         self.cfg = cfg
         self.p = cfg.population
@@ -215,8 +215,6 @@ class PopulationController:
         self.counters = {"exploits": 0, "restarts": 0}
         self.next_index = 0
         self.prior_s = 0.0
-        self.stop_reason = ""
-        self.error = ""
         self.ray_address, self._owns_ray = "", False
         self._fresh: set[str] = set()  # members with new weights since the last sync
         self._manifest_games: dict[str, int] = {}
@@ -347,24 +345,17 @@ class PopulationController:
 
     # ------------------------------------------------------------------ run
     def run(self) -> dict[str, Any]:
-        bar = tqdm(
-            total=self.cfg.stop.frames or None,
-            unit="frame",
-            desc=f"population {self.cfg.name}",
-            disable=not self.cfg.logging.progress,
-        )
+        desc, progress = f"population {self.cfg.name}", self.cfg.logging.progress
+        bar = ProgressBar(self.cfg, desc, disable=not progress)
         with stop_signals(self.request_stop):
             try:
                 self.start_members()
                 while not self.stop_reason:
                     self.tick()
-                    bar.n = self.total_frames()
-                    bar.set_postfix_str(self._postfix(), refresh=False)
-                    bar.refresh()
+                    bar.show(self.total_frames(), self._postfix())
                     time.sleep(TICK_S)
             except Exception as err:  # a controller bug must still stop every member
-                self.error = f"{type(err).__name__}: {err}"
-                self.stop_reason = self.stop_reason or f"error: {self.error}"
+                self._fail(err)
                 raise
             finally:
                 bar.close()
@@ -408,9 +399,6 @@ class PopulationController:
 
             ray.shutdown()
             self._owns_ray, self.ray_address = False, ""
-
-    def request_stop(self, reason: str) -> None:
-        self.stop_reason = self.stop_reason or reason
 
     def tick(self) -> None:
         now = time.monotonic()

@@ -53,17 +53,7 @@ class RunLog:
     def open(self, frames: int) -> None:
         lg = self.cfg.logging
         if lg.progress:
-            total = self.cfg.stop.frames or None
-            self.bar = tqdm(
-                total=total,
-                initial=frames,
-                desc="env frames",
-                unit=" frames",
-                dynamic_ncols=True,
-                file=sys.stderr,
-                # without a frame limit: the count, time and rate, no empty bar
-                bar_format=None if total else "{desc}: {n} [{elapsed}, {rate_fmt}{postfix}]",
-            )
+            self.bar = ProgressBar(self.cfg, "env frames", frames)
         if lg.wandb != "disabled":
             from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
 
@@ -186,11 +176,8 @@ class RunLog:
     # ------------------------------------------------------------------ progress bar
     def show(self, frames: int, postfix: str) -> None:
         """Redraw the progress bar (if any) at `frames` with `postfix`."""
-        if self.bar is None:
-            return
-        self.bar.n = frames
-        self.bar.set_postfix_str(postfix, refresh=False)
-        self.bar.refresh()
+        if self.bar is not None:
+            self.bar.show(frames, postfix)
 
     @property
     def last(self) -> dict:
@@ -201,6 +188,31 @@ class RunLog:
             self.bar.close()
         if self.logger is not None:
             self.logger.finish()
+
+
+class ProgressBar(tqdm):
+    """Env frames against `stop.frames` on stderr, redrawn with a postfix: the run's and the
+    population's."""
+
+    def __init__(self, cfg: RunConfig, desc: str, frames: int = 0, disable: bool = False):
+        total = cfg.stop.frames or None
+        super().__init__(
+            total=total,
+            initial=frames,
+            desc=desc,
+            unit=" frames",
+            dynamic_ncols=True,
+            file=sys.stderr,
+            disable=disable,
+            # without a frame limit: the count, time and rate, no empty bar
+            bar_format=None if total else "{desc}: {n} [{elapsed}, {rate_fmt}{postfix}]",
+        )
+
+    def show(self, frames: int, postfix: str) -> None:
+        """Redraw at `frames` with `postfix` (tqdm only redraws itself on update())."""
+        self.n = frames
+        self.set_postfix_str(postfix, refresh=False)
+        self.refresh()
 
 
 def by_kind(states) -> dict[str, list[dict]]:

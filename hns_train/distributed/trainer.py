@@ -21,7 +21,7 @@ writes checkpoints and snapshots.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -51,13 +51,9 @@ class TrainerWorker(LearnerWorker):
         )
         self.buffer: list[Sample] = []
         self._arrivals = 0
-        self._last_stats: dict[str, float] = {}
         self._received = self._dropped_stale = 0
         self.bad_chunks = DropLog(f"{self.name} chunks")
         self._rejected_reported = 0
-        self._steps = 0
-        self._update_s = 0.0
-        self._samples = self._new_samples = 0  # agent-steps in updates; of those, first uses
         self._staleness: list[float] = []
         self._reuse: list[float] = []
         self.learner.publish()
@@ -144,17 +140,13 @@ class TrainerWorker(LearnerWorker):
         size = sum(s.chunk.num_steps * s.chunk.batch_size for s in batch)
         chunks = stack_chunks([s.chunk for s in batch])
         stats = self.learner.guarded_update(lambda: self.learner.ppo.update_async(chunks), size)
-        self._update_s += self.learner.last_update_s
         if stats is None:  # undone: the batch is what broke it, it goes
             drop = {id(s) for s in batch}
             self.buffer = [s for s in self.buffer if id(s) not in drop]
             return
-        self._last_stats = stats
-        self._steps += 1
+        first_uses = sum(s.chunk.num_steps * s.chunk.batch_size for s in batch if s.uses == 0)
+        self.learner.count_update(stats, size, first_uses)
         for s in batch:
-            size = s.chunk.num_steps * s.chunk.batch_size
-            self._samples += size
-            self._new_samples += size if s.uses == 0 else 0
             self._staleness.append(self.learner.version - 1 - s.version)
             s.uses += 1
         # reuse = times a chunk was trained on when it leaves the buffer (used up, stale, overflow)
@@ -163,25 +155,16 @@ class TrainerWorker(LearnerWorker):
 
     def counters(self) -> dict:
         out = {
-            "version": self.learner.version,
-            "steps": self._steps,
-            "update_s": self._update_s,
-            "samples": self._samples,
-            "new_samples": self._new_samples,
+            **self.learner.report(),
             "received": self._received,
             "dropped_stale": self._dropped_stale,
             "rejected": self._rejected - self._rejected_reported,
-            "skipped_updates": self.learner.skipped_updates,
             "buffer": len(self.buffer),
             "staleness": float(np.mean(self._staleness)) if self._staleness else None,
             "reuse": float(np.mean(self._reuse)) if self._reuse else None,
-            "stats": self._last_stats,
-            "counters": asdict(self.learner.counters_from_controller),
         }
         self._rejected_reported = self._rejected
-        self._steps = self._received = self._dropped_stale = 0
-        self._samples = self._new_samples = 0
-        self._update_s = 0.0
+        self._received = self._dropped_stale = 0
         self._staleness, self._reuse = [], []
         return out
 

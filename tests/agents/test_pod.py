@@ -10,12 +10,14 @@ import torch
 
 from hns_train.agents import PPO, ActorCritic, Chunk, PPOConfig
 from hns_train.agents.opponents import (
+    LATEST,
     NOOP,
+    RANDOM,
     act_by_controller,
     controller_groups,
     noop_action,
 )
-from hns_train.agents.pod import LATEST, RANDOM, Pod, PodHook
+from hns_train.agents.pod import Pod, PodHook
 from hns_train.agents.pool import PolicyPool, PoolConfig
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.vector import VectorGame

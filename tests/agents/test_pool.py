@@ -9,7 +9,15 @@ import pytest
 import torch
 
 from hns_train.agents import ActorCritic, NetworkConfig
-from hns_train.agents.pod import LATEST as POD_LATEST
+from hns_train.agents.opponents import LATEST as WIRE_LATEST
+from hns_train.agents.opponents import (
+    NOOP,
+    RANDOM,
+    Snapshots,
+    code_of,
+    fixed_actions,
+    noop_action,
+)
 from hns_train.agents.pod import OpponentSlots
 from hns_train.agents.pool import (
     GUEST_BASE,
@@ -22,8 +30,7 @@ from hns_train.agents.pool import (
 )
 from hns_train.agents.pool_index import PRIOR_MU, open_index, transaction
 from hns_train.agents.synthetic import random_observations
-from hns_train.distributed.opponent_codes import LATEST as WIRE_LATEST
-from hns_train.distributed.opponent_codes import OpponentDraw, code_of
+from hns_train.distributed.opponent_codes import OpponentDraw
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
 from hns_train.typed_config import from_dict
@@ -217,6 +224,29 @@ def test_snapshot_cache_builds_once_per_load(tmp_path):
     assert cache.misses == 3
     with pytest.raises(ValueError, match="snapshot_cache"):
         PoolConfig(snapshot_cache=0)
+
+
+def test_a_missing_or_broken_snapshot_is_counted_and_not_read_again(tmp_path):
+    """The pod's and the policy worker's rule: the caller lets the latest play such a code."""
+    pool = pool_with(tmp_path, 3)
+    pool.path_for(20).write_bytes(b"not a checkpoint")
+    snapshots = Snapshots(SnapshotCache(pool, size=2))
+    assert torch.equal(snapshots.get(10)["w"], torch.full((2,), 1.0))
+    assert snapshots.get(20) is None and snapshots.get(99) is None
+    assert "99" in snapshots.why(99) and snapshots.why(20)
+    misses = snapshots.cache.misses
+    assert snapshots.get(20) is None and snapshots.get(99) is None
+    assert snapshots.unusable == 4 and snapshots.cache.misses == misses
+    assert torch.equal(snapshots.get(30)["w"], torch.full((2,), 3.0))
+
+
+def test_fixed_opponents_act_by_code():
+    rng = np.random.default_rng(0)
+    assert (fixed_actions(NOOP, 3, rng) == noop_action()).all()
+    random = fixed_actions(RANDOM, 200, rng)
+    assert random.shape == (200, 5) and len(np.unique(random[:, 0])) > 1
+    with pytest.raises(ValueError, match="not a fixed opponent"):
+        fixed_actions(WIRE_LATEST, 3, rng)
 
 
 def _add_matches(folder: str, count: int, ready) -> None:
@@ -501,7 +531,7 @@ def test_guest_codes_reach_caches_opponent_slots_and_actors(tmp_path):
         cache_size=4,
     )
     hider_code, seeker_code = slots.draw(np.zeros(2, np.int64))
-    assert seeker_code == POD_LATEST and hider_code in (0, 1)
+    assert seeker_code == WIRE_LATEST and hider_code in (0, 1)
     assert slots.versions == {gid: hider_code}
     slot_state = slots.models[hider_code].state_dict()
     assert all(torch.equal(slot_state[k], v) for k, v in guest_model.state_dict().items())

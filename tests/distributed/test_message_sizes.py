@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from hns_train.agents.chunks import ChunkRecorder
+from hns_train.agents.opponents import LATEST
 from hns_train.agents.policy import ActorCritic
 from hns_train.config import ConfigError, load_config
-from hns_train.distributed import opponent_codes
 from hns_train.distributed.controller import Controller
 from hns_train.distributed.message_sizes import (
     check_message_sizes,
@@ -125,8 +125,8 @@ def real_chunk(cfg, worlds: int) -> dict[str, np.ndarray]:
         )
         obs = game.step(actions).obs
     chunk = recorder.finish(np.zeros(rows, np.float32), 7)
-    codes = np.full(rows, opponent_codes.LATEST)
-    keep = np.flatnonzero(codes == opponent_codes.LATEST)
+    codes = np.full(rows, LATEST)
+    keep = np.flatnonzero(codes == LATEST)
     return chunk.select(keep).to_arrays()
 
 

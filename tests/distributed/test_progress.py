@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from hns_train.config import load_config
+from hns_train.distributed.reporting import ProgressBar
+
 ROOT = Path(__file__).resolve().parents[2]
 BAR = re.compile(r"env frames: (\d+) \[(\d\d):(\d\d), [^,\]]+, (?:workers \d+/\d+ up, )?episodes ")
 
@@ -47,3 +50,17 @@ def test_bar_moves_in_a_terminal_and_the_run_stops_on_time(tmp_path):
     wall = int(re.search(r"wall clock\s+(\d+) s", text)[1])
     assert wall <= minutes * 60 + 5, text[-2000:]
     assert time.monotonic() - start < minutes * 60 + 60  # start-up and shut-down included
+
+
+def test_the_population_bar_is_the_runs_bar(capsys):
+    """A population shows its members' frames on the run's bar, against `stop.frames`."""
+    cfg = load_config("configs/chase.yaml", ["stop.frames=1000"])
+    bar = ProgressBar(cfg, "population p")
+    bar.show(250, "members 2 exploits 0")
+    bar.close()
+    shown = capsys.readouterr().err
+    assert "population p:  25%" in shown and "250/1000" in shown and "members 2" in shown
+    quiet = ProgressBar(cfg, "population p", disable=True)
+    quiet.show(500, "members 2 exploits 0")
+    quiet.close()
+    assert capsys.readouterr().err == ""

@@ -19,11 +19,13 @@ import torch
 from waiting import alive, children_of, wait_for
 
 from hns_train.agents.checkpoint import CheckpointDir
+from hns_train.agents.pool import PolicyPool
 from hns_train.agents.synthetic import synthetic_chunk
 from hns_train.config import CONFIG_DIR, load_config, save_config
 from hns_train.distributed.actor import ActorWorker
 from hns_train.distributed.controller import Controller, WorkerState
 from hns_train.distributed.launchers import make_endpoints
+from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.params import state_dict_to_arrays
 from hns_train.distributed.policy import PolicyWorker
 from hns_train.distributed.shared_rows import RequestLayout, SharedBlock
@@ -349,20 +351,26 @@ def test_the_policy_worker_drops_wrong_requests_and_parameters(inproc, tmp_path)
         # A code naming no snapshot of the pool is played by the latest policy.
         assert client.send("act", request(code=np.full(4, 12345, np.int64)), {"seq": 101})
         assert client.send("act", None, {"seq": 102, **good_address})
+        # A snapshot of the pool plays its rows, read from disk once.
+        pool = PolicyPool(pool_dir(policy.spec.run_dir), cfg.pool)
+        pool.add_snapshot(3, policy.model.state_dict())
+        pool.close()
+        assert client.send("act", request(code=np.array([3, 3, -1, -1])), {"seq": 103})
         replies = []
 
         def served() -> bool:
             policy.step()
             while (m := client.recv(timeout_ms=0)) is not None:
                 replies.append(m)
-            return len(replies) >= 3
+            return len(replies) >= 4
 
         wait_for(served, 20, "the good requests' replies")
-        assert sorted(m.meta["seq"] for m in replies) == [100, 101, 102]
+        assert sorted(m.meta["seq"] for m in replies) == [100, 101, 102, 103]
         assert all(m.arrays["actions"].shape == (4, 5) for m in replies)
         assert policy.server.rejected == len(wrong) + len(wrong_addresses) + 1
         block.close()
-        assert policy.counters()["unknown_snapshots"] == 1
+        counters = policy.counters()
+        assert counters["unknown_snapshots"] == 1 and counters["snapshot_loads"] == 1
     finally:
         client.close()
         policy.close()
