@@ -1,8 +1,9 @@
 """Atomic file writes (checkpoints, manifests, replays, renders): a temporary file in the
-target's folder is written, fsync'ed, given the usual 0644 permissions (mkstemp makes 0600
-files) and renamed over the target, so readers see the old file or the new one, never half of
-one; a write that fails or is interrupted deletes its temporary file. Nothing heavy is
-imported here, so a render does not pay for torch.
+target's folder is written, fsync'ed, given the permissions a plain `open()` would give a new
+file (0666 less the process umask; mkstemp makes 0600 files) and renamed over the target, so
+readers see the old file or the new one, never half of one; a write that fails or is
+interrupted deletes its temporary file. Nothing heavy is imported here, so a render does not
+pay for torch.
 """
 
 from __future__ import annotations
@@ -24,6 +25,17 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _new_file_mode() -> int:
+    """0666 less the umask, read at each write rather than cached at import: a program may set
+    its umask after importing the package (a launcher before it starts workers), and the two
+    system calls cost nothing beside the fsync. The umask can only be read by setting it; the
+    value set meanwhile is 077, so a file another thread creates in that instant is at worst
+    more private than asked, never less."""
+    umask = os.umask(0o077)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None], suffix: str = "") -> Path:
     """Run `write(tmp)` on a temporary file next to `path` (named with `suffix`, so writers that
     go by the extension pick the right format), then rename it over `path`."""
@@ -35,7 +47,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None], suffix: 
         write(tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, _new_file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

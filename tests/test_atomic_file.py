@@ -1,16 +1,20 @@
-"""`atomic_file`: a write that fails leaves the old file and no temporary behind."""
+"""`atomic_file`: a write that fails leaves the old file and no temporary behind; a written
+file has the permissions the process umask gives a new file."""
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from hns_train.atomic_file import atomic_write, atomic_write_bytes
+from tests.scripts import ROOT
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
     path = atomic_write_bytes(tmp_path / "out" / "a.png", b"old")
-    assert oct(os.stat(path).st_mode & 0o777) == "0o644"
 
     def torn(tmp):
         with open(tmp, "wb") as f:
@@ -23,3 +27,33 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
     assert sorted(p.name for p in path.parent.iterdir()) == ["a.png"]
     atomic_write(path, lambda tmp: Path(tmp).write_text("new"), ".png")
     assert path.read_text() == "new"
+
+
+# The umask is process-wide: it is set in a child process, never in the one running the tests.
+UMASK_CHILD = """
+import json, os, sys
+from pathlib import Path
+from hns_train.atomic_file import atomic_write, atomic_write_bytes
+
+out, modes = Path(sys.argv[1]), {}
+for umask in (0o027, 0o022, 0o077):
+    os.umask(umask)
+    a = atomic_write_bytes(out / f"{umask:o}" / "a.bin", b"x")
+    b = atomic_write(out / f"{umask:o}" / "b.png", lambda tmp: Path(tmp).write_bytes(b"y"), ".png")
+    modes[f"{umask:o}"] = [oct(p.stat().st_mode & 0o777) for p in (a, b)]
+print(json.dumps(modes))
+"""
+
+
+def test_written_files_follow_the_umask(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", UMASK_CHILD, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    modes = json.loads(done.stdout)
+    assert modes == {"27": ["0o640"] * 2, "22": ["0o644"] * 2, "77": ["0o600"] * 2}
