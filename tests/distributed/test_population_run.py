@@ -58,14 +58,17 @@ def population_config(tmp_path, *extra):
     )
 
 
-def tick_until(controller, predicate, timeout_s, what):
+def tick_until(controller, predicate, timeout_s, what, seen=None):
+    """Tick until `predicate()` holds; past the deadline, fail naming `what` and, when given,
+    what `seen()` reports of the state that kept it false."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         controller.tick()
         if predicate():
             return
         time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+    found = f"; found {seen()}" if seen else ""
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{found}")
 
 
 def checkpoints(run_dir, member):
@@ -136,12 +139,36 @@ def test_population_replaces_a_crippled_member_restarts_one_and_resumes(tmp_path
             120,
             "the copy's next checkpoint",
         )
-        # Cross and past play: every member's pool holds the others and the hall of fame.
+
+        # Cross and past play: every member's pool holds the others and the hall of fame. The
+        # first hall-of-fame entry comes at the first sync after a member's checkpoint at
+        # version hof_every - 1 or later, which the copy above may precede.
+        def m0_guests():
+            with PolicyPool(run_dir / "members" / "m0" / "pool") as pool:
+                return {g.name: g.kind for g in pool.guests()}
+
+        def cross_and_past():
+            guests = m0_guests() if pop.hall_of_fame else {}
+            return {"m1", "m2"} <= guests.keys() and set(guests.values()) == {"cross", "past"}
+
+        def seen():
+            versions = {n: m.version for n, m in pop.members.items()}
+            fame = [e["policy"] for e in pop.hall_of_fame]
+            return f"versions {versions}, hall of fame {fame}, m0's guests {m0_guests()}"
+
+        if not cross_and_past():  # mostly it holds already: no tick (a league round) is spent
+            tick_until(
+                pop,
+                cross_and_past,
+                120,
+                f"a hall-of-fame entry (a member at version {cfg.population.hof_every - 1}) and "
+                "m0's pool to hold m1 and m2 as cross guests and the hall of fame as past guests",
+                seen,
+            )
         assert pop.hall_of_fame
-        with PolicyPool(run_dir / "members" / "m0" / "pool") as pool:
-            guests = {g.name: g for g in pool.guests()}
-        assert {"m1", "m2"} <= set(guests)
-        assert {g.kind for g in guests.values()} == {"cross", "past"}
+        guests = m0_guests()
+        assert {"m1", "m2"} <= guests.keys()
+        assert set(guests.values()) == {"cross", "past"}
 
         # Killing one member's run restarts that member alone. No member copies another from
         # here on (a copy restarts a member too), so the kill is the only cause of a restart.
