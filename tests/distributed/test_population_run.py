@@ -208,6 +208,9 @@ def test_population_replaces_a_crippled_member_restarts_one_and_resumes(tmp_path
         assert after["counters"]["exploits"] == before["counters"]["exploits"] >= 1
         with Ratings(run_dir / "league") as ratings:
             assert {(r.policy, r.role): (r.mu, r.sigma) for r in ratings.leaderboard()} == board
+        # As before the kill, no member copies another: a copy on the resumed league's first
+        # rounds would write its events after "resume", which the lineage must end with.
+        resumed.p.ready_versions = 10**9
         resumed.start_members()
         assert sorted(resumed.runs[n].alive() for n in resumed.running()) == [True] * 3
         tick_until(
