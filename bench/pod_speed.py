@@ -10,22 +10,28 @@
      each with `pod.worlds` worlds and one thread, training one policy as DDP ranks).
    Env frames/s and trained frames/s (frames whose samples reached an update for the first
    time) from the metrics records, from `--warmup` seconds after the first update.
-2. The pod in this process, steady state (a rollout and an update of warm-up first): wall and
-   process CPU time per env frame, split into simulation, acting (inference, opponents
-   included) and learning (the PPO update), and the host synchronisations per env step
+2. The pod in this process, steady state (a rollout and an update of warm-up first), per env
+   frame on two clocks: wall time, split into collecting (simulation and acting, inference and
+   opponents included, as `Pod`'s counters time them, and the rest of a step: recording,
+   episode ends) and learning (the PPO update); and this process's CPU time (all its threads),
+   split into collecting and learning. Also the host synchronisations per env step
    (`hns_train/host_syncs.py`; the C game takes its actions as a host array: 1 per step).
 3. The floor, in this process on the same states and sizes: the raw physics of the pod's worlds
-   (`mujoco.mj_step` x substeps per world, bench/env_speed.py's `raw_physics`, on the pod's
-   threads), one bare forward of the policy on all agent rows per env step
-   (`ActorCritic.act_tensors`), and one bare PPO update on a rollout of the pod's size
-   (`PPO.update`, the pod's `agent.ppo` passes), each per env frame.
-   `pod_ms_per_frame / floor_ms_per_frame` is what the pod's own bookkeeping costs.
+   (`mujoco.mj_step` x substeps per world, bench/env_speed.py's `raw_physics`), one bare forward
+   of the policy on all agent rows per env step (`ActorCritic.act_tensors`), and one bare PPO
+   update on a rollout of the pod's size (`PPO.update`, the pod's `agent.ppo` passes), each per
+   env frame, on the device's clock: process CPU time on a CPU (the raw physics runs on one
+   thread, the pod's on several: only their CPU time compares), wall time on a GPU.
+   `pod_ms_per_frame / floor_ms_per_frame`, both on that clock, is what the pod's own
+   bookkeeping costs.
 
-On a GPU the split is measured with the device synchronised after each phase (`Pod.profile`).
-Last line: `POD_SPEED {json}` with `device`, `pod_trained_fps`, `local_trained_fps`,
-`pod_over_local`, `pod_ms_per_frame`, `floor_ms_per_frame`, `syncs_per_step`, `physics_share`
-(of the pod's time), `peak_gpu_mib` among its keys
-(per-frame times are process CPU time on a CPU device, wall time on a GPU).
+On a GPU wall times are taken with the device synchronised (`Pod.profile` after each phase).
+Every per-frame key names its clock (`*_wall_ms_per_frame`, `*_cpu_ms_per_frame`) except the
+floor's and `pod_ms_per_frame`, which are on the device's clock, named by `clock`.
+Last line: `POD_SPEED {json}` with `device`, `clock`, `pod_trained_fps`, `local_trained_fps`,
+`pod_over_local`, `pod_ms_per_frame`, `floor_ms_per_frame`, `pod_wall_ms_per_frame`,
+`pod_cpu_ms_per_frame`, `syncs_per_step`, `physics_share` (simulation's share of the pod's wall
+time), `peak_gpu_mib` among its keys.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -57,17 +64,18 @@ from hns_train.envs.contract import observation_shapes  # noqa: E402
 from hns_train.host_syncs import HostSyncCounter  # noqa: E402
 
 
-class Clock:
-    """Wall time on a GPU (after synchronising), process CPU time on a CPU."""
+def wall_time(device: torch.device) -> float:
+    """Wall seconds, once the device has done the work queued so far."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
 
-    def __call__(self) -> float:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            return time.perf_counter()
-        return time.process_time()
+def device_clock(device: torch.device) -> tuple[str, Callable[[], float]]:
+    """The floor's clock and its name: wall time on a GPU, process CPU time on a CPU."""
+    if device.type == "cuda":
+        return "wall", lambda: wall_time(device)
+    return "cpu", time.process_time
 
 
 def run_figures(cfg, warmup: float) -> dict[str, float]:
@@ -107,7 +115,7 @@ def training_figures(cfg, warmup: float) -> dict[str, float]:
 
 
 def in_process(cfg, device: torch.device, rollouts: int, run_dir: Path) -> dict:
-    """The pod in this process: per-frame costs, their split, syncs per step."""
+    """The pod in this process: per-frame wall and CPU times, their split, syncs per step."""
     threads = cfg.pod.threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     game = make_game(cfg, device, seed=[cfg.seed, 9], threads=threads)
@@ -116,7 +124,6 @@ def in_process(cfg, device: torch.device, rollouts: int, run_dir: Path) -> dict:
     pool = PolicyPool(run_dir / "pool", cfg.pool)
     pool.maybe_add(0, model.state_dict())  # the untrained policy, as a run has it
     pod = Pod(game, ppo, cfg.pipeline.chunk_len, pool=pool, profile=device.type == "cuda")
-    clock = Clock(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     while not pod.step():  # warm-up: a rollout and an update
@@ -125,24 +132,37 @@ def in_process(cfg, device: torch.device, rollouts: int, run_dir: Path) -> dict:
     pod.take_counters()
     syncs = HostSyncCounter()
     steps, learned = 0, 0.0
-    wall, start = time.perf_counter(), clock()
+    # seconds collecting and learning, wall and CPU; the clocks are read outside the sync
+    # counter, which would count the device synchronisation of a GPU's wall clock
+    collect_wall = collect_cpu = learn_wall = learn_cpu = 0.0
     for _ in range(rollouts):
+        wall, cpu = wall_time(device), time.process_time()
         with syncs:
             while not pod.step():
                 steps += 1
         steps += 1
+        collected, collected_cpu = wall_time(device), time.process_time()
         learned += float(pod.learn()["learned_steps"])
-    elapsed, wall = clock() - start, time.perf_counter() - wall
+        collect_wall += collected - wall
+        collect_cpu += collected_cpu - cpu
+        learn_wall += wall_time(device) - collected
+        learn_cpu += time.process_time() - collected_cpu
     c = pod.take_counters()
     frames = c["frames"]
     agents = game.n_agents
     pool.close()
+    wall, cpu = collect_wall + learn_wall, collect_cpu + learn_cpu
     return {
-        "pod_ms_per_frame": 1e3 * elapsed / frames,
         "pod_wall_ms_per_frame": 1e3 * wall / frames,
-        "sim_ms_per_frame": 1e3 * c["sim_s"] / frames,
-        "act_ms_per_frame": 1e3 * c["act_s"] / frames,
-        "learn_ms_per_frame": 1e3 * c["learn_s"] / frames,
+        "collect_wall_ms_per_frame": 1e3 * collect_wall / frames,
+        "sim_wall_ms_per_frame": 1e3 * c["sim_s"] / frames,
+        "act_wall_ms_per_frame": 1e3 * c["act_s"] / frames,
+        # a step's work outside the two timed phases: recording, episode ends, statistics
+        "rest_wall_ms_per_frame": 1e3 * (collect_wall - c["sim_s"] - c["act_s"]) / frames,
+        "learn_wall_ms_per_frame": 1e3 * learn_wall / frames,
+        "pod_cpu_ms_per_frame": 1e3 * cpu / frames,
+        "collect_cpu_ms_per_frame": 1e3 * collect_cpu / frames,
+        "learn_cpu_ms_per_frame": 1e3 * learn_cpu / frames,
         "pod_inprocess_fps": frames / wall,
         "pod_inprocess_trained_fps": learned / agents / wall,
         "syncs_per_step": syncs.total / steps,
@@ -162,17 +182,18 @@ def in_process(cfg, device: torch.device, rollouts: int, run_dir: Path) -> dict:
 
 
 def floor(cfg, device: torch.device, threads: int) -> dict:
-    """Raw physics + a bare forward + a bare PPO update, per env frame, at the pod's sizes."""
+    """Raw physics + a bare forward + a bare PPO update, per env frame, at the pod's sizes, on
+    `device_clock`."""
     game_cfg = cfg.game_config()
     worlds, T = cfg.pod.worlds, cfg.pipeline.chunk_len
     agents = game_cfg.max_agents
     rows = worlds * agents
-    clock = Clock(device)
+    _, clock = device_clock(device)
     torch.set_num_threads(threads)
     rng = np.random.default_rng(0)
     _, _, raw_cpu, _, _ = raw_physics(game_cfg, cfg.seed, 200, rng)
     # MuJoCo's batch spreads the worlds over the pod's threads: the CPU time is the same, the
-    # wall time on a quiet machine 1/threads of it
+    # wall time on a quiet machine 1/threads of it; the Warp game's physics is not raw MuJoCo
     physics = raw_cpu if device.type == "cpu" else float("nan")
     model = ActorCritic(observation_shapes(game_cfg), cfg.agent.network, device=device)
     shapes = model.layout.shapes
@@ -273,8 +294,11 @@ def main() -> None:
 
     local_trained = local.get("trained_fps", float("nan"))
     pod_trained = pod_run["trained_fps"]
+    clock, _ = device_clock(device)
+    pod_ms = here[f"pod_{clock}_ms_per_frame"]  # on the floor's clock
     result = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "clock": clock,
         "host": f"{os.cpu_count()} cores ({platform.machine()})",
         "config": Path(args.config).name,
         "pod_config": Path(args.pod_config).name,
@@ -287,34 +311,41 @@ def main() -> None:
         "pod_trained_fps": round(pod_trained, 1),
         "pod_over_local": round(pod_trained / local_trained, 3) if local else None,
         **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in here.items()},
+        "pod_ms_per_frame": round(pod_ms, 4),
         **{k: round(v, 4) for k, v in low.items()},
-        "pod_over_floor": round(here["pod_ms_per_frame"] / low["floor_ms_per_frame"], 3),
-        "physics_share": round(here["sim_ms_per_frame"] / here["pod_ms_per_frame"], 3),
+        "pod_over_floor": round(pod_ms / low["floor_ms_per_frame"], 3),
+        "physics_share": round(here["sim_wall_ms_per_frame"] / here["pod_wall_ms_per_frame"], 3),
         "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "load": load,
     }
+    r, shown = result, "CPU" if clock == "cpu" else "wall"
     print(f"{'':32}{'local pipeline':>16}{'pod':>12}")
-    print(f"{'env frames/s':32}{result['local_fps']:>16}{result['pod_fps']:>12}")
+    print(f"{'env frames/s':32}{r['local_fps']:>16}{r['pod_fps']:>12}")
+    print(f"{'trained frames/s':32}{r['local_trained_fps']:>16}{r['pod_trained_fps']:>12}")
     print(
-        f"{'trained frames/s':32}{result['local_trained_fps']:>16}{result['pod_trained_fps']:>12}"
+        f"pod per env frame, wall ms: {r['pod_wall_ms_per_frame']} = collect "
+        f"{r['collect_wall_ms_per_frame']} (sim {r['sim_wall_ms_per_frame']} + act "
+        f"{r['act_wall_ms_per_frame']} + the rest {r['rest_wall_ms_per_frame']}) + learn "
+        f"{r['learn_wall_ms_per_frame']}"
     )
     print(
-        f"pod per env frame ({'wall' if device.type == 'cuda' else 'CPU'} ms): "
-        f"{result['pod_ms_per_frame']} = sim {result['sim_ms_per_frame']} + act "
-        f"{result['act_ms_per_frame']} + learn {result['learn_ms_per_frame']} (wall split)"
+        f"pod per env frame, CPU ms (this process, all its threads): "
+        f"{r['pod_cpu_ms_per_frame']} = collect {r['collect_cpu_ms_per_frame']} + learn "
+        f"{r['learn_cpu_ms_per_frame']}"
     )
     print(
-        f"floor per env frame: {result['floor_ms_per_frame']} = physics "
-        f"{result['physics_ms_per_frame']} + forward {result['forward_ms_per_frame']} + "
-        f"update {result['update_ms_per_frame']}; pod / floor {result['pod_over_floor']}"
+        f"floor per env frame, {shown} ms: "
+        f"{r['floor_ms_per_frame']} = physics {r['physics_ms_per_frame']} + forward "
+        f"{r['forward_ms_per_frame']} + update {r['update_ms_per_frame']}; pod / floor "
+        f"{r['pod_over_floor']} (pod {r['pod_ms_per_frame']} {shown} ms)"
     )
     print(
-        f"host syncs per env step: {result['syncs_per_step']} {result['sync_calls']}; "
-        f"torch calls per env step: {result['torch_ops_per_step']}"
+        f"host syncs per env step: {r['syncs_per_step']} {r['sync_calls']}; "
+        f"torch calls per env step: {r['torch_ops_per_step']}"
     )
     print(
-        f"physics share of the pod's time: {result['physics_share']}; "
-        f"peak GPU memory: {result['peak_gpu_mib']} MiB"
+        f"physics share of the pod's wall time: {r['physics_share']}; "
+        f"peak GPU memory: {r['peak_gpu_mib']} MiB"
     )
     print("POD_SPEED " + json.dumps(result))
 
