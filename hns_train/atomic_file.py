@@ -27,10 +27,9 @@ def _fsync_dir(folder: Path) -> None:
 
 def _new_file_mode() -> int:
     """0666 less the umask, read at each write rather than cached at import: a program may set
-    its umask after importing the package (a launcher before it starts workers), and the two
-    system calls cost nothing beside the fsync. The umask can only be read by setting it; the
-    value set meanwhile is 077, so a file another thread creates in that instant is at worst
-    more private than asked, never less."""
+    its umask after importing the package, and the two system calls cost nothing beside the
+    fsync. The umask can only be read by setting it; the value set meanwhile is 077, so a file
+    another thread creates in that instant is at worst more private than asked, never less."""
     umask = os.umask(0o077)
     os.umask(umask)
     return 0o666 & ~umask
