@@ -19,8 +19,8 @@ per network code on its rows (gathered and scattered with the group's index tens
 opponents' actions for the others, whose state is kept and whose log-prob and value are 0.
 
 The action layout (5 int64 columns: x force, y force, z torque bins in [0, action_bins), grab,
-lock; the no-op) is the contract's, `hns_train/envs/contract.py`; `action_nvec`, `noop_action`,
-`ACTION_BINS` and `N_ACTION_DIMS` here are its, as arrays.
+lock; the no-op) is the contract's, `hns_train/envs/contract.py`; `noop_action` and
+`ACTION_BINS` here are its own.
 
 Each fixed opponent is a function `(obs, rng, action_bins=11) -> actions (B, 5)` where `obs` is
 a (B, ...) batch dict of the controlled agents' observations (only its batch size is used) and
@@ -41,6 +41,7 @@ from hns_train.agents.policy import ActorCritic, ActOutput
 from hns_train.agents.pool import LATEST as LATEST_ID
 from hns_train.agents.pool import SnapshotCache
 from hns_train.envs import contract
+from hns_train.envs.contract import noop_action as noop_action  # the fixed controllers' no-op
 
 LATEST, RANDOM, NOOP = -1, -2, -3
 _NAMED = {LATEST_ID: LATEST, "random": RANDOM, "noop": NOOP}
@@ -48,17 +49,6 @@ SNAPSHOT_ERRORS = (OSError, ValueError, RuntimeError)  # no such snapshot, a bro
 MAX_BAD_CODES = 10_000  # snapshot codes remembered as unusable (not looked up on disk again)
 
 ACTION_BINS = contract.DEFAULT_ACTION_BINS
-N_ACTION_DIMS = contract.N_ACTION_DIMS
-
-
-def action_nvec(action_bins: int = ACTION_BINS) -> np.ndarray:
-    """Sizes of the 5 action columns: (bins, bins, bins, 2, 2)."""
-    return np.array(contract.action_nvec(action_bins), dtype=contract.ACTION_DTYPE)
-
-
-def noop_action(action_bins: int = ACTION_BINS) -> np.ndarray:
-    """(5,) the no-op: middle force and torque bins, no grab, no lock."""
-    return np.array(contract.noop_action(action_bins), dtype=contract.ACTION_DTYPE)
 
 
 def batch_size(obs: Mapping[str, np.ndarray]) -> int:
@@ -74,15 +64,15 @@ def random_actions(
     obs: Mapping[str, np.ndarray], rng: np.random.Generator, action_bins: int = ACTION_BINS
 ) -> np.ndarray:
     """(B, 5) actions drawn uniformly per column."""
-    nvec = action_nvec(action_bins)
-    return rng.integers(0, nvec, size=(batch_size(obs), N_ACTION_DIMS), dtype=np.int64)
+    nvec = contract.action_nvec(action_bins)
+    return rng.integers(0, nvec, size=(batch_size(obs), len(nvec)), dtype=contract.ACTION_DTYPE)
 
 
 def noop_actions(
     obs: Mapping[str, np.ndarray], rng: np.random.Generator, action_bins: int = ACTION_BINS
 ) -> np.ndarray:
     """(B, 5) no-op actions (rng unused; kept for the common signature)."""
-    return np.tile(noop_action(action_bins), (batch_size(obs), 1))
+    return np.tile(np.array(noop_action(action_bins), contract.ACTION_DTYPE), (batch_size(obs), 1))
 
 
 FixedOpponent = Callable[..., np.ndarray]
@@ -142,7 +132,7 @@ def act_by_controller(
     if len(groups) == 1 and groups[0][0] >= LATEST:  # one network plays every row
         return network(groups[0][0]).act_tensors(obs, state, starts)
     rows, device = state.shape[0], state.device
-    actions = torch.empty(rows, N_ACTION_DIMS, dtype=torch.int64, device=device)
+    actions = torch.empty(rows, contract.N_ACTION_DIMS, dtype=torch.int64, device=device)
     logp = torch.zeros(rows, device=device)
     values = torch.zeros(rows, device=device)
     new_state = state.clone()

@@ -63,6 +63,7 @@ Public API:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -71,7 +72,6 @@ import shutil
 import sqlite3
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -548,15 +548,14 @@ class PolicyPool(IndexHolder):
                 dtype=np.float64,
             )
             probs[role] = self._rule_probabilities(mu)
-        guests = self.conn.execute(
-            "SELECT id, kind, hider_weight, seeker_weight FROM guests ORDER BY id"
-        ).fetchall()
+        guests = self.guests()
         guest_probs = {}
         for kind in GUEST_KINDS:
             for role in ROLES:
-                ids = np.array([g["id"] for g in guests if g["kind"] == kind], dtype=np.int64)
+                ids = np.array([g.id for g in guests if g.kind == kind], dtype=np.int64)
                 w = np.array(
-                    [g[f"{role}_weight"] for g in guests if g["kind"] == kind], dtype=np.float64
+                    [getattr(g, f"{role}_weight") for g in guests if g.kind == kind],
+                    dtype=np.float64,
                 )
                 keep = w > 0.0
                 ids, w = ids[keep], w[keep]
@@ -646,20 +645,18 @@ class SnapshotCache:
         self.pool = pool
         self.size = size
         self.build = build
-        self._items: OrderedDict[int, Any] = OrderedDict()
-        self.hits = 0
+        self._load = functools.lru_cache(maxsize=size)(self._read)
         self.misses = 0  # snapshots read from disk: a cache too small for the pool shows here
 
-    def get(self, version: int) -> Any:
-        version = int(version)
-        if version in self._items:
-            self._items.move_to_end(version)
-            self.hits += 1
-            return self._items[version]
+    def _read(self, version: int) -> Any:
         state = self.pool.load_snapshot(version)
         item = state if self.build is None else self.build(state)
         self.misses += 1
-        self._items[version] = item
-        while len(self._items) > self.size:
-            self._items.popitem(last=False)
         return item
+
+    def get(self, version: int) -> Any:
+        return self._load(int(version))
+
+    @property
+    def hits(self) -> int:
+        return self._load.cache_info().hits

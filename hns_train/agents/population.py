@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from hns_train.agents.checkpoint import atomic_write_bytes
-from hns_train.jsonl import append_record, json_number, read_logged
+from hns_train.jsonl import append_record, json_number
 from hns_train.jsonl import read_records as read_records  # the views read these files too
 from hns_train.typed_config import AtLeast1, NonNegative, NonNegativeInt, Positive, Unit
 
@@ -307,9 +307,6 @@ class Lineage:
         }
         append_record(self.path, record)
         return record
-
-    def read(self) -> list[dict]:
-        return read_logged(self.path)
 
 
 def save_manifest(path: str | os.PathLike, manifest: Mapping[str, Any]) -> None:

@@ -25,6 +25,7 @@ What the learner then loads (`load_pretrained`), before its first update:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import re
 from dataclasses import dataclass, field
@@ -85,13 +86,8 @@ def match_observations(task: GameConfig, source: GameConfig) -> dict[str, bool]:
     naming the widths when no setting fits."""
     want = entity_widths(source)
     own = {name: getattr(task, name) for name in OBS_FLAGS}
-    choices = [own] + [
-        {"box_size_obs": a, "ramp_lock_obs": b}
-        for a in (False, True)
-        for b in (False, True)
-        if {"box_size_obs": a, "ramp_lock_obs": b} != own
-    ]
-    for flags in choices:
+    values = itertools.product((False, True), repeat=len(OBS_FLAGS))
+    for flags in [own, *(dict(zip(OBS_FLAGS, v, strict=True)) for v in values)]:
         got = entity_widths(dataclasses.replace(task, **flags))
         if all(want[k] == got[k] for k in want.keys() & got.keys()):
             return flags

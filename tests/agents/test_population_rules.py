@@ -22,6 +22,7 @@ from hns_train.agents.population import (
     save_manifest,
 )
 from hns_train.config import ConfigError, flat_settings, load_config
+from hns_train.jsonl import read_logged
 
 BASE = {
     "agent.ppo.lr": 3e-4,
@@ -154,7 +155,7 @@ def test_lineage_and_manifest_round_trip(tmp_path):
     lineage.append("exploit", "m1", 12.5, source="m0", source_version=40, win_probability=0.8)
     with (tmp_path / "lineage.jsonl").open("a") as f:
         f.write('{"event": "exp')  # a crash while writing leaves half a line
-    events = lineage.read()
+    events = read_logged(lineage.path)
     assert [e["event"] for e in events] == ["join", "exploit"]
     assert events[1]["source"] == "m0" and events[1]["elapsed_s"] == 12.5
     assert events[0]["hyper"]["agent.ppo.lr"] == pytest.approx(3e-4)
