@@ -45,7 +45,7 @@ are written into fixed buffers (constant parts at reset, lock flags when a lock 
 work that cannot change anything is skipped (no eligible object: no lock or grab decision; no
 seeker off the floor: no surf test).
 `tests/envs/test_fast_path.py` checks the results against the reference functions of
-warp/rules.py / warp/stats.py (on CPU tensors) and against rays cast from numpy-built
+warp/rules.py / stats.py (on CPU tensors) and against rays cast from numpy-built
 directions.
 
 Seeding: world w draws its layouts from its own generator, seeded from `seed` (or from the seed
@@ -75,8 +75,8 @@ from hns_train.envs import observations as O
 from hns_train.envs import rays, rules
 from hns_train.envs.config import GameConfig
 from hns_train.envs.layout import ABSENT, sample_layout
+from hns_train.envs.stats import STAT_KEYS, EpisodeStats
 from hns_train.envs.stats import SURF_MIN_HEIGHT as SURF_LIFT
-from hns_train.envs.stats import EpisodeStats
 from hns_train.envs.tasks import make_task
 from hns_train.envs.world import (
     FREE_RANGE,
@@ -274,7 +274,9 @@ class HideAndSeekGame:
         self._pack_tables()
         self._read_state(worlds)
         self._cast_rays(worlds)
-        self.stats.reset(worlds, self.object_pos[:, :, :2])
+        starting = np.zeros(self.n_worlds, dtype=bool)
+        starting[worlds] = True
+        self.stats.reset(starting, self.object_pos[:, :, :2])
         self._observe(worlds)
         if self.task is not None:
             self.task.reset(worlds)
@@ -362,19 +364,8 @@ class HideAndSeekGame:
             self._observe()
         stats = self.stats
         if flags & K.LIFTED:  # a seeker off the floor: box surfing is possible
-            stats.add_surfing(
-                self.t - 1 < self._prep_steps,
-                self.is_hider,
-                self.agent_present,
-                self.agent_pos,
-                self.object_pos,
-                self.object_yaw,
-                self.object_vel,
-                self.half,
-                self.object_present,
-                self.grabbed,
-                cfg.agent_radius,
-            )
+            in_prep = self.t - 1 < self._prep_steps
+            stats.add_surfing(in_prep, self._seeker_present, self, cfg.agent_radius)
         if flags & K.PREP_END:
             stats.mark_prep_end(
                 self.t, self._prep_steps, self.object_pos[..., :2], self.object_present, self.locked
@@ -384,11 +375,11 @@ class HideAndSeekGame:
         infos: list[dict] = [{} for _ in range(self.n_worlds)]
         if flags & K.TRUNCATED:
             done = np.flatnonzero(truncated)
-            finished = self.stats.finish(
-                done, self.object_pos[..., :2], self.object_present, self.locked
+            finished = stats.finish(
+                truncated, self.object_pos[..., :2], self.object_present, self.locked
             )
-            for w, s in zip(done, finished, strict=True):
-                infos[w] = s
+            for w in done:
+                infos[w] = dict(zip(STAT_KEYS, finished[w].tolist(), strict=True))
             if self.task is not None:
                 self.task.finish(done, infos)
         return self.obs, reward, truncated, infos

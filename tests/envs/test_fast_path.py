@@ -12,7 +12,7 @@ arrays) from the state before each step, and the other agents' order with a plai
 the game's own state after every step of episodes that grab and lock often, with team sizes
 that leave slots empty. Rays are re-cast through `mujoco.batch.Batch.ray` from directions built
 with numpy and the cone test of `in_vision_cone`, and the episode statistics are re-counted by
-`warp/stats.TensorStats`.
+`stats.EpisodeStats.add_step` on CPU tensors.
 """
 
 from types import SimpleNamespace
@@ -23,9 +23,8 @@ import torch
 
 from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
-from hns_train.envs.stats import STAT_KEYS
+from hns_train.envs.stats import STAT_KEYS, EpisodeStats
 from hns_train.envs.warp import rules as TR
-from hns_train.envs.warp.stats import TensorStats, box_surfing
 
 # what warp/rules.observe reads of a game, under the C game's names
 OBSERVED = [
@@ -47,6 +46,10 @@ OBSERVED = [
     "lock_team",
     "locked",
 ]
+
+# what EpisodeStats.add_surfing reads of a game
+SURFING = ["agent_pos", "object_pos", "object_yaw", "object_vel", "half", "object_present"]
+SURFING += ["grabbed"]
 
 
 def _t(x):
@@ -195,7 +198,7 @@ def test_compiled_rays_and_statistics_match_the_reference(preset, seed):
     W, nb = 3, cfg.max_boxes
     game = HideAndSeekGame(cfg, W, seed=seed)
     game.reset()
-    ref = TensorStats(W, nb, game.n_objects, "cpu")
+    ref = EpisodeStats(W, nb, game.n_objects, like=torch.zeros(0))
     ref.reset(torch.ones(W, dtype=torch.bool), _t(game.object_pos[..., :2]))
     rng = np.random.default_rng(seed)
     seen_steps = finished = 0
@@ -210,22 +213,18 @@ def test_compiled_rays_and_statistics_match_the_reference(preset, seed):
         _, hiders_seen = _reference_rewards(game, in_prep)
         seeker = game.agent_present & ~game.is_hider
         masks = [(m, np.maximum(m.sum(1), 1)) for m in (game.agent_present & game.is_hider, seeker)]
-        box = slice(0, nb)
-        surf = box_surfing(
-            *map(_t, (game.agent_pos, seeker, game.object_pos[:, box], game.object_yaw[:, box])),
-            *map(_t, (game.object_vel[:, box], game.half[:, box], game.object_present[:, box])),
-            _t(game.grabbed),
-            cfg.agent_radius,
-        )
-        ref.step(
-            _t(game.t),
-            cfg.prep_steps,
+        state = SimpleNamespace(**{k: _t(getattr(game, k)) for k in SURFING})
+        ref.add_surfing(_t(in_prep), _t(seeker), state, cfg.agent_radius)
+        ref.add_step(
             _t(in_prep),
             _t(reward),
             [(_t(m.astype(np.float32)), _t(c.astype(np.float32))) for m, c in masks],
             _t(hiders_seen),
+        )
+        ref.mark_prep_end(
+            _t(game.t),
+            cfg.prep_steps,
             *map(_t, (game.object_pos[..., :2], game.object_present, game.locked)),
-            surf,
         )
         for name in ("returns", "play_steps", "hidden_steps"):
             np.testing.assert_array_equal(getattr(game.stats, name), getattr(ref, name), name)
