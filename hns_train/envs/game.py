@@ -688,7 +688,7 @@ class HideAndSeekGame:
     def _ent_tables(self, worlds: np.ndarray) -> None:
         """Per-episode tables from who is present (every world: cheap), and the constant parts
         of the new episodes' observations (`worlds`)."""
-        W, A, Ob = self.n_worlds, self.n_agents, self.n_objects
+        A, Ob = self.n_agents, self.n_objects
         ap, op = self.agent_present, self.object_present
         E = A + Ob
         self.others[worlds] = O.others_table(ap[worlds])
@@ -706,11 +706,7 @@ class HideAndSeekGame:
             (m, np.maximum(m.sum(1), 1)) for m in (ap & self.is_hider, ap & ~self.is_hider)
         ]
         # observation gathers: other agents' rows and "i sees its k-th other" by flat index
-        valid = self.others >= 0
-        w_ = np.arange(W)[:, None, None]
-        a_ = np.arange(A)[None, :, None]
-        self._other_rows = np.where(valid, w_ * A + self.others, W * A)
-        self._other_sees = np.where(valid, (w_ * A + a_) * E + self.others, W * A * E)
+        self._other_rows, self._other_sees = O.other_gathers(self.others, E)
         present = op[:, None, :] & ap[:, :, None]
         nb = self.cfg.max_boxes
         self._box_live = present[:, :, :nb, None]
@@ -720,7 +716,7 @@ class HideAndSeekGame:
         for key in obs:
             obs[key][worlds] = 0.0
         agents, boxes, ramps = C.ENTITY_KEYS
-        obs[agents.exists_mask][worlds] = valid[worlds]
+        obs[agents.exists_mask][worlds] = self.others[worlds] >= 0
         obs[boxes.exists_mask][worlds] = present[worlds, :, :nb]
         obs[ramps.exists_mask][worlds] = present[worlds, :, nb:]
         size_cols = C.box_columns(self.cfg).size

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 
+from hns_train.envs import observations as O
 from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.envs.stats import STAT_KEYS, EpisodeStats
@@ -58,7 +59,7 @@ def _t(x):
 
 def _reference_obs(game):
     state = SimpleNamespace(**{k: _t(getattr(game, k)) for k in OBSERVED}, sees=_t(game._sees))
-    rows, sees = TR.other_gathers(_t(game.others), game._sees.shape[2])
+    rows, sees = O.other_gathers(_t(game.others), game._sees.shape[2])
     return {k: v.numpy() for k, v in TR.observe(game.cfg, state, rows, sees).items()}
 
 

@@ -54,6 +54,7 @@ import numpy as np
 import torch
 
 from hns_train.envs import contract as C
+from hns_train.envs import observations as O
 from hns_train.envs import rules as R
 from hns_train.envs.config import GameConfig, game_config
 from hns_train.envs.layout import sample_layout
@@ -382,7 +383,7 @@ class WarpGame:
         hider = ap & self.is_hider
         self._seeker_present = ap & ~self.is_hider
         self._seeker_sees_hider = self._seeker_present[:, :, None] & hider[:, None, :]
-        self._other_rows, self._other_sees = TR.other_gathers(self._others, self._E)
+        self._other_rows, self._other_sees = O.other_gathers(self._others, self._E)
         self._team_masks = [
             (m.to(torch.float32), m.sum(dim=1).clamp_min(1).to(torch.float32))
             for m in (hider, self._seeker_present)
