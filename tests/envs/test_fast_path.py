@@ -11,10 +11,11 @@ with `rewards` (the tensor rules of envs/warp/rules.py, on CPU tensors viewing t
 arrays) from the state before each step, and the other agents' order with a plain loop, from
 the game's own state after every step of episodes that grab and lock often, with team sizes
 that leave slots empty. Rays are re-cast through `mujoco.batch.Batch.ray` from directions built
-with numpy and the cone test of `in_vision_cone`, and the episode statistics are re-counted by
+with numpy and the cone test of `cone_from_front`, and the episode statistics are re-counted by
 `stats.EpisodeStats.add_step` on CPU tensors.
 """
 
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -81,10 +82,12 @@ def _reference_rewards(game, in_prep):
 
 
 def _cone(game):
-    cone = TR.in_vision_cone(
-        _t(game.agent_pos), _t(game.agent_yaw), _t(game.entity_centre), game.cfg.vision_half_angle
-    )
-    return cone.numpy()
+    """(W, A, E) entity centres inside each agent's cone, its front (sin yaw, -cos yaw) built
+    from the yaw here rather than from the game's cos / sin."""
+    yaw = _t(game.agent_yaw)
+    d = _t(game.entity_centre)[:, None, :, :2] - _t(game.agent_pos)[:, :, None, :2]
+    front = torch.stack([torch.sin(yaw), -torch.cos(yaw)], -1)[:, :, None, :]
+    return TR.cone_from_front(d, front, math.cos(game.cfg.vision_half_angle)).numpy()
 
 
 NAMES = ("locked", "lock_team", "lock_agent", "grabbed")

@@ -19,14 +19,6 @@ from hns_train.envs.config import GameConfig
 from hns_train.envs.rules import NO_TEAM
 
 
-def in_vision_cone(origin, yaw, target, half_angle: float) -> torch.Tensor:
-    """(W, A, T) bool: target t inside agent a's cone. origin (W, A, 3), yaw (W, A), target
-    (W, T, 3); the front is (sin yaw, -cos yaw)."""
-    d = target[:, None, :, :2] - origin[:, :, None, :2]
-    front = torch.stack([torch.sin(yaw), -torch.cos(yaw)], -1)[:, :, None, :]
-    return cone_from_front(d, front, math.cos(half_angle))
-
-
 def cone_from_front(d: torch.Tensor, front: torch.Tensor, cos_half_angle: float) -> torch.Tensor:
     """(W, A, T) bool: offsets d (W, A, T, >=2) inside the cone around fronts (W, A, 1, 2)."""
     d = d[..., :2]
