@@ -146,7 +146,7 @@ class EpisodeStats:
         bool, columns in `STAT_KEYS` order; NaN in the other rows."""
         xp = self.xp
         self._snapshot(mask, object_xy, object_present, locked, "")
-        hidden = self.hidden_steps / xp.maximum(self.play_steps, 1.0)
+        hidden = self.hidden_steps / xp.clip(self.play_steps, min=1.0)
         for key, value in (
             ("hider_return", self.returns[:, 0]),
             ("seeker_return", self.returns[:, 1]),
@@ -174,7 +174,8 @@ def box_surfing(
     boxes = xp.arange(box_pos.shape[1], device=device(box_pos))
     driving = moving[:, None, :] | (grabbed[:, :, None] == boxes)
     surf = standing & driving & is_seeker[:, :, None] & box_present[:, None, :]
-    return xp.any(surf, axis=(1, 2))
+    # one axis: array-api-compat reduces a tuple of torch axes one at a time
+    return xp.any(xp.reshape(surf, (surf.shape[0], -1)), axis=1)
 
 
 def on_box_top(agent_pos, box_pos, cos_yaw, sin_yaw, box_half, agent_radius):
