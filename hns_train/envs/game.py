@@ -74,7 +74,7 @@ from hns_train.envs import kernels as K
 from hns_train.envs import observations as O
 from hns_train.envs import rays, rules
 from hns_train.envs.config import GameConfig
-from hns_train.envs.layout import ABSENT, sample_layout
+from hns_train.envs.layout import sample_layout
 from hns_train.envs.stats import STAT_KEYS, EpisodeStats
 from hns_train.envs.stats import SURF_MIN_HEIGHT as SURF_LIFT
 from hns_train.envs.tasks import make_task
@@ -257,9 +257,7 @@ class HideAndSeekGame:
             layout = sample_layout(cfg, self.rngs[w])
             self.models[w], self.layouts[w] = self.cache.model_for(layout), layout
             self.agent_present[w] = layout.agent_present
-            self.object_present[w] = np.concatenate(
-                [layout.box_kind != ABSENT, np.ones(cfg.n_ramps, dtype=bool)]
-            )
+            self.object_present[w] = layout.object_present
             self.half[w] = object_half_extents(cfg, layout)
             self.box_size[w] = 2 * self.half[w, : cfg.max_boxes]
         self._reset_physics(worlds)
