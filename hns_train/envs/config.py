@@ -34,6 +34,7 @@ from typing import Annotated
 
 from hns_train.typed_config import (
     AtLeast1,
+    Bounds,
     FieldError,
     Finite,
     NonNegative,
@@ -45,6 +46,7 @@ from hns_train.typed_config import (
 )
 
 Range = tuple[int, int]  # inclusive [low, high], sampled uniformly per episode
+AreaFraction = Annotated[float, Bounds(0, 1, inclusive=False)]  # in (0, 1]
 
 
 @dataclass(frozen=True)
@@ -176,12 +178,12 @@ class GameConfig:
     # Teams and episode
     n_hiders: Range = (2, 2)
     n_seekers: Range = (2, 2)
-    horizon: int = 80
+    horizon: AtLeast1 = 80
     prep_fraction: float = 0.4
 
     # Physics
     timestep: float = 0.005
-    substeps: int = 15
+    substeps: AtLeast1 = 15
     gravity: float = -50.0
 
     # Arena and walls
@@ -259,15 +261,15 @@ class GameConfig:
     # shelter example configs, docs/fidelity.md). Zero sites / no cylinder: no change to the game.
     # blueprint: construction sites, squares on the floor that boxes must cover
     n_sites: Range = (0, 0)  # drawn per episode; max_sites = high (rows of site_obs)
-    site_size: float = 0.5  # side of a site (the original: the box size)
+    site_size: Positive = 0.5  # side of a site (the original: the box size)
     site_height: float = 0.25  # z of a site's centre and corners (box corners mid-height)
     site_cells: int = 3  # footprint on the placement grid: ceil(site_size / cell)
-    site_area_fraction: float = 0.85  # sites in the middle 85% of the grid (away from walls)
+    site_area_fraction: AreaFraction = 0.85  # sites in the middle 85% of the grid (off walls)
     # shelter: a static cylinder to shield from rays cast from the arena's edges
     cylinder: bool = False
     cylinder_diameter: tuple[float, float] = (1.5, 2.0)  # uniform per episode
-    cylinder_height: float = 0.5  # the original: the box size
-    cylinder_area_fraction: float = 0.7  # cylinder in the middle 70% of the grid
+    cylinder_height: Positive = 0.5  # the original: the box size
+    cylinder_area_fraction: AreaFraction = 0.7  # cylinder in the middle 70% of the grid
     cylinder_friction: float = 1.0  # MuJoCo's default: the original sets none
 
     # Transfer tasks: each one's own numbers (the sections above)
@@ -322,8 +324,6 @@ class GameConfig:
             errors.append("each team needs at least one agent (n_hiders, n_seekers low >= 1)")
         elif self.n_hiders[0] + self.n_seekers[0] < 1:
             errors.append("a task needs at least one agent (n_hiders + n_seekers low >= 1)")
-        if self.horizon < 1 or self.substeps < 1:
-            errors.append("horizon and substeps must be >= 1")
         if not 0.0 <= self.prep_fraction < 1.0:
             errors.append(f"prep_fraction={self.prep_fraction} must be in [0, 1)")
         if self.action_bins < 2 or self.action_bins % 2 == 0:
@@ -493,12 +493,6 @@ def _construction_errors(cfg: GameConfig) -> list[str]:
     """The construction tasks' worlds (checked whatever the task; the footprint of the sites
     only where there are sites, so other grids need not fit them)."""
     errors = []
-    for name in ("site_size", "cylinder_height"):
-        if not getattr(cfg, name) > 0:
-            errors.append(f"{name}={getattr(cfg, name)} must be > 0")
-    for name in ("site_area_fraction", "cylinder_area_fraction"):
-        if not 0 < getattr(cfg, name) <= 1:
-            errors.append(f"{name}={getattr(cfg, name)} must be in (0, 1]")
     if cfg.max_sites > 0 and (
         cfg.site_cells < 1 or cfg.site_cells * cfg.cell < cfg.site_size - 1e-9
     ):

@@ -45,7 +45,7 @@ are written into fixed buffers (constant parts at reset, lock flags when a lock 
 work that cannot change anything is skipped (no eligible object: no lock or grab decision; no
 seeker off the floor: no surf test).
 `tests/envs/test_fast_path.py` checks the results against the reference functions of
-warp/rules.py / warp/stats.py (on CPU tensors) and against rays cast from numpy-built
+warp/rules.py / stats.py (on CPU tensors) and against rays cast from numpy-built
 directions.
 
 Seeding: world w draws its layouts from its own generator, seeded from `seed` (or from the seed
@@ -74,9 +74,9 @@ from hns_train.envs import kernels as K
 from hns_train.envs import observations as O
 from hns_train.envs import rays, rules
 from hns_train.envs.config import GameConfig
-from hns_train.envs.layout import ABSENT, sample_layout
+from hns_train.envs.layout import sample_layout
+from hns_train.envs.stats import STAT_KEYS, EpisodeStats
 from hns_train.envs.stats import SURF_MIN_HEIGHT as SURF_LIFT
-from hns_train.envs.stats import EpisodeStats
 from hns_train.envs.tasks import make_task
 from hns_train.envs.world import (
     FREE_RANGE,
@@ -257,9 +257,7 @@ class HideAndSeekGame:
             layout = sample_layout(cfg, self.rngs[w])
             self.models[w], self.layouts[w] = self.cache.model_for(layout), layout
             self.agent_present[w] = layout.agent_present
-            self.object_present[w] = np.concatenate(
-                [layout.box_kind != ABSENT, np.ones(cfg.n_ramps, dtype=bool)]
-            )
+            self.object_present[w] = layout.object_present
             self.half[w] = object_half_extents(cfg, layout)
             self.box_size[w] = 2 * self.half[w, : cfg.max_boxes]
         self._reset_physics(worlds)
@@ -274,7 +272,9 @@ class HideAndSeekGame:
         self._pack_tables()
         self._read_state(worlds)
         self._cast_rays(worlds)
-        self.stats.reset(worlds, self.object_pos[:, :, :2])
+        starting = np.zeros(self.n_worlds, dtype=bool)
+        starting[worlds] = True
+        self.stats.reset(starting, self.object_pos[:, :, :2])
         self._observe(worlds)
         if self.task is not None:
             self.task.reset(worlds)
@@ -362,19 +362,8 @@ class HideAndSeekGame:
             self._observe()
         stats = self.stats
         if flags & K.LIFTED:  # a seeker off the floor: box surfing is possible
-            stats.add_surfing(
-                self.t - 1 < self._prep_steps,
-                self.is_hider,
-                self.agent_present,
-                self.agent_pos,
-                self.object_pos,
-                self.object_yaw,
-                self.object_vel,
-                self.half,
-                self.object_present,
-                self.grabbed,
-                cfg.agent_radius,
-            )
+            in_prep = self.t - 1 < self._prep_steps
+            stats.add_surfing(in_prep, self._seeker_present, self, cfg.agent_radius)
         if flags & K.PREP_END:
             stats.mark_prep_end(
                 self.t, self._prep_steps, self.object_pos[..., :2], self.object_present, self.locked
@@ -384,11 +373,11 @@ class HideAndSeekGame:
         infos: list[dict] = [{} for _ in range(self.n_worlds)]
         if flags & K.TRUNCATED:
             done = np.flatnonzero(truncated)
-            finished = self.stats.finish(
-                done, self.object_pos[..., :2], self.object_present, self.locked
+            finished = stats.finish(
+                truncated, self.object_pos[..., :2], self.object_present, self.locked
             )
-            for w, s in zip(done, finished, strict=True):
-                infos[w] = s
+            for w in done:
+                infos[w] = dict(zip(STAT_KEYS, finished[w].tolist(), strict=True))
             if self.task is not None:
                 self.task.finish(done, infos)
         return self.obs, reward, truncated, infos
@@ -697,7 +686,7 @@ class HideAndSeekGame:
     def _ent_tables(self, worlds: np.ndarray) -> None:
         """Per-episode tables from who is present (every world: cheap), and the constant parts
         of the new episodes' observations (`worlds`)."""
-        W, A, Ob = self.n_worlds, self.n_agents, self.n_objects
+        A, Ob = self.n_agents, self.n_objects
         ap, op = self.agent_present, self.object_present
         E = A + Ob
         self.others[worlds] = O.others_table(ap[worlds])
@@ -715,11 +704,7 @@ class HideAndSeekGame:
             (m, np.maximum(m.sum(1), 1)) for m in (ap & self.is_hider, ap & ~self.is_hider)
         ]
         # observation gathers: other agents' rows and "i sees its k-th other" by flat index
-        valid = self.others >= 0
-        w_ = np.arange(W)[:, None, None]
-        a_ = np.arange(A)[None, :, None]
-        self._other_rows = np.where(valid, w_ * A + self.others, W * A)
-        self._other_sees = np.where(valid, (w_ * A + a_) * E + self.others, W * A * E)
+        self._other_rows, self._other_sees = O.other_gathers(self.others, E)
         present = op[:, None, :] & ap[:, :, None]
         nb = self.cfg.max_boxes
         self._box_live = present[:, :, :nb, None]
@@ -729,7 +714,7 @@ class HideAndSeekGame:
         for key in obs:
             obs[key][worlds] = 0.0
         agents, boxes, ramps = C.ENTITY_KEYS
-        obs[agents.exists_mask][worlds] = valid[worlds]
+        obs[agents.exists_mask][worlds] = self.others[worlds] >= 0
         obs[boxes.exists_mask][worlds] = present[worlds, :, :nb]
         obs[ramps.exists_mask][worlds] = present[worlds, :, nb:]
         size_cols = C.box_columns(self.cfg).size

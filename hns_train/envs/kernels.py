@@ -1,7 +1,7 @@
 """Compiled (numba) loops for the per-step work of `game.py`: the rules fused into a few calls.
 
 At one world a step's arithmetic is a few hundred numbers, and the array form of the rules
-(`warp/rules.py`, `warp/stats.py`) pays one Python-level call per array operation, about 130
+(`warp/rules.py`, `stats.py`) pays one Python-level call per array operation, about 130
 per step: twice the cost of the physics. These kernels do the same arithmetic in a handful of
 calls. They are the fast form of those functions, not new rules: every operation keeps the
 array form's order and rounding (sums in index order, float32 casts where it casts, the same
@@ -282,7 +282,7 @@ class Rules(NamedTuple):
 @njit(**_OPTS)
 def rewards_and_stats(rules, sees, pos, reward, truncated):
     """The end of a step: warp/rules.rewards (with the per-episode masks of game.py), the
-    running sums of warp/stats.TensorStats.step (team returns, play and hidden steps), t += 1
+    running sums of stats.EpisodeStats.add_step (team returns, play and hidden steps), t += 1
     and the truncation at the horizon. in_prep is t < prep_steps before the increment. Returns the
     flags LIFTED (a present seeker's centre is at least lift_z high: box surfing is possible),
     PREP_END (some world's preparation ended with this step) and TRUNCATED (some world's

@@ -79,6 +79,11 @@ class Layout:
     cylinder_xy: np.ndarray = field(default_factory=lambda: np.zeros(2))  # centre
     cylinder_radius: float = 0.0  # 0: no cylinder
 
+    @property
+    def object_present(self) -> np.ndarray:
+        """(max_boxes + n_ramps,) bool: the boxes drawn this episode, then every ramp."""
+        return np.concatenate([self.box_kind != ABSENT, np.ones(len(self.ramp_xy), dtype=bool)])
+
     def structure_key(self) -> tuple:
         """What the compiled MuJoCo model depends on besides poses (for model caching)."""
         walls = np.round(np.where(self.wall_present[:, None], self.wall_pos, 0.0), 6)

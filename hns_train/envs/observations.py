@@ -7,14 +7,16 @@ maximum counts per preset; masks say which rows are visible (`mask_*_obs`: visio
 of sight) or exist this episode (`mask_*_obs_spoof`, for the omniscient critic). Rows of absent
 entities and of absent agents are zero.
 
-Other agents appear in the order i-1, i-2, ... (mod the number of agents present). The whole
-dictionary is assembled by `warp/rules.observe` (tensor code, the Warp game's and the reference
-the C game's compiled writes are checked against).
+Other agents appear in the order i-1, i-2, ... (mod the number of agents present). The gather
+indices and lock flags below take numpy arrays or torch tensors alike (array-api-compat), for
+both games. The whole dictionary is assembled by `warp/rules.observe` (tensor code, the Warp
+game's and the reference the C game's compiled writes are checked against).
 """
 
 from __future__ import annotations
 
 import numpy as np
+from array_api_compat import array_namespace, device
 from gymnasium import spaces
 
 from hns_train.envs.config import GameConfig
@@ -57,10 +59,26 @@ def others_table(agent_present: np.ndarray) -> np.ndarray:
     return np.where(valid, slots, -1).astype(np.int64)
 
 
-def lock_flags(lock_agent, lock_team, locked, team) -> np.ndarray:
-    """(W, A, O, 3): locked by me, by my team, at all."""
+def other_gathers(others, n_entities: int):
+    """Flat gather indices from the (W, A, A-1) table of each agent's k-th other agent
+    (`others_table`, -1 pads), arrays or tensors alike: the other's row among the W * A agent
+    rows, and "agent i sees its k-th other" among the W * A * n_entities sight entries; a pad
+    points one past the end (where the games keep a zero row / False)."""
+    xp = array_namespace(others)
+    W, A = others.shape[:2]
+    valid = others >= 0
+    w_ = xp.arange(W, device=device(others))[:, None, None]
+    a_ = xp.arange(A, device=device(others))[None, :, None]
+    rows = xp.where(valid, w_ * A + others, W * A)
+    sees = xp.where(valid, (w_ * A + a_) * n_entities + others, W * A * n_entities)
+    return rows, sees
+
+
+def lock_flags(lock_agent, lock_team, locked, team):
+    """(W, A, O, 3) bool: locked by me, by my team, at all; arrays or tensors alike."""
+    xp = array_namespace(lock_agent)
     A = team.shape[0]
-    me = lock_agent[:, None, :] == np.arange(A)[None, :, None]
+    me = lock_agent[:, None, :] == xp.arange(A, device=device(team))[None, :, None]
     mine = lock_team[:, None, :] == team[None, :, None]
-    anyone = np.broadcast_to(locked[:, None, :], me.shape)
-    return np.stack([me, mine & anyone, anyone], axis=-1)
+    anyone = xp.broadcast_to(locked[:, None, :], me.shape)
+    return xp.stack([me, mine & anyone, anyone], axis=-1)

@@ -15,11 +15,17 @@ Per world, over one episode:
   box moves (xy speed above `SURF_MIN_SPEED`) or is grabbed by that seeker. Each step counts once
   however many seekers surf. Ramps never count: their top is a slope, and climbing one is ramp use.
 - `task_score`: a transfer task's score of the episode (`tasks.py`); 0 in hide-and-seek.
+
+Both games keep these statistics with the code below, written once over the array API
+(array-api-compat picks the library of the arrays given): numpy arrays in the C game, torch
+tensors on the device in the Warp game, where a step adds no device-to-host copy (masked writes,
+no world picked on the host). Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from array_api_compat import array_namespace, device
 
 STAT_KEYS = (
     "max_box_move_prep",
@@ -36,6 +42,7 @@ STAT_KEYS = (
     "num_box_surf",
     "task_score",
 )
+COL = {k: i for i, k in enumerate(STAT_KEYS)}
 
 # Box-surfing detection (see the module docstring); metres and metres per second.
 SURF_MIN_HEIGHT = 0.25  # above a floor-resting agent: half a box (0.5 m) lifts it by 0.5
@@ -45,120 +52,138 @@ SURF_MIN_SPEED = 0.2  # box xy speed that counts as moving (pushes reach several
 
 
 class EpisodeStats:
-    """Running statistics for W worlds with `n_boxes` box slots followed by ramp slots. The
-    per-step sums (team returns, play and hidden steps) are added by the game's compiled step
-    (kernels.rewards_and_stats) into `returns`, `play_steps` and `hidden_steps`."""
+    """Running statistics of W worlds with `n_boxes` box slots followed by ramp slots, kept in the
+    array library of `like` (numpy by default; the Warp game passes a tensor on its device).
 
-    def __init__(self, n_worlds: int, n_boxes: int, n_objects: int):
+    Worlds are picked by (W,) bool masks and updated with masked writes, so on a device nothing
+    is read back on the host. The per-step sums (team returns, play and hidden steps) are added
+    by `add_step` (the Warp game) or by the C game's compiled step (kernels.rewards_and_stats)
+    into `returns`, `play_steps` and `hidden_steps`, which `add_step` is the reference for."""
+
+    def __init__(self, n_worlds: int, n_boxes: int, n_objects: int, like=None):
+        like = np.empty(0) if like is None else like
+        xp = self.xp = array_namespace(like)
+        dev = device(like)
+
+        def zeros(*shape):
+            return xp.zeros(shape, dtype=xp.float64, device=dev)
+
         self.n_boxes = n_boxes
-        self.values = np.zeros((n_worlds, len(STAT_KEYS)))
-        self.start_xy = np.zeros((n_worlds, n_objects, 2))
-        self.returns = np.zeros((n_worlds, 2))
-        self.hidden_steps = np.zeros(n_worlds)
-        self.play_steps = np.zeros(n_worlds)
+        self.values = zeros(n_worlds, len(STAT_KEYS))
+        self.start_xy = zeros(n_worlds, n_objects, 2)
+        self.returns = zeros(n_worlds, 2)
+        self.hidden_steps = zeros(n_worlds)
+        self.play_steps = zeros(n_worlds)
+        self._zero_column = zeros(n_worlds, 1)  # the max over no object slots
 
-    def reset(self, worlds: np.ndarray, object_xy: np.ndarray) -> None:
-        self.values[worlds] = 0.0
-        self.start_xy[worlds] = object_xy[worlds]
-        self.returns[worlds] = 0.0
-        self.hidden_steps[worlds] = 0.0
-        self.play_steps[worlds] = 0.0
+    def reset(self, mask, object_xy) -> None:
+        """Zero the counters of the worlds where `mask` (W,) bool; remember where their objects
+        start. Writes in place: the compiled step holds these arrays."""
+        xp, m = self.xp, mask[:, None]
+        self.values[...] = xp.where(m, 0.0, self.values)
+        xy = xp.astype(object_xy, xp.float64)
+        self.start_xy[...] = xp.where(m[..., None], xy, self.start_xy)
+        self.returns[...] = xp.where(m, 0.0, self.returns)
+        self.hidden_steps[...] = xp.where(mask, 0.0, self.hidden_steps)
+        self.play_steps[...] = xp.where(mask, 0.0, self.play_steps)
 
-    def _snapshot(self, worlds, object_xy, object_present, locked, suffix: str) -> None:
-        moved = np.linalg.norm(object_xy - self.start_xy, axis=-1) * object_present
-        locked = locked & object_present
-        nb = self.n_boxes
+    def _snapshot(self, which, object_xy, object_present, locked, suffix: str) -> None:
+        """Object moves and locks into the `suffix` columns of the worlds where `which` (W,)."""
+        xp, nb = self.xp, self.n_boxes
+        moved = xp.linalg.vector_norm(xp.astype(object_xy, xp.float64) - self.start_xy, axis=-1)
+        moved = moved * xp.astype(object_present, xp.float64)
+        locked = xp.astype(locked & object_present, xp.float64)
+
+        def top(x):  # the largest move, 0 without slots
+            return xp.max(xp.concat([self._zero_column, x], axis=1), axis=1)
+
         cols = {
-            f"max_box_move{suffix}": moved[:, :nb].max(axis=1, initial=0.0),
-            f"max_ramp_move{suffix}": moved[:, nb:].max(axis=1, initial=0.0),
-            f"num_box_lock{suffix}": locked[:, :nb].sum(axis=1),
-            f"num_ramp_lock{suffix}": locked[:, nb:].sum(axis=1),
+            f"max_box_move{suffix}": top(moved[:, :nb]),
+            f"max_ramp_move{suffix}": top(moved[:, nb:]),
+            f"num_box_lock{suffix}": xp.sum(locked[:, :nb], axis=1),
+            f"num_ramp_lock{suffix}": xp.sum(locked[:, nb:], axis=1),
         }
         for key, value in cols.items():
-            self.values[worlds, STAT_KEYS.index(key)] = value[worlds]
+            self.values[:, COL[key]] = xp.where(which, value, self.values[:, COL[key]])
 
-    def add_surfing(
-        self,
-        in_prep: np.ndarray,
-        is_hider: np.ndarray,
-        agent_present: np.ndarray,
-        agent_pos: np.ndarray,
-        object_pos: np.ndarray,
-        object_yaw: np.ndarray,
-        object_vel: np.ndarray,
-        half: np.ndarray,
-        object_present: np.ndarray,
-        grabbed: np.ndarray,
-        agent_radius: float = 0.15,
-    ) -> None:
-        """Count this step's box surfing (`box_surfing`) where the game is past preparation."""
-        nb = self.n_boxes
+    def add_surfing(self, in_prep, seekers, game, agent_radius: float) -> None:
+        """Count this step's box surfing (`box_surfing` over the box slots) where the step began
+        past preparation (`in_prep` (W,) bool). seekers (W, A): the present seekers; `game`
+        holds the state under the games' names: agent_pos, object_pos, object_yaw, object_vel,
+        half, object_present (W, O, ...), grabbed (W, A)."""
+        xp, nb = self.xp, self.n_boxes
         surf = box_surfing(
-            agent_pos,
-            ~is_hider[None, :] & agent_present,
-            object_pos[:, :nb],
-            object_yaw[:, :nb],
-            object_vel[:, :nb],
-            half[:, :nb],
-            object_present[:, :nb],
-            grabbed,
+            game.agent_pos,
+            seekers,
+            game.object_pos[:, :nb],
+            game.object_yaw[:, :nb],
+            game.object_vel[:, :nb],
+            game.half[:, :nb],
+            game.object_present[:, :nb],
+            game.grabbed,
             agent_radius,
         )
-        self.values[:, STAT_KEYS.index("num_box_surf")] += surf & ~in_prep
+        self.values[:, COL["num_box_surf"]] += xp.astype(surf & ~in_prep, xp.float64)
 
-    def mark_prep_end(self, t_after, prep_steps, object_xy, object_present, locked) -> None:
-        """The `_prep` statistics of worlds whose preparation ended with this step."""
-        prep_end = np.flatnonzero(t_after == prep_steps)
-        if prep_end.size:
-            self._snapshot(prep_end, object_xy, object_present, locked, "_prep")
+    def mark_prep_end(self, t_after, prep_steps: int, object_xy, object_present, locked) -> None:
+        """The `_prep` statistics of the worlds whose preparation ended with this step."""
+        self._snapshot(t_after == prep_steps, object_xy, object_present, locked, "_prep")
 
-    def finish(self, worlds, object_xy, object_present, locked) -> list[dict[str, float]]:
-        self._snapshot(worlds, object_xy, object_present, locked, "")
-        col = STAT_KEYS.index
-        self.values[worlds, col("hider_return")] = self.returns[worlds, 0]
-        self.values[worlds, col("seeker_return")] = self.returns[worlds, 1]
-        self.values[worlds, col("hidden_fraction")] = self.hidden_steps[worlds] / np.maximum(
-            self.play_steps[worlds], 1
-        )
-        return [
-            {k: float(v) for k, v in zip(STAT_KEYS, self.values[w], strict=True)} for w in worlds
-        ]
+    def add_step(self, in_prep, rewards, team_masks, hiders_seen) -> None:
+        """One step's running sums: each team's return (team_masks: per team, hiders then
+        seekers, the (W, A) float members present and their count clipped to >= 1), and the
+        play and hidden steps after preparation."""
+        xp = self.xp
+        for team, (mask, count) in enumerate(team_masks):
+            total = xp.sum(rewards * mask, axis=1)
+            self.returns[:, team] += xp.astype(total, xp.float64) / count
+        play = xp.astype(~in_prep, xp.float64)
+        self.play_steps += play
+        self.hidden_steps += play * xp.astype(~hiders_seen, xp.float64)
+
+    def finish(self, mask, object_xy, object_present, locked):
+        """Final values (W, len(STAT_KEYS)) float64 of the episodes ending where `mask` (W,)
+        bool, columns in `STAT_KEYS` order; NaN in the other rows."""
+        xp = self.xp
+        self._snapshot(mask, object_xy, object_present, locked, "")
+        hidden = self.hidden_steps / xp.clip(self.play_steps, min=1.0)
+        for key, value in (
+            ("hider_return", self.returns[:, 0]),
+            ("seeker_return", self.returns[:, 1]),
+            ("hidden_fraction", hidden),
+        ):
+            self.values[:, COL[key]] = xp.where(mask, value, self.values[:, COL[key]])
+        return xp.where(mask[:, None], self.values, xp.nan)
 
 
 def box_surfing(
-    agent_pos: np.ndarray,
-    is_seeker: np.ndarray,
-    box_pos: np.ndarray,
-    box_yaw: np.ndarray,
-    box_vel: np.ndarray,
-    box_half: np.ndarray,
-    box_present: np.ndarray,
-    grabbed: np.ndarray | None,
-    agent_radius: float,
-) -> np.ndarray:
-    """(W,) whether some seeker surfs a box this step (rule in the module docstring).
+    agent_pos, is_seeker, box_pos, box_yaw, box_vel, box_half, box_present, grabbed, agent_radius
+):
+    """(W,) bool: whether some seeker surfs a box this step (rule in the module docstring);
+    arrays or tensors alike.
 
     agent_pos (W, A, 3) centres; is_seeker (W, A) present seekers; box_pos (W, B, 3) centres,
     box_yaw (W, B), box_vel (W, B, >=2) with xy velocity first, box_half (W, B, 3) half sizes in
     the box frame; grabbed (W, A) object index held by each agent or -1.
     """
+    xp = array_namespace(agent_pos)
     standing = on_box_top(
-        agent_pos, box_pos, np.cos(box_yaw), np.sin(box_yaw), box_half, agent_radius
+        agent_pos, box_pos, xp.cos(box_yaw), xp.sin(box_yaw), box_half, agent_radius
     )
-    moving = np.linalg.norm(box_vel[..., :2], axis=-1) > SURF_MIN_SPEED  # (W, B)
-    driving = moving[:, None, :]
-    if grabbed is not None:
-        driving = driving | (grabbed[:, :, None] == np.arange(box_pos.shape[1])[None, None, :])
+    moving = xp.linalg.vector_norm(box_vel[..., :2], axis=-1) > SURF_MIN_SPEED  # (W, B)
+    boxes = xp.arange(box_pos.shape[1], device=device(box_pos))
+    driving = moving[:, None, :] | (grabbed[:, :, None] == boxes)
     surf = standing & driving & is_seeker[:, :, None] & box_present[:, None, :]
-    return surf.any(axis=(1, 2))
+    # one axis: array-api-compat reduces a tuple of torch axes one at a time
+    return xp.any(xp.reshape(surf, (surf.shape[0], -1)), axis=1)
 
 
 def on_box_top(agent_pos, box_pos, cos_yaw, sin_yaw, box_half, agent_radius):
     """(W, A, B) whether each agent stands on each box's top face: over it, less
     `SURF_EDGE_MARGIN` from its edges, and resting on it (`SURF_MAX_GAP`, `SURF_MIN_HEIGHT`).
 
-    Arrays or tensors alike (only operators and ``abs``), so the Warp game's tensor statistics
-    share the rule; the caller takes cos_yaw and sin_yaw (W, B) of the boxes' yaw in its library.
+    Arrays or tensors alike (only operators and ``abs``); the caller takes cos_yaw and sin_yaw
+    (W, B) of the boxes' yaw in its library.
     """
     rel = agent_pos[:, :, None, :2] - box_pos[:, None, :, :2]  # (W, A, B, 2)
     c, s = cos_yaw[:, None, :], sin_yaw[:, None, :]

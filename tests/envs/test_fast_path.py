@@ -11,21 +11,22 @@ with `rewards` (the tensor rules of envs/warp/rules.py, on CPU tensors viewing t
 arrays) from the state before each step, and the other agents' order with a plain loop, from
 the game's own state after every step of episodes that grab and lock often, with team sizes
 that leave slots empty. Rays are re-cast through `mujoco.batch.Batch.ray` from directions built
-with numpy and the cone test of `in_vision_cone`, and the episode statistics are re-counted by
-`warp/stats.TensorStats`.
+with numpy and the cone test of `cone_from_front`, and the episode statistics are re-counted by
+`stats.EpisodeStats.add_step` on CPU tensors.
 """
 
+import math
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
+from hns_train.envs import observations as O
 from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
-from hns_train.envs.stats import STAT_KEYS
+from hns_train.envs.stats import STAT_KEYS, EpisodeStats
 from hns_train.envs.warp import rules as TR
-from hns_train.envs.warp.stats import TensorStats, box_surfing
 
 # what warp/rules.observe reads of a game, under the C game's names
 OBSERVED = [
@@ -48,6 +49,10 @@ OBSERVED = [
     "locked",
 ]
 
+# what EpisodeStats.add_surfing reads of a game
+SURFING = ["agent_pos", "object_pos", "object_yaw", "object_vel", "half", "object_present"]
+SURFING += ["grabbed"]
+
 
 def _t(x):
     return torch.as_tensor(np.asarray(x))
@@ -55,7 +60,7 @@ def _t(x):
 
 def _reference_obs(game):
     state = SimpleNamespace(**{k: _t(getattr(game, k)) for k in OBSERVED}, sees=_t(game._sees))
-    rows, sees = TR.other_gathers(_t(game.others), game._sees.shape[2])
+    rows, sees = O.other_gathers(_t(game.others), game._sees.shape[2])
     return {k: v.numpy() for k, v in TR.observe(game.cfg, state, rows, sees).items()}
 
 
@@ -77,10 +82,12 @@ def _reference_rewards(game, in_prep):
 
 
 def _cone(game):
-    cone = TR.in_vision_cone(
-        _t(game.agent_pos), _t(game.agent_yaw), _t(game.entity_centre), game.cfg.vision_half_angle
-    )
-    return cone.numpy()
+    """(W, A, E) entity centres inside each agent's cone, its front (sin yaw, -cos yaw) built
+    from the yaw here rather than from the game's cos / sin."""
+    yaw = _t(game.agent_yaw)
+    d = _t(game.entity_centre)[:, None, :, :2] - _t(game.agent_pos)[:, :, None, :2]
+    front = torch.stack([torch.sin(yaw), -torch.cos(yaw)], -1)[:, :, None, :]
+    return TR.cone_from_front(d, front, math.cos(game.cfg.vision_half_angle)).numpy()
 
 
 NAMES = ("locked", "lock_team", "lock_agent", "grabbed")
@@ -195,7 +202,7 @@ def test_compiled_rays_and_statistics_match_the_reference(preset, seed):
     W, nb = 3, cfg.max_boxes
     game = HideAndSeekGame(cfg, W, seed=seed)
     game.reset()
-    ref = TensorStats(W, nb, game.n_objects, "cpu")
+    ref = EpisodeStats(W, nb, game.n_objects, like=torch.zeros(0))
     ref.reset(torch.ones(W, dtype=torch.bool), _t(game.object_pos[..., :2]))
     rng = np.random.default_rng(seed)
     seen_steps = finished = 0
@@ -210,22 +217,18 @@ def test_compiled_rays_and_statistics_match_the_reference(preset, seed):
         _, hiders_seen = _reference_rewards(game, in_prep)
         seeker = game.agent_present & ~game.is_hider
         masks = [(m, np.maximum(m.sum(1), 1)) for m in (game.agent_present & game.is_hider, seeker)]
-        box = slice(0, nb)
-        surf = box_surfing(
-            *map(_t, (game.agent_pos, seeker, game.object_pos[:, box], game.object_yaw[:, box])),
-            *map(_t, (game.object_vel[:, box], game.half[:, box], game.object_present[:, box])),
-            _t(game.grabbed),
-            cfg.agent_radius,
-        )
-        ref.step(
-            _t(game.t),
-            cfg.prep_steps,
+        state = SimpleNamespace(**{k: _t(getattr(game, k)) for k in SURFING})
+        ref.add_surfing(_t(in_prep), _t(seeker), state, cfg.agent_radius)
+        ref.add_step(
             _t(in_prep),
             _t(reward),
             [(_t(m.astype(np.float32)), _t(c.astype(np.float32))) for m, c in masks],
             _t(hiders_seen),
+        )
+        ref.mark_prep_end(
+            _t(game.t),
+            cfg.prep_steps,
             *map(_t, (game.object_pos[..., :2], game.object_present, game.locked)),
-            surf,
         )
         for name in ("returns", "play_steps", "hidden_steps"):
             np.testing.assert_array_equal(getattr(game.stats, name), getattr(ref, name), name)

@@ -9,7 +9,8 @@
   code on those arrays, with `VectorGame`'s observation dictionary, action layout and step
   contract, worlds ending their episodes independently and no host sync inside a step;
   `rules.py` holds the rules of envs/rules.py as tensor code (the one implementation the C
-  game's compiled loops are checked against), `stats.py` the tensor form of envs/stats.py.
+  game's compiled loops are checked against); the episode statistics are envs/stats.py's,
+  kept in device tensors.
 - Pods train on it (`pipeline.backend=pod pod.physics=warp`, agents/pod.py).
 
 Needs the optional extra `warp` (`mujoco-warp==4.0.0`, which brings `warp-lang`); importing

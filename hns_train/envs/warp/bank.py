@@ -36,7 +36,7 @@ import torch
 
 from hns_train.envs import observations as O
 from hns_train.envs.config import GameConfig
-from hns_train.envs.layout import ABSENT, Layout, sample_layout
+from hns_train.envs.layout import Layout, sample_layout
 from hns_train.envs.warp.physics import WarpWorlds
 from hns_train.envs.world import ModelCache, object_half_extents
 
@@ -64,10 +64,9 @@ def layout_entries(
     """Host arrays (n, ...) of everything a reset writes for `layouts`: the physics fields and
     first qpos (`WarpWorlds.layout_arrays`) and the game's tables."""
     ap = np.stack([lay.agent_present for lay in layouts])
-    op = [np.concatenate([lay.box_kind != ABSENT, np.ones(cfg.n_ramps, bool)]) for lay in layouts]
     return worlds.layout_arrays(layouts, cache) | {
         "agent_present": ap,
-        "object_present": np.stack(op),
+        "object_present": np.stack([lay.object_present for lay in layouts]),
         "half": np.stack([object_half_extents(cfg, lay) for lay in layouts]).astype(np.float32),
         "others": O.others_table(ap).astype(np.int64),
     }

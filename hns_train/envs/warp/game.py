@@ -24,7 +24,7 @@ rules, in `warp/rules.py`: grabs decided afresh every step, locked objects grabb
 leaving grabs as they are), the lock / grab edits written into the per-world joint ranges, weld
 data and `eq_active`, controls, `substeps` Warp physics steps (a CUDA graph on a GPU,
 physics.py), entity poses from qpos, one batched `mujoco_warp.rays` call (lidar fan and a ray
-towards every entity centre per agent), rewards, statistics (`warp/stats.py`), observations,
+towards every entity centre per agent), rewards, statistics (`stats.py`), observations,
 then the masked reset of the worlds that ended (their rays and observations computed again: a
 second ray call per step, whether or not a world ended, since knowing would need a host read).
 
@@ -54,16 +54,16 @@ import numpy as np
 import torch
 
 from hns_train.envs import contract as C
+from hns_train.envs import observations as O
 from hns_train.envs import rules as R
 from hns_train.envs.config import GameConfig, game_config
 from hns_train.envs.layout import sample_layout
-from hns_train.envs.stats import STAT_KEYS
+from hns_train.envs.stats import STAT_KEYS, EpisodeStats
 from hns_train.envs.tasks import HIDE_AND_SEEK
 from hns_train.envs.vector import VectorStep
 from hns_train.envs.warp import rules as TR
 from hns_train.envs.warp.bank import BankConfig, LayoutBank
 from hns_train.envs.warp.physics import PhysicsConfig, WarpWorlds
-from hns_train.envs.warp.stats import TensorStats, box_surfing
 from hns_train.envs.world import FREE_RANGE, lidar_directions
 
 # mujoco_warp.OverflowType bits that mean lost contacts or constraints (buffers too small):
@@ -165,7 +165,7 @@ class WarpGame:
         self.sees = z(W, A, E, dtype=torch.bool, device=dev)
         self.lidar = z(W, A, L, device=dev)
         self._others = torch.full((W, A, A - 1), -1, dtype=long, device=dev)
-        self.stats = TensorStats(W, cfg.max_boxes, Ob, dev)
+        self.stats = EpisodeStats(W, cfg.max_boxes, Ob, like=self.t)
         self.obs: dict[str, torch.Tensor] = {}
         self._capacity_mask = sum(CAPACITY_OVERFLOWS)
         # flags accumulated on the device, read by `read_warnings` (module docstring)
@@ -383,7 +383,7 @@ class WarpGame:
         hider = ap & self.is_hider
         self._seeker_present = ap & ~self.is_hider
         self._seeker_sees_hider = self._seeker_present[:, :, None] & hider[:, None, :]
-        self._other_rows, self._other_sees = TR.other_gathers(self._others, self._E)
+        self._other_rows, self._other_sees = O.other_gathers(self._others, self._E)
         self._team_masks = [
             (m.to(torch.float32), m.sum(dim=1).clamp_min(1).to(torch.float32))
             for m in (hider, self._seeker_present)
@@ -482,29 +482,11 @@ class WarpGame:
         )
 
     def _stats_step(self, in_prep, reward, hiders_seen) -> None:
-        cfg, nb = self.cfg, self.cfg.max_boxes
-        surf = box_surfing(
-            self.agent_pos,
-            self._seeker_present,
-            self.object_pos[:, :nb],
-            self.object_yaw[:, :nb],
-            self.object_vel[:, :nb],
-            self.half[:, :nb],
-            self.object_present[:, :nb],
-            self.grabbed,
-            cfg.agent_radius,
-        )
-        self.stats.step(
-            self.t,
-            cfg.prep_steps,
-            in_prep,
-            reward,
-            self._team_masks,
-            hiders_seen,
-            self.object_pos[..., :2],
-            self.object_present,
-            self.locked,
-            surf,
+        cfg, stats = self.cfg, self.stats
+        stats.add_surfing(in_prep, self._seeker_present, self, cfg.agent_radius)
+        stats.add_step(in_prep, reward, self._team_masks, hiders_seen)
+        stats.mark_prep_end(
+            self.t, cfg.prep_steps, self.object_pos[..., :2], self.object_present, self.locked
         )
 
     def _observe(self) -> None:

@@ -14,16 +14,9 @@ import math
 
 import torch
 
+from hns_train.envs import observations as O
 from hns_train.envs.config import GameConfig
 from hns_train.envs.rules import NO_TEAM
-
-
-def in_vision_cone(origin, yaw, target, half_angle: float) -> torch.Tensor:
-    """(W, A, T) bool: target t inside agent a's cone. origin (W, A, 3), yaw (W, A), target
-    (W, T, 3); the front is (sin yaw, -cos yaw)."""
-    d = target[:, None, :, :2] - origin[:, :, None, :2]
-    front = torch.stack([torch.sin(yaw), -torch.cos(yaw)], -1)[:, :, None, :]
-    return cone_from_front(d, front, math.cos(half_angle))
 
 
 def cone_from_front(d: torch.Tensor, front: torch.Tensor, cos_half_angle: float) -> torch.Tensor:
@@ -84,16 +77,6 @@ def wrap_yaw(yaw: torch.Tensor) -> torch.Tensor:
     return torch.remainder(yaw + math.pi, 2 * math.pi) - math.pi
 
 
-def lock_flags(lock_agent, lock_team, locked, team) -> torch.Tensor:
-    """(W, A, O, 3) float: locked by me, by my team, at all (observations.lock_flags' tensor
-    form: the C game writes its flags only when a lock changes)."""
-    A = team.shape[0]
-    me = lock_agent[:, None, :] == torch.arange(A, device=team.device)[None, :, None]
-    mine = lock_team[:, None, :] == team[None, :, None]
-    anyone = locked[:, None, :].expand_as(me)
-    return torch.stack([me, mine & anyone, anyone], dim=-1).to(torch.float32)
-
-
 def weld_data(agent_pos, agent_yaw, object_pos, object_yaw) -> torch.Tensor:
     """(W, A, O, 12) weld `eq_data` rows holding each object's current pose relative to each
     agent (game.weld_data for bodies that only turn about z): anchor 0, the object's body origin
@@ -144,27 +127,13 @@ def rewards(
     return r.to(torch.float32), seen
 
 
-def other_gathers(others, n_entities: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Flat gather indices from the (W, A, A-1) table of each agent's k-th other agent
-    (observations.others_table, -1 pads): the other's row among the W * A agent rows, and
-    "agent i sees its k-th other" among the W * A * n_entities sight entries; a pad points one
-    past the end (where `observe` puts a zero row / False)."""
-    W, A = others.shape[:2]
-    valid = others >= 0
-    w_ = torch.arange(W, device=others.device)[:, None, None]
-    a_ = torch.arange(A, device=others.device)[None, :, None]
-    rows = torch.where(valid, w_ * A + others, W * A)
-    sees = torch.where(valid, (w_ * A + a_) * n_entities + others, W * A * n_entities)
-    return rows, sees
-
-
 def observe(cfg: GameConfig, s, other_rows, other_sees) -> dict[str, torch.Tensor]:
     """The observation dictionary (contract.py's keys and columns, float32) of game state `s`:
     t (W,), is_hider / team (A,), agent_present (W, A), object_present (W, O), agent_pos (W, A,
     3), agent_yaw (W, A), agent_vel (W, A, 4), object_pos (W, O, 3), object_yaw_cos /
     object_yaw_sin (W, O), object_vel (W, O, 4), half (W, O, 3), sees (W, A, A + O), lidar
     (W, A, L), lock_agent / lock_team / locked (W, O); other_rows / other_sees from
-    `other_gathers`. Rows of absent entities and of absent agents are zero."""
+    `observations.other_gathers`. Rows of absent entities and of absent agents are zero."""
     W, A = s.agent_present.shape
     nb = cfg.max_boxes
     live = s.agent_present[:, :, None]
@@ -195,7 +164,7 @@ def observe(cfg: GameConfig, s, other_rows, other_sees) -> dict[str, torch.Tenso
         dim=-1,
     )
     present = s.object_present[:, None, :] & live
-    flags = lock_flags(s.lock_agent, s.lock_team, s.locked, s.team)
+    flags = O.lock_flags(s.lock_agent, s.lock_team, s.locked, s.team).to(torch.float32)
     box = obj[:, None, :nb].expand(W, A, nb, obj.shape[-1])
     parts = [box]
     if cfg.box_size_obs:
