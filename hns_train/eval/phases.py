@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hns_train.jsonl import read_logged
-from hns_train.typed_config import from_dict
+from hns_train.typed_config import AtLeast1, Positive, Unit, from_dict, range_problems
 
 PHASES = (
     "running_and_chasing",
@@ -97,14 +97,14 @@ class PhaseOnset:
 class PhaseConfig:
     """Detector settings; defaults explained in docs/phases.md."""
 
-    window_records: int = 5  # training records in the rolling (episode-weighted) window
-    persistence: int = 3  # qualifying records in a streak before a phase fires
-    hysteresis: float = 0.2  # a streak survives a window within this fraction of a threshold
+    window_records: AtLeast1 = 5  # training records in the rolling (episode-weighted) window
+    persistence: AtLeast1 = 3  # qualifying records in a streak before a phase fires
+    hysteresis: Unit = 0.2  # a streak survives a window within this fraction of a threshold
     require_order: bool = True  # a phase may start only after its predecessor fired
-    baseline_records: int = 3  # first records of a run: its starting (untrained) level
+    baseline_records: AtLeast1 = 3  # first records of a run: its starting (untrained) level
     # running and chasing: the hidden share left its starting level (one team learned to run
     # away or to chase)
-    chase_min_change: float = 0.1
+    chase_min_change: Positive = 0.1
     # fort building: hiders move and lock boxes during preparation and win
     fort_min_box_lock_prep: float = 1.0  # boxes locked at the end of prep (episode mean)
     fort_min_box_move_prep: float = 0.5  # metres the farthest-moved box travelled in prep
@@ -118,26 +118,12 @@ class PhaseConfig:
     # box surfing: seekers ride boxes after preparation (num_box_surf steps per episode)
     surf_min_steps: float = 2.0
     # surf defense: surfing collapses, hiders lock more boxes in prep, hiders win
-    surf_defense_max_surf_ratio: float = 0.25  # of the peak window surf count since onset
+    surf_defense_max_surf_ratio: Unit = 0.25  # of the peak window surf count since onset
     surf_defense_min_extra_box_lock: float = 1.0  # over the window value at box-surfing onset
     surf_defense_min_hidden: float = 0.5
 
     def __post_init__(self):
-        errors = []
-        if self.window_records < 1:
-            errors.append(f"window_records={self.window_records} must be >= 1")
-        if self.baseline_records < 1:
-            errors.append(f"baseline_records={self.baseline_records} must be >= 1")
-        if self.chase_min_change <= 0:
-            errors.append(f"chase_min_change={self.chase_min_change} must be > 0")
-        if self.persistence < 1:
-            errors.append(f"persistence={self.persistence} must be >= 1")
-        if not 0.0 <= self.hysteresis < 1.0:
-            errors.append(f"hysteresis={self.hysteresis} must be in [0, 1)")
-        if not 0.0 <= self.surf_defense_max_surf_ratio <= 1.0:
-            errors.append(
-                f"surf_defense_max_surf_ratio={self.surf_defense_max_surf_ratio} must be in [0, 1]"
-            )
+        errors = range_problems(self)  # the bounds written on the fields above
         if errors:
             raise ValueError("invalid PhaseConfig: " + "; ".join(errors))
 

@@ -168,8 +168,10 @@ def test_read_metrics_skips_damaged_lines_and_says_so_once(tmp_path, caplog):
 
 
 def test_bad_settings_raise():
-    with pytest.raises(ValueError, match="persistence"):
+    with pytest.raises(ValueError, match="persistence=0 is not allowed; it must be >= 1"):
         PhaseConfig(persistence=0)
+    with pytest.raises(ValueError, match="chase_min_change=nan must be a finite number"):
+        PhaseConfig(chase_min_change=float("nan"))
     with pytest.raises(ValueError, match="unknown phase settings"):
         PhaseDetector({"window": 3})
     with pytest.raises(ValueError, match="unknown phase"):
