@@ -178,13 +178,13 @@ class PhaseDetector:
         stats = {
             k[len(STAT_PREFIX) :]: float(v)
             for k, v in record.items()
-            if k.startswith(STAT_PREFIX) and _finite(v)
+            if k.startswith(STAT_PREFIX) and finite_number(v) is not None
         }
         if not stats:
             return []
         episodes = record.get("episodes")
         weight = 1.0
-        if _finite(episodes):
+        if finite_number(episodes) is not None:
             if self._last_episodes is not None and episodes > self._last_episodes:
                 weight = float(episodes - self._last_episodes)
             self._last_episodes = float(episodes)
@@ -297,8 +297,11 @@ def _holds(conditions: list[Condition], means: dict[str, float], slack: float) -
     return True
 
 
-def _finite(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+def finite_number(value) -> float | None:
+    """A value read from a JSON record as a float where it is a finite number (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 def read_metrics(path: str | Path) -> tuple[list[dict], list[PhaseOnset]]:
