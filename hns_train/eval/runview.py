@@ -113,8 +113,6 @@ def _fmt_rate(t: Tally) -> str:
 
 def run_view(run_dir: str | Path) -> int:
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise ValueError(f"--run {run_dir}: no such directory")
     if (run_dir / MANIFEST).is_file():
         return population_view(run_dir)
     db = run_dir / "pool" / DB_NAME
