@@ -151,14 +151,10 @@ class PhaseDetector:
         self._surf_onset_box_lock: float | None = None
 
     # ------------------------------------------------------------------ state
-    def restore(self, onsets: Iterable[PhaseOnset | dict | str]) -> None:
+    def restore(self, onsets: Iterable[PhaseOnset]) -> None:
         """Mark phases as fired (from a resumed run's phase records); they never fire again."""
-        for item in onsets:
-            if isinstance(item, str):
-                item = PhaseOnset(item, 0, 0, 0.0, 0, 0.0)
-            elif isinstance(item, dict):
-                item = PhaseOnset.from_record(item)
-            self.fired.setdefault(item.phase, item)
+        for onset in onsets:
+            self.fired.setdefault(onset.phase, onset)
 
     @classmethod
     def from_metrics(cls, path: str | Path, config: PhaseConfig | dict | None = None):
