@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hns_train.jsonl import read_logged
-from hns_train.typed_config import AtLeast1, Positive, Unit, from_dict, range_problems
+from hns_train.typed_config import AtLeast1, Positive, Unit, range_problems
 
 PHASES = (
     "running_and_chasing",
@@ -136,10 +136,8 @@ Condition = tuple[str, str, float]
 class PhaseDetector:
     """Feeds on training records; `update` returns the phases whose onset it just confirmed."""
 
-    def __init__(self, config: PhaseConfig | dict | None = None):
-        if isinstance(config, dict) or config is None:
-            config = from_dict(PhaseConfig, config, what="phase settings")
-        self.config = config
+    def __init__(self, config: PhaseConfig | None = None):
+        self.config = config = config or PhaseConfig()
         self.fired: dict[str, PhaseOnset] = {}
         self._window: deque[tuple[float, dict[str, float]]] = deque(maxlen=config.window_records)
         self._start: list[tuple[float, dict[str, float]]] = []  # the first baseline_records
@@ -157,7 +155,7 @@ class PhaseDetector:
             self.fired.setdefault(onset.phase, onset)
 
     @classmethod
-    def from_metrics(cls, path: str | Path, config: PhaseConfig | dict | None = None):
+    def from_metrics(cls, path: str | Path, config: PhaseConfig | None = None):
         """A detector that has seen every training record of a metrics file and knows the
         phases recorded there (recorded onsets win over re-detected ones)."""
         train, onsets = read_metrics(path)
