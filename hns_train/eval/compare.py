@@ -88,8 +88,6 @@ class RunSummary:
 
 def load_run(run_dir: str | Path) -> RunSummary:
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise ValueError(f"run directory {run_dir} does not exist")
     metrics = run_dir / "metrics.jsonl"
     if not metrics.is_file():
         raise ValueError(f"{run_dir} has no metrics.jsonl (is it a run directory?)")

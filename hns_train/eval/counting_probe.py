@@ -7,11 +7,12 @@ last box has disappeared; its baseline is the same head on a frozen network with
 parameters. Here:
 
 - `watch` runs `episodes` episodes of the test (world seeds `seed`, `seed + 1`, ...) and feeds
-  every network the agent's observations, step by step, through its observation normaliser and
-  policy network; it keeps the LSTM's hidden state h (before the LayerNorm and head, which
-  fine-tuning replaces) at each of the last `counting.hidden_steps` steps, when every box is
-  hidden. The agent cannot move and its actions are discarded, so what it sees does not depend
-  on the network: every network watches the same episodes.
+  every network the agent's observations, step by step, through its own step (`ActorCritic.act`:
+  observation normaliser, then policy network); it keeps the policy LSTM's hidden state h
+  (before the LayerNorm and head, which fine-tuning replaces) at each of the last
+  `counting.hidden_steps` steps, when every box is hidden. The agent cannot move and its
+  actions are discarded, so what it sees does not depend on the network: every network watches
+  the same episodes.
 - `train_probe` fits the head: one linear layer from h, standardised by the training set's mean
   and spread, to the count that went left (0 .. max boxes; with the boxes' number fixed, the
   other side's count follows), by cross-entropy with weight decay over the training episodes'
@@ -59,6 +60,7 @@ from hns_train.envs.game import HideAndSeekGame
 PROBE_EPOCHS = 300
 PROBE_LR = 0.05
 PROBE_WEIGHT_DECAY = 1e-3  # on standardised features: keeps 256 inputs from memorising the set
+POLICY_H = 0  # the policy LSTM's hidden state h in `ActorCritic`'s (B, 4, H) recurrent state
 
 
 @dataclass
@@ -94,20 +96,14 @@ def watch(
         labels.append(game.task.went_left.copy())
         agent = game.task.agent
         noop = np.tile(contract.noop_action(cfg.action_bins), (n, game.n_agents, 1))
-        states = {name: None for name in networks}
+        states = {name: net.initial_state(n) for name, net in networks.items()}
         kept = {name: [] for name in networks}
         for t in range(cfg.horizon):
             for name, net in networks.items():
-                rows = net.obs_to_tensors({k: v[:, agent] for k, v in obs.items()}, 1)
-                rows = net.obs_norm({k: v.unsqueeze(0) for k, v in rows.items()})
-                state = states[name]
-                if state is None:
-                    zeros = torch.zeros(n, net.config.lstm_dim, device=net.device)
-                    state = (zeros, zeros)
-                starts = torch.zeros((1, n), dtype=torch.bool, device=net.device)
-                _, states[name] = net.policy_net(rows, state, starts)
+                rows = {k: v[:, agent] for k, v in obs.items()}
+                states[name] = net.act(rows, states[name], deterministic=True).state
                 if t >= cfg.horizon - hidden:
-                    kept[name].append(states[name][0].cpu().numpy())
+                    kept[name].append(states[name][:, POLICY_H])
             obs, _, _, _ = game.step(noop)
         for name in networks:
             features[name].append(np.stack(kept[name], axis=1))

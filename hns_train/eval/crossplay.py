@@ -62,7 +62,7 @@ class PairingResult:
     hidden: np.ndarray  # (episodes,) hidden_fraction
     hider_return: np.ndarray
     seeker_return: np.ndarray
-    stats: dict[str, np.ndarray] = field(default_factory=dict)  # BEHAVIOUR -> (episodes,)
+    stats: dict[str, np.ndarray] = field(default_factory=dict)  # each stat -> (episodes,)
 
     @property
     def episodes(self) -> int:
@@ -150,12 +150,13 @@ def cross_play(
     seed: int = 0,
     progress: bool = False,
     pairings: tuple[tuple[str, str], ...] = PAIRINGS,
+    stats: tuple[str, ...] = BEHAVIOUR,
 ) -> CrossPlay:
     """Play every pairing of `pairings` for `episodes` episodes on the same seeds.
 
     `policies` maps the names in `pairings` ("trained" and "untrained") to factories of
     `matches` controllers (a fresh controller per pairing, so no sampling stream is shared
-    between pairings)."""
+    between pairings); each pairing keeps the episode statistics named in `stats`."""
     import torch
 
     from hns_train.envs.game import HideAndSeekGame
@@ -183,6 +184,6 @@ def cross_play(
             hidden=np.array([r.hidden_fraction for r in results]),
             hider_return=np.array([r.hider_return for r in results]),
             seeker_return=np.array([r.seeker_return for r in results]),
-            stats={k: np.array([float(r.stats.get(k, 0.0)) for r in results]) for k in BEHAVIOUR},
+            stats={k: np.array([float(r.stats.get(k, 0.0)) for r in results]) for k in stats},
         )
     return CrossPlay(out)

@@ -92,7 +92,7 @@ def replay_data(replay: Replay) -> dict:
         "preset": cfg.preset,
         "horizon": cfg.horizon,
         "prep_steps": cfg.prep_steps,
-        "fps": 1.0 / (cfg.timestep * cfg.substeps),
+        "fps": replay.fps,
         "floor": cfg.floor_size,
         "agent_radius": cfg.agent_radius,
         "vision_half_angle": cfg.vision_half_angle,
@@ -126,11 +126,11 @@ def replay_data(replay: Replay) -> dict:
     }
 
 
-def to_html(replay: Replay, title: str | None = None) -> str:
+def to_html(replay: Replay) -> str:
     data = replay_data(replay)
     # "</" inside a script element would end it early; JSON allows the escaped form.
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
-    title = title or f"hide-and-seek replay ({replay.cfg.preset}, {replay.n_steps} steps)"
+    title = f"hide-and-seek replay ({replay.cfg.preset}, {replay.n_steps} steps)"
     title = title.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return (
         _PAGE.replace("__TITLE__", title)
@@ -180,9 +180,9 @@ def legend_html() -> str:
     return f'<div id="legend">{cells}</div>'
 
 
-def write_html(replay: Replay, path, title: str | None = None) -> Path:
+def write_html(replay: Replay, path) -> Path:
     """Write the page to `path` atomically; returns the path."""
-    text = to_html(replay, title)
+    text = to_html(replay)
 
     def write(tmp: str) -> None:
         Path(tmp).write_text(text, encoding="utf-8")

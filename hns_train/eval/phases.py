@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hns_train.jsonl import read_logged
-from hns_train.typed_config import from_dict
+from hns_train.typed_config import AtLeast1, Positive, Unit, range_problems
 
 PHASES = (
     "running_and_chasing",
@@ -97,14 +97,14 @@ class PhaseOnset:
 class PhaseConfig:
     """Detector settings; defaults explained in docs/phases.md."""
 
-    window_records: int = 5  # training records in the rolling (episode-weighted) window
-    persistence: int = 3  # qualifying records in a streak before a phase fires
-    hysteresis: float = 0.2  # a streak survives a window within this fraction of a threshold
+    window_records: AtLeast1 = 5  # training records in the rolling (episode-weighted) window
+    persistence: AtLeast1 = 3  # qualifying records in a streak before a phase fires
+    hysteresis: Unit = 0.2  # a streak survives a window within this fraction of a threshold
     require_order: bool = True  # a phase may start only after its predecessor fired
-    baseline_records: int = 3  # first records of a run: its starting (untrained) level
+    baseline_records: AtLeast1 = 3  # first records of a run: its starting (untrained) level
     # running and chasing: the hidden share left its starting level (one team learned to run
     # away or to chase)
-    chase_min_change: float = 0.1
+    chase_min_change: Positive = 0.1
     # fort building: hiders move and lock boxes during preparation and win
     fort_min_box_lock_prep: float = 1.0  # boxes locked at the end of prep (episode mean)
     fort_min_box_move_prep: float = 0.5  # metres the farthest-moved box travelled in prep
@@ -118,26 +118,12 @@ class PhaseConfig:
     # box surfing: seekers ride boxes after preparation (num_box_surf steps per episode)
     surf_min_steps: float = 2.0
     # surf defense: surfing collapses, hiders lock more boxes in prep, hiders win
-    surf_defense_max_surf_ratio: float = 0.25  # of the peak window surf count since onset
+    surf_defense_max_surf_ratio: Unit = 0.25  # of the peak window surf count since onset
     surf_defense_min_extra_box_lock: float = 1.0  # over the window value at box-surfing onset
     surf_defense_min_hidden: float = 0.5
 
     def __post_init__(self):
-        errors = []
-        if self.window_records < 1:
-            errors.append(f"window_records={self.window_records} must be >= 1")
-        if self.baseline_records < 1:
-            errors.append(f"baseline_records={self.baseline_records} must be >= 1")
-        if self.chase_min_change <= 0:
-            errors.append(f"chase_min_change={self.chase_min_change} must be > 0")
-        if self.persistence < 1:
-            errors.append(f"persistence={self.persistence} must be >= 1")
-        if not 0.0 <= self.hysteresis < 1.0:
-            errors.append(f"hysteresis={self.hysteresis} must be in [0, 1)")
-        if not 0.0 <= self.surf_defense_max_surf_ratio <= 1.0:
-            errors.append(
-                f"surf_defense_max_surf_ratio={self.surf_defense_max_surf_ratio} must be in [0, 1]"
-            )
+        errors = range_problems(self)  # the bounds written on the fields above
         if errors:
             raise ValueError("invalid PhaseConfig: " + "; ".join(errors))
 
@@ -150,10 +136,8 @@ Condition = tuple[str, str, float]
 class PhaseDetector:
     """Feeds on training records; `update` returns the phases whose onset it just confirmed."""
 
-    def __init__(self, config: PhaseConfig | dict | None = None):
-        if isinstance(config, dict) or config is None:
-            config = from_dict(PhaseConfig, config, what="phase settings")
-        self.config = config
+    def __init__(self, config: PhaseConfig | None = None):
+        self.config = config = config or PhaseConfig()
         self.fired: dict[str, PhaseOnset] = {}
         self._window: deque[tuple[float, dict[str, float]]] = deque(maxlen=config.window_records)
         self._start: list[tuple[float, dict[str, float]]] = []  # the first baseline_records
@@ -165,17 +149,13 @@ class PhaseDetector:
         self._surf_onset_box_lock: float | None = None
 
     # ------------------------------------------------------------------ state
-    def restore(self, onsets: Iterable[PhaseOnset | dict | str]) -> None:
+    def restore(self, onsets: Iterable[PhaseOnset]) -> None:
         """Mark phases as fired (from a resumed run's phase records); they never fire again."""
-        for item in onsets:
-            if isinstance(item, str):
-                item = PhaseOnset(item, 0, 0, 0.0, 0, 0.0)
-            elif isinstance(item, dict):
-                item = PhaseOnset.from_record(item)
-            self.fired.setdefault(item.phase, item)
+        for onset in onsets:
+            self.fired.setdefault(onset.phase, onset)
 
     @classmethod
-    def from_metrics(cls, path: str | Path, config: PhaseConfig | dict | None = None):
+    def from_metrics(cls, path: str | Path, config: PhaseConfig | None = None):
         """A detector that has seen every training record of a metrics file and knows the
         phases recorded there (recorded onsets win over re-detected ones)."""
         train, onsets = read_metrics(path)
@@ -192,13 +172,13 @@ class PhaseDetector:
         stats = {
             k[len(STAT_PREFIX) :]: float(v)
             for k, v in record.items()
-            if k.startswith(STAT_PREFIX) and _finite(v)
+            if k.startswith(STAT_PREFIX) and finite_number(v) is not None
         }
         if not stats:
             return []
         episodes = record.get("episodes")
         weight = 1.0
-        if _finite(episodes):
+        if finite_number(episodes) is not None:
             if self._last_episodes is not None and episodes > self._last_episodes:
                 weight = float(episodes - self._last_episodes)
             self._last_episodes = float(episodes)
@@ -311,8 +291,11 @@ def _holds(conditions: list[Condition], means: dict[str, float], slack: float) -
     return True
 
 
-def _finite(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+def finite_number(value) -> float | None:
+    """A value read from a JSON record as a float where it is a finite number (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 def read_metrics(path: str | Path) -> tuple[list[dict], list[PhaseOnset]]:

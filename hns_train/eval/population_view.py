@@ -35,7 +35,6 @@ manifest=None)`, `searched_scales(run_dir)`, `log_axis(key, values, scales)`,
 
 from __future__ import annotations
 
-import math
 import re
 import sqlite3
 import textwrap
@@ -56,6 +55,7 @@ from hns_train.agents.population import (
     read_records,
 )
 from hns_train.eval.figure import panels, save_png, side_legend
+from hns_train.eval.phases import finite_number
 
 # File names of a population run directory (the population design; written by the controller).
 PLOT = "population.png"
@@ -117,14 +117,8 @@ def load_population(run_dir: str | Path) -> Population:
 # ----- reading the lineage -----
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def _elapsed(event: dict[str, Any]) -> float:
-    return _number(event.get("elapsed_s")) or 0.0
+    return finite_number(event.get("elapsed_s")) or 0.0
 
 
 def hyper_schedule(
@@ -162,7 +156,7 @@ def first_exploit_version(lineage: list[dict[str, Any]], member: str) -> int | N
     for event in lineage:
         if event.get("event") == "exploit" and event.get("member") == member:
             version = event.get("version")
-            return int(version) if _number(version) is not None else None
+            return int(version) if finite_number(version) is not None else None
     return None
 
 
@@ -229,7 +223,10 @@ def best_member(run_dir: str | Path, manifest: dict[str, Any] | None = None) -> 
             rec = latest.get(m) if isinstance(latest, dict) else None
             if not isinstance(rec, dict):
                 continue
-            values = [(_number(rec.get(mu)), _number(rec.get(sd))) for mu, sd in ROLE_MU.values()]
+            values = [
+                (finite_number(rec.get(mu)), finite_number(rec.get(sd)))
+                for mu, sd in ROLE_MU.values()
+            ]
             if all(mu is not None and sd is not None for mu, sd in values):
                 scores[m] = sum(mu - 3.0 * sd for mu, sd in values) / len(values)
     return max(scores, key=lambda m: (scores[m], -_member_order(m))) if scores else None
@@ -248,7 +245,7 @@ def fmt_elapsed(seconds: float) -> str:
 
 
 def fmt_count(value: Any) -> str:
-    n = _number(value)
+    n = finite_number(value)
     return "?" if n is None else f"{int(n):,}"
 
 
@@ -318,7 +315,7 @@ def member_lines(pop: Population) -> list[str]:
     state = f"stopped: {m['stop_reason']}" if m.get("stop_reason") else f"{running} running"
     out = [
         f"population {pop.run_dir} ({m.get('name', '?')}): {len(members)} members "
-        f"({state}), elapsed {fmt_elapsed(_number(m.get('elapsed_s')) or 0.0)}",
+        f"({state}), elapsed {fmt_elapsed(finite_number(m.get('elapsed_s')) or 0.0)}",
         f"  {fmt_count(counters.get('frames', 0))} frames, "
         f"{fmt_count(counters.get('episodes', 0))} episodes, "
         f"{fmt_count(counters.get('exploits', 0))} exploits, "
@@ -364,7 +361,7 @@ def lineage_rows(lineage: list[dict[str, Any]]) -> list[tuple[float, str, str, s
         member = str(event.get("member") or "-")
         t = _elapsed(event)
         if kind == "exploit":
-            p = _number(event.get("win_probability"))
+            p = finite_number(event.get("win_probability"))
             details = (
                 f"copied {event.get('source', '?')} v{event.get('source_version', '?')}"
                 + (f" (p win {p:.2f})" if p is not None else "")
@@ -477,7 +474,7 @@ def plot_population(pop: Population, out: str | Path) -> Path:
         key=_member_order,
     )
     times = [_elapsed(r) for r in pop.status] + [_elapsed(e) for e in pop.lineage]
-    t_end = max(times + [_number(pop.manifest.get("elapsed_s")) or 0.0])
+    t_end = max(times + [finite_number(pop.manifest.get("elapsed_s")) or 0.0])
     scale, unit = _time_unit(t_end)
     colours = {m: f"C{i % 10}" for i, m in enumerate(members)}
 
@@ -489,12 +486,12 @@ def plot_population(pop: Population, out: str | Path) -> Path:
             xs, mus, sds = [], [], []
             for r in pop.status:
                 rec = (r.get("members") or {}).get(m)
-                mu = _number(rec.get(mu_key)) if isinstance(rec, dict) else None
+                mu = finite_number(rec.get(mu_key)) if isinstance(rec, dict) else None
                 if mu is None:
                     continue
                 xs.append(_elapsed(r) / scale)
                 mus.append(mu)
-                sds.append(_number(rec.get(sigma_key)) or 0.0)
+                sds.append(finite_number(rec.get(sigma_key)) or 0.0)
             if xs:
                 ax.plot(xs, mus, color=colours[m], linewidth=1.6, label=m)
                 lo = [a - b for a, b in zip(mus, sds, strict=True)]
@@ -507,9 +504,9 @@ def plot_population(pop: Population, out: str | Path) -> Path:
             points = schedule.get(m, {}).get(key)
             if not points:
                 hyper = pop.members.get(m, {}).get("hyper")
-                if isinstance(hyper, dict) and _number(hyper.get(key)) is not None:
+                if isinstance(hyper, dict) and finite_number(hyper.get(key)) is not None:
                     points = [(0.0, hyper[key], "manifest")]
-            points = [(t, float(v)) for t, v, _ in points or [] if _number(v) is not None]
+            points = [(t, float(v)) for t, v, _ in points or [] if finite_number(v) is not None]
             if points:
                 series[m] = points
         values = [v for pts in series.values() for _, v in pts]

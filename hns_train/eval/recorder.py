@@ -121,7 +121,7 @@ class ReplayRecorder:
         f["sees_agent"].append(g.sees_agent[w].copy())
         f["sees_object"].append(g.sees_object[w].copy())
 
-    def to_replay(self, metadata: dict | None = None) -> Replay:
+    def to_replay(self) -> Replay:
         if self._layout is None:
             raise RuntimeError("nothing recorded: call record_reset() first")
         g = self.game
@@ -155,15 +155,15 @@ class ReplayRecorder:
             },
             "seed": None if self._seed is None else int(self._seed),
             "world": int(self.world),
-            "metadata": {**self.metadata, **(metadata or {})},
+            "metadata": dict(self.metadata),
             "episode_stats": self.episode_stats,
             "mujoco_version": mujoco.__version__,
             "created_unix": time.time(),
         }
         return Replay(cfg=g.cfg, layout=self._layout, arrays=arrays, header=header)
 
-    def save(self, path, metadata: dict | None = None) -> Path:
-        return save(self.to_replay(metadata), path)
+    def save(self, path) -> Path:
+        return save(self.to_replay(), path)
 
 
 def team_metadata(name: str, version: int | None = None, **extra: Any) -> dict[str, Any]:
@@ -205,12 +205,11 @@ class MatchRecording:
         for rec in self.recorders:
             rec.record_step(rewards, actions, infos[rec.world])
 
-    def save(self, paths: Sequence[Path], extra: Sequence[dict] | None = None) -> list[Path]:
+    def save(self, paths: Sequence[Path]) -> list[Path]:
         """Write the recorded worlds, in the order of `worlds`, to `paths` (.npz)."""
         if len(paths) != len(self.recorders):
             raise ValueError(f"{len(self.recorders)} recordings but {len(paths)} paths")
-        extra = extra or [{}] * len(paths)
-        return [rec.save(p, e) for rec, p, e in zip(self.recorders, paths, extra, strict=True)]
+        return [rec.save(p) for rec, p in zip(self.recorders, paths, strict=True)]
 
 
 def _world_data(game, w: int, scratch: mujoco.MjData | None) -> mujoco.MjData:

@@ -151,6 +151,11 @@ class Replay:
         return int(self.header["sizes"]["n_steps"])
 
     @property
+    def fps(self) -> float:
+        """Frames per second of real time: one frame per env step."""
+        return 1.0 / (self.cfg.timestep * self.cfg.substeps)
+
+    @property
     def metadata(self) -> dict:
         return self.header.get("metadata") or {}
 

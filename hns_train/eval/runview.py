@@ -22,13 +22,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from hns_train.agents.pool import LATEST, ROLES, policy_key
 from hns_train.agents.pool_index import DB_NAME
+from hns_train.eval.phases import read_metrics
 from hns_train.eval.population_view import MANIFEST, population_view
 from hns_train.eval.ratings import Ratings
-from hns_train.jsonl import read_records
 
 WINDOW = 200  # newest rated matches per opponent class behind a win rate
 N_REPLAYS = 10
@@ -108,18 +107,12 @@ def newest_replays(run_dir: str | Path, n: int = N_REPLAYS) -> list[tuple[Path, 
     return out
 
 
-def _records(run_dir: Path) -> list[dict[str, Any]]:
-    return read_records(run_dir / "metrics.jsonl")[0]  # damaged lines skipped
-
-
 def _fmt_rate(t: Tally) -> str:
     return "-" if t.rate is None else f"{t.rate:.2f} ({t.games})"
 
 
 def run_view(run_dir: str | Path) -> int:
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise ValueError(f"--run {run_dir}: no such directory")
     if (run_dir / MANIFEST).is_file():
         return population_view(run_dir)
     db = run_dir / "pool" / DB_NAME
@@ -130,9 +123,8 @@ def run_view(run_dir: str | Path) -> int:
         )
     from hns_train.agents.pool import PolicyPool
 
-    records = _records(run_dir)
-    train = [r for r in records if r.get("kind") == "train"]
-    phases = [r for r in records if r.get("kind") == "phase"]
+    metrics = run_dir / "metrics.jsonl"
+    train, phases = read_metrics(metrics) if metrics.is_file() else ([], [])
     print(f"run {run_dir}")
     if train:
         r = train[-1]
@@ -176,10 +168,7 @@ def run_view(run_dir: str | Path) -> int:
     if phases:
         print("\nphases reached")
         for p in phases:
-            print(
-                f"  {p.get('phase')}: {p.get('episodes', 0):,} episodes, "
-                f"{p.get('frames', 0):,} frames, {p.get('hours', 0.0):.2f} h"
-            )
+            print(f"  {p.phase}: {p.episodes:,} episodes, {p.frames:,} frames, {p.hours:.2f} h")
     else:
         print("\nphases reached: none yet")
 

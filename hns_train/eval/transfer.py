@@ -1,8 +1,8 @@
 """Scoring a policy on a transfer task (docs/transfer.md): fresh episodes, the task's own score.
 
-`evaluate_task(game_cfg, policy, episodes, seed)` plays `episodes` episodes of the task (worlds
-reset with seeds `seed`, `seed + 1`, ...; torch's generator, which samples the actions, seeded
-with `seed` too), the policy playing the task's agent (whichever team its slot is on; the empty
+`evaluate_task(game_cfg, policy, episodes, seed)` plays `episodes` (at least two) episodes of
+the task as one `crossplay.cross_play` pairing (worlds reset with seeds `seed`, `seed + 1`, ...;
+torch's generator, which samples the actions, seeded with `seed` too), the policy playing the task's agent (whichever team its slot is on; the empty
 team gets the no-op), and returns each episode's `task_score` (the paper's per-task metric:
 success, or accuracy for object counting) and the agent's return.
 `paired_difference` (`crossplay`'s) is what the bench reports: the mean of per-seed
@@ -15,12 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from hns_train.envs.config import GameConfig
-from hns_train.envs.game import HideAndSeekGame
-from hns_train.eval.crossplay import paired_difference, standard_error
-from hns_train.eval.matches import FixedController, play_matches
+from hns_train.eval.crossplay import cross_play, paired_difference, standard_error
+from hns_train.eval.matches import FixedController
 
 __all__ = ["TaskEval", "evaluate_task", "paired_difference"]  # the bench's difference of arms
 
@@ -55,14 +53,12 @@ def evaluate_task(
     """`policy` (a team controller, e.g. `policies.policy_controller`) on `episodes` episodes."""
     if game_cfg.task == "hide_and_seek":
         raise ValueError("evaluate_task scores a transfer task; the game's task is hide_and_seek")
-    game = HideAndSeekGame(game_cfg, n_worlds=min(worlds, episodes))
-    idle = FixedController("noop")
     agent_is_hider = game_cfg.max_hiders > 0
-    hiders, seekers = (policy, idle) if agent_is_hider else (idle, policy)
-    torch.manual_seed(seed)  # sampled actions: the same stream for every network scored here
-    results = play_matches(game, hiders, seekers, n_matches=episodes, seed=seed)
-    key = "hider_return" if agent_is_hider else "seeker_return"
-    return TaskEval(
-        scores=np.array([r.stats["task_score"] for r in results]),
-        returns=np.array([r.stats[key] for r in results]),
-    )
+    pairing = ("agent", "idle") if agent_is_hider else ("idle", "agent")
+    controllers = {"agent": lambda: policy, "idle": lambda: FixedController("noop")}
+    # cross_play seeds torch with `seed`: the same sampled actions for every network scored here
+    played = cross_play(
+        game_cfg, controllers, episodes, worlds, seed, pairings=(pairing,), stats=("task_score",)
+    )[pairing]
+    returns = played.hider_return if agent_is_hider else played.seeker_return
+    return TaskEval(scores=played.stats["task_score"], returns=returns)

@@ -21,9 +21,9 @@ Cameras: `top` (the model's orthographic overhead camera) or `follow:AGENT` (a f
 `FOLLOW_DISTANCE` m behind and `FOLLOW_ELEVATION` degrees above agent AGENT, looking along its
 heading; where a wall or a box would hide the agent it looks down more steeply or comes closer,
 so the agent stays in view next to walls and boxes; AGENT is the env's agent name, e.g.
-`seeker_0`, or a slot number). Frame rate defaults to real time: 1 / (timestep * substeps) =
-13.3 fps for the presets. mp4 (H.264 via imageio-ffmpeg) needs even frame sizes; gif has no such
-limit. Outputs are written atomically (temporary file, rename).
+`seeker_0`, or a slot number). Frame rate defaults to real time (`Replay.fps`): 1 / (timestep *
+substeps) = 13.3 fps for the presets. mp4 (H.264 via imageio-ffmpeg) needs even frame sizes; gif
+has no such limit. Outputs are written atomically (temporary file, rename).
 """
 
 from __future__ import annotations
@@ -87,10 +87,6 @@ class VideoOptions:
             )
         if self.fps is not None and not self.fps > 0:
             raise ValueError(f"fps must be positive, got {self.fps}")
-
-
-def real_time_fps(replay: Replay) -> float:
-    return 1.0 / (replay.cfg.timestep * replay.cfg.substeps)
 
 
 def parse_camera(spec: str, replay: Replay) -> int | None:
@@ -335,7 +331,7 @@ def write_video(
         raise ValueError(f"{path}: mp4 needs the imageio-ffmpeg package; write a .gif or .png")
     if fmt == "mp4" and (opts.width % 2 or opts.height % 2):
         raise ValueError(f"mp4 needs even frame sizes, got {opts.width} x {opts.height}")
-    fps = opts.fps or real_time_fps(replay)
+    fps = opts.fps or replay.fps
 
     def write(tmp: str) -> None:
         import imageio.v2 as iio2
@@ -385,7 +381,7 @@ def show(replay: Replay, camera: str = "top", fps: float | None = None, loop: bo
 
     video = ReplayVideo(replay, VideoOptions(camera=camera, fps=fps))  # renders no frame
     model, data, idx = video.model, video.data, video.index
-    period = 1.0 / (fps or real_time_fps(replay))
+    period = 1.0 / (fps or replay.fps)
     with mujoco.viewer.launch_passive(model, data) as viewer:
         if video.follow is None:
             viewer.cam.type = mujoco.mjtCamera.mjCAMERA_FIXED

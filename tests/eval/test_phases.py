@@ -121,7 +121,7 @@ def test_restore_and_replay_from_metrics(tmp_path):
     assert _detect(recs[120:], det)[0] == []  # all four already fired, none beyond in data
 
     fresh = PhaseDetector()
-    fresh.restore(["running_and_chasing", {"kind": "phase", "phase": "fort_building"}])
+    fresh.restore([PhaseOnset.from_record({"phase": p}) for p in PHASES[:2]])
     later, _ = _detect(recs, fresh)
     assert [o.phase for o in later] == ["ramp_use", "ramp_defense"]
 
@@ -129,7 +129,8 @@ def test_restore_and_replay_from_metrics(tmp_path):
 def test_surf_defense_after_resume_without_the_surfing_records():
     recs = S.records(PAPER, max_episodes=500e6, n_records=500, seed=4)
     det = PhaseDetector()
-    det.restore(PHASES[:5])  # resumed after box surfing, window empty
+    # resumed after box surfing, window empty
+    det.restore([PhaseOnset.from_record({"phase": p}) for p in PHASES[:5]])
     late = [r for r in recs if r["episodes"] >= 385e6]
     onsets, _ = _detect(late, det)
     assert [o.phase for o in onsets] == ["surf_defense"]
@@ -168,9 +169,9 @@ def test_read_metrics_skips_damaged_lines_and_says_so_once(tmp_path, caplog):
 
 
 def test_bad_settings_raise():
-    with pytest.raises(ValueError, match="persistence"):
+    with pytest.raises(ValueError, match="persistence=0 is not allowed; it must be >= 1"):
         PhaseConfig(persistence=0)
-    with pytest.raises(ValueError, match="unknown phase settings"):
-        PhaseDetector({"window": 3})
+    with pytest.raises(ValueError, match="chase_min_change=nan must be a finite number"):
+        PhaseConfig(chase_min_change=float("nan"))
     with pytest.raises(ValueError, match="unknown phase"):
         PhaseOnset("tool_use", 0, 0, 0.0, 0, 0.0)
