@@ -34,6 +34,7 @@ from hns_train.envs.world import (
 )
 from hns_train.eval.recorder import team_label
 from hns_train.eval.replay import Replay
+from hns_train.eval.video import CONE_RADIUS
 
 DECIMALS = 3
 CANVAS_PX = 640
@@ -96,6 +97,7 @@ def replay_data(replay: Replay) -> dict:
         "floor": cfg.floor_size,
         "agent_radius": cfg.agent_radius,
         "vision_half_angle": cfg.vision_half_angle,
+        "cone_radius": CONE_RADIUS,
         "walls": walls,
         "agents": [
             {
@@ -283,7 +285,7 @@ function draw(t) {
   });
   const pos = f.a;
   D.agents.forEach((a, k) => {  // vision cones under everything else
-    const [x, y, yaw] = pos[k], h = yaw - Math.PI / 2, r = 0.8 * S;
+    const [x, y, yaw] = pos[k], h = yaw - Math.PI / 2, r = D.cone_radius * S;
     ctx.beginPath(); ctx.moveTo(X(x), Y(y));
     ctx.arc(X(x), Y(y), r, -(h + D.vision_half_angle), -(h - D.vision_half_angle));
     ctx.closePath(); ctx.fillStyle = a.team ? "rgba(238,66,59,0.10)" : "rgba(66,235,244,0.12)";

@@ -2,9 +2,10 @@
 
 `evaluate_task(game_cfg, policy, episodes, seed)` plays `episodes` (at least two) episodes of
 the task as one `crossplay.cross_play` pairing (worlds reset with seeds `seed`, `seed + 1`, ...;
-torch's generator, which samples the actions, seeded with `seed` too), the policy playing the task's agent (whichever team its slot is on; the empty
-team gets the no-op), and returns each episode's `task_score` (the paper's per-task metric:
-success, or accuracy for object counting) and the agent's return.
+torch's generator, which samples the actions, seeded with `seed` too), the policy playing the
+task's agent (whichever team its slot is on; the empty team gets the no-op), and returns each
+episode's `task_score` (the paper's per-task metric: success, or accuracy for object counting)
+and the agent's return.
 `paired_difference` (`crossplay`'s) is what the bench reports: the mean of per-seed
 differences of two arms and its standard error.
 """
