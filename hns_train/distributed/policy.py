@@ -87,9 +87,9 @@ class PolicyWorker(Worker):
 
     def step(self) -> bool:
         message = self.params.poll_latest(timeout_ms=0)  # newest, or a new publisher's
-        self.version = load_checked_params(
-            message, self.model, self._reference, self.device, self.bad_params, self.version
-        )
+        message = checked_params(message, self._reference, self.bad_params)
+        if message is not None:
+            self.version = load_params(message, self.model, self.device)
         if self.version < 0:
             time.sleep(self.poll_ms / 1000)
             return False
@@ -208,16 +208,21 @@ class PolicyWorker(Worker):
             self.snapshots.cache.pool.close()
 
 
-def load_checked_params(message, model, reference, device, bad: DropLog, version: int) -> int:
-    """Load a parameter message into `model` if it keeps the run's contract; the new version,
-    or `version` when there was no message or it was dropped. Any version is taken, older ones
-    too: a restarted trainer publishes from its last checkpoint."""
+def checked_params(message, reference, bad: DropLog):
+    """`message` when it keeps the run's contract; None when there was no message or it was
+    dropped (and counted in `bad`). Any version passes, older ones too: a restarted trainer
+    publishes from its last checkpoint."""
     if message is None:
-        return version
+        return None
     try:
         check_params(message.arrays, reference)
     except ContractError as err:
         bad.drop(str(err))
-        return version
+        return None
+    return message
+
+
+def load_params(message, model, device) -> int:
+    """Load a parameter message that passed `checked_params` into `model`; its version."""
     model.load_state_dict(arrays_to_state_dict(message.arrays, device))
     return int(message.meta["version"])
