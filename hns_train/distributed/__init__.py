@@ -5,8 +5,8 @@
   `message_sizes.py` (each message's size from the config, checked against the cap at start).
 - Workers: `actor.py`, `policy.py`, `trainer.py` and `pod_worker.py` (both hold a `Learner`,
   `learner.py`; + `ddp.py` for several ranks), `evaluator.py`; the shared base and process
-  entry point in `worker.py`; the actors' per-episode draws from the pool in
-  `opponent_codes.py` (the controller codes and snapshot loading are `agents/opponents.py`'s).
+  entry point in `worker.py`; the actors' per-episode draws from the pool in `actor.py` (the
+  controller codes and snapshot loading are `agents/opponents.py`'s).
 - `controller.py` (one per run: workers, heartbeats, counters, logs, stop) and the launchers:
   `launchers.py` (serial, local) and `ray_launcher.py`; `wandb_logger.py`.
 """

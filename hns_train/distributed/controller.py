@@ -62,12 +62,11 @@ from hns_train.distributed.contract import ContractError, DropLog, check_heartbe
 from hns_train.distributed.devices import check_devices
 from hns_train.distributed.launchers import actor_plan, make_endpoints, make_launcher, run_keys
 from hns_train.distributed.message_sizes import check_message_sizes, parameter_layout
-from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.reporting import RunLog, by_kind
 from hns_train.distributed.run_lock import SOCKETS_PREFIX, claim, owned_folder
 from hns_train.distributed.shared_rows import shared_folder
 from hns_train.distributed.streams import ControlServer
-from hns_train.distributed.worker import NO_ROOM_EXIT, WorkerSpec
+from hns_train.distributed.worker import NO_ROOM_EXIT, WorkerSpec, pool_dir
 from hns_train.jsonl import append_record, read_records
 
 log = logging.getLogger(__name__)

@@ -60,10 +60,9 @@ import hns_train
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import LATEST, ROLES, PolicyPool, SnapshotCache
 from hns_train.distributed.contract import DropLog, param_reference
-from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.policy import checked_params, load_params
 from hns_train.distributed.streams import ParamSubscriber
-from hns_train.distributed.worker import Worker, WorkerSpec, _die_with_parent
+from hns_train.distributed.worker import Worker, WorkerSpec, _die_with_parent, pool_dir
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.eval.matches import PolicyController, play_matches

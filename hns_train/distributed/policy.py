@@ -44,11 +44,10 @@ from hns_train.distributed.contract import (
     check_request,
     param_reference,
 )
-from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.params import arrays_to_state_dict, resolve_device
 from hns_train.distributed.shared_rows import ADDRESS_KEYS, SharedReader
 from hns_train.distributed.streams import InferenceServer, ParamSubscriber
-from hns_train.distributed.worker import Worker, WorkerSpec
+from hns_train.distributed.worker import Worker, WorkerSpec, pool_dir
 from hns_train.envs.contract import observation_shapes
 
 log = logging.getLogger(__name__)

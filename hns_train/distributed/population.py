@@ -86,11 +86,10 @@ from hns_train.agents.population import (
 )
 from hns_train.config import RunConfig, apply_override, config_from_dict, flat_settings, save_config
 from hns_train.distributed.controller import Stoppable, stop_signals
-from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.reporting import ProgressBar
 from hns_train.distributed.run_lock import claim
 from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
-from hns_train.distributed.worker import _die_with_parent
+from hns_train.distributed.worker import _die_with_parent, pool_dir
 from hns_train.eval.league import League
 from hns_train.jsonl import append_record
 

@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hns_train.config import RunConfig, config_from_dict
@@ -87,6 +88,11 @@ class WorkerSpec:
 
 
 NO_ROOM_EXIT = 75  # a worker found no room on the disk (a write failed with ENOSPC)
+
+
+def pool_dir(run_dir: str | Path) -> Path:
+    """The run's policy pool (`agents/pool.py`): snapshots, guests and ratings."""
+    return Path(run_dir) / "pool"
 
 
 def endpoints_from(addr: dict[str, str], n_policy: int, n_trainers: int) -> dict:
