@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from hns_train.agents.opponents import NOOP
 from hns_train.distributed.wire import short_repr
@@ -221,6 +222,12 @@ def check_params(
         _shape(f"parameter {name}", arr, shape)
         _kind(f"parameter {name}", arr, "f" if kind == "f" else "iub", f"kind {kind}")
         _finite(f"parameter {name}", arr)
+
+
+def state_dict_to_arrays(state: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """A state dict as a parameter message's arrays: float tensors as float32, integer counters
+    as int64; the receiver rebuilds tensors on its own device (`policy.load_params`)."""
+    return {k: v.detach().cpu().numpy() for k, v in state.items()}
 
 
 def param_reference(model) -> dict[str, tuple[tuple, str]]:

@@ -8,7 +8,7 @@ so `check_message_sizes` turns such a config into a `ConfigError` before any wor
 
 Sizes come from the run's contract, with no worker, game or weights made:
 - parameters: the state dict of the configured `ActorCritic` (built once on the CPU), as
-  `params.state_dict_to_arrays` sends it;
+  `contract.state_dict_to_arrays` sends it;
 - a sample chunk: `chunks.chunk_layout` of T = `chunk_len` steps and B = the learning columns of
   one actor group (`envs_per_actor / ring_size` worlds x the agents the learning policy can play,
   `PoolConfig.learning_agents`), LSTM states included;

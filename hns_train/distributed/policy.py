@@ -44,7 +44,7 @@ from hns_train.distributed.contract import (
     check_request,
     param_reference,
 )
-from hns_train.distributed.params import arrays_to_state_dict, resolve_device
+from hns_train.distributed.devices import resolve_device
 from hns_train.distributed.shared_rows import ADDRESS_KEYS, SharedReader
 from hns_train.distributed.streams import InferenceServer, ParamSubscriber
 from hns_train.distributed.worker import Worker, WorkerSpec, pool_dir
@@ -223,5 +223,7 @@ def checked_params(message, reference, bad: DropLog):
 
 def load_params(message, model, device) -> int:
     """Load a parameter message that passed `checked_params` into `model`; its version."""
-    model.load_state_dict(arrays_to_state_dict(message.arrays, device))
+    model.load_state_dict(
+        {k: torch.as_tensor(np.array(v), device=device) for k, v in message.arrays.items()}
+    )
     return int(message.meta["version"])

@@ -17,9 +17,9 @@ from waiting import wait_for
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import PolicyPool
 from hns_train.config import CONFIG_DIR, ConfigError, load_config
+from hns_train.distributed.contract import state_dict_to_arrays
 from hns_train.distributed.controller import Controller
 from hns_train.distributed.evaluator import EvalWorker, schedule
-from hns_train.distributed.params import state_dict_to_arrays
 from hns_train.distributed.streams import ControlServer, ParamPublisher
 from hns_train.distributed.worker import WorkerSpec
 from hns_train.envs.game import HideAndSeekGame
