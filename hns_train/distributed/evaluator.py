@@ -59,7 +59,7 @@ import numpy as np
 import hns_train
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import LATEST, ROLES, PolicyPool, SnapshotCache
-from hns_train.distributed.contract import DropLog, param_reference
+from hns_train.distributed.contract import DropLog, param_layout
 from hns_train.distributed.policy import checked_params, load_params
 from hns_train.distributed.streams import ParamSubscriber
 from hns_train.distributed.worker import Worker, WorkerSpec, _die_with_parent, pool_dir
@@ -112,7 +112,7 @@ class EvalWorker(Worker):
         self.rng = np.random.default_rng([cfg.seed, 4, spec.index])
         self.loaded = -1  # version of the parameters in `latest` (-1: none yet)
         self._arrived = None  # the newest checked parameter message not loaded yet
-        self._reference = param_reference(self.latest)
+        self._reference = param_layout(self.latest)
         self.bad_params = DropLog(f"{self.name} parameters")
         self.version = -1  # version last evaluated
         self.rounds = 0

@@ -42,7 +42,7 @@ from hns_train.distributed.contract import (
     DropLog,
     check_params,
     check_request,
-    param_reference,
+    param_layout,
 )
 from hns_train.distributed.devices import resolve_device
 from hns_train.distributed.shared_rows import ADDRESS_KEYS, SharedReader
@@ -74,7 +74,7 @@ class PolicyWorker(Worker):
         lstm = self.cfg.agent.network.lstm_dim
         self.shared = SharedReader(folder, self.shapes, lstm) if folder else None
         self.version = -1
-        self._reference = param_reference(self.model)
+        self._reference = param_layout(self.model)
         self.bad_params = DropLog(f"{self.name} parameters")
         self._rows = 0
         self._batches = 0
