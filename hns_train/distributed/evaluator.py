@@ -52,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +66,7 @@ from hns_train.distributed.streams import ParamSubscriber
 from hns_train.distributed.worker import Worker, WorkerSpec, _die_with_parent, pool_dir
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.game import HideAndSeekGame
-from hns_train.eval.matches import PolicyController, play_matches
+from hns_train.eval.matches import MatchResult, PolicyController, play_matches
 from hns_train.eval.policies import SEEKER_ONLY, label, named_controller
 from hns_train.eval.ratings import Ratings
 from hns_train.eval.recorder import MatchRecording, team_metadata
@@ -218,7 +219,7 @@ class EvalWorker(Worker):
             if self.settings.render_videos and available("imageio_ffmpeg"):
                 self._render_next = saved[-1]
         rated = [
-            _Rated(r, {"latest_version": version, "opponent_class": cls, "replay": p})
+            _Rated(**vars(r), latest_version=version, opponent_class=cls, replay=p)
             for r, p in zip(results, paths, strict=True)
         ]
         self.ratings.record(rated)
@@ -304,16 +305,13 @@ def _since_beat() -> dict:
     return {"matches": 0, "rounds": 0, "new_replays": [], "new_videos": []}
 
 
-class _Rated:
-    """A MatchResult with extra fields for its row in the ratings' match history."""
+@dataclass
+class _Rated(MatchResult):
+    """A MatchResult with the fields of its row in the ratings' match history."""
 
-    def __init__(self, result, extra: dict) -> None:
-        self.result, self.extra = result, extra
-        self.hider, self.seeker = result.hider, result.seeker
-        self.hider_score = result.hider_score
-
-    def to_dict(self) -> dict:
-        return {**self.result.to_dict(), **self.extra}
+    latest_version: int = -1
+    opponent_class: str = ""
+    replay: str | None = None
 
 
 class VideoJob:
