@@ -39,16 +39,17 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from hns_train.agents.chunks import ChunkRecorder
-from hns_train.agents.opponents import LATEST
-from hns_train.distributed import opponent_codes
+from hns_train.agents.opponents import LATEST, code_of
+from hns_train.agents.pool import PolicyPool, PoolConfig, TeamControllers
 from hns_train.distributed.contract import ContractError, DropLog, check_reply
 from hns_train.distributed.shared_rows import SLOTS, RequestLayout, SharedBlock
 from hns_train.distributed.streams import InferenceClient, SampleSender
-from hns_train.distributed.worker import Worker, WorkerSpec
+from hns_train.distributed.worker import Worker, WorkerSpec, pool_dir
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.tasks import stat_keys
 from hns_train.envs.vector import VectorGame
@@ -56,6 +57,24 @@ from hns_train.envs.vector import VectorGame
 log = logging.getLogger(__name__)
 
 MAX_PENDING_CHUNKS = 4  # finished chunks an actor holds while the sample stream is full
+
+
+class OpponentDraw:
+    """Per-episode draw of (hider code, seeker code) by the pool's rule (`agents/pool.py`),
+    as controller codes (`agents/opponents.py`); opens the pool only when it is needed."""
+
+    def __init__(self, config: PoolConfig, run_dir: str | Path, seed) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.config = config
+        self.pool = PolicyPool(pool_dir(run_dir), config) if config.draws_opponents else None
+
+    def draw(self) -> tuple[int, int]:
+        teams = self.pool.draw(self.rng) if self.pool is not None else TeamControllers()
+        return code_of(teams.hiders), code_of(teams.seekers)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
 
 
 @dataclass
@@ -96,7 +115,7 @@ class ActorWorker(Worker):
         )
         # Connected to every trainer rank: chunks go to them in turn (see make_endpoints).
         self.samples = self.open_stream(SampleSender, spec.endpoints["samples"], hwm=4)
-        self.draw = opponent_codes.OpponentDraw(cfg.pool, spec.run_dir, seed=self._seed(99))
+        self.draw = OpponentDraw(cfg.pool, spec.run_dir, seed=self._seed(99))
         lstm = cfg.agent.network.lstm_dim
         per_group = p.envs_per_actor // p.ring_size
         folder = spec.endpoints.get("shared_rows")
@@ -326,6 +345,7 @@ class ActorWorker(Worker):
     def close_streams(self) -> None:
         self.inference.close()
         self.samples.close()
+        self.draw.close()
         for group in self.groups:
             if group.block is not None:
                 group.block.close()

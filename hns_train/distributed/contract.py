@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from hns_train.agents.opponents import NOOP
 from hns_train.distributed.wire import short_repr
@@ -205,29 +206,40 @@ def check_chunk(
 
 
 def check_params(
-    arrays: Mapping[str, np.ndarray], reference: Mapping[str, tuple[tuple, str]]
+    arrays: Mapping[str, np.ndarray], layout: Mapping[str, tuple[np.dtype, tuple]]
 ) -> None:
     """Parameters (trainer -> policy/eval): exactly the model's names and shapes, finite.
 
-    `reference` maps each state-dict name to (shape, dtype kind), see `param_reference`."""
-    missing = sorted(set(reference) - set(arrays))
-    extra = sorted(set(arrays) - set(reference))
+    `layout` is the model's `param_layout`; a float tensor needs float values, any other an
+    integer or bool array."""
+    missing = sorted(set(layout) - set(arrays))
+    extra = sorted(set(arrays) - set(layout))
     if missing or extra:
         raise ContractError(
             f"parameters differ from the model: missing {missing[:5]}, unexpected {extra[:5]}"
         )
-    for name, (shape, kind) in reference.items():
+    for name, (dtype, shape) in layout.items():
         arr = arrays[name]
         _shape(f"parameter {name}", arr, shape)
-        _kind(f"parameter {name}", arr, "f" if kind == "f" else "iub", f"kind {kind}")
+        if dtype.kind == "f":
+            _kind(f"parameter {name}", arr, "f", "a float dtype")
+        else:
+            _kind(f"parameter {name}", arr, "iub", "an integer or bool dtype")
         _finite(f"parameter {name}", arr)
 
 
-def param_reference(model) -> dict[str, tuple[tuple, str]]:
-    """(shape, dtype kind) of every state-dict entry of a torch module."""
+def state_dict_to_arrays(state: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """A state dict as a parameter message's arrays: float tensors as float32, integer counters
+    as int64; the receiver rebuilds tensors on its own device (`policy.load_params`)."""
+    return {k: v.detach().cpu().numpy() for k, v in state.items()}
+
+
+def param_layout(model: torch.nn.Module) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """(dtype, shape) of every array of a parameter message of `model`, as
+    `state_dict_to_arrays` sends it."""
     return {
-        k: (tuple(v.shape), "f" if v.is_floating_point() else "i")
-        for k, v in model.state_dict().items()
+        name: (np.dtype(str(t.dtype).removeprefix("torch.")), tuple(t.shape))
+        for name, t in model.state_dict().items()
     }
 
 

@@ -60,14 +60,13 @@ from hns_train.agents.pool import PolicyPool
 from hns_train.config import RunConfig, save_config
 from hns_train.distributed.contract import ContractError, DropLog, check_heartbeat, check_hello
 from hns_train.distributed.devices import check_devices
-from hns_train.distributed.launchers import actor_plan, make_endpoints, make_launcher, run_keys
+from hns_train.distributed.launchers import make_endpoints, make_launcher, run_keys
 from hns_train.distributed.message_sizes import check_message_sizes, parameter_layout
-from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.reporting import RunLog, by_kind
 from hns_train.distributed.run_lock import SOCKETS_PREFIX, claim, owned_folder
 from hns_train.distributed.shared_rows import shared_folder
 from hns_train.distributed.streams import ControlServer
-from hns_train.distributed.worker import NO_ROOM_EXIT, WorkerSpec
+from hns_train.distributed.worker import NO_ROOM_EXIT, WorkerSpec, pool_dir, worker_plan
 from hns_train.jsonl import append_record, read_records
 
 log = logging.getLogger(__name__)
@@ -140,6 +139,15 @@ class Stoppable:
     def _fail(self, err: BaseException) -> None:
         self.error = f"{type(err).__name__}: {err}"
         self.request_stop(f"error: {self.error}")
+
+    def _stop_at_limits(self, stop, version: int, frames: int, elapsed_s: float) -> None:
+        """Ask to stop at the first limit of the `stop` settings that is reached."""
+        if stop.versions and version >= stop.versions:
+            self.request_stop(f"reached stop.versions={stop.versions}")
+        elif stop.frames and frames >= stop.frames:
+            self.request_stop(f"reached stop.frames={stop.frames}")
+        elif stop.minutes and elapsed_s >= stop.minutes * 60:
+            self.request_stop(f"reached stop.minutes={stop.minutes}")
 
 
 class Controller(Stoppable):
@@ -267,16 +275,13 @@ class Controller(Stoppable):
             self._start(state.spec.restarted(self.endpoints, token=_token()))
 
     def specs(self) -> list[WorkerSpec]:
-        p = self.cfg.pipeline
-        plan = [("trainer", p.n_trainers), *actor_plan(p)]
-        plan.append(("eval", self.cfg.eval.n_workers))
         data = self.cfg.to_dict()
         keys = None if self.security is None else self.security.to_dict()
         return [
             WorkerSpec(
                 kind, i, data, str(self.run_dir), self.endpoints, security=keys, token=_token()
             )
-            for kind, n in plan
+            for kind, n in worker_plan(self.cfg).items()
             for i in range(n)
         ]
 
@@ -353,7 +358,7 @@ class Controller(Stoppable):
         self._watch(now)
         if now - self._last_record_time >= self.cfg.logging.every_s:
             self._record()
-        self._check_limits()
+        self._stop_at_limits(self.cfg.stop, self.version, self.frames, now - self.start)
         if now - self._last_bar_refresh >= BAR_REFRESH_S:
             self._last_bar_refresh = now
             self._refresh_bar()
@@ -520,15 +525,6 @@ class Controller(Stoppable):
     def _exit_code(self, name: str) -> int | None:
         exit_code = getattr(self.launcher, "exit_code", None)  # launchers of local processes
         return None if exit_code is None else exit_code(name)
-
-    def _check_limits(self) -> None:
-        stop = self.cfg.stop
-        if stop.versions and self.version >= stop.versions:
-            self.stop_reason = f"reached stop.versions={stop.versions}"
-        elif stop.frames and self.frames >= stop.frames:
-            self.stop_reason = f"reached stop.frames={stop.frames}"
-        elif stop.minutes and self._stop_in_s() <= 0:
-            self.stop_reason = f"reached stop.minutes={stop.minutes}"
 
     def _stop_in_s(self) -> float | None:
         """Seconds left under `stop.minutes` (None without that limit); trainers get it with the

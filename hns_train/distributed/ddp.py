@@ -149,10 +149,6 @@ class DataParallel:
         self.sync = TorchRankSync(self.world_size, self.backend, device)
         self.closed = False
 
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
     def agree(self, stop: bool, ready: bool) -> tuple[bool, bool]:
         """(stop on every rank, every rank ready): one MAX all-reduce of two flags."""
         flags = torch.tensor([float(stop), float(not ready)])

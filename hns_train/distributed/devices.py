@@ -3,9 +3,9 @@
 A worker refuses a device it cannot use; found only there, the refusal becomes a crash loop
 (every restart fails the same way) that trains nothing. `device_problems(cfg)` asks the same
 questions the workers will, with the same functions, before any worker starts:
-- `pipeline.device` (policy workers, trainers and pods): `resolve_device`, and for several
-  trainers each rank's device and the collective backend (`ddp.rank_device`,
-  `ddp.choose_backend`);
+- `pipeline.device` (policy workers, trainers and pods): `resolve_device` (the one the
+  workers call too), and for several trainers each rank's device and the collective backend
+  (`ddp.rank_device`, `ddp.choose_backend`);
 - `pod.physics` for pods: MuJoCo Warp must import, and `warp` on `auto` needs a CUDA device
   the pod will actually use.
 
@@ -19,9 +19,20 @@ import importlib
 
 import torch
 
+from hns_train.agents.policy import default_device
 from hns_train.config import ConfigError, RunConfig
 from hns_train.distributed.ddp import choose_backend, rank_device
-from hns_train.distributed.params import resolve_device
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` is CUDA when present, else CPU; an explicit name is checked."""
+    if name == "auto":
+        return default_device()
+    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
+        raise ValueError(f"pipeline.device={name!r}; allowed: auto, cpu, cuda, cuda:N")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"pipeline.device={name!r} but no CUDA device is available")
+    return torch.device(name)
 
 
 def _machine() -> str:

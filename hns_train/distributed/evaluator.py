@@ -1,11 +1,13 @@
 """Evaluation worker: the latest policy against pool snapshots and fixed opponents, rated.
 
-Loop: parameters arrive over the parameter stream (newest only) and are loaded as they come,
-once they keep the run's contract (`policy.load_checked_params`). As soon as the first ones are
-there, and then every `eval.every_s` seconds (start to start), the worker plays one round of
-`eval.worlds` matches on its own `HideAndSeekGame`: the latest policy against the next entry of
-a fixed schedule of (opponent class, role the latest plays), cycling through
-`eval.opponents` x (hider, seeker) so the roles alternate:
+Loop: parameters arrive over the parameter stream (newest only) and are checked as they come
+against the run's contract (`policy.checked_params`: a bad message is dropped there); the newest
+that passed is loaded into the model when a round starts, so versions that arrive between
+rounds, most of them, are never loaded. As soon as the first ones are there, and then every
+`eval.every_s` seconds (start to start), the worker plays one round of `eval.worlds` matches
+on its own `HideAndSeekGame`: the latest policy against the next entry of a fixed schedule of
+(opponent class, role the latest plays), cycling through `eval.opponents` x (hider, seeker) so
+the roles alternate:
 - `pool`: a snapshot drawn by the pool's own rule (`PolicyPool.candidate_probabilities` for the
   role it will play); skipped while the pool is empty;
 - `random`, `noop`: the built-in teams; `scripted_seeker`: only ever plays the seekers.
@@ -50,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -57,14 +60,13 @@ import numpy as np
 import hns_train
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import LATEST, ROLES, PolicyPool, SnapshotCache
-from hns_train.distributed.contract import DropLog, param_reference
-from hns_train.distributed.opponent_codes import pool_dir
-from hns_train.distributed.policy import load_checked_params
+from hns_train.distributed.contract import DropLog, param_layout
+from hns_train.distributed.policy import checked_params, load_params
 from hns_train.distributed.streams import ParamSubscriber
-from hns_train.distributed.worker import Worker, WorkerSpec, _die_with_parent
+from hns_train.distributed.worker import Worker, WorkerSpec, _die_with_parent, pool_dir
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.game import HideAndSeekGame
-from hns_train.eval.matches import PolicyController, play_matches
+from hns_train.eval.matches import MatchResult, PolicyController, play_matches
 from hns_train.eval.policies import SEEKER_ONLY, label, named_controller
 from hns_train.eval.ratings import Ratings
 from hns_train.eval.recorder import MatchRecording, team_metadata
@@ -110,7 +112,8 @@ class EvalWorker(Worker):
         self.plan = schedule(e.opponent_classes())
         self.rng = np.random.default_rng([cfg.seed, 4, spec.index])
         self.loaded = -1  # version of the parameters in `latest` (-1: none yet)
-        self._reference = param_reference(self.latest)
+        self._arrived = None  # the newest checked parameter message not loaded yet
+        self._reference = param_layout(self.latest)
         self.bad_params = DropLog(f"{self.name} parameters")
         self.version = -1  # version last evaluated
         self.rounds = 0
@@ -132,16 +135,19 @@ class EvalWorker(Worker):
     # ------------------------------------------------------------------ loop
     def step(self) -> bool:
         due = time.monotonic() - self._last_round >= self.settings.every_s
-        wait = 0 if (due and self.loaded >= 0) else min(self.poll_ms * 10, IDLE_WAIT_MS)
+        wait = 0 if (due and self._ready()) else min(self.poll_ms * 10, IDLE_WAIT_MS)
         message = self.params.poll_latest(timeout_ms=wait)
-        self.loaded = load_checked_params(
-            message, self.latest, self._reference, "cpu", self.bad_params, self.loaded
-        )
+        message = checked_params(message, self._reference, self.bad_params)
+        if message is not None:
+            self._arrived = message  # loaded when a round starts (`play_round`)
         self._poll_render()
-        if self.loaded < 0 or not due or self.stopping:
+        if not self._ready() or not due or self.stopping:
             return False
         self.play_round()
         return True
+
+    def _ready(self) -> bool:
+        return self.loaded >= 0 or self._arrived is not None
 
     def _next_opponent(self) -> tuple[str, str, object] | None:
         """(class, latest's role, opponent id) of the next playable schedule entry."""
@@ -161,6 +167,9 @@ class EvalWorker(Worker):
         """One round of `worlds` matches against the next opponent; returns the MatchResults."""
         start = time.monotonic()
         self._last_round = start
+        if self._arrived is not None:
+            self.loaded = load_params(self._arrived, self.latest, "cpu")
+            self._arrived = None
         picked = self._next_opponent()
         if picked is None:
             return []
@@ -210,7 +219,7 @@ class EvalWorker(Worker):
             if self.settings.render_videos and available("imageio_ffmpeg"):
                 self._render_next = saved[-1]
         rated = [
-            _Rated(r, {"latest_version": version, "opponent_class": cls, "replay": p})
+            _Rated(**vars(r), latest_version=version, opponent_class=cls, replay=p)
             for r, p in zip(results, paths, strict=True)
         ]
         self.ratings.record(rated)
@@ -296,16 +305,13 @@ def _since_beat() -> dict:
     return {"matches": 0, "rounds": 0, "new_replays": [], "new_videos": []}
 
 
-class _Rated:
-    """A MatchResult with extra fields for its row in the ratings' match history."""
+@dataclass
+class _Rated(MatchResult):
+    """A MatchResult with the fields of its row in the ratings' match history."""
 
-    def __init__(self, result, extra: dict) -> None:
-        self.result, self.extra = result, extra
-        self.hider, self.seeker = result.hider, result.seeker
-        self.hider_score = result.hider_score
-
-    def to_dict(self) -> dict:
-        return {**self.result.to_dict(), **self.extra}
+    latest_version: int = -1
+    opponent_class: str = ""
+    replay: str | None = None
 
 
 class VideoJob:

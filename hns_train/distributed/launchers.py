@@ -22,10 +22,9 @@ from pathlib import Path
 from hns_train.config import RunConfig
 from hns_train.distributed.security import RunKeys
 from hns_train.distributed.streams import free_tcp_ports, is_loopback
-from hns_train.distributed.worker import (  # noqa: F401 (actor_plan: the controller's)
+from hns_train.distributed.worker import (
     Worker,
     WorkerSpec,
-    actor_plan,
     build_worker,
     endpoints_from,
     run_worker,

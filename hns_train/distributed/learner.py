@@ -42,11 +42,10 @@ from hns_train.agents.pool import PolicyPool
 from hns_train.agents.ppo import PPO
 from hns_train.agents.transfer import initialise
 from hns_train.config import RunConfig
-from hns_train.distributed.contract import ContractError, check_counters
-from hns_train.distributed.opponent_codes import pool_dir
-from hns_train.distributed.params import resolve_device, state_dict_to_arrays
+from hns_train.distributed.contract import ContractError, check_counters, state_dict_to_arrays
+from hns_train.distributed.devices import resolve_device
 from hns_train.distributed.streams import ParamPublisher
-from hns_train.distributed.worker import Worker, WorkerSpec
+from hns_train.distributed.worker import Worker, WorkerSpec, pool_dir
 from hns_train.envs.contract import observation_shapes
 
 log = logging.getLogger(__name__)

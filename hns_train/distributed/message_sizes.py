@@ -8,7 +8,7 @@ so `check_message_sizes` turns such a config into a `ConfigError` before any wor
 
 Sizes come from the run's contract, with no worker, game or weights made:
 - parameters: the state dict of the configured `ActorCritic` (built once on the CPU), as
-  `params.state_dict_to_arrays` sends it;
+  `contract.state_dict_to_arrays` sends it;
 - a sample chunk: `chunks.chunk_layout` of T = `chunk_len` steps and B = the learning columns of
   one actor group (`envs_per_actor / ring_size` worlds x the agents the learning policy can play,
   `PoolConfig.learning_agents`), LSTM states included;
@@ -34,6 +34,7 @@ import numpy as np
 
 from hns_train.agents.chunks import chunk_layout
 from hns_train.config import ConfigError, RunConfig
+from hns_train.distributed.contract import param_layout
 from hns_train.distributed.shared_rows import RequestLayout
 from hns_train.distributed.wire import encoded_size
 from hns_train.envs.contract import N_ACTION_DIMS, observation_shapes
@@ -59,10 +60,7 @@ def parameter_layout(cfg: RunConfig) -> dict[str, tuple[np.dtype, tuple[int, ...
     # Built on the CPU (tens of ms, a few MB): torch's meta-device mode would skip the
     # initialisation but costs seconds on its first use in a process.
     model = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network, device="cpu")
-    return {
-        name: (np.dtype(str(t.dtype).removeprefix("torch.")), tuple(t.shape))
-        for name, t in model.state_dict().items()
-    }
+    return param_layout(model)
 
 
 def _parameters(cfg: RunConfig) -> MessageSize:

@@ -26,8 +26,7 @@ import torch
 from hns_train.agents.pod import Pod, PodHook
 from hns_train.agents.pool import PolicyPool
 from hns_train.distributed.learner import LearnerWorker
-from hns_train.distributed.opponent_codes import pool_dir
-from hns_train.distributed.worker import WorkerSpec
+from hns_train.distributed.worker import WorkerSpec, pool_dir
 
 
 class PodWorker(LearnerWorker, PodHook):

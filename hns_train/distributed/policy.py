@@ -42,13 +42,12 @@ from hns_train.distributed.contract import (
     DropLog,
     check_params,
     check_request,
-    param_reference,
+    param_layout,
 )
-from hns_train.distributed.opponent_codes import pool_dir
-from hns_train.distributed.params import arrays_to_state_dict, resolve_device
+from hns_train.distributed.devices import resolve_device
 from hns_train.distributed.shared_rows import ADDRESS_KEYS, SharedReader
 from hns_train.distributed.streams import InferenceServer, ParamSubscriber
-from hns_train.distributed.worker import Worker, WorkerSpec
+from hns_train.distributed.worker import Worker, WorkerSpec, pool_dir
 from hns_train.envs.contract import observation_shapes
 
 log = logging.getLogger(__name__)
@@ -75,7 +74,7 @@ class PolicyWorker(Worker):
         lstm = self.cfg.agent.network.lstm_dim
         self.shared = SharedReader(folder, self.shapes, lstm) if folder else None
         self.version = -1
-        self._reference = param_reference(self.model)
+        self._reference = param_layout(self.model)
         self.bad_params = DropLog(f"{self.name} parameters")
         self._rows = 0
         self._batches = 0
@@ -87,9 +86,9 @@ class PolicyWorker(Worker):
 
     def step(self) -> bool:
         message = self.params.poll_latest(timeout_ms=0)  # newest, or a new publisher's
-        self.version = load_checked_params(
-            message, self.model, self._reference, self.device, self.bad_params, self.version
-        )
+        message = checked_params(message, self._reference, self.bad_params)
+        if message is not None:
+            self.version = load_params(message, self.model, self.device)
         if self.version < 0:
             time.sleep(self.poll_ms / 1000)
             return False
@@ -208,16 +207,23 @@ class PolicyWorker(Worker):
             self.snapshots.cache.pool.close()
 
 
-def load_checked_params(message, model, reference, device, bad: DropLog, version: int) -> int:
-    """Load a parameter message into `model` if it keeps the run's contract; the new version,
-    or `version` when there was no message or it was dropped. Any version is taken, older ones
-    too: a restarted trainer publishes from its last checkpoint."""
+def checked_params(message, reference, bad: DropLog):
+    """`message` when it keeps the run's contract; None when there was no message or it was
+    dropped (and counted in `bad`). Any version passes, older ones too: a restarted trainer
+    publishes from its last checkpoint."""
     if message is None:
-        return version
+        return None
     try:
         check_params(message.arrays, reference)
     except ContractError as err:
         bad.drop(str(err))
-        return version
-    model.load_state_dict(arrays_to_state_dict(message.arrays, device))
+        return None
+    return message
+
+
+def load_params(message, model, device) -> int:
+    """Load a parameter message that passed `checked_params` into `model`; its version."""
+    model.load_state_dict(
+        {k: torch.as_tensor(np.array(v), device=device) for k, v in message.arrays.items()}
+    )
     return int(message.meta["version"])

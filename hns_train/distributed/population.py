@@ -86,11 +86,10 @@ from hns_train.agents.population import (
 )
 from hns_train.config import RunConfig, apply_override, config_from_dict, flat_settings, save_config
 from hns_train.distributed.controller import Stoppable, stop_signals
-from hns_train.distributed.opponent_codes import pool_dir
 from hns_train.distributed.reporting import ProgressBar
 from hns_train.distributed.run_lock import claim
 from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
-from hns_train.distributed.worker import _die_with_parent
+from hns_train.distributed.worker import _die_with_parent, pool_dir
 from hns_train.eval.league import League
 from hns_train.jsonl import append_record
 
@@ -649,21 +648,14 @@ class PopulationController(Stoppable):
         return sum(m.frames for m in self.members.values())
 
     def _check_limits(self) -> None:
-        s = self.cfg.stop
         if not self.running():
             log.warning("no member is running in %s: the population stops", self.run_dir)
             self.request_stop(
                 "no member running (all retired); add one with `python -m hns_train.train "
                 f"population add {self.run_dir}` after --resume"
             )
-        elif s.frames and self.total_frames() >= s.frames:
-            self.request_stop(f"frames {self.total_frames():,} >= {s.frames:,}")
-        elif s.minutes and self.elapsed_s() >= s.minutes * 60:
-            self.request_stop(f"minutes {s.minutes}")
-        elif s.versions and max((m.version for m in self.members.values()), default=0) >= (
-            s.versions
-        ):
-            self.request_stop(f"versions {s.versions}")
+        version = max((m.version for m in self.members.values()), default=0)
+        self._stop_at_limits(self.cfg.stop, version, self.total_frames(), self.elapsed_s())
 
     def _stop_members(self) -> None:
         runs = [self.runs[n] for n in self.running() if n in self.runs]

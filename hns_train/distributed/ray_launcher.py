@@ -38,7 +38,7 @@ from typing import Any
 
 from hns_train.config import RunConfig
 from hns_train.distributed.streams import free_tcp_ports
-from hns_train.distributed.worker import WorkerSpec, actor_plan, endpoints_from, run_worker
+from hns_train.distributed.worker import WorkerSpec, endpoints_from, run_worker, worker_plan
 
 log = logging.getLogger(__name__)
 RESERVE_TIMEOUT_S = 120.0
@@ -122,11 +122,7 @@ class RayLauncher:
         return out
 
     def _names(self, kind: str) -> list[str]:
-        p = self.cfg.pipeline
-        count = {"trainer": p.n_trainers, **dict(actor_plan(p)), "eval": self.cfg.eval.n_workers}[
-            kind
-        ]
-        return [f"{kind}{i}" for i in range(count)]
+        return [f"{kind}{i}" for i in range(worker_plan(self.cfg)[kind])]
 
     def _reserve(self) -> None:
         from ray.util.placement_group import placement_group, placement_group_table

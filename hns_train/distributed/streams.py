@@ -87,11 +87,6 @@ def context() -> zmq.Context:
     return zmq.Context.instance()
 
 
-def ipc_endpoint(directory: str | os.PathLike, name: str) -> str:
-    """``ipc://<directory>/<name>.sock``, checking the length limit of socket paths."""
-    return resolve_bind(f"ipc://{os.path.join(os.fspath(directory), f'{name}.sock')}")
-
-
 def is_loopback(host: str) -> bool:
     """Whether `host` (a name or an address, IPv6 in brackets or not) is this host only."""
     host = host.strip("[]")

@@ -83,13 +83,9 @@ class Message:
 
 
 def _wire_dtype(name: str, dt: np.dtype) -> np.dtype:
-    if dt.kind not in "biuf" or dt.fields is not None or dt.subdtype is not None:
-        raise WireError(
-            f"array {name!r} has dtype {dt} which cannot travel; allowed: "
-            f"{', '.join(str(d) for d in ALLOWED_DTYPES.values())}"
-        )
+    plain = dt.kind in "biuf" and dt.fields is None and dt.subdtype is None
     wire = dt.newbyteorder("<") if dt.byteorder != "|" else dt
-    if wire.str not in ALLOWED_DTYPES:
+    if not plain or wire.str not in ALLOWED_DTYPES:
         raise WireError(
             f"array {name!r} has dtype {dt} which cannot travel; allowed: "
             f"{', '.join(str(d) for d in ALLOWED_DTYPES.values())}"

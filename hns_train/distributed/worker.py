@@ -1,5 +1,5 @@
 """What every worker shares: its spec, the control channel to the controller, and its loop;
-which workers a pipeline runs besides its learners (`actor_plan`) and the endpoints each is
+how many workers of each kind a run starts (`worker_plan`) and the endpoints each is
 handed (`endpoints_from`), for every launcher alike.
 
 A worker is a plain object with `step() -> bool` (one unit of work; True when it did some) and
@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hns_train.config import RunConfig, config_from_dict
@@ -89,6 +90,11 @@ class WorkerSpec:
 NO_ROOM_EXIT = 75  # a worker found no room on the disk (a write failed with ENOSPC)
 
 
+def pool_dir(run_dir: str | Path) -> Path:
+    """The run's policy pool (`agents/pool.py`): snapshots, guests and ratings."""
+    return Path(run_dir) / "pool"
+
+
 def endpoints_from(addr: dict[str, str], n_policy: int, n_trainers: int) -> dict:
     """The endpoints handed to workers, from one address per socket name (`control`,
     `params`, `samples<i>` per trainer rank, `inference<i>` per policy worker)."""
@@ -105,12 +111,17 @@ def endpoints_from(addr: dict[str, str], n_policy: int, n_trainers: int) -> dict
     }
 
 
-def actor_plan(p) -> list[tuple[str, int]]:
-    """Policy workers and actors a pipeline runs besides its learners (pods simulate
-    themselves, pod_worker.py)."""
-    if p.backend == "pod":
-        return [("policy", 0), ("actor", 0)]
-    return [("policy", p.n_policy_workers), ("actor", p.n_actors)]
+def worker_plan(cfg: RunConfig) -> dict[str, int]:
+    """How many workers of each kind a run starts, in starting order (pods simulate
+    themselves, pod_worker.py: no policy workers or actors beside them)."""
+    p = cfg.pipeline
+    pod = p.backend == "pod"
+    return {
+        "trainer": p.n_trainers,
+        "policy": 0 if pod else p.n_policy_workers,
+        "actor": 0 if pod else p.n_actors,
+        "eval": cfg.eval.n_workers,
+    }
 
 
 class ControllerGone(RuntimeError):

@@ -30,7 +30,7 @@ from hns_train.agents.pool import (
 )
 from hns_train.agents.pool_index import PRIOR_MU, open_index, transaction
 from hns_train.agents.synthetic import random_observations
-from hns_train.distributed.opponent_codes import OpponentDraw
+from hns_train.distributed.actor import OpponentDraw
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
 from hns_train.typed_config import from_dict

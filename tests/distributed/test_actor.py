@@ -6,8 +6,8 @@ import torch
 from hns_train.agents.chunks import Chunk
 from hns_train.config import CONFIG_DIR, load_config
 from hns_train.distributed.actor import MAX_PENDING_CHUNKS, ActorWorker
+from hns_train.distributed.contract import state_dict_to_arrays
 from hns_train.distributed.launchers import make_endpoints
-from hns_train.distributed.params import state_dict_to_arrays
 from hns_train.distributed.policy import PolicyWorker
 from hns_train.distributed.streams import ControlServer, ParamPublisher, SampleReceiver
 from hns_train.distributed.worker import WorkerSpec

@@ -1,8 +1,8 @@
-"""Per-unit CPU costs from heartbeats (`distributed/costs.py`)."""
+"""Per-unit CPU costs from heartbeats (`distributed/reporting.py`: `WorkCosts`)."""
 
 import pytest
 
-from hns_train.distributed.costs import WorkCosts
+from hns_train.distributed.reporting import WorkCosts
 
 
 def test_costs_divide_each_kinds_cpu_by_its_work_and_start_a_new_window():

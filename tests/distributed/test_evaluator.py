@@ -12,13 +12,14 @@ import imageio.v2 as iio2
 import numpy as np
 import pytest
 import torch
+from waiting import wait_for
 
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import PolicyPool
 from hns_train.config import CONFIG_DIR, ConfigError, load_config
+from hns_train.distributed.contract import state_dict_to_arrays
 from hns_train.distributed.controller import Controller
 from hns_train.distributed.evaluator import EvalWorker, schedule
-from hns_train.distributed.params import state_dict_to_arrays
 from hns_train.distributed.streams import ControlServer, ParamPublisher
 from hns_train.distributed.worker import WorkerSpec
 from hns_train.envs.game import HideAndSeekGame
@@ -142,6 +143,49 @@ def test_rounds_rate_latest_against_pool_snapshot_in_both_roles(tmp_path):
     np.testing.assert_array_equal(mine["actions"], rep["actions"])
     assert again[0].hidden_fraction == pytest.approx(rows[0]["hidden_fraction"])
     assert again[1].hidden_fraction == pytest.approx(rows[1]["hidden_fraction"])
+
+
+def test_parameters_are_checked_as_they_arrive_and_the_newest_loaded_when_a_round_starts(
+    tmp_path,
+):
+    cfg = smoke(
+        tmp_path,
+        "name=evalload",
+        "eval.opponents=random",
+        "eval.worlds=1",
+        "eval.every_s=3600",
+        "eval.replay_share=0",
+        "eval.render_videos=false",
+    )
+    cfg.run_dir.mkdir(parents=True)
+    tag = f"{os.getpid()}-{time.monotonic_ns()}"
+    endpoints = {"control": f"inproc://ctl-{tag}", "params": f"inproc://params-{tag}"}
+    server = ControlServer(endpoints["control"])
+    publisher = ParamPublisher(endpoints["params"])
+    versions = {v: state_dict_to_arrays(_model(cfg, v).state_dict()) for v in (5, 6, 7)}
+    worker = EvalWorker(WorkerSpec("eval", 0, cfg.to_dict(), str(cfg.run_dir), endpoints))
+    try:
+        publisher.publish(5, versions[5])
+        wait_for(lambda: worker.step() or worker.rounds == 1, 60, "the first round")
+        weights = next(worker.latest.parameters())
+        writes = weights._version  # torch counts in-place writes: each load is one
+        for v in (6, 7):
+            publisher.publish(v, versions[v])
+            wait_for(lambda v=v: worker.step() or worker.params.version == v, 10, f"version {v}")
+        broken = {
+            k: np.full_like(a, np.nan) if a.dtype.kind == "f" else a for k, a in versions[7].items()
+        }
+        publisher.publish(8, broken)
+        wait_for(lambda: worker.step() or worker.bad_params.total == 1, 10, "the drop")
+        assert worker.rounds == 1 and weights._version == writes  # nothing loaded in between
+        worker.play_round()
+        assert worker.version == 7 and weights._version == writes + 1
+        for name, array in versions[7].items():
+            np.testing.assert_array_equal(worker.latest.state_dict()[name].numpy(), array)
+    finally:
+        worker.close()
+        publisher.close()
+        server.close()
 
 
 def test_serial_run_produces_snapshots_ratings_replays_and_a_video(tmp_path):

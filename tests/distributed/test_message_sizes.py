@@ -12,12 +12,12 @@ from hns_train.agents.chunks import ChunkRecorder
 from hns_train.agents.opponents import LATEST
 from hns_train.agents.policy import ActorCritic
 from hns_train.config import ConfigError, load_config
+from hns_train.distributed.contract import state_dict_to_arrays
 from hns_train.distributed.controller import Controller
 from hns_train.distributed.message_sizes import (
     check_message_sizes,
     message_sizes,
 )
-from hns_train.distributed.params import state_dict_to_arrays
 from hns_train.distributed.wire import encode
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.vector import VectorGame

@@ -23,10 +23,9 @@ from hns_train.agents.pool import PolicyPool
 from hns_train.agents.synthetic import synthetic_chunk
 from hns_train.config import CONFIG_DIR, load_config, save_config
 from hns_train.distributed.actor import ActorWorker
+from hns_train.distributed.contract import state_dict_to_arrays
 from hns_train.distributed.controller import Controller, WorkerState
 from hns_train.distributed.launchers import make_endpoints
-from hns_train.distributed.opponent_codes import pool_dir
-from hns_train.distributed.params import state_dict_to_arrays
 from hns_train.distributed.policy import PolicyWorker
 from hns_train.distributed.shared_rows import RequestLayout, SharedBlock
 from hns_train.distributed.streams import (
@@ -39,7 +38,13 @@ from hns_train.distributed.streams import (
     SampleSender,
 )
 from hns_train.distributed.trainer import TrainerWorker
-from hns_train.distributed.worker import ControllerGone, ParentWatch, Worker, WorkerSpec
+from hns_train.distributed.worker import (
+    ControllerGone,
+    ParentWatch,
+    Worker,
+    WorkerSpec,
+    pool_dir,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = CONFIG_DIR / "smoke.yaml"

@@ -38,7 +38,7 @@ def short_dir():
 @pytest.fixture(params=["ipc", "tcp"])
 def bind_address(request, short_dir):
     if request.param == "ipc":
-        return streams.ipc_endpoint(short_dir, "s")
+        return f"ipc://{short_dir}/s.sock"
     return "tcp://127.0.0.1:0"
 
 
@@ -72,7 +72,7 @@ def test_bind_addresses_default_to_loopback_and_port_zero_picks_a_port():
     with pytest.raises(ValueError, match="transport 'udp'"):
         streams.resolve_bind("udp://127.0.0.1:1")
     with pytest.raises(ValueError, match="at most 107"):
-        streams.ipc_endpoint("/tmp/" + "d" * 120, "x")
+        streams.resolve_bind("ipc:///tmp/" + "d" * 120 + "/x.sock")
     with SampleReceiver("tcp://:0") as rx:
         assert rx.endpoint.startswith("tcp://127.0.0.1:")
         assert int(rx.endpoint.rsplit(":", 1)[1]) > 0
@@ -80,10 +80,10 @@ def test_bind_addresses_default_to_loopback_and_port_zero_picks_a_port():
 
 def test_timeouts_return_empty_and_negative_timeouts_are_refused(short_dir):
     with (
-        InferenceServer(streams.ipc_endpoint(short_dir, "i")) as server,
+        InferenceServer(f"ipc://{short_dir}/i.sock") as server,
         InferenceClient(server.endpoint) as client,
         SampleReceiver("tcp://127.0.0.1:0") as rx,
-        ParamSubscriber(streams.ipc_endpoint(short_dir, "nobody")) as sub,
+        ParamSubscriber(f"ipc://{short_dir}/nobody.sock") as sub,
     ):
         t0 = time.monotonic()
         assert server.recv(timeout_ms=50) == []
@@ -134,7 +134,7 @@ def test_requests_from_many_clients_arrive_as_one_batch_and_replies_find_their_c
 
 def test_server_batches_are_capped_and_replies_to_unknown_peers_fail(short_dir):
     with (
-        InferenceServer(streams.ipc_endpoint(short_dir, "cap"), max_requests=3) as server,
+        InferenceServer(f"ipc://{short_dir}/cap.sock", max_requests=3) as server,
         InferenceClient(server.endpoint) as client,
     ):
         for i in range(8):
@@ -171,7 +171,7 @@ def test_sender_reports_back_pressure_instead_of_queueing(bind_address):
 
 
 def test_several_senders_feed_one_receiver(short_dir):
-    with SampleReceiver(streams.ipc_endpoint(short_dir, "many"), hwm=64) as rx:
+    with SampleReceiver(f"ipc://{short_dir}/many.sock", hwm=64) as rx:
         senders = [SampleSender(rx.endpoint, hwm=8) for _ in range(3)]
         try:
             for k, s in enumerate(senders):
@@ -190,7 +190,7 @@ def test_several_senders_feed_one_receiver(short_dir):
 
 def test_garbage_from_a_raw_socket_is_dropped_counted_and_logged(short_dir, caplog):
     caplog.set_level(logging.WARNING, logger="hns_train.distributed.contract")
-    with SampleReceiver(streams.ipc_endpoint(short_dir, "g")) as rx:
+    with SampleReceiver(f"ipc://{short_dir}/g.sock") as rx:
         raw = _raw(zmq.PUSH)
         raw.connect(rx.endpoint)
         good = encode("chunk", {"x": np.arange(3)})
@@ -220,7 +220,7 @@ def test_garbage_from_a_raw_socket_is_dropped_counted_and_logged(short_dir, capl
 
 def test_garbage_at_the_inference_server_does_not_hide_good_requests(short_dir):
     with (
-        InferenceServer(streams.ipc_endpoint(short_dir, "ig")) as server,
+        InferenceServer(f"ipc://{short_dir}/ig.sock") as server,
         InferenceClient(server.endpoint, identity="good") as client,
     ):
         raw = _raw(zmq.DEALER)
@@ -245,7 +245,7 @@ def _params(version: int) -> dict[str, np.ndarray]:
 
 def test_slow_subscriber_gets_only_the_newest_version(short_dir):
     with (
-        ParamPublisher(streams.ipc_endpoint(short_dir, "p")) as pub,
+        ParamPublisher(f"ipc://{short_dir}/p.sock") as pub,
         ParamSubscriber(pub.endpoint) as sub,
     ):
         pub.publish(0, _params(0))
@@ -275,7 +275,7 @@ def test_slow_subscriber_gets_only_the_newest_version(short_dir):
 
 def test_publish_copies_arrays_so_in_place_updates_do_not_leak(short_dir):
     weights = np.zeros(3, np.float32)
-    with ParamPublisher(streams.ipc_endpoint(short_dir, "c")) as pub:
+    with ParamPublisher(f"ipc://{short_dir}/c.sock") as pub:
         pub.publish(1, {"w": weights})
         weights += 7  # what an optimiser step does to a live parameter
         with ParamSubscriber(pub.endpoint) as sub:
@@ -300,7 +300,7 @@ def test_late_joiners_catch_up_without_a_new_publish(bind_address):
 
 
 def test_periodic_republish_and_a_restarted_publisher(short_dir):
-    address = streams.ipc_endpoint(short_dir, "r")
+    address = f"ipc://{short_dir}/r.sock"
     with ParamPublisher(address, republish_s=0.1) as pub:
         pub.publish(3, _params(3))
         assert _wait_until(lambda: pub.sends >= 4, timeout_s=3)
@@ -317,7 +317,7 @@ def test_periodic_republish_and_a_restarted_publisher(short_dir):
 
 def test_subscriber_drops_messages_that_are_not_parameters(short_dir):
     raw = _raw(zmq.PUB)
-    raw.bind(streams.ipc_endpoint(short_dir, "rp"))
+    raw.bind(f"ipc://{short_dir}/rp.sock")
     with ParamSubscriber(raw.getsockopt_string(zmq.LAST_ENDPOINT)) as sub:
         time.sleep(0.2)  # slow joiner: a raw PUB has no catch-up
         raw.send_multipart(encode("params", {"w": np.ones(2)}, {"version": "x", "publisher": "p"}))
@@ -333,7 +333,7 @@ def test_subscriber_drops_messages_that_are_not_parameters(short_dir):
 
 
 def test_control_heartbeats_and_stop_command(short_dir):
-    with ControlServer(streams.ipc_endpoint(short_dir, "ctl")) as ctl:
+    with ControlServer(f"ipc://{short_dir}/ctl.sock") as ctl:
         workers = [ControlClient(ctl.endpoint, identity=f"actor-{i}") for i in range(3)]
         try:
             for w in workers:
