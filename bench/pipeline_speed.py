@@ -90,7 +90,8 @@ def env_only(cfg, seconds: float) -> tuple[float, float]:
 
 def pipeline_run(cfg, warmup: float) -> dict[str, float]:
     """Run `cfg`; frames per second from `warmup` seconds after the first frames arrived to the
-    end, and each cost metric (`distributed/costs.py`) over the same records, frame-weighted."""
+    end, and each cost metric (`WorkCosts`, distributed/reporting.py) over the same records,
+    frame-weighted."""
     summary = Controller(cfg).run()
     return measured(Path(summary.run_dir), warmup, summary.version)
 
