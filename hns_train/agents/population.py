@@ -42,7 +42,6 @@ import numpy as np
 
 from hns_train.agents.checkpoint import atomic_write_bytes
 from hns_train.jsonl import append_record, json_number
-from hns_train.jsonl import read_records as read_records  # the views read these files too
 from hns_train.typed_config import AtLeast1, NonNegative, NonNegativeInt, Positive, Unit
 
 SCALES = ("log", "linear")

@@ -26,7 +26,7 @@ too, naming the line; a missing or unreadable league database or manifest is a m
 output, not a traceback.
 
 Public API: `population_view(run_dir) -> int`, `load_population(run_dir) -> Population`,
-`read_manifest(run_dir) -> (manifest, notes)`, `read_records(path) -> (records, notes)`,
+`read_manifest(run_dir) -> (manifest, notes)`,
 `hyper_schedule(lineage)`, `first_exploit_version(lineage, member)`, `best_member(run_dir,
 manifest=None)`, `searched_scales(run_dir)`, `log_axis(key, values, scales)`,
 `plot_population(pop, out)`, `figure_size(n_hyper)`, file names `MANIFEST`, `LINEAGE`, `STATUS`,
@@ -52,10 +52,10 @@ from hns_train.agents.population import (
     STATUS,
     UNTRAINED,
     load_manifest,
-    read_records,
 )
 from hns_train.eval.figure import panels, save_png, side_legend
 from hns_train.eval.phases import finite_number
+from hns_train.jsonl import read_records
 
 # File names of a population run directory (the population design; written by the controller).
 PLOT = "population.png"

@@ -16,11 +16,11 @@ import yaml
 from hns_train import train
 from hns_train.agents.checkpoint import CheckpointDir, load_checkpoint
 from hns_train.agents.pool import PolicyPool
-from hns_train.agents.population import read_records
 from hns_train.config import load_config
 from hns_train.distributed.population import PopulationController, request
 from hns_train.eval.cli import main as eval_main
 from hns_train.eval.ratings import Ratings
+from hns_train.jsonl import read_records
 
 LR_RANGE = (1e-4, 3e-3)
 

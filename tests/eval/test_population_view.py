@@ -32,10 +32,10 @@ from hns_train.eval.population_view import (
     first_exploit_version,
     hyper_schedule,
     log_axis,
-    read_records,
     searched_scales,
 )
 from hns_train.eval.ratings import Ratings
+from hns_train.jsonl import read_records
 from hns_train.train import parse_args as train_parse_args
 from tests.scripts import load_script
 
