@@ -4,6 +4,7 @@ restarted alone, members added and retired, resume from the manifest."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -258,8 +259,8 @@ def test_population_of_one_is_the_plain_run(tmp_path):
     assert m0.seed == cfg.seed and m0.agent == cfg.agent and m0.game == cfg.game
     assert m0.pod == cfg.pod and m0.population.members == 1
     assert m0.eval.n_workers == 0  # the league rates members (population.member_eval_workers)
-    own = {**cfg.pool.to_dict(), "p_cross": 0.25, "p_past": 0.25}
-    assert m0.pool.to_dict() == own
+    own = {**dataclasses.asdict(cfg.pool), "p_cross": 0.25, "p_past": 0.25}
+    assert dataclasses.asdict(m0.pool) == own
 
 
 @pytest.mark.parametrize("rated_by_league", [False, True])
