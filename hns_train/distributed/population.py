@@ -71,7 +71,6 @@ from hns_train.agents.population import (
     MANIFEST,
     MANIFEST_FORMAT,
     STATUS,
-    Lineage,
     Member,
     check_manifest,
     choose_exploits,
@@ -206,7 +205,6 @@ class PopulationController(Stoppable):
         save_config(cfg, self.run_dir / "config.yaml")
         self.ranges = parse_ranges(self.p.ranges, flat_settings(cfg))
         self.fixed = parse_overrides(self.p.overrides, self.p.members)
-        self.lineage = Lineage(self.run_dir / LINEAGE)
         self.rng = np.random.default_rng([cfg.seed, 7])
         self.members: dict[str, Member] = {}
         self.runs: dict[str, MemberRun] = {}
@@ -300,8 +298,16 @@ class PopulationController(Stoppable):
         return member
 
     def event(self, kind: str, member: str, **fields: Any) -> None:
-        """One lineage event: a line in lineage.jsonl, and the lineage table in wandb."""
-        record = self.lineage.append(kind, member, self.elapsed_s(), **fields)
+        """One lineage event: a line in lineage.jsonl (`time`, `elapsed_s`, `event`, `member`
+        and the event's own fields), and the lineage table in wandb."""
+        record = {
+            "time": time.time(),
+            "elapsed_s": self.elapsed_s(),
+            "event": kind,
+            "member": member,
+            **fields,
+        }
+        append_record(self.run_dir / LINEAGE, record)
         self._events.append(record)
         self.wandb.log_table(
             "population/lineage",
