@@ -90,6 +90,7 @@ from hns_train.distributed.run_lock import claim
 from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
 from hns_train.distributed.worker import _die_with_parent, pool_dir
 from hns_train.eval.league import League
+from hns_train.eval.population_view import best_scored, member_scores
 from hns_train.jsonl import append_record
 
 log = logging.getLogger(__name__)
@@ -764,8 +765,9 @@ class PopulationController(Stoppable):
         return f"members {len(self.running())} exploits {self.counters['exploits']}"
 
     def summary(self) -> dict[str, Any]:
-        roles = self.p.league_roles
-        ranked = sorted(self.running(), key=lambda m: -self.league.strength(m, roles))
+        # The best member by the eval view's rule (mean mu - 3 sigma), not by the mean mu that
+        # ranks members for exploit: a member lucky in its few games is not named best.
+        best = best_scored(member_scores(self.league.ratings, self.running()))
         return {
             "stop_reason": self.stop_reason,
             "hours": self.elapsed_s() / 3600,
@@ -773,7 +775,7 @@ class PopulationController(Stoppable):
             "members": len(self.running()),
             "exploits": self.counters["exploits"],
             "restarts": self.counters["restarts"],
-            "best_member": ranked[0] if ranked else None,
+            "best_member": best,
             "hall_of_fame": len(self.hall_of_fame),
         }
 
