@@ -49,8 +49,8 @@ from hns_train.eval.population_view import (  # noqa: E402
     best_member,
     first_exploit_version,
     read_manifest,
-    read_records,
 )
+from hns_train.jsonl import read_records  # noqa: E402
 
 GAMES = ("chase", "quadrant_cpu")
 FRAMES, QUICK_FRAMES = 100_000, 25_600

@@ -52,8 +52,8 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).
 from env_speed import batched, cpu_model, random_actions  # noqa: E402
 
 from hns_train.envs.config import make_config  # noqa: E402
+from hns_train.envs.contract import MASK_KEYS  # noqa: E402
 from hns_train.envs.layout import sample_layout  # noqa: E402
-from hns_train.envs.observations import MASK_KEYS  # noqa: E402
 from hns_train.envs.vector import VectorGame  # noqa: E402
 from hns_train.envs.warp.bank import layout_entries  # noqa: E402
 from hns_train.envs.warp.game import WarpGame  # noqa: E402

@@ -265,29 +265,6 @@ class ChunkRecorder:
             self._buf["truncated"][t][rows] = True
             self._buf["truncated_value"][t][rows] = final_values
 
-    def add(
-        self,
-        *,
-        obs: Mapping[str, np.ndarray],
-        state: np.ndarray,
-        episode_start: np.ndarray,
-        actions: np.ndarray,
-        logp: np.ndarray,
-        values: np.ndarray,
-        rewards: np.ndarray,
-        truncated: np.ndarray,
-        truncated_value: np.ndarray | None = None,
-    ) -> None:
-        """A whole step at once (host arrays), `truncated_value` (B,) read where `truncated`."""
-        truncated = np.asarray(truncated, dtype=bool)
-        if truncated.any() and truncated_value is None:
-            raise ValueError("truncated_value is required on steps where an episode ends")
-        self.record_inputs(obs, state, episode_start)
-        self.record_outputs(actions, logp, values, rewards)
-        if truncated.any():
-            rows = np.flatnonzero(truncated)
-            self.end_episodes(np.asarray(truncated_value)[rows], rows)
-
     def _allocate(self, obs: Mapping[str, Any], state_shape: tuple[int, ...]) -> dict:
         layout = chunk_layout(
             {k: tuple(v.shape[1:]) for k, v in obs.items()},

@@ -73,7 +73,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -209,9 +209,6 @@ class PoolConfig:
         """Whether `PolicyPool.draw` can give a team to anything but the learning policy (a
         process needs the pool open only then)."""
         return self.p_latest < 1.0 or self.p_cross + self.p_past > 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     def learning_agents(self, max_hiders: int, max_seekers: int) -> int:
         """Most agents of one episode that the learning policy can play, by the rules of

@@ -1,5 +1,5 @@
 """The tournament's rules: a population of learners, their hyperparameters, matchmaking weights,
-exploit and explore, and the two files that record them (the lineage log and the manifest).
+exploit and explore, and the manifest that records them (the controller writes the lineage log).
 
 A population has `members` learners, each an ordinary run (a pod or a trainer group) with its own
 hyperparameters. This module holds what is decided, not who runs it (the population controller
@@ -41,8 +41,7 @@ from typing import Any
 import numpy as np
 
 from hns_train.agents.checkpoint import atomic_write_bytes
-from hns_train.jsonl import append_record, json_number
-from hns_train.jsonl import read_records as read_records  # the views read these files too
+from hns_train.jsonl import json_number
 from hns_train.typed_config import AtLeast1, NonNegative, NonNegativeInt, Positive, Unit
 
 SCALES = ("log", "linear")
@@ -286,27 +285,6 @@ def choose_exploits(
 
 
 # ----------------------------------------------------------------------------- files
-
-
-class Lineage:
-    """`lineage.jsonl`: one JSON object per event (join, exploit, explore, restart, retire,
-    resume), each with `time`, `elapsed_s`, `event` and `member`."""
-
-    def __init__(self, path: str | os.PathLike) -> None:
-        self.path = Path(path)
-
-    def append(self, event: str, member: str, elapsed_s: float, **fields: Any) -> dict:
-        import time
-
-        record = {
-            "time": time.time(),
-            "elapsed_s": float(elapsed_s),
-            "event": event,
-            "member": member,
-            **fields,
-        }
-        append_record(self.path, record)
-        return record
 
 
 def save_manifest(path: str | os.PathLike, manifest: Mapping[str, Any]) -> None:

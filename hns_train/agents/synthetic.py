@@ -64,22 +64,15 @@ def synthetic_chunk(
         obs = random_observations(shapes, (batch_size,), rng)
         start = np.full(batch_size, t % episode_len == 0 if episode_len else t == 0)
         out = model.act(obs, state, episode_start=start)
-        ends = episode_len is not None and (t + 1) % episode_len == 0
-        truncated_value = None
-        if ends:
+        recorder.record_inputs(obs, state, start)
+        final_values = None
+        if episode_len is not None and (t + 1) % episode_len == 0:
             final_obs = random_observations(shapes, (batch_size,), rng)
-            truncated_value = model.act(final_obs, out.state).values
-        recorder.add(
-            obs=obs,
-            state=state,
-            episode_start=start,
-            actions=out.actions,
-            logp=out.logp,
-            values=out.values,
-            rewards=rng.choice([-1.0, 1.0], size=batch_size).astype(np.float32),
-            truncated=np.full(batch_size, ends),
-            truncated_value=truncated_value,
-        )
+            final_values = model.act(final_obs, out.state).values
+        rewards = rng.choice([-1.0, 1.0], size=batch_size).astype(np.float32)
+        recorder.record_outputs(out.actions, out.logp, out.values, rewards)
+        if final_values is not None:
+            recorder.end_episodes(final_values)
         state = out.state
     next_obs = random_observations(shapes, (batch_size,), rng)
     bootstrap = model.act(next_obs, state).values

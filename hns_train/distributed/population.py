@@ -71,7 +71,6 @@ from hns_train.agents.population import (
     MANIFEST,
     MANIFEST_FORMAT,
     STATUS,
-    Lineage,
     Member,
     check_manifest,
     choose_exploits,
@@ -91,6 +90,7 @@ from hns_train.distributed.run_lock import claim
 from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
 from hns_train.distributed.worker import _die_with_parent, pool_dir
 from hns_train.eval.league import League
+from hns_train.eval.population_view import best_scored, member_scores
 from hns_train.jsonl import append_record
 
 log = logging.getLogger(__name__)
@@ -206,7 +206,6 @@ class PopulationController(Stoppable):
         save_config(cfg, self.run_dir / "config.yaml")
         self.ranges = parse_ranges(self.p.ranges, flat_settings(cfg))
         self.fixed = parse_overrides(self.p.overrides, self.p.members)
-        self.lineage = Lineage(self.run_dir / LINEAGE)
         self.rng = np.random.default_rng([cfg.seed, 7])
         self.members: dict[str, Member] = {}
         self.runs: dict[str, MemberRun] = {}
@@ -300,8 +299,16 @@ class PopulationController(Stoppable):
         return member
 
     def event(self, kind: str, member: str, **fields: Any) -> None:
-        """One lineage event: a line in lineage.jsonl, and the lineage table in wandb."""
-        record = self.lineage.append(kind, member, self.elapsed_s(), **fields)
+        """One lineage event: a line in lineage.jsonl (`time`, `elapsed_s`, `event`, `member`
+        and the event's own fields), and the lineage table in wandb."""
+        record = {
+            "time": time.time(),
+            "elapsed_s": self.elapsed_s(),
+            "event": kind,
+            "member": member,
+            **fields,
+        }
+        append_record(self.run_dir / LINEAGE, record)
         self._events.append(record)
         self.wandb.log_table(
             "population/lineage",
@@ -758,8 +765,9 @@ class PopulationController(Stoppable):
         return f"members {len(self.running())} exploits {self.counters['exploits']}"
 
     def summary(self) -> dict[str, Any]:
-        roles = self.p.league_roles
-        ranked = sorted(self.running(), key=lambda m: -self.league.strength(m, roles))
+        # The best member by the eval view's rule (mean mu - 3 sigma), not by the mean mu that
+        # ranks members for exploit: a member lucky in its few games is not named best.
+        best = best_scored(member_scores(self.league.ratings, self.running()))
         return {
             "stop_reason": self.stop_reason,
             "hours": self.elapsed_s() / 3600,
@@ -767,7 +775,7 @@ class PopulationController(Stoppable):
             "members": len(self.running()),
             "exploits": self.counters["exploits"],
             "restarts": self.counters["restarts"],
-            "best_member": ranked[0] if ranked else None,
+            "best_member": best,
             "hall_of_fame": len(self.hall_of_fame),
         }
 

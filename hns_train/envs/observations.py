@@ -1,6 +1,6 @@
 """Per-agent observations (spec §5): gymnasium spaces, the other-agent order and lock flags.
 
-Keys, shapes, dtypes and column meanings are the contract's (`contract.py`), re-exported here.
+Keys, shapes, dtypes and column meanings are the contract's (`contract.py`).
 
 All arrays are float32 with a leading (W, A) world x agent layout. Entity rows have fixed
 maximum counts per preset; masks say which rows are visible (`mask_*_obs`: vision cone and line
@@ -20,17 +20,7 @@ from array_api_compat import array_namespace, device
 from gymnasium import spaces
 
 from hns_train.envs.config import GameConfig
-from hns_train.envs.contract import (  # noqa: F401  (re-exported: the layout lives in contract.py)
-    LIDAR_KEY,
-    MASK_KEYS,
-    OBJECT_BASE_DIM,
-    OBS_DTYPE,
-    SELF_DIM,
-    box_dim,
-    is_mask_key,
-    observation_shapes,
-    ramp_dim,
-)
+from hns_train.envs.contract import LIDAR_KEY, OBS_DTYPE, is_mask_key, observation_shapes
 
 
 def observation_space(cfg: GameConfig) -> spaces.Dict:

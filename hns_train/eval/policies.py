@@ -82,7 +82,7 @@ def policy_controller(
     source: PolicyFile, game_cfg, policy_id: str, deterministic: bool = True
 ) -> Any:
     """A `PolicyController` for `source` on the observations of `game_cfg`."""
-    from hns_train.envs.observations import observation_shapes
+    from hns_train.envs.contract import observation_shapes
     from hns_train.eval.matches import PolicyController
 
     try:

@@ -26,11 +26,12 @@ too, naming the line; a missing or unreadable league database or manifest is a m
 output, not a traceback.
 
 Public API: `population_view(run_dir) -> int`, `load_population(run_dir) -> Population`,
-`read_manifest(run_dir) -> (manifest, notes)`, `read_records(path) -> (records, notes)`,
-`hyper_schedule(lineage)`, `first_exploit_version(lineage, member)`, `best_member(run_dir,
-manifest=None)`, `searched_scales(run_dir)`, `log_axis(key, values, scales)`,
-`plot_population(pop, out)`, `figure_size(n_hyper)`, file names `MANIFEST`, `LINEAGE`, `STATUS`,
-`LEAGUE`, `PLOT`.
+`read_manifest(run_dir) -> (manifest, notes)`, `hyper_schedule(lineage)`,
+`first_exploit_version(lineage, member)`, `best_member(run_dir, manifest=None)`,
+`member_scores(ratings, members)` and `best_scored(scores)` (the rule the population
+controller's summary names its best member by), `searched_scales(run_dir)`,
+`log_axis(key, values, scales)`, `plot_population(pop, out)`, `figure_size(n_hyper)`, file names
+`MANIFEST`, `LINEAGE`, `STATUS`, `LEAGUE`, `PLOT`.
 """
 
 from __future__ import annotations
@@ -52,10 +53,10 @@ from hns_train.agents.population import (
     STATUS,
     UNTRAINED,
     load_manifest,
-    read_records,
 )
 from hns_train.eval.figure import panels, save_png, side_legend
 from hns_train.eval.phases import finite_number
+from hns_train.jsonl import read_records
 
 # File names of a population run directory (the population design; written by the controller).
 PLOT = "population.png"
@@ -229,6 +230,11 @@ def best_member(run_dir: str | Path, manifest: dict[str, Any] | None = None) -> 
             ]
             if all(mu is not None and sd is not None for mu, sd in values):
                 scores[m] = sum(mu - 3.0 * sd for mu, sd in values) / len(values)
+    return best_scored(scores)
+
+
+def best_scored(scores: dict[str, float]) -> str | None:
+    """The member of highest score (of two equal, the lower index); None without scores."""
     return max(scores, key=lambda m: (scores[m], -_member_order(m))) if scores else None
 
 

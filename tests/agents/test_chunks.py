@@ -93,9 +93,9 @@ def test_recorder_copies_each_step_once_and_never_reuses_a_finished_chunks_array
                 logp=rng.standard_normal(B).astype(np.float32),
                 values=rng.standard_normal(B).astype(np.float32),
                 rewards=np.full(B, float(t), np.float32),
-                truncated=np.zeros(B, bool),
             )
-            rec.add(**step)
+            rec.record_inputs(step["obs"], step["state"], step["episode_start"])
+            rec.record_outputs(step["actions"], step["logp"], step["values"], step["rewards"])
             for v in (step["obs"]["lidar"], step["state"], step["actions"]):
                 v += 1000  # the caller reuses its buffers: the recorder must have copied
             steps.append(step)
@@ -114,9 +114,9 @@ def test_recorder_copies_each_step_once_and_never_reuses_a_finished_chunks_array
         np.testing.assert_array_equal(first.rewards[t], float(t))
     np.testing.assert_allclose(first.lstm_state[1], steps[L]["state"] - 1000, atol=1e-3)
     assert not np.shares_memory(first.obs["lidar"], second.obs["lidar"])
-    rec.add(**{**steps[0], "obs": {"lidar": steps[0]["obs"]["lidar"]}})  # a new chunk starts
+    rec.record_inputs({"lidar": steps[0]["obs"]["lidar"]}, steps[0]["state"], True)  # new chunk
     with pytest.raises(ValueError, match="observation keys"):
-        rec.add(**steps[1])
+        rec.record_inputs(steps[1]["obs"], steps[1]["state"], False)
 
 
 def reference_gae(rewards, values, cut, final, bootstrap, gamma, lam):
@@ -157,17 +157,10 @@ def test_actor_and_pod_recordings_give_the_same_advantages():
     actor = ChunkRecorder(T, L)
     pod = ChunkRecorder(T, L, new_array=tensor_storage("cpu"))
     for t in range(T):
-        actor.add(
-            obs={k: v[t] for k, v in obs.items()},
-            state=state[t],
-            episode_start=starts[t],
-            actions=actions[t],
-            logp=np.zeros(B, np.float32),
-            values=values[t],
-            rewards=rewards[t],
-            truncated=ends[t],
-            truncated_value=final[t],
-        )
+        actor.record_inputs({k: v[t] for k, v in obs.items()}, state[t], starts[t])
+        actor.record_outputs(actions[t], np.zeros(B, np.float32), values[t], rewards[t])
+        if ends[t].any():
+            actor.end_episodes(final[t][ends[t]], np.flatnonzero(ends[t]))
         pod.record_inputs(
             {k: torch.as_tensor(v[t]) for k, v in obs.items()},
             torch.as_tensor(state[t]),

@@ -22,8 +22,8 @@ from hns_train.distributed.controller import Controller
 from hns_train.distributed.evaluator import EvalWorker, schedule
 from hns_train.distributed.streams import ControlServer, ParamPublisher
 from hns_train.distributed.worker import WorkerSpec
+from hns_train.envs.contract import observation_shapes
 from hns_train.envs.game import HideAndSeekGame
-from hns_train.envs.observations import observation_shapes
 from hns_train.eval import replay as replay_mod
 from hns_train.eval.matches import PolicyController, play_matches
 from hns_train.eval.ratings import Ratings

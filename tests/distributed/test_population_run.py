@@ -4,6 +4,7 @@ restarted alone, members added and retired, resume from the manifest."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -16,11 +17,12 @@ import yaml
 from hns_train import train
 from hns_train.agents.checkpoint import CheckpointDir, load_checkpoint
 from hns_train.agents.pool import PolicyPool
-from hns_train.agents.population import read_records
 from hns_train.config import load_config
 from hns_train.distributed.population import PopulationController, request
 from hns_train.eval.cli import main as eval_main
+from hns_train.eval.population_view import best_member
 from hns_train.eval.ratings import Ratings
+from hns_train.jsonl import read_records
 
 LR_RANGE = (1e-4, 3e-3)
 
@@ -258,8 +260,28 @@ def test_population_of_one_is_the_plain_run(tmp_path):
     assert m0.seed == cfg.seed and m0.agent == cfg.agent and m0.game == cfg.game
     assert m0.pod == cfg.pod and m0.population.members == 1
     assert m0.eval.n_workers == 0  # the league rates members (population.member_eval_workers)
-    own = {**cfg.pool.to_dict(), "p_cross": 0.25, "p_past": 0.25}
-    assert m0.pool.to_dict() == own
+    own = {**dataclasses.asdict(cfg.pool), "p_cross": 0.25, "p_past": 0.25}
+    assert dataclasses.asdict(m0.pool) == own
+
+
+def test_the_summary_names_the_best_member_by_the_views_rule(tmp_path):
+    """One member won its one league game, the other half of 30: the first has the higher mean
+    mu (the exploit ranking), the second the higher mu - 3 sigma. The summary names the second,
+    as the eval view does."""
+    cfg = population_config(tmp_path / "p", "population.overrides=[]")
+    pop = PopulationController(cfg)
+    try:
+        lucky, steady = pop.join().name, pop.join().name
+        pop.league.ratings.update("random", lucky, 0.0)
+        for game in range(30):
+            pop.league.ratings.update("random", steady, float(game % 2))
+        roles = cfg.population.league_roles
+        assert pop.league.strength(lucky, roles) > pop.league.strength(steady, roles)
+        best = pop.summary()["best_member"]
+    finally:
+        pop.close()
+    manifest = {"members": {lucky: {}, steady: {}}}
+    assert best == steady == best_member(pop.run_dir, manifest)
 
 
 @pytest.mark.parametrize("rated_by_league", [False, True])

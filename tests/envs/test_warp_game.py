@@ -33,9 +33,9 @@ import torch
 pytest.importorskip("mujoco_warp")
 
 from hns_train.envs.config import make_config  # noqa: E402
+from hns_train.envs.contract import MASK_KEYS  # noqa: E402
 from hns_train.envs.game import HideAndSeekGame  # noqa: E402
 from hns_train.envs.layout import sample_layout  # noqa: E402
-from hns_train.envs.observations import MASK_KEYS  # noqa: E402
 from hns_train.envs.vector import VectorGame  # noqa: E402
 from hns_train.envs.warp import rules as TR  # noqa: E402
 from hns_train.envs.warp.bank import BankConfig  # noqa: E402

@@ -7,8 +7,8 @@ import torch
 from hns_train.agents import ActorCritic, NetworkConfig
 from hns_train.agents.opponents import noop_actions, random_actions
 from hns_train.envs.config import make_config
+from hns_train.envs.contract import observation_shapes
 from hns_train.envs.game import HideAndSeekGame
-from hns_train.envs.observations import observation_shapes
 from hns_train.envs.stats import STAT_KEYS
 from hns_train.eval.matches import (
     FixedController,

@@ -1,8 +1,8 @@
 """`python -m hns_train.eval --run POP_DIR` on a population directory: the league DB written by
-`Ratings.update` (the untrained anchor fixed), the manifest by `save_manifest`, the lineage by
-`Lineage.append`, the status records in the population design's format; torn and missing
-files; a member's own directory keeps the run view. Then bench/population.py's arguments,
-training command and readers."""
+`Ratings.update` (the untrained anchor fixed), the manifest by `save_manifest`, the lineage as
+the controller writes it (`append_record`), the status records in the population design's
+format; torn and missing files; a member's own directory keeps the run view. Then
+bench/population.py's arguments, training command and readers."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import torch
 
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import PolicyPool
-from hns_train.agents.population import Lineage, save_manifest
+from hns_train.agents.population import save_manifest
 from hns_train.config import CONFIG_DIR, load_config, save_config
-from hns_train.envs.observations import observation_shapes
+from hns_train.envs.contract import observation_shapes
 from hns_train.eval.cli import main
 from hns_train.eval.population_view import (
     LEAGUE,
@@ -32,10 +32,10 @@ from hns_train.eval.population_view import (
     first_exploit_version,
     hyper_schedule,
     log_axis,
-    read_records,
     searched_scales,
 )
 from hns_train.eval.ratings import Ratings
+from hns_train.jsonl import append_record, read_records
 from hns_train.train import parse_args as train_parse_args
 from tests.scripts import load_script
 
@@ -74,6 +74,7 @@ POPULATION = [  # the population's config: lr searched on a log range, ent_coef 
     f'population.ranges={{"{LR}": [1e-5, 1e-2], "{ENT}": [0.0, 0.05, "linear"]}}',
 ]
 # (event, member, elapsed_s, fields) as the controller appends them
+START = 1_764_000_000.0  # unix time the population started
 LINEAGE_EVENTS = [
     *(("join", m, 0.0, {"hyper": h}) for m, h in JOIN.items()),
     ("restart", "m2", 300.0, {"reason": "heartbeat lost"}),
@@ -154,9 +155,9 @@ def pop_dir(tmp_path_factory):
     run.mkdir()
     save_config(load_config(CONFIG_DIR / "chase.yaml", POPULATION), run / "config.yaml")
     save_manifest(run / MANIFEST, manifest())
-    lineage = Lineage(run / LINEAGE)
     for kind, member, elapsed, fields in LINEAGE_EVENTS:
-        lineage.append(kind, member, elapsed, **fields)
+        record = {"time": START + elapsed, "elapsed_s": elapsed, "event": kind, "member": member}
+        append_record(run / LINEAGE, {**record, **fields})
     write_jsonl(run / STATUS, status_records())
     with Ratings(run / LEAGUE, fixed={"untrained"}) as ratings:
         for hider, seeker, score in MATCHES:

@@ -14,7 +14,7 @@ from hns_train.agents import NetworkConfig
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import PolicyPool
 from hns_train.envs.config import make_config
-from hns_train.envs.observations import observation_shapes
+from hns_train.envs.contract import observation_shapes
 from hns_train.eval import recorder
 from hns_train.eval import replay as replay_mod
 from hns_train.eval.cli import main

@@ -9,7 +9,7 @@ import torch
 from hns_train.agents.config import NetworkConfig
 from hns_train.agents.policy import ActorCritic
 from hns_train.envs.config import make_config
-from hns_train.envs.observations import observation_shapes
+from hns_train.envs.contract import observation_shapes
 from hns_train.eval.matches import PolicyController
 from hns_train.eval.transfer import evaluate_task, paired_difference
 
