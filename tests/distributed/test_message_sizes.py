@@ -113,16 +113,13 @@ def real_chunk(cfg, worlds: int) -> dict[str, np.ndarray]:
     recorder = ChunkRecorder(p.chunk_len, cfg.agent.ppo.bptt_len)
     for _ in range(p.chunk_len):
         actions = rng.integers(0, game.action_nvec, size=(worlds, game.n_agents, 5))
-        recorder.add(
-            obs={k: v.reshape(rows, *v.shape[2:]) for k, v in obs.items()},
-            state=np.zeros((rows, 4, net.lstm_dim), np.float32),
-            episode_start=np.zeros(rows, bool),
-            actions=actions.reshape(rows, 5),
-            logp=np.zeros(rows, np.float32),
-            values=np.zeros(rows, np.float32),
-            rewards=np.zeros(rows, np.float32),
-            truncated=np.zeros(rows, bool),
+        recorder.record_inputs(
+            {k: v.reshape(rows, *v.shape[2:]) for k, v in obs.items()},
+            np.zeros((rows, 4, net.lstm_dim), np.float32),
+            np.zeros(rows, bool),
         )
+        zeros = np.zeros(rows, np.float32)
+        recorder.record_outputs(actions.reshape(rows, 5), zeros, zeros, zeros)
         obs = game.step(actions).obs
     chunk = recorder.finish(np.zeros(rows, np.float32), 7)
     codes = np.full(rows, LATEST)
