@@ -47,7 +47,7 @@ most its own ``hwm``; beyond that (plus what the OS socket buffers hold) ``send`
 Late joiners (parameters): PUB/SUB delivers only what is published after a subscriber has
 connected, so ``ParamPublisher`` keeps the latest parameters and a background thread re-sends
 them as soon as a new subscription arrives (XPUB sees each subscribe, also on reconnects).
-``republish_s`` adds a periodic re-send as a safety net. ``ParamSubscriber.poll_latest``
+``ParamSubscriber.poll_latest``
 drains its queue and returns only the newest version, never an older or repeated one.
 """
 
@@ -470,25 +470,15 @@ class ParamPublisher(_Stream):
 
     ``publish`` copies the arrays, keeps them as the latest version and hands them to a
     background thread that owns the XPUB socket. The thread sends each new version to all
-    subscribers, re-sends the latest to everyone whenever a subscription arrives (a late joiner
-    or a reconnect catches up at once), and every ``republish_s`` seconds when that is set.
+    subscribers and re-sends the latest to everyone whenever a subscription arrives (a late
+    joiner or a reconnect catches up at once).
     Each message is kind ``"params"`` with ``meta["version"]`` and ``meta["publisher"]`` (a
     random id of this publisher, so subscribers notice a restarted trainer).
     """
 
     _wake_ids = itertools.count()
 
-    def __init__(
-        self,
-        bind: str,
-        *,
-        republish_s: float | None = None,
-        hwm: int = 4,
-        **settings,
-    ) -> None:
-        if republish_s is not None and republish_s <= 0:
-            raise ValueError(f"republish_s must be > 0 or None, got {republish_s}")
-        self.republish_s = republish_s
+    def __init__(self, bind: str, *, hwm: int = 4, **settings) -> None:
         self.publisher_id = os.urandom(8).hex()
         self.sends = 0  # messages handed to the socket, re-sends included
         self._latest: list | None = None
@@ -533,13 +523,9 @@ class ParamPublisher(_Stream):
         poller.register(xpub, zmq.POLLIN)
         poller.register(self._wake_rx, zmq.POLLIN)
         sent: list | None = None
-        next_republish = None
         try:
             while True:
-                wait_ms = 1000
-                if next_republish is not None:
-                    wait_ms = min(wait_ms, max(0, int((next_republish - time.monotonic()) * 1000)))
-                events = dict(poller.poll(wait_ms))
+                events = dict(poller.poll(1000))
                 resend = False
                 if self._wake_rx in events:
                     while True:
@@ -555,9 +541,6 @@ class ParamPublisher(_Stream):
                         except zmq.Again:
                             break
                         resend |= sub[:1] == b"\x01"  # a subscribe (0x00 is an unsubscribe)
-                now = time.monotonic()
-                if self.republish_s is not None and (next_republish or now) <= now:
-                    resend = True
                 with self._lock:
                     latest = self._latest
                 if latest is None or (latest is sent and not resend):
@@ -568,8 +551,6 @@ class ParamPublisher(_Stream):
                 except zmq.ZMQError as exc:  # PUB drops for full peers; anything else: log
                     log.warning("ParamPublisher %s: send failed: %s", self.endpoint, exc)
                 sent = latest
-                if self.republish_s is not None:
-                    next_republish = now + self.republish_s
         finally:
             self._wake_rx.close(linger=0)
             xpub.close(linger=0)

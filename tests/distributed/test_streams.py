@@ -299,11 +299,10 @@ def test_late_joiners_catch_up_without_a_new_publish(bind_address):
             assert early.poll_latest(timeout_ms=200) is None
 
 
-def test_periodic_republish_and_a_restarted_publisher(short_dir):
+def test_a_restarted_publisher_is_followed_whatever_its_version(short_dir):
     address = f"ipc://{short_dir}/r.sock"
-    with ParamPublisher(address, republish_s=0.1) as pub:
+    with ParamPublisher(address) as pub:
         pub.publish(3, _params(3))
-        assert _wait_until(lambda: pub.sends >= 4, timeout_s=3)
         with ParamSubscriber(pub.endpoint) as sub:
             assert sub.poll_latest(timeout_ms=3000).meta["version"] == 3
             pub.close()
