@@ -82,11 +82,6 @@ _Arrays = Mapping[str, np.ndarray] | None
 _Meta = Mapping[str, Any] | None
 
 
-def context() -> zmq.Context:
-    """The process-wide context (pyzmq makes a fresh one in a new process)."""
-    return zmq.Context.instance()
-
-
 def is_loopback(host: str) -> bool:
     """Whether `host` (a name or an address, IPv6 in brackets or not) is this host only."""
     host = host.strip("[]")
@@ -180,7 +175,7 @@ class _Stream:
         self.security = security
         self.max_message_bytes = _positive("max_message_bytes", max_message_bytes)
         self.drops = DropLog(type(self).__name__)
-        self.socket: zmq.Socket = context().socket(socket_type)
+        self.socket: zmq.Socket = zmq.Context.instance().socket(socket_type)
         try:
             self.socket.linger = 0
             if sndhwm is not None:
@@ -485,7 +480,7 @@ class ParamPublisher(_Stream):
         self._lock = threading.Lock()
         options = {zmq.XPUB_VERBOSE: 1}
         super().__init__(zmq.XPUB, bind=bind, sndhwm=hwm, options=options, **settings)
-        ctx = context()
+        ctx = zmq.Context.instance()
         wake = f"inproc://hns-param-wake-{os.getpid()}-{next(self._wake_ids)}"
         self._wake_rx = ctx.socket(zmq.PAIR)
         self._wake_rx.linger = 0

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import zmq
 
-from hns_train.distributed import streams
 from hns_train.distributed.security import RunKeys
 from hns_train.distributed.streams import (
     InferenceClient,
@@ -44,7 +43,7 @@ def test_keys_are_valid_pairs_and_secrets_stay_out_of_repr(keys):
 def _intruders(endpoint: str, keys: RunKeys) -> list[zmq.Socket]:
     """PUSH sockets that must not get through: no CURVE, another run's keys, and a client that
     knows the server's public key but has its own keypair."""
-    ctx = streams.context()
+    ctx = zmq.Context.instance()
     plain = ctx.socket(zmq.PUSH)
     other_run = ctx.socket(zmq.PUSH)
     RunKeys.generate().apply_client(other_run)

@@ -52,7 +52,7 @@ def _wait_until(predicate, timeout_s=5.0):
 
 
 def _raw(socket_type) -> zmq.Socket:
-    sock = streams.context().socket(socket_type)
+    sock = zmq.Context.instance().socket(socket_type)
     sock.linger = 0
     return sock
 
