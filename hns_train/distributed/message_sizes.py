@@ -19,15 +19,14 @@ each as `wire.encoded_size` counts it (all frames: the msgpack header with its a
 descriptors, plus the raw arrays), with `META_ALLOWANCE` bytes for a meta dict larger than the
 representative one used here.
 
-Per backend (`BACKEND_MESSAGES`): `c` sends all of the above; `pod` trains in its own process
-and sends no chunks, but still publishes parameters: it lists only those. Control
+The `c` backend sends all of the above; a pod (`pod`) trains in its own process and sends no
+chunks, but still publishes parameters: it lists only those. Control
 messages (heartbeats, a few KB) and pool snapshots (files, not messages) are not counted.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,15 +87,7 @@ def _chunk(cfg: RunConfig, columns: int) -> int:
     return encoded_size("chunk", layout, meta) + META_ALLOWANCE
 
 
-def _group_rows(cfg: RunConfig) -> tuple[int, int]:
-    """(worlds, agent rows) of one C actor group."""
-    game = cfg.game_config()
-    worlds = cfg.pipeline.envs_per_actor // max(cfg.pipeline.ring_size, 1)
-    return worlds, worlds * game.max_agents
-
-
-def _inference(cfg: RunConfig) -> list[MessageSize]:
-    _, rows = _group_rows(cfg)
+def _inference(cfg: RunConfig, rows: int) -> list[MessageSize]:
     lstm = cfg.agent.network.lstm_dim
     request = RequestLayout.of(observation_shapes(cfg.game_config()), lstm, rows)
     layout = {name: (dtype, shape) for name, dtype, shape in request.fields}
@@ -122,10 +113,13 @@ def _inference(cfg: RunConfig) -> list[MessageSize]:
     ]
 
 
-def _c_messages(cfg: RunConfig) -> list[MessageSize]:
+def message_sizes(cfg: RunConfig) -> list[MessageSize]:
+    """The largest message of each kind the run `cfg` sends."""
+    if cfg.pipeline.backend == "pod":
+        return [_parameters(cfg)]
     p = cfg.pipeline
-    worlds, _ = _group_rows(cfg)
     game = cfg.game_config()
+    worlds = p.envs_per_actor // max(p.ring_size, 1)  # of one actor group
     columns = worlds * cfg.pool.learning_agents(game.max_hiders, game.max_seekers)
     out = [
         _parameters(cfg),
@@ -137,32 +131,8 @@ def _c_messages(cfg: RunConfig) -> list[MessageSize]:
         ),
     ]
     if p.launcher == "ray" or not p.shared_memory:
-        out += _inference(cfg)
+        out += _inference(cfg, worlds * game.max_agents)
     return out
-
-
-def _pod_messages(cfg: RunConfig) -> list[MessageSize]:
-    # A pod simulates and learns in one process: no chunks, no inference; it still publishes
-    # parameters (for eval workers).
-    return [_parameters(cfg)]
-
-
-# backend -> the messages its runs send; a new backend adds its entry here.
-BACKEND_MESSAGES: dict[str, Callable[[RunConfig], list[MessageSize]]] = {
-    "c": _c_messages,
-    "pod": _pod_messages,
-}
-
-
-def message_sizes(cfg: RunConfig) -> list[MessageSize]:
-    """The largest message of each kind the run `cfg` sends."""
-    backend = cfg.pipeline.backend
-    if backend not in BACKEND_MESSAGES:
-        raise ConfigError(
-            f"pipeline.backend={backend!r}: no message sizes known; known: "
-            f"{', '.join(BACKEND_MESSAGES)}"
-        )
-    return BACKEND_MESSAGES[backend](cfg)
 
 
 def check_message_sizes(cfg: RunConfig, source: str = "config") -> list[MessageSize]:
