@@ -4,8 +4,8 @@ A worker refuses a device it cannot use; found only there, the refusal becomes a
 (every restart fails the same way) that trains nothing. `device_problems(cfg)` asks the same
 questions the workers will, with the same functions, before any worker starts:
 - `pipeline.device` (policy workers, trainers and pods): `resolve_device` (the one the
-  workers call too), and for several trainers each rank's device and the collective backend
-  (`ddp.rank_device`, `ddp.choose_backend`);
+  workers call too), the GPU it names, and for several trainers the collective backend
+  (`ddp.choose_backend`);
 - `pod.physics` for pods: MuJoCo Warp must import, and `warp` on `auto` needs a CUDA device
   the pod will actually use.
 
@@ -21,7 +21,7 @@ import torch
 
 from hns_train.agents.policy import default_device
 from hns_train.config import ConfigError, RunConfig
-from hns_train.distributed.ddp import choose_backend, rank_device
+from hns_train.distributed.ddp import choose_backend
 
 
 def resolve_device(name: str) -> torch.device:
@@ -40,13 +40,6 @@ def _machine() -> str:
     return f"this machine has {n} CUDA device{'' if n == 1 else 's'}"
 
 
-def _cuda_index_problem(key: str, device: torch.device) -> str | None:
-    index = device.index if device.type == "cuda" else None
-    if index is not None and index >= torch.cuda.device_count():
-        return f"{key}={str(device)!r} but {_machine()}"
-    return None
-
-
 def device_problems(cfg: RunConfig) -> list[str]:
     """One message per setting this machine cannot run (empty when all fit)."""
     p = cfg.pipeline
@@ -57,14 +50,13 @@ def device_problems(cfg: RunConfig) -> list[str]:
         device = resolve_device(p.device)
     except ValueError as err:
         return [f"{err} ({_machine()}); use pipeline.device=cpu or auto"]
-    for rank in range(p.n_trainers):
-        problem = _cuda_index_problem("pipeline.device", rank_device(device, rank))
-        if problem:
-            problems.append(problem)
-            break
+    # Ranks share an explicit index, and spread `cuda` over the GPUs there are
+    # (`ddp.rank_device`): only an explicit index can name a GPU this machine lacks.
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        problems.append(f"pipeline.device={p.device!r} but {_machine()}")
     if p.n_trainers > 1:
         try:
-            choose_backend(p.ddp_backend, rank_device(device, 0))
+            choose_backend(p.ddp_backend, device)
         except ValueError as err:
             problems.append(str(err))
     if p.backend == "pod" and cfg.pod.physics == "warp":
