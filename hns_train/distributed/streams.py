@@ -23,7 +23,7 @@ Invariants:
   count, at most ``wire.MAX_ARRAYS`` + 1).
 - **No pickle**: everything goes through ``wire.encode`` / ``wire.decode``.
 - **Zero copy.** Large arrays are sent without a copy, so an array passed to ``send``/``reply``
-  must not be modified in place afterwards (pass ``copy=True`` when reusing buffers).
+  must not be modified in place afterwards (send a copy of a buffer that is reused).
   ``ParamPublisher.publish`` always copies, because torch parameters change in place.
   Received arrays are read-only views of the received frames.
 - **Identities are not taken over.** ROUTER sockets refuse a second connection with an
@@ -208,10 +208,6 @@ class _Stream:
     def _setup(self) -> None:
         """Socket options of the subclass, set before bind/connect."""
 
-    @property
-    def closed(self) -> bool:
-        return self.socket.closed
-
     def close(self) -> None:
         if not self.socket.closed:
             self.socket.close(linger=0)
@@ -263,17 +259,6 @@ class _Stream:
             if deadline.remaining_ms() == 0:
                 break
         return None
-
-    def _send(self, frames: list, *, timeout_ms: int = 1000, copy: bool = False) -> bool:
-        """Send unless the queue stays full for timeout_ms (then False); ``copy=False`` hands
-        the arrays to the socket as they are (see the module docstring)."""
-        if not self.socket.poll(_check_timeout(timeout_ms), zmq.POLLOUT):
-            return False
-        try:
-            self.socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=copy)
-        except zmq.Again:
-            return False
-        return True
 
 
 def _positive(name: str, value: int) -> int:
@@ -344,7 +329,6 @@ class _RouterServer(_Stream):
         meta: _Meta = None,
         *,
         timeout_ms: int = 1000,
-        copy: bool = False,
     ) -> bool:
         """Send to one peer; False if it is not connected or its queue stays full for
         timeout_ms."""
@@ -352,7 +336,7 @@ class _RouterServer(_Stream):
         deadline = _Deadline(timeout_ms)
         while True:
             try:
-                self.socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=copy)
+                self.socket.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
                 return True
             except zmq.Again:  # that peer's queue is full: wait a little, like a blocking send
                 if deadline.remaining_ms() == 0:
@@ -371,10 +355,18 @@ class _RouterServer(_Stream):
 class _Sender(_Stream):
     """A stream that sends: ``send`` waits up to timeout_ms for room in the queue."""
 
-    def send(self, kind: str, arrays: _Arrays = None, meta: _Meta = None, **options) -> bool:
-        """Queue one message; False if the queue stays full for ``timeout_ms`` (an option, as
-        ``copy``: see ``_send``)."""
-        return self._send(encode(kind, arrays, meta), **options)
+    def send(
+        self, kind: str, arrays: _Arrays = None, meta: _Meta = None, *, timeout_ms: int = 1000
+    ) -> bool:
+        """Queue one message, its arrays as they are (see the module docstring); False if the
+        queue stays full for timeout_ms."""
+        if not self.socket.poll(_check_timeout(timeout_ms), zmq.POLLOUT):
+            return False
+        try:
+            self.socket.send_multipart(encode(kind, arrays, meta), flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return False
+        return True
 
 
 class _DealerClient(_Sender):

@@ -15,8 +15,7 @@ Invariants:
   is rejected (a newer sender is not guessed at).
 - **Zero copy.** ``encode`` hands out the arrays themselves as frames (pyzmq sends large frames
   without copying when ``copy=False``), so an array must not be modified in place after it is
-  sent. ``decode`` returns read-only views of the received frames (``copy=True`` for writable
-  copies).
+  sent. ``decode`` returns read-only views of the received frames.
 - **Strict.** ``decode`` raises ``WireError`` (a ``ValueError``) for anything malformed, naming
   the problem; it never raises another exception type and never allocates more memory than the
   frames it was given (declared shapes are checked against the real buffer sizes first).
@@ -230,21 +229,21 @@ def _check_descriptor(i: int, d: Any) -> tuple[str, np.dtype, tuple[int, ...]]:
     return name, ALLOWED_DTYPES[dtype], tuple(shape)
 
 
-def decode(frames: Sequence[Any], copy: bool = False) -> Message:
+def decode(frames: Sequence[Any]) -> Message:
     """Parse frames (bytes, ``zmq.Frame`` or memoryview) into a ``Message``.
 
-    The arrays are read-only views of the frames unless ``copy`` is True.
+    The arrays are read-only views of the frames.
     Raises ``WireError`` for anything malformed.
     """
     try:
-        return _decode(frames, copy)
+        return _decode(frames)
     except WireError:
         raise
     except Exception as exc:  # a last guard: the contract is "WireError or a Message"
         raise WireError(f"malformed message: {type(exc).__name__}: {short_repr(str(exc))}") from exc
 
 
-def _decode(frames: Sequence[Any], copy: bool) -> Message:
+def _decode(frames: Sequence[Any]) -> Message:
     if isinstance(frames, (bytes, bytearray, memoryview)) or not isinstance(frames, Sequence):
         raise WireError("a message is a sequence of frames")
     if len(frames) == 0:
@@ -290,6 +289,5 @@ def _decode(frames: Sequence[Any], copy: bool) -> Message:
                 f"array {name!r}: shape {list(shape)} of {dtype} needs {expected} bytes, "
                 f"frame has {len(buf)}"
             )
-        arr = np.frombuffer(buf, dtype=dtype).reshape(shape)
-        arrays[name] = arr.copy() if copy else arr
+        arrays[name] = np.frombuffer(buf, dtype=dtype).reshape(shape)
     return Message(kind=kind, arrays=arrays, meta=meta)
