@@ -29,6 +29,8 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import itertools
+import math
 import mmap
 import os
 import re
@@ -93,16 +95,13 @@ class RequestLayout:
 
     @cached_property
     def offsets(self) -> tuple[int, ...]:
-        out, at = [], 0
-        for _, dtype, shape in self.fields:
-            out.append(at)
-            at += _aligned(int(np.prod(shape)) * dtype.itemsize)
-        return tuple(out)
+        """Where each field starts in a slot, and (last) where the slot ends."""
+        sizes = (_aligned(math.prod(shape) * dtype.itemsize) for _, dtype, shape in self.fields)
+        return tuple(itertools.accumulate(sizes, initial=0))
 
-    @cached_property
+    @property
     def slot_bytes(self) -> int:
-        _, dtype, shape = self.fields[-1]
-        return _aligned(self.offsets[-1] + int(np.prod(shape)) * dtype.itemsize)
+        return self.offsets[-1]
 
     @property
     def block_bytes(self) -> int:
@@ -113,9 +112,9 @@ class RequestLayout:
         base = slot * self.slot_bytes
         return {
             name: np.frombuffer(
-                buffer, dtype, count=int(np.prod(shape)), offset=base + offset
+                buffer, dtype, count=math.prod(shape), offset=base + offset
             ).reshape(shape)
-            for (name, dtype, shape), offset in zip(self.fields, self.offsets, strict=True)
+            for (name, dtype, shape), offset in zip(self.fields, self.offsets[:-1], strict=True)
         }
 
 
