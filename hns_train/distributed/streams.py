@@ -61,7 +61,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -249,16 +249,27 @@ class _Stream:
         except zmq.Again:
             return None
 
-    def recv(self, timeout_ms: int = 100) -> Message | None:
-        """The next well-formed message, dropping malformed ones, or None after timeout_ms."""
+    def _collect(self, timeout_ms: int, reads: int, take: Callable[[list], Any]) -> list:
+        """What `take` makes of the queued messages, leaving out what it returns None for
+        (dropped): once something is queued, at most `reads` messages are read, and until one
+        is taken this waits again, up to timeout_ms in all."""
         deadline = _Deadline(timeout_ms)
-        while self.socket.poll(deadline.remaining_ms(), zmq.POLLIN):
-            frames = self._recv_frames()
-            if frames is not None and (msg := self._decode(frames)) is not None:
-                return msg
+        out: list = []
+        while not out and self.socket.poll(deadline.remaining_ms(), zmq.POLLIN):
+            for _ in range(reads):
+                frames = self._recv_frames()
+                if frames is None:
+                    break
+                if (item := take(frames)) is not None:
+                    out.append(item)
             if deadline.remaining_ms() == 0:
                 break
-        return None
+        return out
+
+    def recv(self, timeout_ms: int = 100) -> Message | None:
+        """The next well-formed message, dropping malformed ones, or None after timeout_ms."""
+        messages = self._collect(timeout_ms, 1, self._decode)
+        return messages[0] if messages else None
 
 
 def _positive(name: str, value: int) -> int:
@@ -301,25 +312,15 @@ class _RouterServer(_Stream):
 
     def recv(self, timeout_ms: int = 100) -> list[tuple[bytes, Message]]:
         """Everything queued (at most ``max_requests``), waiting up to timeout_ms for the first."""
-        deadline = _Deadline(timeout_ms)
-        out: list[tuple[bytes, Message]] = []
-        while not out:
-            if not self.socket.poll(deadline.remaining_ms(), zmq.POLLIN):
-                return out
-            while len(out) < self.max_requests:
-                frames = self._recv_frames()
-                if frames is None:
-                    break
-                peer = frames[0].bytes
-                if len(frames) < 2:
-                    self._reject("no payload after the peer id", peer)
-                    continue
-                msg = self._decode(frames[1:], peer)
-                if msg is not None:
-                    out.append((peer, msg))
-            if deadline.remaining_ms() == 0:
-                break
-        return out
+        return self._collect(timeout_ms, self.max_requests, self._from_peer)
+
+    def _from_peer(self, frames: list) -> tuple[bytes, Message] | None:
+        peer = frames[0].bytes
+        if len(frames) < 2:
+            self._reject("no payload after the peer id", peer)
+            return None
+        msg = self._decode(frames[1:], peer)
+        return None if msg is None else (peer, msg)
 
     def send(
         self,
@@ -560,37 +561,27 @@ class ParamSubscriber(_Stream):
         options = {zmq.SUBSCRIBE: b""}
         super().__init__(zmq.SUB, connect=connect, rcvhwm=hwm, options=options, **settings)
 
-    def _check(self, msg: Message) -> bool:
-        v, pub = msg.meta.get("version"), msg.meta.get("publisher")
-        if msg.kind != PARAMS_KIND or type(v) is not int or not isinstance(pub, str):
-            self._reject(f"not a parameter message (kind {msg.kind!r}, version {v!r})")
-            return False
-        return True
-
     def poll_latest(self, timeout_ms: int = 0) -> Message | None:
         """The newest version queued, if newer than the last one returned; else None.
 
         Drains everything queued, waiting up to timeout_ms for something new. A message from a
         different publisher (a restarted trainer) is accepted whatever its version.
         """
-        deadline = _Deadline(timeout_ms)
-        best: Message | None = None
-        best_pub, best_version = self.publisher, self.version
-        while True:
-            for _ in range(10_000):  # bounded even if the publisher refills as fast as we drain
-                frames = self._recv_frames()
-                if frames is None:
-                    break
-                msg = self._decode(frames)
-                if msg is None or not self._check(msg):
-                    continue
-                v, pub = msg.meta["version"], msg.meta["publisher"]
-                if pub != best_pub or best_version is None or v > best_version:
-                    best, best_pub, best_version = msg, pub, v
-            if best is not None:
-                self.version, self.publisher = best_version, best_pub
-                return best
-            if deadline.remaining_ms() == 0 or not self.socket.poll(
-                deadline.remaining_ms(), zmq.POLLIN
-            ):
-                return None
+        # at most 10,000 reads: bounded even if the publisher refills as fast as we drain
+        newer = self._collect(timeout_ms, 10_000, self._newer)
+        return newer[-1] if newer else None
+
+    def _newer(self, frames: list) -> Message | None:
+        """The parameter message in `frames` if it is newer than the last one taken (which it
+        then becomes); None otherwise."""
+        msg = self._decode(frames)
+        if msg is None:
+            return None
+        v, pub = msg.meta.get("version"), msg.meta.get("publisher")
+        if msg.kind != PARAMS_KIND or type(v) is not int or not isinstance(pub, str):
+            self._reject(f"not a parameter message (kind {msg.kind!r}, version {v!r})")
+            return None
+        if pub != self.publisher or self.version is None or v > self.version:
+            self.version, self.publisher = v, pub
+            return msg
+        return None
