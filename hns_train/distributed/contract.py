@@ -56,7 +56,6 @@ class DropLog:
         self.what = what
         self.every_s = every_s
         self.total = 0
-        self.lines = 0
         self.recent: deque[str] = deque(maxlen=RECENT_REASONS)  # newest last
         self._unlogged = 0
         self._last_line = -math.inf
@@ -77,7 +76,6 @@ class DropLog:
             who,
             reason,
         )
-        self.lines += 1
         self._unlogged = 0
         self._last_line = now
 
@@ -235,12 +233,9 @@ def state_dict_to_arrays(state: Mapping[str, torch.Tensor]) -> dict[str, np.ndar
 
 
 def param_layout(model: torch.nn.Module) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
-    """(dtype, shape) of every array of a parameter message of `model`, as
-    `state_dict_to_arrays` sends it."""
-    return {
-        name: (np.dtype(str(t.dtype).removeprefix("torch.")), tuple(t.shape))
-        for name, t in model.state_dict().items()
-    }
+    """(dtype, shape) of every array of a parameter message of `model`."""
+    arrays = state_dict_to_arrays(model.state_dict())
+    return {name: (a.dtype, a.shape) for name, a in arrays.items()}
 
 
 # ----------------------------------------------------------------------------- control
