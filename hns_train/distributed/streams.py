@@ -123,16 +123,11 @@ def resolve_bind(bind: str, security: RunKeys | None = None) -> str:
 
 def free_tcp_ports(host: str, count: int) -> list[int]:
     """`count` distinct free ports on `host` (all held open together while they are chosen)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
         for s in sockets:
-            s.close()
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in sockets]
 
 
 def _check_timeout(timeout_ms: int) -> int:
