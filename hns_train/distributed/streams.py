@@ -180,7 +180,6 @@ class _Stream:
             self.socket.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
             for opt, value in (options or {}).items():
                 self.socket.setsockopt(opt, value)
-            self._setup()
             if bind is not None:
                 address = resolve_bind(bind, security)
                 if security is not None:
@@ -199,9 +198,6 @@ class _Stream:
         except BaseException:
             self.socket.close(linger=0)
             raise
-
-    def _setup(self) -> None:
-        """Socket options of the subclass, set before bind/connect."""
 
     def close(self) -> None:
         if not self.socket.closed:
@@ -298,12 +294,10 @@ class _RouterServer(_Stream):
         if max_requests is None:
             max_requests = self.DEFAULT_MAX_REQUESTS
         self.max_requests = _positive("max_requests", max_requests)
-        super().__init__(zmq.ROUTER, bind=bind, sndhwm=hwm, rcvhwm=hwm, **settings)
-
-    def _setup(self) -> None:
         # Unknown or full peers raise instead of being silently dropped, so send() can say so.
         # No ROUTER_HANDOVER: a live peer's identity cannot be taken over by another connection.
-        self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        options = {zmq.ROUTER_MANDATORY: 1}
+        super().__init__(zmq.ROUTER, bind=bind, sndhwm=hwm, rcvhwm=hwm, options=options, **settings)
 
     def recv(self, timeout_ms: int = 100) -> list[tuple[bytes, Message]]:
         """Everything queued (at most ``max_requests``), waiting up to timeout_ms for the first."""
@@ -383,11 +377,10 @@ class _DealerClient(_Sender):
     ) -> None:
         self.identity = _identity(identity)
         self.token = token
-        super().__init__(zmq.DEALER, connect=connect, sndhwm=hwm, rcvhwm=hwm, **settings)
-
-    def _setup(self) -> None:
-        if self.identity is not None:
-            self.socket.setsockopt(zmq.ROUTING_ID, self.identity)
+        options = {} if self.identity is None else {zmq.ROUTING_ID: self.identity}
+        super().__init__(
+            zmq.DEALER, connect=connect, sndhwm=hwm, rcvhwm=hwm, options=options, **settings
+        )
 
     def send(self, kind: str, arrays: _Arrays = None, meta: _Meta = None, **options) -> bool:
         if self.token is not None:
