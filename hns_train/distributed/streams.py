@@ -167,7 +167,6 @@ class _Stream:
     ) -> None:
         if (bind is None) == (connect is None):
             raise ValueError("give exactly one of bind or connect")
-        self.security = security
         self.max_message_bytes = _positive("max_message_bytes", max_message_bytes)
         self.drops = DropLog(type(self).__name__)
         self.socket: zmq.Socket = zmq.Context.instance().socket(socket_type)
