@@ -41,12 +41,12 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from hns_train.config import WANDB_MODES
 from hns_train.eval.baselines import Baselines, load_baselines
 from hns_train.eval.phases import PHASES, PhaseOnset
 from hns_train.optional import available
 
 AXES = ("episodes", "frames", "hours", "version")
-MODES = ("offline", "online", "disabled")
 DEFAULT_PROJECT = "hns_train"
 RUN_ID_FILE = "run_id"
 REFERENCE_RUN_ID = "rapid-reference"
@@ -62,8 +62,8 @@ def resolve_mode(mode: str | None) -> str:
     if env == "disabled":
         return "disabled"
     mode = mode or env or "offline"
-    if mode not in MODES:
-        raise ValueError(f"wandb mode {mode!r} is not allowed; use one of {list(MODES)}")
+    if mode not in WANDB_MODES:
+        raise ValueError(f"wandb mode {mode!r} is not allowed; use one of {list(WANDB_MODES)}")
     return mode
 
 
@@ -81,8 +81,6 @@ class WandbLogger:
         tags: Sequence[str] = (),
         group: str | None = None,
     ):
-        if not isinstance(config, dict):
-            raise ValueError(f"config must be a dict, got {type(config).__name__}")
         self.mode = resolve_mode(mode)
         self.run_dir = Path(run_dir)
         self.dir = self.run_dir / "wandb"
@@ -118,16 +116,9 @@ class WandbLogger:
         )
         define_axes(self.run)
 
-    @property
-    def enabled(self) -> bool:
-        return self.run is not None
-
     # ------------------------------------------------------------------ logging
     def log(self, record: dict) -> None:
-        """Log one metrics.jsonl record (a `phase` record goes to `log_phase`)."""
-        if record.get("kind") == "phase":
-            self.log_phase(PhaseOnset.from_record(record))
-            return
+        """Log one metrics.jsonl training record."""
         if "episodes" not in record:
             raise ValueError(
                 f"training record lacks 'episodes' (the x-axis); keys: {sorted(record)}"
@@ -142,10 +133,8 @@ class WandbLogger:
         if self.run is not None:
             self.run.log(row)
 
-    def log_phase(self, onset: PhaseOnset | dict) -> None:
+    def log_phase(self, onset: PhaseOnset) -> None:
         """Mark a phase onset: `phase/index` (1..6) and `phase/<name>` at its own counters."""
-        if isinstance(onset, dict):
-            onset = PhaseOnset.from_record(onset)
         self.onsets.append(onset)
         if self.run is None:
             return
@@ -195,12 +184,6 @@ class WandbLogger:
         if self.run is not None:
             _finish(self.run, exit_code)
             self.run = None
-
-    def __enter__(self) -> WandbLogger:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self.finish(exit_code=0 if exc_type is None else 1)
 
 
 def _finish(run, exit_code: int) -> None:
