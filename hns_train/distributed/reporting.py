@@ -39,7 +39,7 @@ class RunLog:
         self.run_dir = run_dir
         self.hardware = hardware
         self.metrics_path = run_dir / "metrics.jsonl"
-        self.records: list[dict] = []
+        self.last: dict = {}  # the newest record
         self.phases_reached: list[str] = []
         self.bar = None
         self.logger = None
@@ -105,7 +105,7 @@ class RunLog:
             self.logger.log_table("eval/leaderboard", board["columns"], board["rows"])
 
     # ------------------------------------------------------------------ records
-    def record(self, base: dict, elapsed_s: float, last_by_kind: dict[str, list[dict]]) -> dict:
+    def record(self, base: dict, elapsed_s: float, last_by_kind: dict[str, list[dict]]) -> None:
         """Complete the controller's `base` record with the window's figures; write it, log it,
         look for phase onsets, start a new window."""
         record = {**base, "throughput/env_fps": self.costs.frames / max(elapsed_s, 1e-9)}
@@ -118,14 +118,13 @@ class RunLog:
         record.update(self._eval_metrics())
         self._stats[:] = 0
         self._episodes = 0
-        self.records.append(record)
+        self.last = record
         append_record(self.metrics_path, record)
         if self.logger is not None:
             self.logger.log(record)
         if self.phases is not None and "episode/hider_return" in record:
             for onset in self.phases.update(record):
                 self._log_phase(onset)
-        return record
 
     def _log_phase(self, onset) -> None:
         entry = onset.to_record()
@@ -179,10 +178,6 @@ class RunLog:
         """Redraw the progress bar (if any) at `frames` with `postfix`."""
         if self.bar is not None:
             self.bar.show(frames, postfix)
-
-    @property
-    def last(self) -> dict:
-        return self.records[-1] if self.records else {}
 
     def close(self) -> None:
         if self.bar is not None:
