@@ -107,6 +107,7 @@ class MemberRun:
         self.member = member
         self.dir = root / "members" / member.name
         self.log_path = root / "members" / f"{member.name}.log"
+        self.config_path = root / "members" / f"{member.name}.yaml"  # a new run starts from it
         self.process: subprocess.Popen | None = None
         self.stopping = False
         self._metrics_offset = 0
@@ -118,14 +119,14 @@ class MemberRun:
     def name(self) -> str:
         return self.member.name
 
-    def start(self, config_path: Path) -> None:
+    def start(self) -> None:
         resume = CheckpointDir(self.dir / "checkpoints").steps() if self.dir.is_dir() else []
         if resume:
             args = ["--resume", str(self.dir)]
         else:
             if self.dir.exists():  # started before but never checkpointed: begin again
                 move_aside(self.dir)
-            args = ["--config", str(config_path)]
+            args = ["--config", str(self.config_path)]
         out = self.log_path.open("a")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "hns_train.train", *args],
@@ -319,19 +320,15 @@ class PopulationController(Stoppable):
             ],
         )
 
-    def _config_path(self, member: Member) -> Path:
-        return self.run_dir / "members" / f"{member.name}.yaml"
-
     def launch(self, member: Member) -> None:
         cfg = self.member_config(member)
-        path = self._config_path(member)
-        save_config(cfg, path)
         run = self.runs.get(member.name) or MemberRun(self.run_dir, member)
         run.member = member
         self.runs[member.name] = run
+        save_config(cfg, run.config_path)
         if (run.dir / "config.yaml").is_file():
             save_config(cfg, run.dir / "config.yaml")  # a resume reads the member's own copy
-        run.start(path)
+        run.start()
 
     def retire(self, name: str) -> None:
         member = self.members.get(name)
@@ -522,15 +519,10 @@ class PopulationController(Stoppable):
         run.wait_stopped()
         own = CheckpointDir(run.dir / "checkpoints")
         mine = own.latest()
+        kept = mine.meta.get("counters", {}) if mine is not None else {}
         counters = dict(latest.meta.get("counters", {}))
-        if mine is not None:  # frames and episodes stay this member's own
-            counters.update(
-                {
-                    k: v
-                    for k, v in mine.meta.get("counters", {}).items()
-                    if k in ("frames", "episodes", "wall_clock_s")
-                }
-            )
+        # frames and episodes stay this member's own
+        counters.update({k: kept[k] for k in ("frames", "episodes", "wall_clock_s") if k in kept})
         replaced = run.dir / "replaced"
         if replaced.exists():  # an earlier exploit's (or one cut short): kept beside
             move_aside(replaced)
@@ -606,8 +598,7 @@ class PopulationController(Stoppable):
                     wanted.add(policy)
                     w = self._pfsp(name, policy, roles)
                     if policy not in present:
-                        state = load_checkpoint(self.run_dir / entry["file"]).state["model"]
-                        pool.add_guest(policy, "past", state, w, w)
+                        pool.add_guest(policy, "past", self._weights(policy), w, w)
                     else:
                         pool.set_guest_weights(policy, w, w)
                 for gone in set(present) - wanted:
