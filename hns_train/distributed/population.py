@@ -87,17 +87,16 @@ from hns_train.config import RunConfig, apply_override, config_from_dict, flat_s
 from hns_train.distributed.controller import Stoppable, stop_signals
 from hns_train.distributed.reporting import ProgressBar
 from hns_train.distributed.run_lock import claim
-from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
+from hns_train.distributed.wandb_logger import open_run
 from hns_train.distributed.worker import _die_with_parent, pool_dir
 from hns_train.eval.league import League
-from hns_train.eval.population_view import best_scored, member_scores
+from hns_train.eval.population_view import best_scored, lineage_rows, member_scores
 from hns_train.jsonl import append_record
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5
 STOP_WAIT_S = 120.0  # a member asked to stop writes its final checkpoint within this
 REQUESTS = "requests"
-LINEAGE_COLUMNS = ["hours", "event", "member", "details"]
 
 
 class MemberRun:
@@ -227,15 +226,13 @@ class PopulationController(Stoppable):
         self.league = League(self.run_dir / LEAGUE, cfg, seed=cfg.seed)
         if resume:
             self._check_league()
-        lg = cfg.logging  # the population's own wandb run, in the group of its members' runs
-        # Once, here, before any member starts (members find it and write none): concurrent
-        # members would race for the one run id. First: wandb holds one active run per process.
-        log_reference_run(lg.project, self.run_dir, lg.wandb)
-        self.wandb = WandbLogger(
+        # The population's own wandb run, in the group of its members' runs, and the reference
+        # run once, here, before any member starts (members find it and write none):
+        # concurrent members would race for its one run id.
+        self.wandb = open_run(
+            cfg.logging,
             self.run_dir,
             cfg.to_dict(),
-            project=lg.project,
-            mode=lg.wandb,
             resume=resume,
             name=f"{cfg.name}/population",
             group=cfg.name,
@@ -301,7 +298,8 @@ class PopulationController(Stoppable):
 
     def event(self, kind: str, member: str, **fields: Any) -> None:
         """One lineage event: a line in lineage.jsonl (`time`, `elapsed_s`, `event`, `member`
-        and the event's own fields), and the lineage table in wandb."""
+        and the event's own fields), and the lineage table in wandb, in the rows the eval view
+        prints (an explore joins the exploit before it)."""
         record = {
             "time": time.time(),
             "elapsed_s": self.elapsed_s(),
@@ -311,14 +309,8 @@ class PopulationController(Stoppable):
         }
         append_record(self.run_dir / LINEAGE, record)
         self._events.append(record)
-        self.wandb.log_table(
-            "population/lineage",
-            LINEAGE_COLUMNS,
-            [
-                [e["elapsed_s"] / 3600, e["event"], e["member"], json.dumps(_details(e))]
-                for e in self._events
-            ],
-        )
+        rows = [[t / 3600, *row] for t, *row in lineage_rows(self._events)]
+        self.wandb.log_table("population/lineage", ["hours", "member", "event", "details"], rows)
 
     def launch(self, member: Member) -> None:
         cfg = self.member_config(member)
@@ -806,7 +798,3 @@ def move_aside(path: Path) -> Path:
     path.rename(target)
     log.warning("%s moved aside to %s", path, target.name)
     return target
-
-
-def _details(event: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in event.items() if k not in ("time", "elapsed_s", "event", "member")}

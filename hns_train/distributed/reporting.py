@@ -56,17 +56,10 @@ class RunLog:
         if lg.progress:
             self.bar = ProgressBar(self.cfg, "env frames", frames)
         if lg.wandb != "disabled":
-            from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
+            from hns_train.distributed.wandb_logger import open_run
 
-            # First, and finished before the run's own: wandb holds one active run per process.
-            log_reference_run(lg.project, self.run_dir, lg.wandb)
-            self.logger = WandbLogger(
-                self.run_dir,
-                {**self.cfg.to_dict(), "hardware": self.hardware},
-                project=lg.project,
-                mode=lg.wandb,
-                group=lg.group,
-            )
+            config = {**self.cfg.to_dict(), "hardware": self.hardware}
+            self.logger = open_run(lg, self.run_dir, config, group=lg.group)
         from hns_train.eval.phases import PhaseDetector
 
         if self.metrics_path.exists():

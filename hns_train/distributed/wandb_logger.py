@@ -18,6 +18,7 @@
   mp4 (made with imageio-ffmpeg), `log_table` a table such as match results or the leaderboard.
 - Console capture is off: the controller's progress bar owns the terminal.
 
+`open_run(logging, run_dir, config)` opens an experiment's run after the reference run;
 `log_reference_run(project, dir, mode)` writes Rapid's phase onsets (from
 `hns_train.eval.baselines`) on the episode axis as a separate run, `rapid-reference`, in the
 same project, so the workspace shows this run's `phase/index` steps against the paper's. A
@@ -221,6 +222,16 @@ def define_axes(run) -> None:
 
 def _phase_row(phase: str, episodes: float) -> dict:
     return {"phase/index": PHASES.index(phase) + 1, f"phase/{phase}": episodes}
+
+
+def open_run(logging_cfg, run_dir: Path, config: dict, **kwargs) -> WandbLogger:
+    """An experiment's `WandbLogger` under the `logging` settings, after the reference run
+    (`log_reference_run`): first, and finished before the experiment's own run, because wandb
+    holds one active run per process."""
+    log_reference_run(logging_cfg.project, run_dir, logging_cfg.wandb)
+    return WandbLogger(
+        run_dir, config, project=logging_cfg.project, mode=logging_cfg.wandb, **kwargs
+    )
 
 
 def log_reference_run(
