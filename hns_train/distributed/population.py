@@ -276,16 +276,14 @@ class PopulationController(Stoppable):
                 cfg = apply_override(cfg, item)
         return cfg.check(f"member {member.name}")
 
-    def join(self, hyper: dict[str, Any] | None = None) -> Member:
+    def join(self) -> Member:
         index = self.next_index
         self.next_index += 1
-        if hyper is None:  # member 0 keeps the base settings: a population of 1 is a plain run
+        if index == 0:  # member 0 keeps the base settings: a population of 1 is a plain run
             base = flat_settings(self.cfg)
-            hyper = (
-                {k: base[k] for k in self.ranges}
-                if index == 0
-                else sample_hyper(self.ranges, self.rng)
-            )
+            hyper = {k: base[k] for k in self.ranges}
+        else:
+            hyper = sample_hyper(self.ranges, self.rng)
         fixed = self.fixed.get(index, [])  # settings that hold until its first exploit
         for item in fixed:  # a fixed searched setting is what the member trains with
             key, _, value = item.partition("=")
