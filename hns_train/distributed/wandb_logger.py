@@ -43,7 +43,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from hns_train.config import WANDB_MODES
-from hns_train.eval.baselines import Baselines, load_baselines
+from hns_train.eval.baselines import load_baselines
 from hns_train.eval.phases import PHASES, PhaseOnset
 from hns_train.optional import available
 
@@ -79,7 +79,6 @@ class WandbLogger:
         mode: str | None = None,
         resume: bool = True,
         name: str | None = None,
-        tags: Sequence[str] = (),
         group: str | None = None,
     ):
         self.mode = resolve_mode(mode)
@@ -111,7 +110,6 @@ class WandbLogger:
             mode=self.mode,
             name=name or str(config.get("name") or self.run_dir.name),
             config=config,
-            tags=list(tags),
             group=group or None,  # a population's members: one group, one run each
             settings=wandb.Settings(console="off", silent=True),
         )
@@ -238,7 +236,6 @@ def log_reference_run(
     project: str = DEFAULT_PROJECT,
     dir: str | Path = ".",
     mode: str | None = None,
-    baselines: Baselines | None = None,
 ) -> str | None:
     """Write Rapid's phase onsets on the episode axis as run `rapid-reference` under `dir`.
 
@@ -257,7 +254,7 @@ def log_reference_run(
     marker = dir / "wandb" / REFERENCE_RUN_ID
     if marker.is_file():
         return REFERENCE_RUN_ID
-    baselines = baselines or load_baselines()
+    baselines = load_baselines()
     rapid, srl = baselines.rapid, baselines.srl
     config = {
         "baseline": rapid.name,
