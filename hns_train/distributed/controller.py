@@ -103,7 +103,6 @@ class Summary:
     reason: str
     phases: list[str]
     last_record: dict
-    new_frames: int = 0  # frames of this invocation (a resumed run started with frames - this)
 
     def lines(self) -> list[str]:
         r = self.last_record
@@ -404,15 +403,12 @@ class Controller(Stoppable):
 
     def _progressed(self, kind: str, meta: dict) -> bool:
         """Whether a heartbeat shows progress, or a wait that is another worker's doing."""
-
-        def last(of: str) -> list[dict]:
-            return [s.last for s in self.workers.values() if s.spec.kind == of]
-
+        last = by_kind(self.workers.values())
         if kind == "actor":  # stepping, or waiting on the trainer or on parameters
             return (
                 meta.get("frames", 0) > 0
                 or meta.get("queued_chunks", 0) > 0
-                or any(p.get("version", -1) < 0 for p in last("policy"))
+                or any(p.get("version", -1) < 0 for p in last["policy"])
             )
         if kind == "policy":  # has parameters, or no trainer could have sent them yet
             trainer = self.workers.get("trainer0")
@@ -420,7 +416,7 @@ class Controller(Stoppable):
         if kind == "trainer":  # takes chunks (a pod: steps its worlds), or none wait for it
             if meta.get("steps", 0) > 0 or meta.get("received", 0) > 0:
                 return True
-            return not any(a.get("queued_chunks", 0) > 0 for a in last("actor"))
+            return not any(a.get("queued_chunks", 0) > 0 for a in last["actor"])
         return True  # eval: rounds take long; watched for liveness only
 
     def _absorb(self, kind: str, meta: dict) -> None:
@@ -471,36 +467,9 @@ class Controller(Stoppable):
         p = self.cfg.pipeline
         dead = set(self.launcher.dead())
         for name, state in list(self.workers.items()):
-            if state.stopped:
+            why = "" if state.stopped else self._trouble(state, name in dead, now)
+            if not why:
                 continue
-            # In one process (serial) every worker waits while another works: silence says
-            # nothing. A worker that announced a long computation (`busy`) is watched through
-            # its process alone until it speaks again.
-            # Before its hello a worker is still starting (spawn, imports): a longer grace.
-            limit = (
-                p.heartbeat_timeout_s
-                if state.connected
-                else max(p.heartbeat_timeout_s, STARTUP_GRACE_S)
-            )
-            silent = (
-                self.launcher.scheme != "inproc"
-                and not state.busy
-                and now - state.last_seen > limit
-            )
-            stalled = (
-                p.stall_timeout_s > 0
-                and state.connected
-                and not state.busy
-                and now - state.progress_at > p.stall_timeout_s
-            )
-            if name not in dead and not silent and not stalled:
-                continue
-            if name in dead:
-                why = "exited"
-            elif silent:
-                why = f"silent for {now - state.last_seen:.0f} s"
-            else:
-                why = f"made no progress for {now - state.progress_at:.0f} s"
             if name in dead and self._exit_code(name) == NO_ROOM_EXIT:
                 self._no_room(f"{name} found no room on the disk")
                 return
@@ -521,6 +490,27 @@ class Controller(Stoppable):
                 return
             self.launcher.kill(name)
             self._start(state.spec.restarted(token=_token()))
+
+    def _trouble(self, state: WorkerState, exited: bool, now: float) -> str:
+        """Why a worker must restart: it exited, was silent or made no progress ("" if none).
+
+        In one process (serial) every worker waits while another works: silence says nothing.
+        A worker that announced a long computation (`busy`) is watched through its process
+        alone until it speaks again. Before its hello a worker is still starting (spawn,
+        imports): a longer grace."""
+        p = self.cfg.pipeline
+        if exited:
+            return "exited"
+        if state.busy:
+            return ""
+        limit = p.heartbeat_timeout_s
+        if not state.connected:
+            limit = max(limit, STARTUP_GRACE_S)
+        if self.launcher.scheme != "inproc" and now - state.last_seen > limit:
+            return f"silent for {now - state.last_seen:.0f} s"
+        if state.connected and 0 < p.stall_timeout_s < now - state.progress_at:
+            return f"made no progress for {now - state.progress_at:.0f} s"
+        return ""
 
     def _exit_code(self, name: str) -> int | None:
         exit_code = getattr(self.launcher, "exit_code", None)  # launchers of local processes
@@ -624,7 +614,6 @@ class Controller(Stoppable):
             reason=self.stop_reason,
             phases=list(self.log.phases_reached),
             last_record=self.log.last,
-            new_frames=self.frames - self.frames_at_start,
         )
 
 

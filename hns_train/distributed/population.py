@@ -87,17 +87,16 @@ from hns_train.config import RunConfig, apply_override, config_from_dict, flat_s
 from hns_train.distributed.controller import Stoppable, stop_signals
 from hns_train.distributed.reporting import ProgressBar
 from hns_train.distributed.run_lock import claim
-from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
+from hns_train.distributed.wandb_logger import open_run
 from hns_train.distributed.worker import _die_with_parent, pool_dir
 from hns_train.eval.league import League
-from hns_train.eval.population_view import best_scored, member_scores
+from hns_train.eval.population_view import best_scored, lineage_rows, member_scores
 from hns_train.jsonl import append_record
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5
 STOP_WAIT_S = 120.0  # a member asked to stop writes its final checkpoint within this
 REQUESTS = "requests"
-LINEAGE_COLUMNS = ["hours", "event", "member", "details"]
 
 
 class MemberRun:
@@ -107,6 +106,7 @@ class MemberRun:
         self.member = member
         self.dir = root / "members" / member.name
         self.log_path = root / "members" / f"{member.name}.log"
+        self.config_path = root / "members" / f"{member.name}.yaml"  # a new run starts from it
         self.process: subprocess.Popen | None = None
         self.stopping = False
         self._metrics_offset = 0
@@ -118,14 +118,14 @@ class MemberRun:
     def name(self) -> str:
         return self.member.name
 
-    def start(self, config_path: Path) -> None:
+    def start(self) -> None:
         resume = CheckpointDir(self.dir / "checkpoints").steps() if self.dir.is_dir() else []
         if resume:
             args = ["--resume", str(self.dir)]
         else:
             if self.dir.exists():  # started before but never checkpointed: begin again
                 move_aside(self.dir)
-            args = ["--config", str(config_path)]
+            args = ["--config", str(self.config_path)]
         out = self.log_path.open("a")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "hns_train.train", *args],
@@ -226,15 +226,13 @@ class PopulationController(Stoppable):
         self.league = League(self.run_dir / LEAGUE, cfg, seed=cfg.seed)
         if resume:
             self._check_league()
-        lg = cfg.logging  # the population's own wandb run, in the group of its members' runs
-        # Once, here, before any member starts (members find it and write none): concurrent
-        # members would race for the one run id. First: wandb holds one active run per process.
-        log_reference_run(lg.project, self.run_dir, lg.wandb)
-        self.wandb = WandbLogger(
+        # The population's own wandb run, in the group of its members' runs, and the reference
+        # run once, here, before any member starts (members find it and write none):
+        # concurrent members would race for its one run id.
+        self.wandb = open_run(
+            cfg.logging,
             self.run_dir,
             cfg.to_dict(),
-            project=lg.project,
-            mode=lg.wandb,
             resume=resume,
             name=f"{cfg.name}/population",
             group=cfg.name,
@@ -278,16 +276,14 @@ class PopulationController(Stoppable):
                 cfg = apply_override(cfg, item)
         return cfg.check(f"member {member.name}")
 
-    def join(self, hyper: dict[str, Any] | None = None) -> Member:
+    def join(self) -> Member:
         index = self.next_index
         self.next_index += 1
-        if hyper is None:  # member 0 keeps the base settings: a population of 1 is a plain run
+        if index == 0:  # member 0 keeps the base settings: a population of 1 is a plain run
             base = flat_settings(self.cfg)
-            hyper = (
-                {k: base[k] for k in self.ranges}
-                if index == 0
-                else sample_hyper(self.ranges, self.rng)
-            )
+            hyper = {k: base[k] for k in self.ranges}
+        else:
+            hyper = sample_hyper(self.ranges, self.rng)
         fixed = self.fixed.get(index, [])  # settings that hold until its first exploit
         for item in fixed:  # a fixed searched setting is what the member trains with
             key, _, value = item.partition("=")
@@ -300,7 +296,8 @@ class PopulationController(Stoppable):
 
     def event(self, kind: str, member: str, **fields: Any) -> None:
         """One lineage event: a line in lineage.jsonl (`time`, `elapsed_s`, `event`, `member`
-        and the event's own fields), and the lineage table in wandb."""
+        and the event's own fields), and the lineage table in wandb, in the rows the eval view
+        prints (an explore joins the exploit before it)."""
         record = {
             "time": time.time(),
             "elapsed_s": self.elapsed_s(),
@@ -310,28 +307,18 @@ class PopulationController(Stoppable):
         }
         append_record(self.run_dir / LINEAGE, record)
         self._events.append(record)
-        self.wandb.log_table(
-            "population/lineage",
-            LINEAGE_COLUMNS,
-            [
-                [e["elapsed_s"] / 3600, e["event"], e["member"], json.dumps(_details(e))]
-                for e in self._events
-            ],
-        )
-
-    def _config_path(self, member: Member) -> Path:
-        return self.run_dir / "members" / f"{member.name}.yaml"
+        rows = [[t / 3600, *row] for t, *row in lineage_rows(self._events)]
+        self.wandb.log_table("population/lineage", ["hours", "member", "event", "details"], rows)
 
     def launch(self, member: Member) -> None:
         cfg = self.member_config(member)
-        path = self._config_path(member)
-        save_config(cfg, path)
         run = self.runs.get(member.name) or MemberRun(self.run_dir, member)
         run.member = member
         self.runs[member.name] = run
+        save_config(cfg, run.config_path)
         if (run.dir / "config.yaml").is_file():
             save_config(cfg, run.dir / "config.yaml")  # a resume reads the member's own copy
-        run.start(path)
+        run.start()
 
     def retire(self, name: str) -> None:
         member = self.members.get(name)
@@ -522,15 +509,10 @@ class PopulationController(Stoppable):
         run.wait_stopped()
         own = CheckpointDir(run.dir / "checkpoints")
         mine = own.latest()
+        kept = mine.meta.get("counters", {}) if mine is not None else {}
         counters = dict(latest.meta.get("counters", {}))
-        if mine is not None:  # frames and episodes stay this member's own
-            counters.update(
-                {
-                    k: v
-                    for k, v in mine.meta.get("counters", {}).items()
-                    if k in ("frames", "episodes", "wall_clock_s")
-                }
-            )
+        # frames and episodes stay this member's own
+        counters.update({k: kept[k] for k in ("frames", "episodes", "wall_clock_s") if k in kept})
         replaced = run.dir / "replaced"
         if replaced.exists():  # an earlier exploit's (or one cut short): kept beside
             move_aside(replaced)
@@ -606,8 +588,7 @@ class PopulationController(Stoppable):
                     wanted.add(policy)
                     w = self._pfsp(name, policy, roles)
                     if policy not in present:
-                        state = load_checkpoint(self.run_dir / entry["file"]).state["model"]
-                        pool.add_guest(policy, "past", state, w, w)
+                        pool.add_guest(policy, "past", self._weights(policy), w, w)
                     else:
                         pool.set_guest_weights(policy, w, w)
                 for gone in set(present) - wanted:
@@ -815,7 +796,3 @@ def move_aside(path: Path) -> Path:
     path.rename(target)
     log.warning("%s moved aside to %s", path, target.name)
     return target
-
-
-def _details(event: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in event.items() if k not in ("time", "elapsed_s", "event", "member")}

@@ -39,7 +39,7 @@ class RunLog:
         self.run_dir = run_dir
         self.hardware = hardware
         self.metrics_path = run_dir / "metrics.jsonl"
-        self.records: list[dict] = []
+        self.last: dict = {}  # the newest record
         self.phases_reached: list[str] = []
         self.bar = None
         self.logger = None
@@ -56,17 +56,10 @@ class RunLog:
         if lg.progress:
             self.bar = ProgressBar(self.cfg, "env frames", frames)
         if lg.wandb != "disabled":
-            from hns_train.distributed.wandb_logger import WandbLogger, log_reference_run
+            from hns_train.distributed.wandb_logger import open_run
 
-            # First, and finished before the run's own: wandb holds one active run per process.
-            log_reference_run(lg.project, self.run_dir, lg.wandb)
-            self.logger = WandbLogger(
-                self.run_dir,
-                {**self.cfg.to_dict(), "hardware": self.hardware},
-                project=lg.project,
-                mode=lg.wandb,
-                group=lg.group,
-            )
+            config = {**self.cfg.to_dict(), "hardware": self.hardware}
+            self.logger = open_run(lg, self.run_dir, config, group=lg.group)
         from hns_train.eval.phases import PhaseDetector
 
         if self.metrics_path.exists():
@@ -105,7 +98,7 @@ class RunLog:
             self.logger.log_table("eval/leaderboard", board["columns"], board["rows"])
 
     # ------------------------------------------------------------------ records
-    def record(self, base: dict, elapsed_s: float, last_by_kind: dict[str, list[dict]]) -> dict:
+    def record(self, base: dict, elapsed_s: float, last_by_kind: dict[str, list[dict]]) -> None:
         """Complete the controller's `base` record with the window's figures; write it, log it,
         look for phase onsets, start a new window."""
         record = {**base, "throughput/env_fps": self.costs.frames / max(elapsed_s, 1e-9)}
@@ -118,14 +111,13 @@ class RunLog:
         record.update(self._eval_metrics())
         self._stats[:] = 0
         self._episodes = 0
-        self.records.append(record)
+        self.last = record
         append_record(self.metrics_path, record)
         if self.logger is not None:
             self.logger.log(record)
         if self.phases is not None and "episode/hider_return" in record:
             for onset in self.phases.update(record):
                 self._log_phase(onset)
-        return record
 
     def _log_phase(self, onset) -> None:
         entry = onset.to_record()
@@ -179,10 +171,6 @@ class RunLog:
         """Redraw the progress bar (if any) at `frames` with `postfix`."""
         if self.bar is not None:
             self.bar.show(frames, postfix)
-
-    @property
-    def last(self) -> dict:
-        return self.records[-1] if self.records else {}
 
     def close(self) -> None:
         if self.bar is not None:

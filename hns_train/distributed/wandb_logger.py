@@ -18,6 +18,7 @@
   mp4 (made with imageio-ffmpeg), `log_table` a table such as match results or the leaderboard.
 - Console capture is off: the controller's progress bar owns the terminal.
 
+`open_run(logging, run_dir, config)` opens an experiment's run after the reference run;
 `log_reference_run(project, dir, mode)` writes Rapid's phase onsets (from
 `hns_train.eval.baselines`) on the episode axis as a separate run, `rapid-reference`, in the
 same project, so the workspace shows this run's `phase/index` steps against the paper's. A
@@ -41,12 +42,12 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from hns_train.eval.baselines import Baselines, load_baselines
+from hns_train.config import WANDB_MODES
+from hns_train.eval.baselines import load_baselines
 from hns_train.eval.phases import PHASES, PhaseOnset
 from hns_train.optional import available
 
 AXES = ("episodes", "frames", "hours", "version")
-MODES = ("offline", "online", "disabled")
 DEFAULT_PROJECT = "hns_train"
 RUN_ID_FILE = "run_id"
 REFERENCE_RUN_ID = "rapid-reference"
@@ -62,8 +63,8 @@ def resolve_mode(mode: str | None) -> str:
     if env == "disabled":
         return "disabled"
     mode = mode or env or "offline"
-    if mode not in MODES:
-        raise ValueError(f"wandb mode {mode!r} is not allowed; use one of {list(MODES)}")
+    if mode not in WANDB_MODES:
+        raise ValueError(f"wandb mode {mode!r} is not allowed; use one of {list(WANDB_MODES)}")
     return mode
 
 
@@ -78,11 +79,8 @@ class WandbLogger:
         mode: str | None = None,
         resume: bool = True,
         name: str | None = None,
-        tags: Sequence[str] = (),
         group: str | None = None,
     ):
-        if not isinstance(config, dict):
-            raise ValueError(f"config must be a dict, got {type(config).__name__}")
         self.mode = resolve_mode(mode)
         self.run_dir = Path(run_dir)
         self.dir = self.run_dir / "wandb"
@@ -112,22 +110,14 @@ class WandbLogger:
             mode=self.mode,
             name=name or str(config.get("name") or self.run_dir.name),
             config=config,
-            tags=list(tags),
             group=group or None,  # a population's members: one group, one run each
             settings=wandb.Settings(console="off", silent=True),
         )
         define_axes(self.run)
 
-    @property
-    def enabled(self) -> bool:
-        return self.run is not None
-
     # ------------------------------------------------------------------ logging
     def log(self, record: dict) -> None:
-        """Log one metrics.jsonl record (a `phase` record goes to `log_phase`)."""
-        if record.get("kind") == "phase":
-            self.log_phase(PhaseOnset.from_record(record))
-            return
+        """Log one metrics.jsonl training record."""
         if "episodes" not in record:
             raise ValueError(
                 f"training record lacks 'episodes' (the x-axis); keys: {sorted(record)}"
@@ -142,10 +132,8 @@ class WandbLogger:
         if self.run is not None:
             self.run.log(row)
 
-    def log_phase(self, onset: PhaseOnset | dict) -> None:
+    def log_phase(self, onset: PhaseOnset) -> None:
         """Mark a phase onset: `phase/index` (1..6) and `phase/<name>` at its own counters."""
-        if isinstance(onset, dict):
-            onset = PhaseOnset.from_record(onset)
         self.onsets.append(onset)
         if self.run is None:
             return
@@ -196,12 +184,6 @@ class WandbLogger:
             _finish(self.run, exit_code)
             self.run = None
 
-    def __enter__(self) -> WandbLogger:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self.finish(exit_code=0 if exc_type is None else 1)
-
 
 def _finish(run, exit_code: int) -> None:
     """Finish a run; offline, also wait until its `.wandb` file holds the exit record.
@@ -240,11 +222,20 @@ def _phase_row(phase: str, episodes: float) -> dict:
     return {"phase/index": PHASES.index(phase) + 1, f"phase/{phase}": episodes}
 
 
+def open_run(logging_cfg, run_dir: Path, config: dict, **kwargs) -> WandbLogger:
+    """An experiment's `WandbLogger` under the `logging` settings, after the reference run
+    (`log_reference_run`): first, and finished before the experiment's own run, because wandb
+    holds one active run per process."""
+    log_reference_run(logging_cfg.project, run_dir, logging_cfg.wandb)
+    return WandbLogger(
+        run_dir, config, project=logging_cfg.project, mode=logging_cfg.wandb, **kwargs
+    )
+
+
 def log_reference_run(
     project: str = DEFAULT_PROJECT,
     dir: str | Path = ".",
     mode: str | None = None,
-    baselines: Baselines | None = None,
 ) -> str | None:
     """Write Rapid's phase onsets on the episode axis as run `rapid-reference` under `dir`.
 
@@ -263,7 +254,7 @@ def log_reference_run(
     marker = dir / "wandb" / REFERENCE_RUN_ID
     if marker.is_file():
         return REFERENCE_RUN_ID
-    baselines = baselines or load_baselines()
+    baselines = load_baselines()
     rapid, srl = baselines.rapid, baselines.srl
     config = {
         "baseline": rapid.name,

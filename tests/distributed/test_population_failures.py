@@ -100,7 +100,7 @@ def test_a_member_start_moves_an_unfinished_folder_aside(tmp_path):
     (tmp_path / "members" / "m0" / "replaced").mkdir(parents=True)
     (tmp_path / "members" / "m0" / "replaced" / "ckpt_0000000004.pt").write_bytes(b"kept")
     run = MemberRun(tmp_path, member)
-    run.start(tmp_path / "no-such-config.yaml")  # the process refuses it and ends
+    run.start()  # no members/m0.yaml was written: the process refuses it and ends
     run.process.wait(timeout=120)
     kept = tmp_path / "members" / "m0.aside-1" / "replaced" / "ckpt_0000000004.pt"
     assert kept.read_bytes() == b"kept"

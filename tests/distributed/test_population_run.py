@@ -5,6 +5,7 @@ restarted alone, members added and retired, resume from the manifest."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -371,6 +372,10 @@ def test_population_logs_members_and_lineage_to_its_own_wandb_run(tmp_path, monk
     assert row["m1/seeker_mu"] == pytest.approx(25.0)
     tables = [r for r in run["history"] if "population/lineage" in r]
     assert len(tables) == 3 and tables[-1]["population/lineage"]["_type"] == "table-file"
+    table = json.loads((offline / "files" / tables[-1]["population/lineage"]["path"]).read_text())
+    assert table["columns"] == ["hours", "member", "event", "details"]
+    assert [row[1:3] for row in table["data"]] == [["m0", "join"], ["m1", "join"], ["m2", "join"]]
+    assert table["data"][1][3].startswith("lr=")  # as the eval view shows the settings
 
 
 @pytest.mark.slow

@@ -486,7 +486,7 @@ def test_the_controller_drops_wrong_heartbeats_and_keeps_its_counters(tmp_path):
             controller.tick()
         assert controller.frames == 10, list(controller.control_drops.recent)
         assert controller.log.eval_latest["rating"]["hider"][0] == 25.0
-        assert controller._record() is None and controller.log.records[-1]["control/rejected"] > 0
+        assert controller._record() is None and controller.log.last["control/rejected"] > 0
     finally:
         for c in clients.values():
             c.close()

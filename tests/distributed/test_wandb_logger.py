@@ -55,7 +55,7 @@ def test_offline_run_holds_keys_axes_phase_video_and_table(tmp_path):
     for i in (1, 2, 3):
         log.log(record(i))
     onset = PhaseOnset("fort_building", 1500, 360_000, 0.75, 15, 1.7e9)
-    log.log({"kind": "phase", **{k: v for k, v in onset.to_record().items() if k != "kind"}})
+    log.log_phase(onset)
     log.log_table("leaderboard", ["snapshot", "role", "rating"], [[10, "hider", 25.1]])
     log.log_video(video, "replay/match", caption="version 30")
     log.finish()
@@ -96,13 +96,14 @@ def test_offline_run_holds_keys_axes_phase_video_and_table(tmp_path):
 
 def test_resume_continues_the_same_run(tmp_path):
     run_dir = tmp_path / "exp"
-    with WandbLogger(run_dir, {"name": "exp"}) as first:  # mode defaults to offline
-        first.log(record(1))
-    with WandbLogger(run_dir, {"name": "exp"}, resume=True) as again:
-        again.log(record(2))
+    loggers = []
+    for i, resume in enumerate((True, True, False), 1):  # mode defaults to offline
+        log = WandbLogger(run_dir, {"name": "exp"}, resume=resume)
+        log.log(record(i))
+        log.finish()
+        loggers.append(log)
+    first, again, fresh = loggers
     assert again.run_id == first.run_id
-    with WandbLogger(run_dir, {"name": "exp"}, resume=False) as fresh:
-        fresh.log(record(3))
     assert fresh.run_id != first.run_id
     ids = [read_offline_run(p)["run_id"] for p in offline_runs(run_dir)]
     assert sorted(ids) == sorted([first.run_id, first.run_id, fresh.run_id])
@@ -115,7 +116,7 @@ def test_disabled_writes_nothing(tmp_path, monkeypatch):
     log.log_phase(PhaseOnset("running_and_chasing", 1, 2, 0.1, 1, 0.0))
     log.log_table("t", ["a"], [[1]])
     log.finish()
-    assert not log.enabled and not run_dir.exists()
+    assert log.run is None and not run_dir.exists()
 
     monkeypatch.setenv("WANDB_MODE", "disabled")  # the job-wide switch beats mode="offline"
     log = WandbLogger(run_dir, {"name": "exp"}, mode="offline")
@@ -162,7 +163,8 @@ def test_members_of_a_population_share_a_group(tmp_path):
     """One wandb run per member, all in the population's group (compared side by side)."""
     runs = []
     for name in ("m0", "m1"):
-        with WandbLogger(tmp_path / name, {"name": name}, group="pop") as log:
-            runs.append((log.run.group, log.run.name, log.run_id))
+        log = WandbLogger(tmp_path / name, {"name": name}, group="pop")
+        runs.append((log.run.group, log.run.name, log.run_id))
+        log.finish()
     assert [r[0] for r in runs] == ["pop", "pop"]
     assert [r[1] for r in runs] == ["m0", "m1"] and runs[0][2] != runs[1][2]
