@@ -342,9 +342,7 @@ class ActorWorker(Worker):
         self._stat_sums = np.zeros(len(self.stat_keys))
         return out
 
-    def close_streams(self) -> None:
-        self.inference.close()
-        self.samples.close()
+    def release(self) -> None:
         self.draw.close()
         for group in self.groups:
             if group.block is not None:

@@ -290,11 +290,10 @@ class EvalWorker(Worker):
         self._render_next = None  # a stop starts no video; the replay is there to render later
         self._finish_render(self.settings.stop_render_wait_s)
 
-    def close_streams(self) -> None:
+    def release(self) -> None:
         if self._render is not None:  # closed without a clean stop: leave no child behind
             self._render.kill()
             self._render = None
-        self.params.close()
         self.ratings.close()
         self.pool.close()
 

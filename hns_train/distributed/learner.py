@@ -252,8 +252,7 @@ class Learner:
         self._stop_at = None if stop_in is None else time.monotonic() + float(stop_in)
 
     def close(self) -> None:
-        if self.params is not None:
-            self.params.close()
+        """Leave the pool and the rank group (the parameter stream is the worker's to close)."""
         if self.pool is not None:
             self.pool.close()
         if self.ddp is not None:
@@ -283,7 +282,7 @@ class LearnerWorker(Worker):
         if self.learner.is_main:
             self.learner.save_checkpoint()
 
-    def close_streams(self) -> None:
+    def release(self) -> None:
         self.learner.close()
 
 

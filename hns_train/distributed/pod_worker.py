@@ -99,13 +99,13 @@ class PodWorker(LearnerWorker, PodHook):
         self._env_steps = 0
         return out
 
-    def close_streams(self) -> None:
+    def release(self) -> None:
         if self.opponent_pool is not None:
             self.opponent_pool.close()
         close_game = getattr(self.game, "close", None)  # the Warp game's layout-bank thread
         if callable(close_game):
             close_game()
-        super().close_streams()
+        super().release()
 
 
 def make_game(cfg, device: torch.device, seed, threads: int = 1):

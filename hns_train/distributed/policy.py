@@ -198,9 +198,7 @@ class PolicyWorker(Worker):
         self._busy_s = 0.0
         return out
 
-    def close_streams(self) -> None:
-        self.server.close()
-        self.params.close()
+    def release(self) -> None:
         if self.shared is not None:
             self.shared.close()
         if self.snapshots is not None:

@@ -167,7 +167,3 @@ class TrainerWorker(LearnerWorker):
         self._received = self._dropped_stale = 0
         self._staleness, self._reuse = [], []
         return out
-
-    def close_streams(self) -> None:
-        self.samples.close()
-        super().close_streams()
