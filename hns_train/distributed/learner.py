@@ -83,7 +83,7 @@ class Learner:
         self.ppo = PPO(
             self.model,
             cfg.agent.ppo,
-            sync=None if self.ddp is None else self.ddp.sync,
+            sync=self.ddp,
             autocast_dtype=_autocast_dtype(cfg.pipeline.mixed_precision, self.device),
         )
         self.rng = np.random.default_rng([cfg.seed, 3])
