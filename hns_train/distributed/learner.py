@@ -133,8 +133,10 @@ class Learner:
         return self.ddp is None or self.agreed_stop
 
     def agree(self, stop: bool, ready: bool) -> bool:
-        """Whether to train now; with several ranks, every rank must be ready, and a stop
+        """Whether to train now: this rank is `ready` and an update now would not go past the
+        run's end (`would_end_late`); with several ranks, every rank must be so, and a stop
         asked by one is agreed by all (`agreed_stop`: no further update)."""
+        ready = ready and not self.would_end_late()
         if self.ddp is None:
             return ready
         self.agreed_stop, ready = self.ddp.agree(stop=stop, ready=ready)
