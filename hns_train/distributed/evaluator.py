@@ -66,6 +66,7 @@ from hns_train.distributed.streams import ParamSubscriber
 from hns_train.distributed.worker import Worker, WorkerSpec, _die_with_parent, pool_dir
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.game import HideAndSeekGame
+from hns_train.eval.league import OTHER_ROLE
 from hns_train.eval.matches import MatchResult, PolicyController, play_matches
 from hns_train.eval.policies import SEEKER_ONLY, label, named_controller
 from hns_train.eval.ratings import Ratings
@@ -156,9 +157,7 @@ class EvalWorker(Worker):
             self._next += 1
             if cls != "pool":
                 return cls, role, cls
-            versions, probs = self.pool.candidate_probabilities(
-                "seeker" if role == "hider" else "hider"
-            )
+            versions, probs = self.pool.candidate_probabilities(OTHER_ROLE[role])
             if len(versions):
                 return cls, role, int(self.rng.choice(versions, p=probs))
         return None
@@ -176,27 +175,26 @@ class EvalWorker(Worker):
         cls, role, opponent = picked
         version = self.loaded
         det = self.settings.deterministic
-        ours = PolicyController(self.latest, LATEST, deterministic=det)
-        opp_role = "seeker" if role == "hider" else "hider"
+        seed = self._seed(self.rounds)
+        # (controller, replay metadata) of each role's team
+        teams = {role: (PolicyController(self.latest, LATEST, det), team_metadata(LATEST, version))}
         if cls == "pool":
             self.opponent.load_state_dict(self.snapshots.get(opponent))
             theirs = PolicyController(self.opponent, opponent, deterministic=det)
-            their_meta = team_metadata("snapshot", int(opponent))
+            teams[OTHER_ROLE[role]] = (theirs, team_metadata("snapshot", int(opponent)))
         else:
-            theirs = named_controller(cls, opp_role, seed=self._seed(self.rounds))
-            their_meta = team_metadata(cls)
-        hiders, seekers = (ours, theirs) if role == "hider" else (theirs, ours)
-        our_meta = team_metadata(LATEST, version)
+            theirs = named_controller(cls, OTHER_ROLE[role], seed=seed)
+            teams[OTHER_ROLE[role]] = (theirs, team_metadata(cls))
+        (hiders, hider_meta), (seekers, seeker_meta) = teams["hider"], teams["seeker"]
         meta = {
-            "hiders": our_meta if role == "hider" else their_meta,
-            "seekers": their_meta if role == "hider" else our_meta,
+            "hiders": hider_meta,
+            "seekers": seeker_meta,
             "run": self.cfg.name,
             "kind": "eval",
             "latest_version": version,
             "opponent_class": cls,
             "deterministic": det,
         }
-        seed = self._seed(self.rounds)
         W = self.settings.worlds
         n_rec = 0
         if self.settings.replay_share > 0:
