@@ -247,30 +247,17 @@ class EvalWorker(Worker):
     # ------------------------------------------------------------------ videos
     def _poll_render(self) -> None:
         if self._render is not None:
-            if self._render.running():
+            problem = self._render.outcome()
+            if problem is None:  # still rendering
                 return
-            job, self._render = self._render, None
-            if job.ok():
-                self._since_beat["new_videos"].append(str(job.out))
+            if problem:
+                log.warning("rendering %s failed: %s", self._render.out, problem)
             else:
-                log.warning("rendering %s failed: %s", job.out, job.error())
+                self._since_beat["new_videos"].append(str(self._render.out))
+            self._render = None
         if self._render_next is not None:
             replay, self._render_next = self._render_next, None
             self._render = VideoJob(replay)
-
-    def _finish_render(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while self._render is not None or self._render_next is not None:
-            if time.monotonic() > deadline:
-                if self._render is not None:
-                    log.warning(
-                        "stopping: video %s unfinished after %.0f s", self._render.out, timeout_s
-                    )
-                    self._render.kill()
-                self._render = self._render_next = None
-                return
-            self._poll_render()
-            time.sleep(0.05)
 
     # ------------------------------------------------------------------ worker protocol
     def counters(self) -> dict:
@@ -286,7 +273,17 @@ class EvalWorker(Worker):
 
     def shutdown(self) -> None:
         self._render_next = None  # a stop starts no video; the replay is there to render later
-        self._finish_render(self.settings.stop_render_wait_s)
+        timeout_s = self.settings.stop_render_wait_s
+        if self._render is not None:
+            try:
+                self._render.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning(
+                    "stopping: video %s unfinished after %.0f s", self._render.out, timeout_s
+                )
+                self._render.kill()
+                self._render = None
+        self._poll_render()  # a video finished now is reported by the last heartbeat
 
     def release(self) -> None:
         if self._render is not None:  # closed without a clean stop: leave no child behind
@@ -340,16 +337,13 @@ class VideoJob:
             os.setpriority(os.PRIO_PROCESS, self.proc.pid, RENDER_NICE)
         self._error = ""
 
-    def running(self) -> bool:
+    def outcome(self) -> str | None:
+        """None while it renders; then "" when the video was written, else what went wrong."""
         if self.proc.poll() is None:
-            return True
+            return None
         self._close()
-        return False
-
-    def ok(self) -> bool:
-        return not self.running() and self.proc.returncode == 0 and self.out.is_file()
-
-    def error(self) -> str:
+        if self.proc.returncode == 0 and self.out.is_file():
+            return ""
         return f"exit {self.proc.returncode}: {self._error[-500:]}"
 
     def kill(self) -> None:
