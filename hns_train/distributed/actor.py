@@ -102,8 +102,6 @@ class Group:
 
 
 class ActorWorker(Worker):
-    kind = "actor"
-
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
         cfg = self.cfg

@@ -94,8 +94,6 @@ def schedule(classes: list[str]) -> list[tuple[str, str]]:
 
 
 class EvalWorker(Worker):
-    kind = "eval"
-
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
         cfg, e = self.cfg, self.cfg.eval

@@ -266,8 +266,6 @@ class LearnerWorker(Worker):
     (together with the other ranks) and the final checkpoint. Each kind's `step` makes its
     batches and hands the update to `learner.guarded_update`."""
 
-    kind = "trainer"
-
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
         self.learner = Learner(self.cfg, spec, self.open_stream, lambda: self.control.send("busy"))

@@ -54,8 +54,6 @@ log = logging.getLogger(__name__)
 
 
 class PolicyWorker(Worker):
-    kind = "policy"
-
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
         self.device = resolve_device(self.cfg.pipeline.device)

@@ -131,7 +131,6 @@ class ControllerGone(RuntimeError):
 class Worker:
     """Base class: control channel, heartbeats and the stop flag."""
 
-    kind = "worker"
     poll_ms = POLL_MS  # longest wait per receive; the serial launcher sets 0 (nothing to wait for)
 
     def __init__(self, spec: WorkerSpec) -> None:
