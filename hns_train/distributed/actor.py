@@ -39,13 +39,12 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from hns_train.agents.chunks import ChunkRecorder
 from hns_train.agents.opponents import LATEST, code_of
-from hns_train.agents.pool import PolicyPool, PoolConfig, TeamControllers
+from hns_train.agents.pool import PolicyPool, TeamControllers
 from hns_train.distributed.contract import ContractError, DropLog, check_reply
 from hns_train.distributed.shared_rows import SLOTS, RequestLayout, SharedBlock
 from hns_train.distributed.streams import InferenceClient, SampleSender
@@ -57,24 +56,6 @@ from hns_train.envs.vector import VectorGame
 log = logging.getLogger(__name__)
 
 MAX_PENDING_CHUNKS = 4  # finished chunks an actor holds while the sample stream is full
-
-
-class OpponentDraw:
-    """Per-episode draw of (hider code, seeker code) by the pool's rule (`agents/pool.py`),
-    as controller codes (`agents/opponents.py`); opens the pool only when it is needed."""
-
-    def __init__(self, config: PoolConfig, run_dir: str | Path, seed) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.config = config
-        self.pool = PolicyPool(pool_dir(run_dir), config) if config.draws_opponents else None
-
-    def draw(self) -> tuple[int, int]:
-        teams = self.pool.draw(self.rng) if self.pool is not None else TeamControllers()
-        return code_of(teams.hiders), code_of(teams.seekers)
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
 
 
 @dataclass
@@ -102,8 +83,6 @@ class Group:
 
 
 class ActorWorker(Worker):
-    kind = "actor"
-
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
         cfg = self.cfg
@@ -115,7 +94,12 @@ class ActorWorker(Worker):
         )
         # Connected to every trainer rank: chunks go to them in turn (see make_endpoints).
         self.samples = self.open_stream(SampleSender, spec.endpoints["samples"], hwm=4)
-        self.draw = OpponentDraw(cfg.pool, spec.run_dir, seed=self._seed(99))
+        # each episode's teams, drawn by the pool's rule; the pool is open only when it can
+        # draw anything but the learning policy
+        self.draw_rng = np.random.default_rng(self._seed(99))
+        self.pool = (
+            PolicyPool(pool_dir(spec.run_dir), cfg.pool) if cfg.pool.draws_opponents else None
+        )
         lstm = cfg.agent.network.lstm_dim
         per_group = p.envs_per_actor // p.ring_size
         folder = spec.endpoints.get("shared_rows")
@@ -301,8 +285,8 @@ class ActorWorker(Worker):
         game = group.game
         codes = np.zeros((game.n_worlds, game.n_agents), np.int64)
         for w in range(game.n_worlds):
-            hiders, seekers = self.draw.draw()
-            codes[w] = np.where(game.game.is_hider, hiders, seekers)
+            teams = self.pool.draw(self.draw_rng) if self.pool is not None else TeamControllers()
+            codes[w] = np.where(game.game.is_hider, code_of(teams.hiders), code_of(teams.seekers))
         group.codes = codes.reshape(-1)
 
     def _ship(self, group: Group, bootstrap: np.ndarray, present: np.ndarray) -> None:
@@ -342,10 +326,9 @@ class ActorWorker(Worker):
         self._stat_sums = np.zeros(len(self.stat_keys))
         return out
 
-    def close_streams(self) -> None:
-        self.inference.close()
-        self.samples.close()
-        self.draw.close()
+    def release(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
         for group in self.groups:
             if group.block is not None:
                 group.block.close()

@@ -7,7 +7,7 @@ its own key prefix in the store, so a restarted group never meets the keys of th
 
 Collectives:
 - the main group (`pipeline.ddp_backend`: auto = nccl on CUDA, gloo on CPU) carries gradients and
-  normaliser moments, through `TorchRankSync.all_sum`, the `agents.ppo.RankSync` hook;
+  normaliser moments, through `DataParallel.all_sum`, the `agents.ppo.RankSync` hook;
 - a gloo side group carries the per-iteration flags (`agree`), so they never touch the GPU.
 
 Every collective is bounded by `pipeline.ddp_timeout_s` (the process group's timeout): a rank whose
@@ -91,31 +91,9 @@ def rank_device(device: torch.device, rank: int) -> torch.device:
     return device
 
 
-class TorchRankSync:
-    """`agents.ppo.RankSync` over a torch.distributed group."""
-
-    def __init__(self, world_size: int, backend: str, device: torch.device) -> None:
-        self.world_size = world_size
-        self.backend = backend
-        self.device = device if backend == "nccl" else torch.device("cpu")
-
-    def all_sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self.collective(tensor, lambda t: dist.all_reduce(t, op=dist.ReduceOp.SUM))
-
-    def collective(self, tensor: torch.Tensor, op: Callable[[torch.Tensor], Any]) -> torch.Tensor:
-        """`op(tensor)` in place, through a copy on the backend's device when it lies elsewhere
-        (gloo reduces on the CPU)."""
-        if tensor.device == self.device:
-            op(tensor)
-            return tensor
-        moved = tensor.to(self.device)
-        op(moved)
-        tensor.copy_(moved)
-        return tensor
-
-
 class DataParallel:
-    """This trainer's membership of the group: rank, world size, sync hook, flags, teardown."""
+    """This trainer's membership of the group: rank, world size, flags, teardown, and the
+    `agents.ppo.RankSync` hook (`all_sum`)."""
 
     def __init__(
         self,
@@ -146,8 +124,8 @@ class DataParallel:
         self._flags = (
             dist.new_group(backend="gloo", timeout=timeout) if self.backend != "gloo" else None
         )
-        self.sync = TorchRankSync(self.world_size, self.backend, device)
-        self.closed = False
+        # where collectives run: gloo reduces on the CPU
+        self.collective_device = device if self.backend == "nccl" else torch.device("cpu")
 
     def agree(self, stop: bool, ready: bool) -> tuple[bool, bool]:
         """(stop on every rank, every rank ready): one MAX all-reduce of two flags."""
@@ -155,17 +133,28 @@ class DataParallel:
         dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self._flags)
         return bool(flags[0] > 0), not bool(flags[1] > 0)
 
+    def all_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.collective(tensor, lambda t: dist.all_reduce(t, op=dist.ReduceOp.SUM))
+
+    def collective(self, tensor: torch.Tensor, op: Callable[[torch.Tensor], Any]) -> torch.Tensor:
+        """`op(tensor)` in place, through a copy on `collective_device` when it lies elsewhere."""
+        if tensor.device == self.collective_device:
+            op(tensor)
+            return tensor
+        moved = tensor.to(self.collective_device)
+        op(moved)
+        tensor.copy_(moved)
+        return tensor
+
     @torch.no_grad()
     def broadcast_state(self, module: torch.nn.Module) -> None:
         """Every tensor of `module.state_dict()` (weights and normaliser buffers) from rank 0."""
         for tensor in module.state_dict().values():
-            self.sync.collective(tensor, lambda t: dist.broadcast(t, src=0))
+            self.collective(tensor, lambda t: dist.broadcast(t, src=0))
 
     def close(self) -> None:
-        """Leave the group (after an agreed stop every rank gets here; nothing is pending)."""
-        if self.closed:
-            return
-        self.closed = True
+        """Leave the group (after an agreed stop every rank gets here; nothing is pending; a
+        second call finds no group)."""
         if dist.is_initialized():
             try:
                 dist.destroy_process_group()

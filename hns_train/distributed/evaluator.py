@@ -66,6 +66,7 @@ from hns_train.distributed.streams import ParamSubscriber
 from hns_train.distributed.worker import Worker, WorkerSpec, _die_with_parent, pool_dir
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.game import HideAndSeekGame
+from hns_train.eval.league import OTHER_ROLE
 from hns_train.eval.matches import MatchResult, PolicyController, play_matches
 from hns_train.eval.policies import SEEKER_ONLY, label, named_controller
 from hns_train.eval.ratings import Ratings
@@ -93,8 +94,6 @@ def schedule(classes: list[str]) -> list[tuple[str, str]]:
 
 
 class EvalWorker(Worker):
-    kind = "eval"
-
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
         cfg, e = self.cfg, self.cfg.eval
@@ -156,9 +155,7 @@ class EvalWorker(Worker):
             self._next += 1
             if cls != "pool":
                 return cls, role, cls
-            versions, probs = self.pool.candidate_probabilities(
-                "seeker" if role == "hider" else "hider"
-            )
+            versions, probs = self.pool.candidate_probabilities(OTHER_ROLE[role])
             if len(versions):
                 return cls, role, int(self.rng.choice(versions, p=probs))
         return None
@@ -176,27 +173,26 @@ class EvalWorker(Worker):
         cls, role, opponent = picked
         version = self.loaded
         det = self.settings.deterministic
-        ours = PolicyController(self.latest, LATEST, deterministic=det)
-        opp_role = "seeker" if role == "hider" else "hider"
+        seed = self._seed(self.rounds)
+        # (controller, replay metadata) of each role's team
+        teams = {role: (PolicyController(self.latest, LATEST, det), team_metadata(LATEST, version))}
         if cls == "pool":
             self.opponent.load_state_dict(self.snapshots.get(opponent))
             theirs = PolicyController(self.opponent, opponent, deterministic=det)
-            their_meta = team_metadata("snapshot", int(opponent))
+            teams[OTHER_ROLE[role]] = (theirs, team_metadata("snapshot", int(opponent)))
         else:
-            theirs = named_controller(cls, opp_role, seed=self._seed(self.rounds))
-            their_meta = team_metadata(cls)
-        hiders, seekers = (ours, theirs) if role == "hider" else (theirs, ours)
-        our_meta = team_metadata(LATEST, version)
+            theirs = named_controller(cls, OTHER_ROLE[role], seed=seed)
+            teams[OTHER_ROLE[role]] = (theirs, team_metadata(cls))
+        (hiders, hider_meta), (seekers, seeker_meta) = teams["hider"], teams["seeker"]
         meta = {
-            "hiders": our_meta if role == "hider" else their_meta,
-            "seekers": their_meta if role == "hider" else our_meta,
+            "hiders": hider_meta,
+            "seekers": seeker_meta,
             "run": self.cfg.name,
             "kind": "eval",
             "latest_version": version,
             "opponent_class": cls,
             "deterministic": det,
         }
-        seed = self._seed(self.rounds)
         W = self.settings.worlds
         n_rec = 0
         if self.settings.replay_share > 0:
@@ -249,30 +245,17 @@ class EvalWorker(Worker):
     # ------------------------------------------------------------------ videos
     def _poll_render(self) -> None:
         if self._render is not None:
-            if self._render.running():
+            problem = self._render.outcome()
+            if problem is None:  # still rendering
                 return
-            job, self._render = self._render, None
-            if job.ok():
-                self._since_beat["new_videos"].append(str(job.out))
+            if problem:
+                log.warning("rendering %s failed: %s", self._render.out, problem)
             else:
-                log.warning("rendering %s failed: %s", job.out, job.error())
+                self._since_beat["new_videos"].append(str(self._render.out))
+            self._render = None
         if self._render_next is not None:
             replay, self._render_next = self._render_next, None
             self._render = VideoJob(replay)
-
-    def _finish_render(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while self._render is not None or self._render_next is not None:
-            if time.monotonic() > deadline:
-                if self._render is not None:
-                    log.warning(
-                        "stopping: video %s unfinished after %.0f s", self._render.out, timeout_s
-                    )
-                    self._render.kill()
-                self._render = self._render_next = None
-                return
-            self._poll_render()
-            time.sleep(0.05)
 
     # ------------------------------------------------------------------ worker protocol
     def counters(self) -> dict:
@@ -288,13 +271,22 @@ class EvalWorker(Worker):
 
     def shutdown(self) -> None:
         self._render_next = None  # a stop starts no video; the replay is there to render later
-        self._finish_render(self.settings.stop_render_wait_s)
+        timeout_s = self.settings.stop_render_wait_s
+        if self._render is not None:
+            try:
+                self._render.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning(
+                    "stopping: video %s unfinished after %.0f s", self._render.out, timeout_s
+                )
+                self._render.kill()
+                self._render = None
+        self._poll_render()  # a video finished now is reported by the last heartbeat
 
-    def close_streams(self) -> None:
+    def release(self) -> None:
         if self._render is not None:  # closed without a clean stop: leave no child behind
             self._render.kill()
             self._render = None
-        self.params.close()
         self.ratings.close()
         self.pool.close()
 
@@ -343,16 +335,13 @@ class VideoJob:
             os.setpriority(os.PRIO_PROCESS, self.proc.pid, RENDER_NICE)
         self._error = ""
 
-    def running(self) -> bool:
+    def outcome(self) -> str | None:
+        """None while it renders; then "" when the video was written, else what went wrong."""
         if self.proc.poll() is None:
-            return True
+            return None
         self._close()
-        return False
-
-    def ok(self) -> bool:
-        return not self.running() and self.proc.returncode == 0 and self.out.is_file()
-
-    def error(self) -> str:
+        if self.proc.returncode == 0 and self.out.is_file():
+            return ""
         return f"exit {self.proc.returncode}: {self._error[-500:]}"
 
     def kill(self) -> None:

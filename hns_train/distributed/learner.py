@@ -83,7 +83,7 @@ class Learner:
         self.ppo = PPO(
             self.model,
             cfg.agent.ppo,
-            sync=None if self.ddp is None else self.ddp.sync,
+            sync=self.ddp,
             autocast_dtype=_autocast_dtype(cfg.pipeline.mixed_precision, self.device),
         )
         self.rng = np.random.default_rng([cfg.seed, 3])
@@ -133,8 +133,10 @@ class Learner:
         return self.ddp is None or self.agreed_stop
 
     def agree(self, stop: bool, ready: bool) -> bool:
-        """Whether to train now; with several ranks, every rank must be ready, and a stop
+        """Whether to train now: this rank is `ready` and an update now would not go past the
+        run's end (`would_end_late`); with several ranks, every rank must be so, and a stop
         asked by one is agreed by all (`agreed_stop`: no further update)."""
+        ready = ready and not self.would_end_late()
         if self.ddp is None:
             return ready
         self.agreed_stop, ready = self.ddp.agree(stop=stop, ready=ready)
@@ -252,8 +254,7 @@ class Learner:
         self._stop_at = None if stop_in is None else time.monotonic() + float(stop_in)
 
     def close(self) -> None:
-        if self.params is not None:
-            self.params.close()
+        """Leave the pool and the rank group (the parameter stream is the worker's to close)."""
         if self.pool is not None:
             self.pool.close()
         if self.ddp is not None:
@@ -264,8 +265,6 @@ class LearnerWorker(Worker):
     """A worker of kind "trainer" holding a `Learner`: the controller's counters, the stop
     (together with the other ranks) and the final checkpoint. Each kind's `step` makes its
     batches and hands the update to `learner.guarded_update`."""
-
-    kind = "trainer"
 
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
@@ -283,7 +282,7 @@ class LearnerWorker(Worker):
         if self.learner.is_main:
             self.learner.save_checkpoint()
 
-    def close_streams(self) -> None:
+    def release(self) -> None:
         self.learner.close()
 
 

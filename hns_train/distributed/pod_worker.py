@@ -76,10 +76,9 @@ class PodWorker(LearnerWorker, PodHook):
     def update(self, learn: Callable[[], dict], agent_steps: int) -> dict | None:
         # every rank ends its rollout here: stop together, or train together unless the run
         # would end before this update could
-        learner = self.learner
-        if not learner.agree(stop=self.stopping, ready=not learner.would_end_late()):
+        if not self.learner.agree(stop=self.stopping, ready=True):
             return None
-        return learner.guarded_update(learn, agent_steps)
+        return self.learner.guarded_update(learn, agent_steps)
 
     # ------------------------------------------------------------------ control
     def counters(self) -> dict:
@@ -99,13 +98,13 @@ class PodWorker(LearnerWorker, PodHook):
         self._env_steps = 0
         return out
 
-    def close_streams(self) -> None:
+    def release(self) -> None:
         if self.opponent_pool is not None:
             self.opponent_pool.close()
         close_game = getattr(self.game, "close", None)  # the Warp game's layout-bank thread
         if callable(close_game):
             close_game()
-        super().close_streams()
+        super().release()
 
 
 def make_game(cfg, device: torch.device, seed, threads: int = 1):

@@ -54,8 +54,6 @@ log = logging.getLogger(__name__)
 
 
 class PolicyWorker(Worker):
-    kind = "policy"
-
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
         self.device = resolve_device(self.cfg.pipeline.device)
@@ -198,9 +196,7 @@ class PolicyWorker(Worker):
         self._busy_s = 0.0
         return out
 
-    def close_streams(self) -> None:
-        self.server.close()
-        self.params.close()
+    def release(self) -> None:
         if self.shared is not None:
             self.shared.close()
         if self.snapshots is not None:

@@ -64,9 +64,8 @@ class TrainerWorker(LearnerWorker):
             return False
         got = self._receive()
         ready = self._usable()
-        have = len(ready) >= self.batch_size and not self.learner.would_end_late()
         # Every iteration: stop together, or train together only when every rank can.
-        if not self.learner.agree(stop=self.stopping, ready=have):
+        if not self.learner.agree(stop=self.stopping, ready=len(ready) >= self.batch_size):
             return got > 0 and not self.learner.agreed_stop
         self._train(ready)
         return True
@@ -167,7 +166,3 @@ class TrainerWorker(LearnerWorker):
         self._received = self._dropped_stale = 0
         self._staleness, self._reuse = [], []
         return out
-
-    def close_streams(self) -> None:
-        self.samples.close()
-        super().close_streams()

@@ -131,7 +131,6 @@ class ControllerGone(RuntimeError):
 class Worker:
     """Base class: control channel, heartbeats and the stop flag."""
 
-    kind = "worker"
     poll_ms = POLL_MS  # longest wait per receive; the serial launcher sets 0 (nothing to wait for)
 
     def __init__(self, spec: WorkerSpec) -> None:
@@ -141,6 +140,7 @@ class Worker:
         # Cluster runs: every socket of this worker is a CURVE client/server with the run's keys.
         self.security = RunKeys.from_dict(spec.security) if spec.security else None
         self.max_message_bytes = self.cfg.pipeline.max_message_mb << 20  # one message, all frames
+        self.streams: list = []  # every stream opened through `open_stream`, closed by `close`
         self.control = self.open_stream(
             ControlClient,
             spec.endpoints["control"],
@@ -174,15 +174,18 @@ class Worker:
         """False while a requested stop still waits for peers (DDP trainers stop together)."""
         return True
 
-    def close_streams(self) -> None:
-        """Close the worker's own sockets."""
+    def release(self) -> None:
+        """Let go of what the worker holds besides its streams (pools, shared memory)."""
 
     # --- shared
     def open_stream(self, stream_class, endpoint, **options):
-        """A stream of this worker (streams.py), with the run's keys and message cap."""
-        return stream_class(
+        """A stream of this worker (streams.py), with the run's keys and message cap; `close`
+        closes it."""
+        stream = stream_class(
             endpoint, security=self.security, max_message_bytes=self.max_message_bytes, **options
         )
+        self.streams.append(stream)
+        return stream
 
     def poll_control(self) -> None:
         now = time.monotonic()
@@ -218,8 +221,9 @@ class Worker:
         self.control.send("heartbeat", meta=meta)
 
     def close(self) -> None:
-        self.close_streams()
-        self.control.close()
+        self.release()
+        for stream in reversed(self.streams):  # the control channel last
+            stream.close()
 
 
 def build_worker(spec: WorkerSpec) -> Worker:

@@ -30,7 +30,6 @@ from hns_train.agents.pool import (
 )
 from hns_train.agents.pool_index import PRIOR_MU, open_index, transaction
 from hns_train.agents.synthetic import random_observations
-from hns_train.distributed.actor import OpponentDraw
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
 from hns_train.typed_config import from_dict
@@ -536,9 +535,11 @@ def test_guest_codes_reach_caches_opponent_slots_and_actors(tmp_path):
     slot_state = slots.models[hider_code].state_dict()
     assert all(torch.equal(slot_state[k], v) for k, v in guest_model.state_dict().items())
 
-    # Actors open the pool whenever it can draw an opponent, guests included (p_latest 1).
+    # Actors open the pool whenever it can draw an opponent, guests included (p_latest 1), and
+    # send the drawn teams' codes.
     cfg = PoolConfig(p_latest=1.0, p_cross=1.0, opponent_role="hider")
     assert cfg.draws_opponents and not PoolConfig(p_latest=1.0).draws_opponents
-    draw = OpponentDraw(cfg, tmp_path, seed=0)
-    assert {draw.draw() for _ in range(20)} == {(gid, WIRE_LATEST)}
-    draw.close()
+    rng = np.random.default_rng(0)
+    with PolicyPool(tmp_path / "pool", cfg) as actors_pool:
+        teams = [actors_pool.draw(rng) for _ in range(20)]
+    assert {(code_of(t.hiders), code_of(t.seekers)) for t in teams} == {(gid, WIRE_LATEST)}

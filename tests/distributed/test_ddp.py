@@ -67,9 +67,7 @@ def _rank(rank: int, info: dict, out: str) -> None:
     group = DataParallel(rank, info, torch.device("cpu"), "gloo", timeout_s=60)
     try:
         part = slice(0, SPLIT) if rank == 0 else slice(SPLIT, None)
-        result = {
-            f"{kind}/{k}": v for kind in WIDTHS for k, v in train(kind, group.sync, part).items()
-        }
+        result = {f"{kind}/{k}": v for kind in WIDTHS for k, v in train(kind, group, part).items()}
         torch.save(result, f"{out}/rank{rank}.pt")
     finally:
         group.close()

@@ -239,10 +239,10 @@ def test_a_stopped_render_leaves_no_partial_video(tmp_path):
     deadline = time.monotonic() + 120
     # stopped once the encoder is writing (its first bytes are in the partial file)
     while not any(p.stat().st_size for p in tmp_path.glob(".match.*.tmp.mp4")):
-        assert job.running() and time.monotonic() < deadline, job.error()
+        assert job.outcome() is None and time.monotonic() < deadline, job.outcome()
         time.sleep(0.05)
     job.kill()
     # SIGTERM handled, not killed outright: 143, or 1 where the encoder's own shutdown raised
     # while the render unwound (seen once on busy cores); either way the cleanup ran
-    assert job.proc.returncode in (128 + 15, 1), job.error()
+    assert job.proc.returncode in (128 + 15, 1), job.outcome()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["match.npz"]
