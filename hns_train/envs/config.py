@@ -333,6 +333,8 @@ class GameConfig:
         if not 0.0 < self.tri_split[0] <= self.tri_split[1] < 1.0:
             errors.append(f"tri_split={self.tri_split} must be (low, high), 0 < low <= high < 1")
         errors += _construction_errors(self)
+        if self.placement == "counting":
+            errors += _counting_scene_errors(self)
         if errors:
             raise ValueError("invalid game config: " + "; ".join(errors))
 
@@ -514,6 +516,21 @@ def _construction_errors(cfg: GameConfig) -> list[str]:
     if cfg.task == "shelter" and not cfg.cylinder:
         errors.append("the shelter task needs cylinder=True")
     return errors
+
+
+def _counting_scene_errors(cfg: GameConfig) -> list[str]:
+    """The counting placement stands one agent and a row of cubes (layout.py): every draw of
+    the config must fit it."""
+    one_agent = cfg.max_agents == 1 and cfg.n_hiders[0] + cfg.n_seekers[0] == 1
+    cubes_only = cfg.n_elongated[1] == 0 and not (cfg.n_ramps or cfg.max_sites or cfg.cylinder)
+    if one_agent and cubes_only:
+        return []
+    return [
+        "placement 'counting' takes one agent and cubes only (n_hiders + n_seekers = 1, "
+        "n_elongated=(0, 0), n_ramps=0, n_sites=(0, 0), cylinder=False); got "
+        f"n_hiders={cfg.n_hiders}, n_seekers={cfg.n_seekers}, n_elongated={cfg.n_elongated}, "
+        f"n_ramps={cfg.n_ramps}, n_sites={cfg.n_sites}, cylinder={cfg.cylinder}"
+    ]
 
 
 def _check_types(cfg: GameConfig) -> None:

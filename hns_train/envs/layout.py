@@ -410,15 +410,8 @@ def _place_objects(
 
 
 def _place_counting(cfg, walls: _Walls, n_hiders, n_seekers, box_kind) -> dict:
-    """The counting scene: fixed poses, nothing random but the number of boxes."""
-    extras = cfg.n_ramps or cfg.max_sites or cfg.cylinder
-    if n_hiders + n_seekers != 1 or (box_kind > CUBE).any() or extras:
-        raise ValueError(
-            "placement 'counting' takes one agent and cubes only (n_hiders + n_seekers = 1, "
-            "n_elongated=(0, 0), n_ramps=0, n_sites=(0, 0), cylinder=False); got "
-            f"{n_hiders} hider(s), {n_seekers} seeker(s), box kinds {box_kind.tolist()}, "
-            f"n_ramps={cfg.n_ramps}, n_sites={cfg.n_sites}, cylinder={cfg.cylinder}"
-        )
+    """The counting scene: fixed poses, nothing random but the number of boxes (one agent and
+    cubes only: GameConfig checks that the config draws no more)."""
     present = np.zeros(cfg.max_agents, dtype=bool)
     present[0 if n_hiders else cfg.max_hiders] = True
     agent_xy = np.zeros((cfg.max_agents, 2))
