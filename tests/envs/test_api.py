@@ -182,6 +182,23 @@ def test_action_for_an_agent_that_is_not_live_raises(live_env, agent):
     assert "hider_0" in str(err.value)  # lists the live agents
 
 
+@pytest.mark.parametrize("flatten", [False, True])
+def test_pad_absent_gives_absent_agents_zero_observations_in_their_spaces(flatten):
+    env = E.parallel_env(
+        "quadrant", n_hiders=(1, 2), n_seekers=(1, 2), pad_absent=True, flatten=flatten
+    )
+    absent_seen = 0
+    for seed in range(6):
+        obs, infos = env.reset(seed=seed)
+        assert set(obs) == set(infos) == set(env.possible_agents)
+        for agent in set(env.possible_agents) - set(env.agents):
+            absent_seen += 1
+            assert env.observation_space(agent).contains(obs[agent])
+            values = [obs[agent]] if flatten else list(obs[agent].values())
+            assert not any(v.any() for v in values)
+    assert absent_seen
+
+
 def test_integral_float_actions_are_accepted(live_env):
     actions = {a: np.array([5.0, 5.0, 5.0, 0.0, 0.0]) for a in live_env.agents}
     live_env.step(actions)
