@@ -9,7 +9,9 @@ world a task plays in (sites, the cylinder, walls and placement) is the game's, 
 The flat names these numbers had before (`counting_show_steps`, `lock_reward`, ...: `MOVED`)
 are still read by `make_config` and mean the same setting. `make_config(preset, **overrides)`
 starts from a named preset and rejects unknown presets and unknown or ill-typed parameters with a
-`ValueError` that names what was wrong and what is allowed.
+`ValueError` that names what was wrong and what is allowed. Every declared range, the sections'
+included, is checked once, by `GameConfig` (`range_problems`); a section checks only the rules
+across its own fields.
 
 Presets (spec §1):
 - `quadrant`: 2 v 2, horizon 80, one room in the high-x / low-y quadrant, 2 cubes, 1 ramp that
@@ -60,9 +62,6 @@ class LockTaskConfig:
     success_reward: Finite = 1.0  # every step the task is complete
     return_threshold: NonNegative = 0.1  # lock_and_return: largest distance to the spawn xy, m
 
-    def __post_init__(self) -> None:
-        _raise(range_problems(self, "lock."))
-
 
 @dataclass(frozen=True)
 class BlueprintConfig:
@@ -76,12 +75,10 @@ class BlueprintConfig:
     completed_reward: Finite = 3.0  # per site, once, when every site is done
 
     def __post_init__(self) -> None:
-        errors = range_problems(self, "blueprint.")
         if not self.smoothmin_alpha < 0:
-            errors.append(
+            raise ValueError(
                 f"blueprint.smoothmin_alpha={self.smoothmin_alpha} must be < 0 (smooth-min)"
             )
-        _raise(errors)
 
 
 @dataclass(frozen=True)
@@ -92,9 +89,6 @@ class ShelterConfig:
     rays_per_side: AtLeast1 = 25
     ray_margin_cells: NonNegative = 1.01  # ray starts this many cells in from the floor edge
     reward_scale: Finite = 0.001  # reward = -scale * rays reaching the cylinder
-
-    def __post_init__(self) -> None:
-        _raise(range_problems(self, "shelter."))
 
 
 @dataclass(frozen=True)
@@ -117,13 +111,11 @@ class CountingConfig:
     wrong_reward: Finite = 0.0  # on the last step, when it is wrong
 
     def __post_init__(self) -> None:
-        errors = range_problems(self, "counting.")
         if not 0 < self.agent_y < self.screen_y < self.row_y:
-            errors.append(
+            raise ValueError(
                 "counting needs 0 < agent_y < screen_y < row_y, got "
                 f"{self.agent_y}, {self.screen_y}, {self.row_y}"
             )
-        _raise(errors)
 
 
 # every transfer task a config may name, and the module of envs/ that defines it (tasks.py
@@ -150,14 +142,6 @@ class CountBasedConfig:
     cell: Positive = 0.5  # grid of the discretised state, m
     # "objects": boxes and ramps; "objects_agents": the agents too
     state: Annotated[str, OneOf(COUNT_STATES)] = "objects"
-
-    def __post_init__(self) -> None:
-        _raise(range_problems(self, "count_based."))
-
-
-def _raise(errors: list[str]) -> None:
-    if errors:
-        raise ValueError("; ".join(errors))
 
 
 def _upper_end(range_field: str) -> property:
@@ -333,6 +317,8 @@ class GameConfig:
         if not 0.0 < self.tri_split[0] <= self.tri_split[1] < 1.0:
             errors.append(f"tri_split={self.tri_split} must be (low, high), 0 < low <= high < 1")
         errors += _construction_errors(self)
+        if self.placement == "counting":
+            errors += _counting_scene_errors(self)
         if errors:
             raise ValueError("invalid game config: " + "; ".join(errors))
 
@@ -514,6 +500,21 @@ def _construction_errors(cfg: GameConfig) -> list[str]:
     if cfg.task == "shelter" and not cfg.cylinder:
         errors.append("the shelter task needs cylinder=True")
     return errors
+
+
+def _counting_scene_errors(cfg: GameConfig) -> list[str]:
+    """The counting placement stands one agent and a row of cubes (layout.py): every draw of
+    the config must fit it."""
+    one_agent = cfg.max_agents == 1 and cfg.n_hiders[0] + cfg.n_seekers[0] == 1
+    cubes_only = cfg.n_elongated[1] == 0 and not (cfg.n_ramps or cfg.max_sites or cfg.cylinder)
+    if one_agent and cubes_only:
+        return []
+    return [
+        "placement 'counting' takes one agent and cubes only (n_hiders + n_seekers = 1, "
+        "n_elongated=(0, 0), n_ramps=0, n_sites=(0, 0), cylinder=False); got "
+        f"n_hiders={cfg.n_hiders}, n_seekers={cfg.n_seekers}, n_elongated={cfg.n_elongated}, "
+        f"n_ramps={cfg.n_ramps}, n_sites={cfg.n_sites}, cylinder={cfg.cylinder}"
+    ]
 
 
 def _check_types(cfg: GameConfig) -> None:

@@ -17,8 +17,8 @@ shapes from `observation_shapes(cfg)` (without batch dims):
 
     observation_self (SELF_DIM,)            lidar (n_lidar,)
     agent_qpos_qvel (A-1, SELF_DIM)         mask_aa_obs (A-1,)   mask_aa_obs_spoof (A-1,)
-    box_obs (max_boxes, box_dim(cfg))       mask_ab_obs (NB,)    mask_ab_obs_spoof (NB,)
-    ramp_obs (n_ramps, ramp_dim(cfg))       mask_ar_obs (NR,)    mask_ar_obs_spoof (NR,)
+    box_obs (max_boxes, BOX_DIM)            mask_ab_obs (NB,)    mask_ab_obs_spoof (NB,)
+    ramp_obs (n_ramps, RAMP_DIM)            mask_ar_obs (NR,)    mask_ar_obs_spoof (NR,)
 
 Construction sites (the blueprint task, `cfg.max_sites` > 0 only; every other config has none of
 these keys): `site_obs (max_sites, SITE_DIM)` with `mask_as_obs` and `mask_as_obs_spoof`, after
@@ -38,7 +38,8 @@ vz, yaw rate), then the box's full size (x, y, z) when `box_size_obs`, then the 
 (locked by me, by my team, at all) when the kind can be locked (for ramps: and `ramp_lock_obs`,
 which a fine-tuned network trained without them turns off); ramps carry 3 zero pads in place
 of the size when boxes carry sizes and ramp rows carry lock flags, so box and ramp rows line up
-as in the original. `box_columns(cfg)` / `ramp_columns(cfg)` give those slices.
+as in the original. `box_columns(cfg)` / `ramp_columns(cfg)` give those slices and the row widths
+(BOX_DIM and RAMP_DIM above: their `dim`).
 """
 
 from __future__ import annotations
@@ -217,19 +218,11 @@ def ramp_columns(cfg: GameConfig) -> RowColumns:
     return RowColumns(col + LOCK_FLAGS * flags, size, lock)
 
 
-def box_dim(cfg: GameConfig) -> int:
-    return box_columns(cfg).dim
-
-
-def ramp_dim(cfg: GameConfig) -> int:
-    return ramp_columns(cfg).dim
-
-
 def observation_shapes(cfg: GameConfig) -> dict[str, tuple[int, ...]]:
     """Per-agent shape of every key (no batch dims), in `OBS_KEYS` order, then the site keys
     where the config has sites."""
     counts = (cfg.max_agents - 1, cfg.max_boxes, cfg.n_ramps)
-    dims = (SELF_DIM, box_dim(cfg), ramp_dim(cfg))
+    dims = (SELF_DIM, box_columns(cfg).dim, ramp_columns(cfg).dim)
     shapes: dict[str, tuple[int, ...]] = {SELF_KEY: (SELF_DIM,)}
     for kind, n, d in zip(ENTITY_KEYS, counts, dims, strict=True):
         shapes[kind.key] = (n, d)

@@ -134,9 +134,24 @@ def sample_layout(cfg: GameConfig, rng: np.random.Generator) -> Layout:
     diameter = float(rng.uniform(*cfg.cylinder_diameter)) if cfg.cylinder else 0.0
     for _ in range(MAX_REBUILDS):
         walls = _sample_walls(cfg, rng)
-        placed = _place_objects(cfg, rng, walls, n_hiders, n_seekers, box_kind, n_sites, diameter)
-        if placed is not None:
-            return placed
+        try:
+            if cfg.placement == "counting":
+                parts = _place_counting(cfg, walls, n_hiders, n_seekers, box_kind)
+            else:
+                parts = _place_objects(
+                    cfg, rng, walls, n_hiders, n_seekers, box_kind, n_sites, diameter
+                )
+        except _Crowded:
+            continue
+        return Layout(
+            wall_pos=walls.pos,
+            wall_half=walls.half,
+            wall_present=walls.present,
+            n_hiders=n_hiders,
+            n_seekers=n_seekers,
+            box_kind=box_kind,
+            **parts,
+        )
     raise RuntimeError(
         f"could not place every object in {MAX_REBUILDS} layouts for preset {cfg.preset!r}; "
         "the arena is too crowded for the configured object counts"
@@ -293,11 +308,15 @@ def middle_range(g: int, n: int, fraction: float) -> tuple[int, int]:
     return lo, max(hi, lo + 1)
 
 
+class _Crowded(Exception):
+    """An object found no free footprint in `place_tries` tries: the layout is drawn again."""
+
+
 def _place_objects(
     cfg, rng, walls: _Walls, n_hiders, n_seekers, box_kind, n_sites=0, diameter=0.0
-) -> Layout | None:
-    if cfg.placement == "counting":
-        return _place_counting(cfg, walls, n_hiders, n_seekers, box_kind)
+) -> dict:
+    """The drawn poses and occupancy of a layout on `walls` (the `Layout` fields besides the
+    walls, team sizes and box kinds); raises `_Crowded` when something does not fit."""
     occ = walls.occupancy.copy()
     g = cfg.grid_cells
     quadrant = cfg.placement == "quadrant" and walls.room is not None
@@ -326,16 +345,11 @@ def _place_objects(
                 continue
             occ[i : i + w, j : j + h] = True
             return int(i), int(j)
-        return None
+        raise _Crowded
 
     def place_middle(n, fraction):  # n x n cells in the middle of the grid
         lo, hi = middle_range(g, n, fraction)
-        for _ in range(cfg.place_tries):
-            i, j = rng.integers(lo, hi), rng.integers(lo, hi)
-            if not occ[i : i + n, j : j + n].any():
-                occ[i : i + n, j : j + n] = True
-                return int(i), int(j)
-        return None
+        return place(n, n, region=(lo, hi + n, lo, hi + n))
 
     def centre(ij, w, h):
         return np.array([(ij[0] + w / 2) * cfg.cell, (ij[1] + h / 2) * cfg.cell])
@@ -343,10 +357,7 @@ def _place_objects(
     cylinder_xy = np.zeros(2)
     if diameter:
         n = math.ceil(diameter / cfg.cell - 1e-9)
-        ij = place_middle(n, cfg.cylinder_area_fraction)
-        if ij is None:
-            return None
-        cylinder_xy = centre(ij, n, n)
+        cylinder_xy = centre(place_middle(n, cfg.cylinder_area_fraction), n, n)
 
     box_xy = np.zeros((cfg.max_boxes, 2))
     for k, kind in enumerate(box_kind):
@@ -357,17 +368,12 @@ def _place_objects(
             LONG_X: cfg.elongated_cells,
             LONG_Y: cfg.elongated_cells[::-1],
         }[int(kind)]
-        ij = place(w, h, in_room if quadrant else None)
-        if ij is None:
-            return None
-        box_xy[k] = centre(ij, w, h)
+        box_xy[k] = centre(place(w, h, in_room if quadrant else None), w, h)
 
     ramp_xy = np.zeros((cfg.n_ramps, 2))
     for k in range(cfg.n_ramps):
         tri_room = walls.tri_rooms[k % 3] if walls.tri_rooms is not None else None
         ij = place(cfg.ramp_cells, cfg.ramp_cells, region=tri_room)
-        if ij is None:
-            return None
         ramp_xy[k] = centre(ij, cfg.ramp_cells, cfg.ramp_cells)
 
     a = cfg.agent_cells
@@ -379,8 +385,6 @@ def _place_objects(
         for k in range(count):
             spread = cfg.teammate_spread_cells >= 0 and first is not None
             ij = place(a, a, rule if quadrant else None, near=first if spread else None)
-            if ij is None:
-                return None
             first = first or ij
             agent_xy[first_slot + k] = centre(ij, a, a)
             present[first_slot + k] = True
@@ -388,18 +392,12 @@ def _place_objects(
     site_xy = np.zeros((cfg.max_sites, 2))
     for k in range(n_sites):
         ij = place_middle(cfg.site_cells, cfg.site_area_fraction)
-        if ij is None:
-            return None
         site_xy[k] = centre(ij, cfg.site_cells, cfg.site_cells)
 
-    return _layout(
-        walls,
-        n_hiders=n_hiders,
-        n_seekers=n_seekers,
+    return dict(
         agent_present=present,
         agent_xy=agent_xy,
         agent_yaw=rng.uniform(0, 2 * np.pi, cfg.max_agents),
-        box_kind=box_kind,
         box_xy=box_xy,
         ramp_xy=ramp_xy,
         ramp_yaw=rng.integers(0, 4, cfg.n_ramps) * (np.pi / 2),
@@ -411,22 +409,9 @@ def _place_objects(
     )
 
 
-def _layout(walls: _Walls, **parts) -> Layout:
-    """The `Layout` of `parts` on `walls` (their occupancy, unless `parts` gives its own)."""
-    parts.setdefault("occupancy", walls.occupancy)
-    return Layout(wall_pos=walls.pos, wall_half=walls.half, wall_present=walls.present, **parts)
-
-
-def _place_counting(cfg, walls: _Walls, n_hiders, n_seekers, box_kind) -> Layout:
-    """The counting scene: fixed poses, nothing random but the number of boxes."""
-    extras = cfg.n_ramps or cfg.max_sites or cfg.cylinder
-    if n_hiders + n_seekers != 1 or (box_kind > CUBE).any() or extras:
-        raise ValueError(
-            "placement 'counting' takes one agent and cubes only (n_hiders + n_seekers = 1, "
-            "n_elongated=(0, 0), n_ramps=0, n_sites=(0, 0), cylinder=False); got "
-            f"{n_hiders} hider(s), {n_seekers} seeker(s), box kinds {box_kind.tolist()}, "
-            f"n_ramps={cfg.n_ramps}, n_sites={cfg.n_sites}, cylinder={cfg.cylinder}"
-        )
+def _place_counting(cfg, walls: _Walls, n_hiders, n_seekers, box_kind) -> dict:
+    """The counting scene: fixed poses, nothing random but the number of boxes (one agent and
+    cubes only: GameConfig checks that the config draws no more)."""
     present = np.zeros(cfg.max_agents, dtype=bool)
     present[0 if n_hiders else cfg.max_hiders] = True
     agent_xy = np.zeros((cfg.max_agents, 2))
@@ -435,15 +420,12 @@ def _place_counting(cfg, walls: _Walls, n_hiders, n_seekers, box_kind) -> Layout
     box_xy = np.zeros((cfg.max_boxes, 2))
     box_xy[:n, 0] = counting_row(cfg, n)
     box_xy[:n, 1] = cfg.counting.row_y
-    return _layout(
-        walls,
-        n_hiders=n_hiders,
-        n_seekers=n_seekers,
+    return dict(
         agent_present=present,
         agent_xy=agent_xy,
         agent_yaw=np.full(cfg.max_agents, FACING_Y),
-        box_kind=box_kind,
         box_xy=box_xy,
         ramp_xy=np.zeros((0, 2)),
         ramp_yaw=np.zeros(0),
+        occupancy=walls.occupancy,
     )

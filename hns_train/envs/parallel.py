@@ -291,7 +291,6 @@ class HideAndSeekParallelEnv(ParallelEnv):
         }
         self._renderer = None  # render.TopViewRenderer, made on the first rgb_array frame
         self._viewer = None  # render.HumanViewer
-        self._obs: dict[str, np.ndarray] | None = None
         # What every step would otherwise work out again: the observation keys in the Dict
         # space's order with their flat widths (what gymnasium's flatten concatenates), the
         # no-op actions of absent agents, the live agents and their slots (set at reset).
@@ -345,17 +344,10 @@ class HideAndSeekParallelEnv(ParallelEnv):
         self._live_slots = np.array([self._slot[a] for a in self.agents], dtype=np.intp)
         pairs = [(a, self._slot[a]) for a in self.agents]
         self._live_pairs = (self.agents, pairs, [(a, itemgetter((0, k))) for a, k in pairs])
-        self._obs = obs
         if self.render_mode == "human":
             self.render()
-        observations = self._agent_obs(obs)
-        if self.pad_absent:
-            for a in self.possible_agents:
-                if a not in observations:
-                    zeros = self._dict_spaces[a].sample()  # right keys, shapes and dtypes
-                    for v in zeros.values():
-                        v[...] = 0
-                    observations[a] = self._agent_obs_from(a, zeros)
+        # the game's rows of absent agents are zero: what pad_absent gives them
+        observations = self._agent_obs(obs, self.possible_agents if self.pad_absent else None)
         return observations, {a: {} for a in observations}
 
     def step(self, actions: dict):
@@ -403,7 +395,6 @@ class HideAndSeekParallelEnv(ParallelEnv):
             for agent in live:
                 self._check_action(agent, actions[agent])  # raises, naming the agent
             raise
-        self._obs = obs
         ended = bool(truncated[0])
         observations = self._agent_obs(obs, live)
         values = reward[0].tolist()
@@ -489,11 +480,6 @@ class HideAndSeekParallelEnv(ParallelEnv):
         if agents is not live:
             getters = [(a, itemgetter((0, self._slot[a]))) for a in agents]
         return {a: dict(zip(keys, map(rows, copies), strict=True)) for a, rows in getters}
-
-    def _agent_obs_from(self, agent: str, obs: dict[str, np.ndarray]):
-        if self.flatten:
-            return spaces.flatten(self._dict_spaces[agent], obs).astype(FLAT_DTYPE, copy=False)
-        return obs
 
     # ------------------------------------------------------------------ rendering
     def render(self):

@@ -5,8 +5,8 @@
   context only when a model brings different render assets (meshes, textures, framebuffer size),
   so the per-episode models of one preset (new walls and poses, same assets) reuse it. The replay
   renderer in `eval/` uses it on models it rebuilt.
-- `HumanViewer` shows the world in `mujoco.viewer.launch_passive` where a display exists and
-  raises `RuntimeError` otherwise.
+- `HumanViewer` shows the world in `mujoco.viewer.launch_passive` (the env refuses
+  `render_mode='human'` where no display exists: `display_available`).
 - `python -m hns_train.envs.render --preset quadrant --out docs/quadrant.png` writes one frame;
   docs/randomwalls.png is `--preset randomwalls --seed 11` (a layout with outer walls and rooms).
 
@@ -142,18 +142,14 @@ class TopViewRenderer:
 
 
 class HumanViewer:
-    """MuJoCo's interactive viewer, reopened when an episode brings a new model."""
+    """MuJoCo's interactive viewer, reopened when an episode brings a new model (needs a
+    display: `display_available`)."""
 
     def __init__(self):
         self._viewer = None
         self._model = None
 
     def show(self, model: mujoco.MjModel, data: mujoco.MjData) -> None:
-        if not display_available():
-            raise RuntimeError(
-                "render_mode='human' needs a display (DISPLAY or WAYLAND_DISPLAY is unset); "
-                "use render_mode='rgb_array' on headless machines"
-            )
         import mujoco.viewer
 
         if self._viewer is not None and (self._model is not model or not self._viewer.is_running()):

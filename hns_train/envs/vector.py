@@ -77,10 +77,6 @@ class VectorGame:
         self._started = False
 
     @property
-    def threads(self) -> int:
-        return self.game.threads
-
-    @property
     def agent_present(self) -> np.ndarray:
         return self.game.agent_present.copy()
 

@@ -1,5 +1,6 @@
 """Scripted scenes for the env behaviour tests: real one-world games whose entities are put in
-place by writing qpos, after which the game re-reads state and re-casts rays with its own methods.
+place by writing qpos, after which the game re-reads state and re-casts rays with its own methods;
+and seeded random-play episodes of the PettingZoo env, for the reproducibility tests.
 
 Quadrant geometry used by the scenes: outer walls on x, y = 0.1 and 5.9 (faces at 0.15 / 5.85),
 the room x in [3.1, 5.9], y in [0.1, 3.1]. Scenes play in the open band y in [3.5, 5.1]; objects
@@ -13,6 +14,7 @@ import math
 import mujoco
 import numpy as np
 
+import hns_train.envs as E
 from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
 
@@ -86,3 +88,24 @@ def object_xy(game: HideAndSeekGame, slot: int) -> np.ndarray:
 PUSH_PX = [10, 5, 5, 0, 0]
 PUSH_MX = [0, 5, 5, 0, 0]
 STILL = [5, 5, 5, 0, 0]
+
+
+def seeded_episode(preset: str, seed: int, action_seed: int = 0, **params) -> list:
+    """Everything `reset(seed=seed)` and then random actions (drawn from `action_seed`) give
+    until the episode ends: the reset's observations, then each step's returns."""
+    env = E.parallel_env(preset, **params)
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(action_seed)
+    trace = [obs]
+    while env.agents:
+        trace.append(env.step({a: rng.integers(0, env.action_space(a).nvec) for a in env.agents}))
+    return trace
+
+
+def same(a, b) -> bool:
+    """Whether two nested dicts / tuples / lists of arrays are equal, element for element."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return np.array_equal(a, b)

@@ -7,6 +7,7 @@ from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test
 
 import hns_train.envs as E
 from hns_train.envs.stats import STAT_KEYS
+from tests.envs import hns_scene as S
 
 PRESETS = ["quadrant", "randomwalls"]
 # Dict observations and MultiDiscrete actions are the spec's choice; PettingZoo hints otherwise.
@@ -49,32 +50,13 @@ def test_pettingzoo_api_with_team_size_ranges():
     assert len(sizes) > 1
 
 
-def _episode(preset, seed, action_seed):
-    env = E.parallel_env(preset)
-    obs, _ = env.reset(seed=seed)
-    rng = np.random.default_rng(action_seed)
-    trace = [obs]
-    while env.agents:
-        actions = {a: rng.integers(0, env.action_space(a).nvec) for a in env.agents}
-        trace.append(env.step(actions))
-    return trace
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (tuple, list)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return np.array_equal(a, b)
-
-
 @pytest.mark.parametrize("preset", PRESETS)
 def test_same_seed_same_episode(preset):
-    first = _episode(preset, seed=7, action_seed=3)
+    first = S.seeded_episode(preset, seed=7, action_seed=3)
     assert len(first) == E.make_config(preset).horizon + 1
-    assert _same(first, _episode(preset, seed=7, action_seed=3))
+    assert S.same(first, S.seeded_episode(preset, seed=7, action_seed=3))
     other, _ = E.parallel_env(preset).reset(seed=8)
-    assert not _same(first[0], other)
+    assert not S.same(first[0], other)
 
 
 def test_horizon_truncates_and_reports_statistics():
@@ -180,6 +162,23 @@ def test_action_for_an_agent_that_is_not_live_raises(live_env, agent):
     with pytest.raises(ValueError, match="not live") as err:
         live_env.step(actions)
     assert "hider_0" in str(err.value)  # lists the live agents
+
+
+@pytest.mark.parametrize("flatten", [False, True])
+def test_pad_absent_gives_absent_agents_zero_observations_in_their_spaces(flatten):
+    env = E.parallel_env(
+        "quadrant", n_hiders=(1, 2), n_seekers=(1, 2), pad_absent=True, flatten=flatten
+    )
+    absent_seen = 0
+    for seed in range(6):
+        obs, infos = env.reset(seed=seed)
+        assert set(obs) == set(infos) == set(env.possible_agents)
+        for agent in set(env.possible_agents) - set(env.agents):
+            absent_seen += 1
+            assert env.observation_space(agent).contains(obs[agent])
+            values = [obs[agent]] if flatten else list(obs[agent].values())
+            assert not any(v.any() for v in values)
+    assert absent_seen
 
 
 def test_integral_float_actions_are_accepted(live_env):

@@ -20,6 +20,7 @@ from hns_train.envs.config import PRESETS, make_config
 from hns_train.envs.construction import shelter_ray_starts
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.envs.layout import CUBE, LONG_X, LONG_Y, middle_range, sample_layout
+from tests.envs import hns_scene as S
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*probably should be gymnasium.spaces"),
@@ -440,31 +441,13 @@ def test_pettingzoo_parallel_and_aec(preset):
     api_test(E.env(preset, seed=2, horizon=30), num_cycles=60)
 
 
-def _same(a, b) -> bool:
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (tuple, list)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return np.array_equal(a, b)
-
-
-def _episode(preset, seed):
-    env = E.parallel_env(preset, horizon=25)
-    obs, _ = env.reset(seed=seed)
-    rng = np.random.default_rng(0)
-    trace = [obs]
-    while env.agents:
-        trace.append(env.step({a: rng.integers(0, env.action_space(a).nvec) for a in env.agents}))
-    return trace
-
-
 @pytest.mark.parametrize("preset", TASKS)
 def test_seeding_is_reproducible(preset):
     parallel_seed_test(lambda: E.parallel_env(preset, horizon=20))
-    first = _episode(preset, 9)
-    assert _same(first, _episode(preset, 9))
+    first = S.seeded_episode(preset, 9, horizon=25)
+    assert S.same(first, S.seeded_episode(preset, 9, horizon=25))
     assert "task_score" in first[-1][4]["seeker_0"]
-    assert not _same(first[0], _episode(preset, 10)[0])
+    assert not S.same(first[0], S.seeded_episode(preset, 10, horizon=25)[0])
 
 
 @pytest.mark.parametrize("preset", TASKS)

@@ -356,7 +356,7 @@ def test_each_world_gets_its_layouts_c_model_fields_and_poses(warp_game):
     static = ww.template.body_weldid[ww.template.geom_bodyid] == 0
     walls = set()
     for w in range(W):
-        layout = warp_game.layout_of(w)
+        layout = warp_game.bank.layouts[int(warp_game.slot[w])]
         walls.add(layout.wall_pos.tobytes())
         m = cache.model_for(layout)
         for name in PER_WORLD_FIELDS:
@@ -401,7 +401,7 @@ def test_auto_reset_takes_bank_layouts_and_the_first_episode_matches_vectorgame(
     rngs = [np.random.default_rng(s) for s in wg.world_seeds]
     for w in range(W):
         want = sample_layout(cfg, rngs[w])
-        np.testing.assert_array_equal(wg.layout_of(w).wall_pos, want.wall_pos)
+        np.testing.assert_array_equal(wg.bank.layouts[int(wg.slot[w])].wall_pos, want.wall_pos)
     act = np.broadcast_to([5, 5, 5, 0, 0], (W, cfg.max_agents, 5))
     for _ in range(cfg.horizon):
         c, w = vg.step(act), wg.step(act)

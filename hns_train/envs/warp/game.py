@@ -329,11 +329,6 @@ class WarpGame:
         """Contact / constraint overflows since the game was made (a host read)."""
         return int(self._overflow_total)
 
-    def layout_of(self, world: int):
-        """The host `Layout` of `world`'s current episode (a host read; valid until its bank
-        slot is refreshed: for inspection and tests)."""
-        return self.bank.layouts[int(self.slot[world])]
-
     def close(self) -> None:
         """Stop the layout bank's thread."""
         if self.bank is not None:

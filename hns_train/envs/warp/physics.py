@@ -34,6 +34,7 @@ layouts reuse them; a config with other model sizes adds a few kernels specialis
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -110,14 +111,10 @@ def capture_plan(is_cuda: bool, mempool: bool) -> tuple[bool, str]:
     return True, "capture on a stream of our own, replay on torch's current stream"
 
 
-_warned: set[str] = set()
-
-
+@functools.cache
 def warn_once(message: str) -> None:
     """`log.warning(message)` the first time this process sees `message`."""
-    if message not in _warned:
-        _warned.add(message)
-        log.warning(message)
+    log.warning(message)
 
 
 def full_layout(cfg: GameConfig) -> Layout:
