@@ -21,7 +21,7 @@ from hns_train.agents.pod import Pod, PodHook
 from hns_train.agents.pool import PolicyPool, PoolConfig
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.vector import VectorGame
-from hns_train.host_syncs import HostSyncCounter
+from tests.host_syncs import HostSyncCounter
 
 
 def make_pod(preset="chase", worlds=4, rollout=20, pool=None, ppo_config=None, slots=2):
