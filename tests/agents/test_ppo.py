@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from hns_train.agents import PPO, ActorCritic, PPOConfig, compute_gae, synthetic_chunk
+from hns_train.agents import PPO, ActorCritic, PPOConfig, compute_gae
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
+from tests.synthetic import synthetic_chunk
 
 SHAPES = observation_shapes(make_config("quadrant"))
 

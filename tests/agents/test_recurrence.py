@@ -3,10 +3,11 @@
 import numpy as np
 import torch
 
-from hns_train.agents import PPO, ActorCritic, PPOConfig, synthetic_chunk
-from hns_train.agents import random_observations as random_obs
+from hns_train.agents import PPO, ActorCritic, PPOConfig
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
+from tests.synthetic import random_observations as random_obs
+from tests.synthetic import synthetic_chunk
 
 SHAPES = observation_shapes(make_config("quadrant"))
 
