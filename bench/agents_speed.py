@@ -21,15 +21,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs without an install
-from hns_train.agents import (  # noqa: E402
-    PPO,
-    ActorCritic,
-    PPOConfig,
-    random_observations,
-    synthetic_chunk,
-)
+from hns_train.agents import PPO, ActorCritic, PPOConfig  # noqa: E402
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
+from tests.synthetic import random_observations, synthetic_chunk
 
 PRESETS = {
     "quadrant": observation_shapes(make_config("quadrant")),

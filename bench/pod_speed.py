@@ -15,7 +15,7 @@
    opponents included, as `Pod`'s counters time them, and the rest of a step: recording,
    episode ends) and learning (the PPO update); and this process's CPU time (all its threads),
    split into collecting and learning. Also the host synchronisations per env step
-   (`hns_train/host_syncs.py`; the C game takes its actions as a host array: 1 per step).
+   (`tests/host_syncs.py`; the C game takes its actions as a host array: 1 per step).
 3. The floor, in this process on the same states and sizes: the raw physics of the pod's worlds
    (`mujoco.mj_step` x substeps per world, bench/env_speed.py's `raw_physics`), one bare forward
    of the policy on all agent rows per env step (`ActorCritic.act_tensors`), and one bare PPO
@@ -61,7 +61,7 @@ from hns_train.config import load_config  # noqa: E402
 from hns_train.distributed.controller import Controller  # noqa: E402
 from hns_train.distributed.pod_worker import make_game  # noqa: E402
 from hns_train.envs.contract import observation_shapes  # noqa: E402
-from hns_train.host_syncs import HostSyncCounter  # noqa: E402
+from tests.host_syncs import HostSyncCounter  # noqa: E402
 
 
 def wall_time(device: torch.device) -> float:

@@ -58,7 +58,7 @@ from hns_train.envs.vector import VectorGame  # noqa: E402
 from hns_train.envs.warp.bank import layout_entries  # noqa: E402
 from hns_train.envs.warp.game import WarpGame  # noqa: E402
 from hns_train.envs.world import ModelCache  # noqa: E402
-from hns_train.host_syncs import HostSyncCounter  # noqa: E402
+from tests.host_syncs import HostSyncCounter  # noqa: E402
 
 MAX_WORLDS = 16384
 PRESETS = ("quadrant", "randomwalls", "chase")

@@ -279,20 +279,14 @@ class RunConfig:
                 f"pipeline.chunk_len={p.chunk_len} must be a multiple of "
                 f"agent.ppo.bptt_len={self.agent.ppo.bptt_len}"
             )
-        problems += agent_contract_problems(self.agent, game)
+        try:  # the network's action heads against the game's contract (envs/contract.py)
+            move_bins = self.agent.network.move_bins
+            contract.check_network_settings(game, move_bins, "agent.network.move_bins")
+        except ValueError as err:
+            problems.append(str(err))
         if problems:
             raise ConfigError(f"{source}: " + "; ".join(problems))
         return self
-
-
-def agent_contract_problems(agent: AgentConfig, game: GameConfig) -> list[str]:
-    """Where the agent's network settings disagree with the game's action / observation
-    contract (`hns_train/envs/contract.py`), one message per field."""
-    try:
-        contract.check_network_settings(game, agent.network.move_bins, "agent.network.move_bins")
-    except ValueError as err:
-        return [str(err)]
-    return []
 
 
 def flat_settings(cfg: RunConfig) -> dict[str, Any]:

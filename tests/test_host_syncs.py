@@ -2,7 +2,7 @@
 
 import torch
 
-from hns_train.host_syncs import HostSyncCounter
+from tests.host_syncs import HostSyncCounter
 
 
 def test_counts_host_reads_and_data_dependent_shapes_only():

@@ -13,7 +13,6 @@ from hns_train.agents.config import AgentConfig, NetworkConfig, PPOConfig
 from hns_train.agents.observations import ObsLayout
 from hns_train.agents.policy import ActorCritic, ActOutput
 from hns_train.agents.ppo import PPO, compute_gae
-from hns_train.agents.synthetic import random_observations, synthetic_chunk
 
 __all__ = [
     "PPO",
@@ -26,7 +25,5 @@ __all__ = [
     "ObsLayout",
     "PPOConfig",
     "compute_gae",
-    "random_observations",
     "stack_chunks",
-    "synthetic_chunk",
 ]

@@ -149,12 +149,6 @@ def room_problem(folder: str | os.PathLike, checkpoint_bytes: int) -> str | None
     )
 
 
-def check_room(folder: str | os.PathLike, checkpoint_bytes: int) -> None:
-    problem = room_problem(folder, checkpoint_bytes)
-    if problem:
-        raise NoRoomError(problem)
-
-
 def encode_checkpoint(state: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> bytes:
     """The bytes of a checkpoint file: header and verified payload."""
     try:
@@ -386,7 +380,9 @@ class CheckpointDir:
         """Write `ckpt_<step>.pt` and prune; with no room for `ROOM_FOR` checkpoints of its
         size, raise `NoRoomError` before writing anything (the newest good one is kept)."""
         data = encode_checkpoint(state, {**dict(meta or {}), "step": step})
-        check_room(self.folder, len(data))
+        problem = room_problem(self.folder, len(data))
+        if problem:
+            raise NoRoomError(problem)
         path = atomic_write_bytes(self.path_for(step), data)
         self.prune()
         return path

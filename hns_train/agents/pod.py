@@ -30,10 +30,9 @@ pool's rule (`PolicyPool.draw`: the latest policy with `p_latest`, else a snapsh
 or the no-op team for one side). Snapshots play from `opponent_slots` fixed models on the device
 (least recently used first out): drawing an opponent copies weights into a free slot at most,
 never builds a model, and when every slot is in use by a running episode the draw takes one of
-the loaded snapshots instead (counted in `OpponentSlots.substitutions`). Only the learning
-policy's rows of present agents are trained on (`learn_steps`); rows it did not play at all in
-a rollout are left out of the update (the host knows them from the draws), so opponents cost no
-learning compute.
+the loaded snapshots instead. Only the learning policy's rows of present agents are trained on
+(`learn_steps`); rows it did not play at all in a rollout are left out of the update (the host
+knows them from the draws), so opponents cost no learning compute.
 
 Counters (frames, episodes, episode statistics) accumulate on the device or the host mirror and
 are read when a worker heartbeats, not per step.
@@ -165,7 +164,6 @@ class OpponentSlots:
         self.models: list[ActorCritic] = []
         self.versions: OrderedDict[int, int] = OrderedDict()  # version -> slot, LRU first
         self.snapshots = Snapshots(SnapshotCache(pool, cache_size)) if pool is not None else None
-        self.substitutions = 0
 
     def draw(self, in_use: np.ndarray) -> tuple[int, int]:
         """(hider code, seeker code) for one episode; `in_use` (slots,) counts live episodes
@@ -184,7 +182,6 @@ class OpponentSlots:
             return self.versions[version]
         free = self._free_slot(in_use)
         if free is None:  # every slot plays a running episode: one of them plays this one too
-            self.substitutions += 1
             return int(self.rng.choice(list(self.versions.values())))
         state = self.snapshots.get(version)
         if state is None:  # missing or broken snapshot: the latest plays it

@@ -309,15 +309,6 @@ class PPO:
             p.grad = flat[offset : offset + size].view_as(p).clone()
             offset += size
 
-    @torch.no_grad()
-    def evaluate_loss(self, batch: Chunk | Sequence[Chunk] | Rollout) -> dict[str, float]:
-        """The update's loss terms on the whole batch, without changing anything."""
-        batch = self._as_rollout(batch)
-        advantages, returns = self._gae(batch)
-        seg = self._segments(batch, advantages, returns)
-        _, stats = self._loss(seg, _advantage_moments(seg))
-        return dict(zip(stats, torch.stack(list(stats.values())).tolist(), strict=True))
-
     def _as_rollout(self, batch: Chunk | Sequence[Chunk] | Rollout) -> Rollout:
         if not isinstance(batch, Rollout):
             batch = batch if isinstance(batch, Chunk) else stack_chunks(batch)

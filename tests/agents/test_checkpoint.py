@@ -23,9 +23,9 @@ from hns_train.agents.checkpoint import (
     save_checkpoint,
     training_state,
 )
-from hns_train.agents.synthetic import random_observations, synthetic_chunk
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
+from tests.synthetic import random_observations, synthetic_chunk
 
 SHAPES = observation_shapes(
     make_config("quadrant", n_hiders=(1, 1), n_seekers=(1, 1), n_boxes=(1, 1), n_lidar=6)

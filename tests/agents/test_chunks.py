@@ -12,13 +12,12 @@ from hns_train.agents import (
     PPOConfig,
     compute_gae,
     stack_chunks,
-    synthetic_chunk,
 )
 from hns_train.agents.pod import tensor_storage
 from hns_train.agents.ppo import Rollout
-from hns_train.agents.synthetic import random_observations
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
+from tests.synthetic import random_observations, synthetic_chunk
 
 SHAPES = observation_shapes(make_config("chase"))
 

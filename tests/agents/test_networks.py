@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from hns_train.agents import ActorCritic, ObsLayout, random_observations
+from hns_train.agents import ActorCritic, ObsLayout
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
+from tests.synthetic import random_observations
 
 QUADRANT = observation_shapes(make_config("quadrant"))
 RANDOMWALLS = observation_shapes(make_config("randomwalls"))

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from hns_train.agents import ActorCritic, AgentConfig, NetworkConfig
-from hns_train.agents import random_observations as random_obs
 from hns_train.agents.normalizers import EmaMeanStd, popart_update
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
 from hns_train.typed_config import from_dict
+from tests.synthetic import random_observations as random_obs
 
 SHAPES = observation_shapes(make_config("quadrant"))
 

@@ -8,7 +8,7 @@ import torch
 from hns_train.agents import PPO, ActorCritic, PPOConfig
 from hns_train.agents.pod import Pod
 from hns_train.envs.contract import observation_shapes
-from hns_train.host_syncs import HostSyncCounter
+from tests.host_syncs import HostSyncCounter
 
 pytest.importorskip("mujoco_warp")
 

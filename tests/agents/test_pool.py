@@ -29,10 +29,10 @@ from hns_train.agents.pool import (
     policy_key,
 )
 from hns_train.agents.pool_index import PRIOR_MU, open_index, transaction
-from hns_train.agents.synthetic import random_observations
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
 from hns_train.typed_config import from_dict
+from tests.synthetic import random_observations
 
 SHAPES = observation_shapes(make_config("chase", n_lidar=0))
 SMALL = NetworkConfig(embed_dim=8, attention_heads=2, dense_dim=8, lstm_dim=8)

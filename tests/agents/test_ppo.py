@@ -1,14 +1,17 @@
 """GAE with truncation, one PPO update, statistics, checkpoint round trip."""
 
+import copy
+import dataclasses
 import io
 
 import numpy as np
 import pytest
 import torch
 
-from hns_train.agents import PPO, ActorCritic, PPOConfig, compute_gae, synthetic_chunk
+from hns_train.agents import PPO, ActorCritic, PPOConfig, compute_gae
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
+from tests.synthetic import synthetic_chunk
 
 SHAPES = observation_shapes(make_config("quadrant"))
 
@@ -68,6 +71,15 @@ def make_chunks(model, rng, n=4):
     ]
 
 
+def loss_terms(ppo, chunks):
+    """The update's loss terms on `chunks` at `ppo`'s parameters, the value loss in reward units:
+    the statistics of one full-batch update of a copy at lr 0, whose loss is taken before its
+    step (its PopArt keeps de-normalised values, so value_loss · σ² is in reward units)."""
+    config = dataclasses.replace(ppo.config, epochs=1, minibatches=1, lr=0.0)
+    stats = PPO(copy.deepcopy(ppo.model), config).update(chunks)
+    return stats, stats["value_loss"] * stats["value_norm_std"] ** 2
+
+
 def test_one_update_lowers_the_loss_and_keeps_kl_small():
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
@@ -75,17 +87,10 @@ def test_one_update_lowers_the_loss_and_keeps_kl_small():
     ppo = PPO(model, PPOConfig(epochs=4))  # 4 full-batch Adam steps at lr 3e-4
     chunks = make_chunks(model, rng)
 
-    before = ppo.evaluate_loss(chunks)
+    before, value_before = loss_terms(ppo, chunks)
     assert before["approx_kl"] == pytest.approx(0.0, abs=1e-6)  # same parameters as the rollout
-    stats = ppo.update(chunks)
-    after = ppo.evaluate_loss(chunks)
-
-    # PopArt changed the scale of the normalised value loss (σ was 1 before); compare in
-    # reward units, i.e. the loss `before` measured.
-    value_before, value_after = (
-        before["value_loss"],
-        after["value_loss"] * stats["value_norm_std"] ** 2,
-    )
+    ppo.update(chunks)
+    after, value_after = loss_terms(ppo, chunks)
 
     def total(s, value_loss):
         return s["policy_loss"] + 0.5 * value_loss - 0.01 * s["entropy"]

@@ -3,10 +3,11 @@
 import numpy as np
 import torch
 
-from hns_train.agents import PPO, ActorCritic, PPOConfig, synthetic_chunk
-from hns_train.agents import random_observations as random_obs
+from hns_train.agents import PPO, ActorCritic, PPOConfig
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
+from tests.synthetic import random_observations as random_obs
+from tests.synthetic import synthetic_chunk
 
 SHAPES = observation_shapes(make_config("quadrant"))
 
@@ -82,5 +83,5 @@ def test_chunk_replay_from_stored_states_reproduces_rollout():
     chunk = synthetic_chunk(model, 30, 4, 10, rng, episode_len=7, first_step=4)
     assert chunk.lstm_state.shape == (3, 4, 4, 256) and chunk.episode_start.sum() == 4 * 4
     assert np.abs(chunk.lstm_state[1:]).sum() > 0
-    stats = PPO(model, PPOConfig()).evaluate_loss(chunk)
+    stats = PPO(model, PPOConfig()).update(chunk)  # one step: its loss is taken before it
     assert abs(stats["approx_kl"]) < 1e-6 and stats["clip_fraction"] == 0.0

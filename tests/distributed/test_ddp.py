@@ -16,10 +16,10 @@ import torch
 
 from hns_train.agents import PPO, ActorCritic, NetworkConfig, PPOConfig
 from hns_train.agents.chunks import stack_chunks
-from hns_train.agents.synthetic import synthetic_chunk
 from hns_train.distributed.ddp import make_store, rendezvous_info
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
+from tests.synthetic import synthetic_chunk
 
 SHAPES = observation_shapes(make_config("quadrant"))
 NET = NetworkConfig(embed_dim=32, attention_heads=2, dense_dim=32, lstm_dim=32)

@@ -214,7 +214,7 @@ def test_trainer_drops_stale_and_malformed_chunks(tmp_path):
     trainer.poll_ms = 50
     trainer.learner.ppo.version = 10
     sender = SampleSender(endpoints["samples"])
-    from hns_train.agents.synthetic import synthetic_chunk
+    from tests.synthetic import synthetic_chunk
 
     def chunk(version: int) -> Chunk:
         rng = np.random.default_rng(0)
@@ -249,7 +249,7 @@ def test_trainer_starts_no_update_that_would_end_after_the_stop(tmp_path):
     trainer = TrainerWorker(spec)
     trainer.poll_ms = 50
     sender = SampleSender(endpoints["samples"])
-    from hns_train.agents.synthetic import synthetic_chunk
+    from tests.synthetic import synthetic_chunk
 
     rng = np.random.default_rng(0)
 

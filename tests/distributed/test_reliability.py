@@ -20,7 +20,6 @@ from waiting import alive, children_of, wait_for
 
 from hns_train.agents.checkpoint import CheckpointDir
 from hns_train.agents.pool import PolicyPool
-from hns_train.agents.synthetic import synthetic_chunk
 from hns_train.config import CONFIG_DIR, load_config, save_config
 from hns_train.distributed.actor import ActorWorker
 from hns_train.distributed.contract import state_dict_to_arrays
@@ -45,6 +44,7 @@ from hns_train.distributed.worker import (
     WorkerSpec,
     pool_dir,
 )
+from tests.synthetic import synthetic_chunk
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = CONFIG_DIR / "smoke.yaml"

@@ -1,6 +1,6 @@
 """The Warp game's step makes no host synchronisation (envs/warp/game.py, bank.py).
 
-`HostSyncCounter` (hns_train/host_syncs.py) counts every call that would make the host wait
+`HostSyncCounter` (tests/host_syncs.py) counts every call that would make the host wait
 for a GPU (tensor reads, data-dependent shapes), on the CPU device too. Given a tensor of
 actions (checked lazily) or `check=False`, one `WarpGame.step` must count zero, including steps
 where some worlds end their episodes and are reset from the layout bank, and steps that refresh
@@ -21,7 +21,7 @@ from hns_train.envs.config import make_config  # noqa: E402
 from hns_train.envs.stats import STAT_KEYS  # noqa: E402
 from hns_train.envs.warp.bank import BankConfig  # noqa: E402
 from hns_train.envs.warp.game import WarpGame  # noqa: E402
-from hns_train.host_syncs import HostSyncCounter  # noqa: E402
+from tests.host_syncs import HostSyncCounter  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,5 @@
-"""Synthetic observations and rollouts that follow the env contract, for tests and benchmarks.
+"""Synthetic observations and rollouts that follow the env contract, for the tests and
+bench/agents_speed.py.
 
 No env is involved: features are standard normal, masks random with visible ⊆ exists (as the
 env guarantees), rewards ±1, and every `episode_len` steps an episode is truncated. Rollouts go

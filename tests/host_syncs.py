@@ -1,4 +1,5 @@
-"""Counting the places where device code waits for the host (`HostSyncCounter`).
+"""Counting the places where device code waits for the host (`HostSyncCounter`): a tool of
+the tests and of the benchmarks that report host syncs (bench/pod_speed.py, bench/warp_speed.py).
 
 On a GPU, a tensor read on the host (`.item()`, `.cpu()`, `.numpy()`, `.tolist()`, `bool(t)`,
 `float(t)`, `int(t)`) and an operation whose output size depends on data (`nonzero`, `unique`,
