@@ -114,11 +114,11 @@ def test_recorder_misuse_is_reported():
     game.reset()
     rec = recorder.ReplayRecorder(game)
     with pytest.raises(RuntimeError, match="record_reset"):
-        rec.record_step(np.zeros((1, 2)))
+        rec.record_step(np.zeros((1, 2)), np.zeros((1, 2, 5)))
     rec.record_reset()
     game.reset()
     with pytest.raises(RuntimeError, match="reset"):
-        rec.record_step(np.zeros((1, 2)))
+        rec.record_step(np.zeros((1, 2)), np.zeros((1, 2, 5)))
 
 
 def test_bad_metadata_and_paths_are_rejected_on_save(played, tmp_path):
