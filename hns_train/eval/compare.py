@@ -414,8 +414,8 @@ def run_compare(
     return format_table(run, baselines) + f"\nPlot: {path}"
 
 
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
         prog="python -m hns_train.eval compare",
         description="Compare a run's emergent phases with Rapid and SRL (table + PNG plot).",
     )

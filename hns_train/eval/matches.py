@@ -79,12 +79,11 @@ class PolicyController:
         policy_id: Any,
         network_config: Any = None,
         deterministic: bool = True,
-        device: Any = "cpu",
     ) -> PolicyController:
         """Build an `ActorCritic` from pool weights (e.g. `SnapshotCache.get(version)`)."""
         from hns_train.agents.policy import ActorCritic
 
-        model = ActorCritic(obs_shapes, network_config, device=device)
+        model = ActorCritic(obs_shapes, network_config, device="cpu")
         model.load_state_dict(state_dict)
         model.eval()
         return cls(model, policy_id, deterministic)

@@ -362,8 +362,9 @@ def write_video(
 # ----------------------------------------------------------------------------- interactive
 
 
-def show(replay: Replay, camera: str = "top", fps: float | None = None, loop: bool = True) -> None:
-    """Play the replay in MuJoCo's interactive viewer (needs a display) until it is closed.
+def show(replay: Replay, camera: str = "top", fps: float | None = None) -> None:
+    """Play the replay in MuJoCo's interactive viewer (needs a display), over and over until it
+    is closed.
 
     The video frames' overlays (lock outlines, ramp edges, vision cones, lines of sight, grabs)
     are drawn into the viewer's user scene; step, phase and score appear as viewer text.
@@ -409,9 +410,5 @@ def show(replay: Replay, camera: str = "top", fps: float | None = None, loop: bo
                         )
                     )
             viewer.sync()
-            t += 1
-            if t >= replay.n_frames:
-                if not loop:
-                    break
-                t = 0
+            t = (t + 1) % replay.n_frames
             time.sleep(max(0.0, period - (time.monotonic() - start)))
