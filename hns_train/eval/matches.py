@@ -254,10 +254,4 @@ def play_matches(
             )
             bar.update(1)
     bar.close()
-    if progress:
-        scores = np.array([r.hidden_fraction for r in results])
-        print(
-            f"{len(results)} matches {hiders.policy_id} (hiders) vs {seekers.policy_id} "
-            f"(seekers): hidden fraction {scores.mean():.3f} ± {scores.std():.3f}"
-        )
     return results
