@@ -65,11 +65,7 @@ DRAW_MARGIN = 0.05  # a hider score within this of 0.5 is a draw
 FIXED_SIGMA = 1.0
 
 
-def _model() -> PlackettLuce:
-    return PlackettLuce(mu=PRIOR_MU, sigma=PRIOR_SIGMA)
-
-
-_MODEL = _model()
+_MODEL = PlackettLuce(mu=PRIOR_MU, sigma=PRIOR_SIGMA)  # stateless: every rating shares it
 
 
 @dataclass(frozen=True)
@@ -116,7 +112,6 @@ class Ratings(IndexHolder):
         folder = pool.folder if isinstance(pool, PolicyPool) else Path(pool)
         self.db_path = folder / DB_NAME
         self.conn = open_index(self.db_path)
-        self.model = _model()
 
     # ----- reading -----
 
@@ -220,8 +215,8 @@ class Ratings(IndexHolder):
         hider_score = float(hider_score)
         ranks = self.outcome(hider_score)
         old = [[self._row(p, "hider") for p in hiders], [self._row(p, "seeker") for p in seekers]]
-        teams = [[self.model.rating(mu=r.mu, sigma=r.sigma) for r in team] for team in old]
-        new = self.model.rate(teams, ranks=list(ranks))
+        teams = [[_MODEL.rating(mu=r.mu, sigma=r.sigma) for r in team] for team in old]
+        new = _MODEL.rate(teams, ranks=list(ranks))
         now = time.time()
         updated: list[list[Rating]] = []
         for team_old, team_new in zip(old, new, strict=True):
