@@ -8,9 +8,8 @@ behaviour statistics versus episodes (log x) with Rapid's onsets (dashed) and th
 This run's onsets are its `phase` records in metrics.jsonl; phases without a record are filled
 in by running the detector (`phases.PhaseDetector`) over its training records, so a run made
 before detection was switched on still compares. The run directory contract: `config.yaml`
-(name, game.preset, hardware.{cpus, gpus, gpu_name} there or in hardware.yaml; missing keys are
-shown as unknown) and
-`metrics.jsonl`.
+(name, game.preset), `hardware.yaml` (cpus, gpus, gpu_name; missing keys are shown as unknown)
+and `metrics.jsonl`.
 """
 
 from __future__ import annotations
@@ -99,15 +98,13 @@ def load_run(run_dir: str | Path) -> RunSummary:
     records, recorded = read_metrics(metrics)
     detector = PhaseDetector.from_metrics(metrics)
     game = config.get("game") if isinstance(config.get("game"), dict) else {}
-    hardware = config.get("hardware") if isinstance(config.get("hardware"), dict) else {}
-    if not hardware and (run_dir / "hardware.yaml").is_file():  # written by the controller
-        hardware = yaml.safe_load((run_dir / "hardware.yaml").read_text()) or {}
-        hardware = hardware if isinstance(hardware, dict) else {}
+    hardware_file = run_dir / "hardware.yaml"  # written by the controller
+    hardware = yaml.safe_load(hardware_file.read_text()) if hardware_file.is_file() else None
     return RunSummary(
         path=run_dir,
         name=str(config.get("name") or run_dir.name),
         preset=game.get("preset"),
-        hardware=hardware,
+        hardware=hardware if isinstance(hardware, dict) else {},
         records=records,
         onsets=dict(detector.fired),
         recorded={o.phase for o in recorded},

@@ -93,7 +93,8 @@ def test_plot_is_a_png_of_the_asked_size(run_dir, tmp_path, size):
 def test_run_without_phases_or_hardware(tmp_path, capsys):
     recs = S.records({}, 2e5, n_records=30)
     path = S.write_run(tmp_path / "young", recs)
-    (path / "config.yaml").write_text("name: young\n")  # no game, no hardware
+    (path / "config.yaml").write_text("name: young\n")  # no game
+    (path / "hardware.yaml").unlink()  # a run the controller did not start
     assert compare_main([str(path)]) == 0
     text = capsys.readouterr().out
     assert "has not reached any phase yet (30 training records, 200 k episodes)" in text
