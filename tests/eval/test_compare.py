@@ -129,14 +129,14 @@ def test_bad_input(tmp_path, capsys):
 
 def test_baseline_file_is_typed_and_sourced(tmp_path):
     b = load_baselines()
-    assert b.rapid.onset("running_and_chasing") == 0
-    assert b.rapid.onset("box_surfing") == 380e6
+    assert b.rapid.phases["running_and_chasing"].episodes == 0
+    assert b.rapid.phases["box_surfing"].episodes == 380e6
     (run,) = b.rapid.runs
     assert (run.episodes, run.frames, run.hours) == (132.3e6, 31.7e9, 34.0)
     assert (run.batch_chunks, run.chunk_length) == (64000, 10)
     assert b.srl.speedup_vs_rapid.factor == 5.0
     assert {r.cpu_cores for r in b.srl.runs} == {1000, 15000}
-    for baseline in b:
+    for baseline in (b.rapid, b.srl):
         assert baseline.source.arxiv in ("1909.07528", "2306.16688")
         for mark in baseline.phases.values():
             assert mark.source.title and mark.source.where
