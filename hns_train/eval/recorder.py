@@ -136,11 +136,8 @@ class ReplayRecorder:
         arrays = {}
         for table, length in ((FRAME_ARRAYS, n_steps + 1), (STEP_ARRAYS, n_steps)):
             rows = self._frames if table is FRAME_ARRAYS else self._steps
-            for name, (dtype, shape) in table.items():
-                if rows[name]:
-                    arrays[name] = np.asarray(rows[name], dtype=dtype)
-                else:
-                    arrays[name] = np.zeros((length, *shape(sizes)), dtype=dtype)
+            for name, (dtype, shape) in table.items():  # reshape: an episode of 0 steps too
+                arrays[name] = np.asarray(rows[name], dtype=dtype).reshape(length, *shape(sizes))
         header = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
