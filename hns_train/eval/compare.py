@@ -33,6 +33,7 @@ from hns_train.eval.phases import (
     PhaseDetector,
     PhaseOnset,
     read_metrics,
+    with_ramp_move_after_prep,
 )
 
 DEFAULT_WIDTH, DEFAULT_HEIGHT = 1400, 1000  # pixels
@@ -52,14 +53,7 @@ PANELS = [
     (
         "ramps",
         [
-            (
-                "ramp move after prep (m)",
-                lambda s: (
-                    s["max_ramp_move"] - s["max_ramp_move_prep"]
-                    if "max_ramp_move" in s and "max_ramp_move_prep" in s
-                    else None
-                ),
-            ),
+            ("ramp move after prep (m)", lambda s: s.get("ramp_move_after_prep")),
             ("ramps locked in prep", lambda s: s.get("num_ramp_lock_prep")),
         ],
     ),
@@ -270,6 +264,7 @@ def _series(records: list[dict], fn) -> tuple[np.ndarray, np.ndarray]:
     xs, ys = [], []
     for r in records:
         stats = {k[len(STAT_PREFIX) :]: v for k, v in r.items() if k.startswith(STAT_PREFIX)}
+        stats = with_ramp_move_after_prep(stats)
         ep = r.get("episodes")
         y = fn(stats) if stats else None
         if y is None or ep is None or ep <= 0 or not math.isfinite(float(y)):
