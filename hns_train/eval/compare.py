@@ -194,43 +194,30 @@ def format_table(run: RunSummary, baselines: Baselines) -> str:
     out += [line(r) for r in rows]
     out.append("")
 
+    def took(x) -> str:  # an onset or a reported run: how far it had come
+        return f"{human(x.episodes)} ep, {human(x.frames)} frames, {hours_text(x.hours)}"
+
     rd = run.onsets.get("ramp_defense")
+    vs_rapid = f" ({rd.episodes / rapid_run.episodes:.2g}x Rapid)" if rd and rapid_run else ""
+    speedup = srl.speedup_vs_rapid
+    faster = f"same solution, up to {speedup.factor:g}x faster (wall clock)" if speedup else "–"
+    batch = "–"
+    if rapid_run and rapid_run.batch_chunks:
+        batch = f"batch {rapid_run.batch_chunks:,} chunks x {rapid_run.chunk_length} steps"
     notes = [
         (
             "to ramp defense",
             [
-                "this run: "
-                + (
-                    f"{human(rd.episodes)} ep, {human(rd.frames)} frames, {hours_text(rd.hours)}"
-                    if rd
-                    else "not reached"
-                )
-                + (f" ({rd.episodes / rapid_run.episodes:.2g}x Rapid)" if rd and rapid_run else ""),
-                "Rapid: "
-                + (
-                    f"{human(rapid_run.episodes)} ep, {human(rapid_run.frames)} frames, "
-                    f"{hours_text(rapid_run.hours)}"
-                    if rapid_run
-                    else "–"
-                ),
-                "SRL: "
-                + (
-                    f"same solution, up to {srl.speedup_vs_rapid.factor:g}x faster (wall clock)"
-                    if srl.speedup_vs_rapid
-                    else "–"
-                ),
+                f"this run: {took(rd) if rd else 'not reached'}{vs_rapid}",
+                f"Rapid: {took(rapid_run) if rapid_run else '–'}",
+                f"SRL: {faster}",
             ],
         ),
         (
             "hardware",
             [
                 f"this run: {hardware_text(run.hardware)}",
-                "Rapid: "
-                + (
-                    f"batch {rapid_run.batch_chunks:,} chunks x {rapid_run.chunk_length} steps"
-                    if rapid_run and rapid_run.batch_chunks
-                    else "–"
-                ),
+                f"Rapid: {batch}",
                 f"SRL: {srl_run.hardware()}, {hours_text(srl_run.hours)}" if srl_run else "SRL: –",
             ],
         ),
