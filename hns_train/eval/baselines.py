@@ -93,18 +93,11 @@ class Baseline(Sourced):
     runs: tuple[ComputeRun, ...]
     speedup_vs_rapid: Speedup | None = None
 
-    def onset(self, phase: str) -> float | None:
-        mark = self.phases.get(phase)
-        return None if mark is None else mark.episodes
-
 
 @dataclass(frozen=True)
 class Baselines:
     rapid: Baseline
     srl: Baseline
-
-    def __iter__(self):
-        return iter((self.rapid, self.srl))
 
 
 def load_baselines(path: str | Path | None = None) -> Baselines:

@@ -8,9 +8,8 @@ behaviour statistics versus episodes (log x) with Rapid's onsets (dashed) and th
 This run's onsets are its `phase` records in metrics.jsonl; phases without a record are filled
 in by running the detector (`phases.PhaseDetector`) over its training records, so a run made
 before detection was switched on still compares. The run directory contract: `config.yaml`
-(name, game.preset, hardware.{cpus, gpus, gpu_name} there or in hardware.yaml; missing keys are
-shown as unknown) and
-`metrics.jsonl`.
+(name, game.preset), `hardware.yaml` (cpus, gpus, gpu_name; missing keys are shown as unknown)
+and `metrics.jsonl`.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from hns_train.eval.phases import (
     PhaseDetector,
     PhaseOnset,
     read_metrics,
+    with_ramp_move_after_prep,
 )
 
 DEFAULT_WIDTH, DEFAULT_HEIGHT = 1400, 1000  # pixels
@@ -53,14 +53,7 @@ PANELS = [
     (
         "ramps",
         [
-            (
-                "ramp move after prep (m)",
-                lambda s: (
-                    s["max_ramp_move"] - s["max_ramp_move_prep"]
-                    if "max_ramp_move" in s and "max_ramp_move_prep" in s
-                    else None
-                ),
-            ),
+            ("ramp move after prep (m)", lambda s: s.get("ramp_move_after_prep")),
             ("ramps locked in prep", lambda s: s.get("num_ramp_lock_prep")),
         ],
     ),
@@ -99,15 +92,13 @@ def load_run(run_dir: str | Path) -> RunSummary:
     records, recorded = read_metrics(metrics)
     detector = PhaseDetector.from_metrics(metrics)
     game = config.get("game") if isinstance(config.get("game"), dict) else {}
-    hardware = config.get("hardware") if isinstance(config.get("hardware"), dict) else {}
-    if not hardware and (run_dir / "hardware.yaml").is_file():  # written by the controller
-        hardware = yaml.safe_load((run_dir / "hardware.yaml").read_text()) or {}
-        hardware = hardware if isinstance(hardware, dict) else {}
+    hardware_file = run_dir / "hardware.yaml"  # written by the controller
+    hardware = yaml.safe_load(hardware_file.read_text()) if hardware_file.is_file() else None
     return RunSummary(
         path=run_dir,
         name=str(config.get("name") or run_dir.name),
         preset=game.get("preset"),
-        hardware=hardware,
+        hardware=hardware if isinstance(hardware, dict) else {},
         records=records,
         onsets=dict(detector.fired),
         recorded={o.phase for o in recorded},
@@ -203,43 +194,30 @@ def format_table(run: RunSummary, baselines: Baselines) -> str:
     out += [line(r) for r in rows]
     out.append("")
 
+    def took(x) -> str:  # an onset or a reported run: how far it had come
+        return f"{human(x.episodes)} ep, {human(x.frames)} frames, {hours_text(x.hours)}"
+
     rd = run.onsets.get("ramp_defense")
+    vs_rapid = f" ({rd.episodes / rapid_run.episodes:.2g}x Rapid)" if rd and rapid_run else ""
+    speedup = srl.speedup_vs_rapid
+    faster = f"same solution, up to {speedup.factor:g}x faster (wall clock)" if speedup else "–"
+    batch = "–"
+    if rapid_run and rapid_run.batch_chunks:
+        batch = f"batch {rapid_run.batch_chunks:,} chunks x {rapid_run.chunk_length} steps"
     notes = [
         (
             "to ramp defense",
             [
-                "this run: "
-                + (
-                    f"{human(rd.episodes)} ep, {human(rd.frames)} frames, {hours_text(rd.hours)}"
-                    if rd
-                    else "not reached"
-                )
-                + (f" ({rd.episodes / rapid_run.episodes:.2g}x Rapid)" if rd and rapid_run else ""),
-                "Rapid: "
-                + (
-                    f"{human(rapid_run.episodes)} ep, {human(rapid_run.frames)} frames, "
-                    f"{hours_text(rapid_run.hours)}"
-                    if rapid_run
-                    else "–"
-                ),
-                "SRL: "
-                + (
-                    f"same solution, up to {srl.speedup_vs_rapid.factor:g}x faster (wall clock)"
-                    if srl.speedup_vs_rapid
-                    else "–"
-                ),
+                f"this run: {took(rd) if rd else 'not reached'}{vs_rapid}",
+                f"Rapid: {took(rapid_run) if rapid_run else '–'}",
+                f"SRL: {faster}",
             ],
         ),
         (
             "hardware",
             [
                 f"this run: {hardware_text(run.hardware)}",
-                "Rapid: "
-                + (
-                    f"batch {rapid_run.batch_chunks:,} chunks x {rapid_run.chunk_length} steps"
-                    if rapid_run and rapid_run.batch_chunks
-                    else "–"
-                ),
+                f"Rapid: {batch}",
                 f"SRL: {srl_run.hardware()}, {hours_text(srl_run.hours)}" if srl_run else "SRL: –",
             ],
         ),
@@ -273,6 +251,7 @@ def _series(records: list[dict], fn) -> tuple[np.ndarray, np.ndarray]:
     xs, ys = [], []
     for r in records:
         stats = {k[len(STAT_PREFIX) :]: v for k, v in r.items() if k.startswith(STAT_PREFIX)}
+        stats = with_ramp_move_after_prep(stats)
         ep = r.get("episodes")
         y = fn(stats) if stats else None
         if y is None or ep is None or ep <= 0 or not math.isfinite(float(y)):
@@ -414,8 +393,8 @@ def run_compare(
     return format_table(run, baselines) + f"\nPlot: {path}"
 
 
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
         prog="python -m hns_train.eval compare",
         description="Compare a run's emergent phases with Rapid and SRL (table + PNG plot).",
     )

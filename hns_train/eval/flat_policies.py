@@ -114,10 +114,9 @@ def team_gain(
 
 def parameter_change(before: list[Any], params: Any) -> float:
     """L2 norm of the difference between copies `before` and the tensors `params` now."""
-    import torch
+    from torch.nn.utils import parameters_to_vector
 
     now = [q.detach() for q in params]
     if len(now) != len(before):
         raise ValueError(f"{len(before)} tensors before and {len(now)} now: not the same module")
-    moved = [(q - q0).pow(2).sum() for q0, q in zip(before, now, strict=True)]
-    return float(torch.stack(moved).sum().sqrt())
+    return float((parameters_to_vector(now) - parameters_to_vector(before)).norm())

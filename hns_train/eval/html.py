@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 
 from hns_train.atomic_file import atomic_write
-from hns_train.envs.layout import ABSENT
 from hns_train.envs.parallel import agent_names
 from hns_train.envs.world import (
     BOX_RGBA,
@@ -57,8 +56,7 @@ def replay_data(replay: Replay) -> dict:
 
     agents = [int(k) for k in np.flatnonzero(layout.agent_present)]
     n_boxes = cfg.max_boxes
-    objects = [k for k in range(n_boxes) if layout.box_kind[k] != ABSENT]
-    objects += list(range(n_boxes, n_boxes + cfg.n_ramps))
+    objects = np.flatnonzero(layout.object_present).tolist()  # boxes drawn, then the ramps
     half = object_half_extents(cfg, layout)
     h = cfg.max_hiders
     names = agent_names(cfg.max_hiders, cfg.max_seekers)

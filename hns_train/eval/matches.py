@@ -79,12 +79,11 @@ class PolicyController:
         policy_id: Any,
         network_config: Any = None,
         deterministic: bool = True,
-        device: Any = "cpu",
     ) -> PolicyController:
         """Build an `ActorCritic` from pool weights (e.g. `SnapshotCache.get(version)`)."""
         from hns_train.agents.policy import ActorCritic
 
-        model = ActorCritic(obs_shapes, network_config, device=device)
+        model = ActorCritic(obs_shapes, network_config, device="cpu")
         model.load_state_dict(state_dict)
         model.eval()
         return cls(model, policy_id, deterministic)
@@ -255,10 +254,4 @@ def play_matches(
             )
             bar.update(1)
     bar.close()
-    if progress:
-        scores = np.array([r.hidden_fraction for r in results])
-        print(
-            f"{len(results)} matches {hiders.policy_id} (hiders) vs {seekers.policy_id} "
-            f"(seekers): hidden fraction {scores.mean():.3f} ± {scores.std():.3f}"
-        )
     return results

@@ -215,9 +215,7 @@ class PhaseDetector:
         return new
 
     def _means(self) -> dict[str, float]:
-        means = _weighted_means(self._window)
-        if "max_ramp_move" in means and "max_ramp_move_prep" in means:
-            means["ramp_move_after_prep"] = means["max_ramp_move"] - means["max_ramp_move_prep"]
+        means = with_ramp_move_after_prep(_weighted_means(self._window))
         start = (self.baseline or {}).get("hidden_fraction")
         if start is not None and "hidden_fraction" in means:
             means["hidden_change"] = abs(means["hidden_fraction"] - start)
@@ -266,6 +264,13 @@ class PhaseDetector:
                 ("hidden_fraction", ">=", c.surf_defense_min_hidden),
             ]
         raise ValueError(f"unknown phase {phase!r}; allowed phases: {list(PHASES)}")
+
+
+def with_ramp_move_after_prep(stats: dict[str, float]) -> dict[str, float]:
+    """`stats` plus "ramp_move_after_prep" (max_ramp_move - max_ramp_move_prep) where both exist."""
+    if "max_ramp_move" in stats and "max_ramp_move_prep" in stats:
+        stats["ramp_move_after_prep"] = stats["max_ramp_move"] - stats["max_ramp_move_prep"]
+    return stats
 
 
 def _weighted_means(items: Iterable[tuple[float, dict[str, float]]]) -> dict[str, float]:

@@ -34,7 +34,7 @@ from hns_train.eval.policies import (
     policy_controller,
 )
 from hns_train.eval.recorder import MatchRecording, team_metadata
-from hns_train.eval.rundirs import RENDERS, RUNS_DIR
+from hns_train.eval.rundirs import RENDERS, RUNS_DIR, resolve_checkpoint
 
 PROG = "python -m hns_train.eval play"
 DEFAULT_PRESET = "quadrant"  # when neither side is a checkpoint
@@ -70,8 +70,6 @@ class Side:
 
 
 def _side(arg: str, letter: str) -> Side:
-    from hns_train.eval.rundirs import resolve_checkpoint
-
     if arg in NAMED:
         return Side(arg, letter, None)
     return Side(arg, letter, load_policy_file(resolve_checkpoint(arg)))

@@ -212,10 +212,8 @@ def best_member(run_dir: str | Path, manifest: dict[str, Any] | None = None) -> 
     members = sorted(manifest.get("members") or {}, key=_member_order)
     ratings, _ = _open_ratings(run_dir)
     if ratings is not None:
-        try:
+        with ratings:
             scores = member_scores(ratings, members)
-        finally:
-            ratings.close()
     else:
         status, _ = read_records(run_dir / STATUS)
         latest = (status[-1].get("members") or {}) if status else {}
@@ -571,12 +569,11 @@ def population_view(run_dir: str | Path) -> int:
     if ratings is None:
         lines.append("\n" + problem)
     else:
-        try:
-            lines.extend(leaderboard_lines(ratings, pop.members))
-        except sqlite3.DatabaseError as e:
-            lines.append(f"\nleague: {LEAGUE}/{DB_NAME} is unreadable ({e})")
-        finally:
-            ratings.close()
+        with ratings:
+            try:
+                lines.extend(leaderboard_lines(ratings, pop.members))
+            except sqlite3.DatabaseError as e:
+                lines.append(f"\nleague: {LEAGUE}/{DB_NAME} is unreadable ({e})")
     lines.extend(lineage_lines(pop))
     lines.extend(schedule_lines(pop))
     if pop.notes:

@@ -9,8 +9,8 @@ assumes for unrated snapshots).
 
 A match is one episode between a hider team and a seeker team. Its `hider_score` in [0, 1]
 (by default the hidden fraction: the share of post-preparation steps in which no seeker saw a
-hider) becomes an outcome: hiders win above 0.5 + `draw_margin`, seekers win below
-0.5 - `draw_margin`, otherwise a draw. A team may be one policy (the usual case: every
+hider) becomes an outcome: hiders win above 0.5 + `DRAW_MARGIN`, seekers win below
+0.5 - `DRAW_MARGIN`, otherwise a draw. A team may be one policy (the usual case: every
 teammate runs the same controller) or a list of policies (mixed teams); each member's rating
 in that team's role is updated.
 
@@ -33,7 +33,7 @@ Every update reads the current ratings and writes the new ones and the match row
 IMMEDIATE transaction, so several eval workers can rate concurrently without losing updates.
 
 Public API:
-- `Ratings(pool_or_folder, draw_margin=0.05, fixed=())`: `update(hider_team, seeker_team,
+- `Ratings(pool_or_folder, fixed=())`: `update(hider_team, seeker_team,
   hider_score, result=None) -> (hider Rating list, seeker Rating list)`, `record(results)`
   (MatchResult-like objects), `get(policy, role) -> Rating`, `leaderboard(role=None) ->
   list[Rating]`, `format_leaderboard(role=None, limit=20) -> str`, `matches(limit=None) ->
@@ -59,16 +59,13 @@ from hns_train.agents.pool_index import DB_NAME, PRIOR_MU, PRIOR_SIGMA, open_ind
 from hns_train.jsonl import json_number
 
 CONSERVATIVE_SIGMAS = 3.0
+DRAW_MARGIN = 0.05  # a hider score within this of 0.5 is a draw
 # Sigma of an anchor (a `fixed` policy) without a stored row: small against the prior's 25/3, so
 # matches against it move the other team towards the anchor's mu, not the anchor.
 FIXED_SIGMA = 1.0
 
 
-def _model() -> PlackettLuce:
-    return PlackettLuce(mu=PRIOR_MU, sigma=PRIOR_SIGMA)
-
-
-_MODEL = _model()
+_MODEL = PlackettLuce(mu=PRIOR_MU, sigma=PRIOR_SIGMA)  # stateless: every rating shares it
 
 
 @dataclass(frozen=True)
@@ -105,11 +102,8 @@ class Ratings(IndexHolder):
     def __init__(
         self,
         pool: PolicyPool | str | os.PathLike,
-        draw_margin: float = 0.05,
         fixed: Collection[PolicyId] = (),
     ) -> None:
-        if not 0.0 <= draw_margin < 0.5:
-            raise ValueError(f"draw_margin must be in [0, 0.5), got {draw_margin}")
         if isinstance(fixed, (str, int)):
             raise ValueError(
                 f"fixed must be a collection of policy ids, e.g. {{'untrained'}}; got {fixed!r}"
@@ -118,8 +112,6 @@ class Ratings(IndexHolder):
         folder = pool.folder if isinstance(pool, PolicyPool) else Path(pool)
         self.db_path = folder / DB_NAME
         self.conn = open_index(self.db_path)
-        self.draw_margin = draw_margin
-        self.model = _model()
 
     # ----- reading -----
 
@@ -181,9 +173,9 @@ class Ratings(IndexHolder):
         """openskill ranks (lower is better) of (hiders, seekers) for a score in [0, 1]."""
         if not 0.0 <= hider_score <= 1.0:
             raise ValueError(f"hider_score must be in [0, 1], got {hider_score}")
-        if hider_score > 0.5 + self.draw_margin:
+        if hider_score > 0.5 + DRAW_MARGIN:
             return 0, 1
-        if hider_score < 0.5 - self.draw_margin:
+        if hider_score < 0.5 - DRAW_MARGIN:
             return 1, 0
         return 0, 0
 
@@ -223,8 +215,8 @@ class Ratings(IndexHolder):
         hider_score = float(hider_score)
         ranks = self.outcome(hider_score)
         old = [[self._row(p, "hider") for p in hiders], [self._row(p, "seeker") for p in seekers]]
-        teams = [[self.model.rating(mu=r.mu, sigma=r.sigma) for r in team] for team in old]
-        new = self.model.rate(teams, ranks=list(ranks))
+        teams = [[_MODEL.rating(mu=r.mu, sigma=r.sigma) for r in team] for team in old]
+        new = _MODEL.rate(teams, ranks=list(ranks))
         now = time.time()
         updated: list[list[Rating]] = []
         for team_old, team_new in zip(old, new, strict=True):

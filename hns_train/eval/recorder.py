@@ -69,27 +69,21 @@ class ReplayRecorder:
             raise RuntimeError("the game has not been reset: call game.reset() first")
         self._layout = g.layouts[w]
         self._seed = seed
-        self._scratch = mujoco.MjData(g.models[w]) if getattr(g, "batch", None) else None
+        self._scratch = mujoco.MjData(g.models[w])  # the world's batch state row unpacks here
         self._frames = {k: [] for k in FRAME_ARRAYS}
         self._steps = {k: [] for k in STEP_ARRAYS}
         self.episode_stats = None
         self._record_frame()
 
-    def record_step(self, rewards, actions=None, info: dict | None = None) -> None:
-        """Record the step the game just took: rewards (W, A) or (A,), actions likewise."""
+    def record_step(self, rewards, actions, info: dict | None = None) -> None:
+        """Record the step the game just took: its rewards (W, A) and actions (W, A, 5)."""
         if self._layout is None:
             raise RuntimeError("call record_reset() before record_step()")
         g, w = self.game, self.world
         if g.layouts[w] is not self._layout:
             raise RuntimeError("the recorded world was reset; start a new recording")
-        rewards = np.asarray(rewards)
-        rewards = rewards[w] if rewards.ndim == 2 else rewards
-        if actions is None:
-            actions = np.tile(g.noop, (g.n_agents, 1))
-        actions = np.asarray(actions)
-        actions = actions[w] if actions.ndim == 3 else actions
-        self._steps["rewards"].append(rewards.astype(np.float32))
-        self._steps["actions"].append(actions.astype(np.int8))
+        self._steps["rewards"].append(np.asarray(rewards)[w].astype(np.float32))
+        self._steps["actions"].append(np.asarray(actions)[w].astype(np.int8))
         self._record_frame()
         self._steps["ctrl"].append(self._last_ctrl)
         if info:
@@ -97,7 +91,10 @@ class ReplayRecorder:
 
     def _record_frame(self) -> None:
         g, w = self.game, self.world
-        m, d, idx = g.models[w], _world_data(g, w, self._scratch), g.index
+        m, d, idx = g.models[w], self._scratch, g.index
+        # unpacking the row (mj_setState, microseconds) instead of allocating an MjData per step
+        # (`game.world_data`, about 1.3 ms)
+        mujoco.mj_setState(m, d, g.batch.state[w], BATCH_STATE)
         f = self._frames
         t = int(g.t[w])
         f["t"].append(t)
@@ -139,11 +136,8 @@ class ReplayRecorder:
         arrays = {}
         for table, length in ((FRAME_ARRAYS, n_steps + 1), (STEP_ARRAYS, n_steps)):
             rows = self._frames if table is FRAME_ARRAYS else self._steps
-            for name, (dtype, shape) in table.items():
-                if rows[name]:
-                    arrays[name] = np.asarray(rows[name], dtype=dtype)
-                else:
-                    arrays[name] = np.zeros((length, *shape(sizes)), dtype=dtype)
+            for name, (dtype, shape) in table.items():  # reshape: an episode of 0 steps too
+                arrays[name] = np.asarray(rows[name], dtype=dtype).reshape(length, *shape(sizes))
         header = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
@@ -212,22 +206,6 @@ class MatchRecording:
         return [rec.save(p) for rec, p in zip(self.recorders, paths, strict=True)]
 
 
-def _world_data(game, w: int, scratch: mujoco.MjData | None) -> mujoco.MjData:
-    """World w's full MuJoCo state as an MjData.
-
-    Where the game keeps its worlds in a `mujoco.batch.Batch`, the world's integration-state
-    row is unpacked into `scratch` (`mj_setState`, microseconds); allocating an MjData per step
-    (`game.world_data`) would cost about 1.3 ms. Otherwise the world's own MjData is read.
-    """
-    batch = getattr(game, "batch", None)
-    if batch is not None and scratch is not None and hasattr(batch, "state"):
-        mujoco.mj_setState(game.models[w], scratch, batch.state[w], BATCH_STATE)
-        return scratch
-    if hasattr(game, "world_data"):
-        return game.world_data(w)
-    return game.datas[w]
-
-
 def record_episode(
     cfg: GameConfig,
     act: Callable[[dict[str, np.ndarray]], np.ndarray],
@@ -255,19 +233,17 @@ def record_episode(
     return rec.to_replay()
 
 
-def random_actions(
-    cfg: GameConfig, seed: int | None = None, p_grab: float = 0.5, p_lock: float = 0.5
-) -> Callable[[dict], np.ndarray]:
-    """Uniform movement bins with grab/lock pressed with the given probabilities."""
+def random_actions(cfg: GameConfig, seed: int | None = None) -> Callable[[dict], np.ndarray]:
+    """Every agent acting as the built-in random team does (`agents/opponents.py`): each action
+    column drawn uniformly over its range."""
+    from hns_train.agents import opponents  # torch: not for the render path, which needs none
+
     rng = np.random.default_rng(seed)
-    nvec = np.array(contract.action_nvec(cfg.action_bins))
 
     def act(obs: dict) -> np.ndarray:
         W, A = obs[contract.SELF_KEY].shape[:2]
-        a = rng.integers(0, nvec, size=(W, A, contract.N_ACTION_DIMS))
-        a[..., contract.GRAB] = rng.random((W, A)) < p_grab
-        a[..., contract.LOCK] = rng.random((W, A)) < p_lock
-        return a
+        rows = {contract.SELF_KEY: obs[contract.SELF_KEY].reshape(W * A, -1)}
+        return opponents.random_actions(rows, rng, cfg.action_bins).reshape(W, A, -1)
 
     return act
 

@@ -14,7 +14,7 @@ File format (`FORMAT_NAME`, version `FORMAT_VERSION`): a `.npz` written with
   versions under `hiders` / `seekers`, run name, ...), `episode_stats` (the game's end-of-episode
   info, or null), `mujoco_version`, `created_unix`.
 - `layout.<field>`: the `Layout` arrays (walls, which agents/boxes exist, box kinds, poses),
-  `layout_arrays(cfg)`: `LAYOUT_ARRAYS`, plus the construction tasks' sites (`site_xy`,
+  `layout_arrays(cfg)`: those of every config, plus the construction tasks' sites (`site_xy`,
   `site_present`) where the config has sites and the cylinder (`cylinder_xy`, `cylinder_radius`)
   where it has one, so every other config's files are as they were.
 - Frame arrays, F = n_frames = n_steps + 1 rows; frame 0 is the state after reset, frame t the
@@ -123,10 +123,6 @@ def _layout_shapes(cfg: GameConfig) -> dict[str, tuple[tuple, str]]:
 def layout_arrays(cfg: GameConfig) -> tuple[str, ...]:
     """The `Layout` fields a replay of `cfg` holds (module docstring)."""
     return tuple(_layout_shapes(cfg))
-
-
-# the fields every replay holds: those of a config with no sites and no cylinder
-LAYOUT_ARRAYS = layout_arrays(make_config("quadrant"))
 
 
 # ----------------------------------------------------------------------------- the replay

@@ -261,21 +261,27 @@ class ReplayVideo:
         local = np.array([[-hx, -hy, hz], [hx, -hy, hz], [hx, hy, hz], [-hx, hy, hz]])
         return self.data.xpos[body] + (local + [0, 0, 0.01]) @ frame.T
 
-    def _draw_text(self, image: np.ndarray, t: int) -> np.ndarray:
-        r, font, size, pad = self.replay, self._font, self._font_size, self._pad
-        pil = Image.fromarray(image)
-        draw = ImageDraw.Draw(pil, "RGBA")
+    def text_lines(self, t: int) -> list[list[tuple[str, tuple[int, ...]]]]:
+        """Frame t's two lines of text, as (piece, RGB colour) runs: step, phase and whether a
+        hider is seen; each team's score and label. The video and the viewer print them."""
+        r = self.replay
         left = r.prep_left(t)
         phase = f"PREP {left}" if left else "PLAY"
         seen = r["sees_agent"][t][r.cfg.max_hiders :, : r.cfg.max_hiders].any()
         status = "" if left else ("  hiders SEEN" if seen else "  hiders hidden")
         lines = [[(f"t {t}/{r.cfg.horizon}  {phase}{status}", (255, 255, 255))], []]
-        meta = r.metadata
         for k, name in enumerate(TEAM_NAMES):
             colour = tuple(int(255 * c) for c in TEAM_RGBA[k][:3])
-            label = team_label(meta.get(name))
+            label = team_label(r.metadata.get(name))
             who = f"  ({label})" if label else ""
             lines[1].append((f"{name} {self.scores[t, k]:+.0f}{who}   ", colour))
+        return lines
+
+    def _draw_text(self, image: np.ndarray, t: int) -> np.ndarray:
+        font, size, pad = self._font, self._font_size, self._pad
+        pil = Image.fromarray(image)
+        draw = ImageDraw.Draw(pil, "RGBA")
+        lines = self.text_lines(t)
         widths = [sum(draw.textlength(s, font=font) for s, _ in line) for line in lines]
         if not self._strip:  # over the picture: a dark box behind the text
             height = len(lines) * (size + pad) + pad
@@ -362,11 +368,12 @@ def write_video(
 # ----------------------------------------------------------------------------- interactive
 
 
-def show(replay: Replay, camera: str = "top", fps: float | None = None, loop: bool = True) -> None:
-    """Play the replay in MuJoCo's interactive viewer (needs a display) until it is closed.
+def show(replay: Replay, camera: str = "top", fps: float | None = None) -> None:
+    """Play the replay in MuJoCo's interactive viewer (needs a display), over and over until it
+    is closed.
 
     The video frames' overlays (lock outlines, ramp edges, vision cones, lines of sight, grabs)
-    are drawn into the viewer's user scene; step, phase and score appear as viewer text.
+    are drawn into the viewer's user scene, and the video's text (`text_lines`) as viewer text.
     """
     import time
 
@@ -399,19 +406,9 @@ def show(replay: Replay, camera: str = "top", fps: float | None = None, loop: bo
                 viewer.user_scn.ngeom = 0
                 video._decorate(viewer.user_scn, t)
                 if hasattr(viewer, "set_texts"):
-                    left = replay.prep_left(t)
-                    viewer.set_texts(
-                        (
-                            mujoco.mjtFontScale.mjFONTSCALE_150,
-                            mujoco.mjtGridPos.mjGRID_TOPLEFT,
-                            f"t {t}/{replay.cfg.horizon}  " + (f"PREP {left}" if left else "PLAY"),
-                            f"hiders {video.scores[t, 0]:+.0f}  seekers {video.scores[t, 1]:+.0f}",
-                        )
-                    )
+                    text = ["".join(piece for piece, _ in line) for line in video.text_lines(t)]
+                    scale = mujoco.mjtFontScale.mjFONTSCALE_150
+                    viewer.set_texts((scale, mujoco.mjtGridPos.mjGRID_TOPLEFT, *text))
             viewer.sync()
-            t += 1
-            if t >= replay.n_frames:
-                if not loop:
-                    break
-                t = 0
+            t = (t + 1) % replay.n_frames
             time.sleep(max(0.0, period - (time.monotonic() - start)))

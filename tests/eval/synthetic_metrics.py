@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from hns_train.envs.stats import STAT_KEYS
 
@@ -98,15 +99,12 @@ def records(
 def write_run(
     run_dir: Path, recs: list[dict], onsets: list[dict] = (), hardware: dict | None = None
 ) -> Path:
-    """A run directory per the contract: config.yaml and metrics.jsonl (phase lines inserted
-    after the training record they were detected at)."""
+    """A run directory per the contract: config.yaml, hardware.yaml and metrics.jsonl (phase
+    lines inserted after the training record they were detected at)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     hw = hardware or {"cpus": 2, "gpus": 0, "gpu_name": None}
-    gpu = "null" if hw.get("gpu_name") is None else hw["gpu_name"]
-    (run_dir / "config.yaml").write_text(
-        f"name: {run_dir.name}\ngame:\n  preset: randomwalls\n"
-        f"hardware:\n  cpus: {hw['cpus']}\n  gpus: {hw['gpus']}\n  gpu_name: {gpu}\n"
-    )
+    (run_dir / "config.yaml").write_text(f"name: {run_dir.name}\ngame:\n  preset: randomwalls\n")
+    (run_dir / "hardware.yaml").write_text(yaml.safe_dump(hw))
     lines = []
     pending = sorted(onsets, key=lambda o: o["episodes"])
     for r in recs:

@@ -93,7 +93,8 @@ def test_plot_is_a_png_of_the_asked_size(run_dir, tmp_path, size):
 def test_run_without_phases_or_hardware(tmp_path, capsys):
     recs = S.records({}, 2e5, n_records=30)
     path = S.write_run(tmp_path / "young", recs)
-    (path / "config.yaml").write_text("name: young\n")  # no game, no hardware
+    (path / "config.yaml").write_text("name: young\n")  # no game
+    (path / "hardware.yaml").unlink()  # a run the controller did not start
     assert compare_main([str(path)]) == 0
     text = capsys.readouterr().out
     assert "has not reached any phase yet (30 training records, 200 k episodes)" in text
@@ -128,14 +129,14 @@ def test_bad_input(tmp_path, capsys):
 
 def test_baseline_file_is_typed_and_sourced(tmp_path):
     b = load_baselines()
-    assert b.rapid.onset("running_and_chasing") == 0
-    assert b.rapid.onset("box_surfing") == 380e6
+    assert b.rapid.phases["running_and_chasing"].episodes == 0
+    assert b.rapid.phases["box_surfing"].episodes == 380e6
     (run,) = b.rapid.runs
     assert (run.episodes, run.frames, run.hours) == (132.3e6, 31.7e9, 34.0)
     assert (run.batch_chunks, run.chunk_length) == (64000, 10)
     assert b.srl.speedup_vs_rapid.factor == 5.0
     assert {r.cpu_cores for r in b.srl.runs} == {1000, 15000}
-    for baseline in b:
+    for baseline in (b.rapid, b.srl):
         assert baseline.source.arxiv in ("1909.07528", "2306.16688")
         for mark in baseline.phases.values():
             assert mark.source.title and mark.source.where

@@ -12,7 +12,7 @@ from hns_train.agents.pool_index import PRIOR_MU, PRIOR_SIGMA
 from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.eval.matches import FixedController, ScriptedSeeker, play_matches
-from hns_train.eval.ratings import FIXED_SIGMA, Rating, Ratings, win_probability
+from hns_train.eval.ratings import DRAW_MARGIN, FIXED_SIGMA, Rating, Ratings, win_probability
 
 
 def test_scripted_seeker_rated_above_random_after_matches(tmp_path):
@@ -38,7 +38,7 @@ def test_scripted_seeker_rated_above_random_after_matches(tmp_path):
 
 
 def test_update_directions_draws_and_storage(tmp_path):
-    ratings = Ratings(tmp_path / "pool", draw_margin=0.1)
+    ratings = Ratings(tmp_path / "pool")
     hider, seeker = ratings.update(10, "latest", 0.9, {"hider_return": 30.0, "extra": 1})
     assert hider[0].mu > PRIOR_MU > seeker[0].mu
     assert hider[0].sigma < PRIOR_SIGMA and hider[0].games == 1
@@ -47,7 +47,7 @@ def test_update_directions_draws_and_storage(tmp_path):
     assert ratings.get(10, "seeker").games == 0  # the other role is untouched
 
     # Inside the draw band the two equal-rated fresh policies keep equal means.
-    h2, s2 = ratings.update("noop", "random", 0.55)
+    h2, s2 = ratings.update("noop", "random", 0.5 + DRAW_MARGIN / 2)
     assert h2[0].mu == pytest.approx(s2[0].mu)
     h3, s3 = ratings.update("noop", "random", 0.1)  # seekers win
     assert s3[0].mu > h3[0].mu
@@ -66,7 +66,6 @@ def test_update_directions_draws_and_storage(tmp_path):
         (lambda: ratings.update([], 2, 0.5), "empty"),
         (lambda: ratings.update("Not Valid", 2, 0.5), "policy id"),
         (lambda: ratings.get(1, "referee"), "role"),
-        (lambda: Ratings(tmp_path / "pool", draw_margin=0.5), "draw_margin"),
     ):
         with pytest.raises(ValueError, match=match):
             bad()

@@ -67,7 +67,7 @@ def test_round_trip_reproduces_every_position_exactly(played, tmp_path):
     for name, value in replay.arrays.items():
         np.testing.assert_array_equal(loaded[name], value, err_msg=name)
         assert loaded[name].dtype == value.dtype, name
-    for name in R.LAYOUT_ARRAYS:
+    for name in R.layout_arrays(replay.cfg):
         np.testing.assert_array_equal(getattr(loaded.layout, name), getattr(replay.layout, name))
 
     model, data = loaded.rebuild()
@@ -114,11 +114,11 @@ def test_recorder_misuse_is_reported():
     game.reset()
     rec = recorder.ReplayRecorder(game)
     with pytest.raises(RuntimeError, match="record_reset"):
-        rec.record_step(np.zeros((1, 2)))
+        rec.record_step(np.zeros((1, 2)), np.zeros((1, 2, 5)))
     rec.record_reset()
     game.reset()
     with pytest.raises(RuntimeError, match="reset"):
-        rec.record_step(np.zeros((1, 2)))
+        rec.record_step(np.zeros((1, 2)), np.zeros((1, 2, 5)))
 
 
 def test_bad_metadata_and_paths_are_rejected_on_save(played, tmp_path):
