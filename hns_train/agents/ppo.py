@@ -218,14 +218,22 @@ class PPO:
         `finite`: 1 when every weight, normaliser and optimiser moment is finite). Nothing in
         it waits for the device, so a pod can launch its next rollout before reading them."""
         batch = self._as_rollout(batch)
-        advantages, returns = self._gae(batch)
+        cfg = self.config
+        advantages, returns = compute_gae(
+            batch.rewards,
+            batch.values,
+            batch.truncated,
+            batch.truncated_value,
+            batch.bootstrap_value,
+            cfg.gamma,
+            cfg.gae_lambda,
+        )
         learn = batch.learn
         # under `sync`, the statistics fold in the whole batch's moments (sums over ranks)
         reduce = None if self.sync is None else self.sync.all_sum
         self.model.update_value_normalizer(returns, learn, reduce)
         segments = self._segments(batch, advantages, returns)
 
-        cfg = self.config
         history: list[torch.Tensor] = []
         names: list[str] = []
         for _ in range(cfg.epochs):
@@ -325,17 +333,6 @@ class PPO:
                 f"expected lstm_dim = {self.model.config.lstm_dim}"
             )
         return batch
-
-    def _gae(self, batch: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
-        return compute_gae(
-            batch.rewards,
-            batch.values,
-            batch.truncated,
-            batch.truncated_value,
-            batch.bootstrap_value,
-            self.config.gamma,
-            self.config.gae_lambda,
-        )
 
     def _segments(
         self, batch: Rollout, advantages: torch.Tensor, returns: torch.Tensor
