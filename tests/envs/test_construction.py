@@ -499,30 +499,3 @@ def test_replays_keep_the_sites_and_the_cylinder(preset, tmp_path):
         replay.prepare_step(model, data, t, idx)
         mujoco.mj_step(model, data, cfg.substeps)
         np.testing.assert_array_equal(data.qpos, replay["qpos"][t + 1], err_msg=f"step {t}")
-
-
-@pytest.mark.parametrize("preset", TASKS)
-def test_batched_worlds_replay_single_worlds_across_auto_resets(preset):
-    from hns_train.envs.vector import VectorGame
-
-    cfg, W = make_config(preset, horizon=8), 3
-    vec = VectorGame(cfg, W, seed=11)
-    vec.reset()
-    singles = [HideAndSeekGame(cfg, 1) for _ in range(W)]
-    for w, g in enumerate(singles):
-        g.reset(seeds=[vec.world_seeds[w]])
-    rng = np.random.default_rng(0)
-    scores = []
-    for _ in range(20):
-        actions = rng.integers(0, vec.action_nvec, size=(W, vec.n_agents, 5))
-        out = vec.step(actions)
-        for w, g in enumerate(singles):
-            o, r, tr, info = g.step(actions[w : w + 1])
-            np.testing.assert_array_equal(r[0], out.rewards[w])
-            if tr[0]:
-                assert out.episode_stats["task_score"][w] == info[0]["task_score"]
-                scores.append(info[0]["task_score"])
-                o = g.reset()
-            for k in o:
-                np.testing.assert_array_equal(out.obs[k][w], o[k][0], err_msg=k)
-    assert len(scores) == 2 * W

@@ -17,7 +17,6 @@ from hns_train.envs import contract as C
 from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.envs.layout import sample_layout
-from hns_train.envs.vector import VectorGame
 from tests.envs import hns_scene as S
 
 pytestmark = [
@@ -249,39 +248,6 @@ def test_tri_layout_has_three_closed_rooms_with_a_ramp_in_each():
             else:
                 assert side_high == high and (xy[1 - normal] > split) == (k % 3 == 2)
     assert len(orientations) == 4
-
-
-# ---------------------------------------------------------------- batches
-
-
-@pytest.mark.parametrize("preset", ["lock_and_return", "sequential_lock"])
-def test_batched_worlds_replay_single_worlds_across_auto_resets(preset):
-    """The task's state is per world: a batch gives each world's single-game rewards, scores and
-    (sequential lock) order rule, while other worlds reset around it."""
-    cfg = make_config(preset, horizon=12)
-    W = 3
-    vec = VectorGame(cfg, W, seed=5)
-    vec.reset()
-    singles = [HideAndSeekGame(cfg, 1) for _ in range(W)]
-    for w, g in enumerate(singles):
-        g.reset(seeds=[vec.world_seeds[w]])
-    rng = np.random.default_rng(1)
-    ended = locks = 0
-    for _ in range(30):
-        actions = rng.integers(0, vec.action_nvec, size=(W, 1, 5))
-        actions[..., 4] = rng.random((W, 1)) < 0.7
-        out = vec.step(actions)
-        locks += int(vec.game.locked.sum())
-        for w, g in enumerate(singles):
-            _, r, tr, info = g.step(actions[w : w + 1])
-            np.testing.assert_array_equal(r[0], out.rewards[w])
-            np.testing.assert_array_equal(g.lockable[0], vec.game.lockable[w])
-            if tr[0]:
-                ended += 1
-                assert out.episode_stats["task_score"][w] == info[0]["task_score"]
-                g.reset()
-    assert ended == 2 * W
-    assert locks > 0  # the comparison covered locks
 
 
 # ---------------------------------------------------------------- PettingZoo
