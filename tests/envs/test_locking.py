@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test
 
-import hns_train.envs as E
 from hns_train.envs import contract as C
 from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
@@ -248,49 +246,3 @@ def test_tri_layout_has_three_closed_rooms_with_a_ramp_in_each():
             else:
                 assert side_high == high and (xy[1 - normal] > split) == (k % 3 == 2)
     assert len(orientations) == 4
-
-
-# ---------------------------------------------------------------- PettingZoo
-
-LOCK_PRESETS = ["lock_and_return", "sequential_lock"]
-
-
-@pytest.mark.parametrize("preset", LOCK_PRESETS)
-def test_pettingzoo_parallel_and_aec_api(preset):
-    parallel_api_test(E.parallel_env(preset, seed=1, horizon=30), num_cycles=100)
-    api_test(E.env(preset, seed=2, horizon=30), num_cycles=60)
-
-
-@pytest.mark.parametrize("preset", LOCK_PRESETS)
-def test_pettingzoo_seeding_reproduces_episodes(preset):
-    parallel_seed_test(lambda: E.parallel_env(preset, horizon=20))
-
-    def episode(seed):
-        env = E.parallel_env(preset, horizon=20)
-        obs, _ = env.reset(seed=seed)
-        rng = np.random.default_rng(7)
-        trace = [obs["hider_0"][C.BOXES_KEY].copy()]
-        rewards = []
-        while env.agents:
-            act = {a: rng.integers(0, env.action_space(a).nvec) for a in env.agents}
-            obs, rew, _, _, infos = env.step(act)
-            rewards.append(rew["hider_0"])
-        return trace, rewards, infos["hider_0"]
-
-    a, b, c = episode(3), episode(3), episode(4)
-    assert np.array_equal(a[0][0], b[0][0]) and a[1] == b[1] and a[2] == b[2]
-    assert not np.array_equal(a[0][0], c[0][0])
-    assert "task_score" in a[2] and "boxes_locked" in a[2]
-
-
-@pytest.mark.parametrize("preset", LOCK_PRESETS)
-def test_pettingzoo_spaces_and_bad_actions(preset):
-    env = E.parallel_env(preset, seed=0)
-    obs, _ = env.reset()
-    assert env.agents == ["hider_0"]
-    assert env.observation_space("hider_0").contains(obs["hider_0"])
-    assert list(env.action_space("hider_0").nvec) == [11, 11, 11, 2, 2]
-    with pytest.raises(ValueError, match="hider_0"):
-        env.step({"hider_0": np.array([5, 5, 5, 0, 2])})
-    with pytest.raises(ValueError):
-        env.step({"seeker_0": np.array([5, 5, 5, 0, 0])})
