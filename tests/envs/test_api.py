@@ -7,6 +7,7 @@ from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test
 
 import hns_train.envs as E
 from hns_train.envs.stats import STAT_KEYS
+from hns_train.envs.tasks import stat_keys
 from tests.envs import hns_scene as S
 
 PRESETS = ["quadrant", "randomwalls"]
@@ -30,6 +31,34 @@ def test_pettingzoo_parallel_seed(preset):
 @pytest.mark.parametrize("preset", PRESETS)
 def test_pettingzoo_aec_api(preset):
     api_test(E.env(preset, seed=2), num_cycles=300)
+
+
+# the transfer tasks' presets and the horizon each plays here (object counting's is its scene's)
+TASK_HORIZONS = {"lock_and_return": 30, "sequential_lock": 30, "blueprint": 30, "shelter": 30}
+TASK_HORIZONS |= {"object_counting": 40, "count_based": 30}
+
+
+@pytest.mark.parametrize("preset", TASK_HORIZONS)
+def test_task_presets_pass_pettingzoo_tests_replay_their_seeds_and_refuse_bad_actions(preset):
+    """Each transfer task through PettingZoo: its API and seed tests, the same episode from the
+    same seed, every statistic the task reports in the last infos, a bad action refused naming
+    its agent."""
+    horizon = TASK_HORIZONS[preset]
+    parallel_api_test(E.parallel_env(preset, seed=1, horizon=horizon), num_cycles=100)
+    api_test(E.env(preset, seed=2, horizon=horizon), num_cycles=60)
+    parallel_seed_test(lambda: E.parallel_env(preset, horizon=horizon))
+    first = S.seeded_episode(preset, 9, horizon=horizon)
+    assert S.same(first, S.seeded_episode(preset, 9, horizon=horizon))
+    assert not S.same(first, S.seeded_episode(preset, 10, horizon=horizon))
+    keys = stat_keys(E.make_config(preset))
+    assert "task_score" in keys and all(set(keys) <= set(i) for i in first[-1][4].values())
+    env = E.parallel_env(preset, seed=0)
+    env.reset(seed=0)
+    actions = {a: np.array([5, 5, 5, 0, 0]) for a in env.agents}
+    actions[env.agents[-1]] = np.array([5, 5, 5, 2, 0])
+    with pytest.raises(ValueError, match=r"dimension 3 = 2 is outside \[0, 1\]") as err:
+        env.step(actions)
+    assert env.agents[-1] in str(err.value)
 
 
 # absent agents never enter an episode, so they are never truncated either

@@ -10,9 +10,7 @@ import math
 import mujoco
 import numpy as np
 import pytest
-from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test
 
-import hns_train.envs as E
 from hns_train.agents.observations import ObsLayout
 from hns_train.agents.policy import ActorCritic
 from hns_train.envs import contract as C
@@ -20,7 +18,6 @@ from hns_train.envs.config import PRESETS, make_config
 from hns_train.envs.construction import shelter_ray_starts
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.envs.layout import CUBE, LONG_X, LONG_Y, middle_range, sample_layout
-from tests.envs import hns_scene as S
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*probably should be gymnasium.spaces"),
@@ -435,29 +432,6 @@ def test_ray_start_points_follow_the_floor_edges():
 
 
 # ----------------------------------------------------------------------------- interfaces
-@pytest.mark.parametrize("preset", TASKS)
-def test_pettingzoo_parallel_and_aec(preset):
-    parallel_api_test(E.parallel_env(preset, seed=1, horizon=40), num_cycles=100)
-    api_test(E.env(preset, seed=2, horizon=30), num_cycles=60)
-
-
-@pytest.mark.parametrize("preset", TASKS)
-def test_seeding_is_reproducible(preset):
-    parallel_seed_test(lambda: E.parallel_env(preset, horizon=20))
-    first = S.seeded_episode(preset, 9, horizon=25)
-    assert S.same(first, S.seeded_episode(preset, 9, horizon=25))
-    assert "task_score" in first[-1][4]["seeker_0"]
-    assert not S.same(first[0], S.seeded_episode(preset, 10, horizon=25)[0])
-
-
-@pytest.mark.parametrize("preset", TASKS)
-def test_bad_action_raises(preset):
-    env = E.parallel_env(preset, seed=0)
-    env.reset(seed=0)
-    with pytest.raises(ValueError, match=r"dimension 3 = 2 is outside \[0, 1\]"):
-        env.step({"seeker_0": np.array([5, 5, 5, 2, 0])})
-
-
 def test_the_network_embeds_sites_as_a_fourth_entity_kind():
     game = game_of("blueprint", seed=1)
     shapes = C.observation_shapes(game.cfg)
@@ -500,30 +474,3 @@ def test_replays_keep_the_sites_and_the_cylinder(preset, tmp_path):
         replay.prepare_step(model, data, t, idx)
         mujoco.mj_step(model, data, cfg.substeps)
         np.testing.assert_array_equal(data.qpos, replay["qpos"][t + 1], err_msg=f"step {t}")
-
-
-@pytest.mark.parametrize("preset", TASKS)
-def test_batched_worlds_replay_single_worlds_across_auto_resets(preset):
-    from hns_train.envs.vector import VectorGame
-
-    cfg, W = make_config(preset, horizon=8), 3
-    vec = VectorGame(cfg, W, seed=11)
-    vec.reset()
-    singles = [HideAndSeekGame(cfg, 1) for _ in range(W)]
-    for w, g in enumerate(singles):
-        g.reset(seeds=[vec.world_seeds[w]])
-    rng = np.random.default_rng(0)
-    scores = []
-    for _ in range(20):
-        actions = rng.integers(0, vec.action_nvec, size=(W, vec.n_agents, 5))
-        out = vec.step(actions)
-        for w, g in enumerate(singles):
-            o, r, tr, info = g.step(actions[w : w + 1])
-            np.testing.assert_array_equal(r[0], out.rewards[w])
-            if tr[0]:
-                assert out.episode_stats["task_score"][w] == info[0]["task_score"]
-                scores.append(info[0]["task_score"])
-                o = g.reset()
-            for k in o:
-                np.testing.assert_array_equal(out.obs[k][w], o[k][0], err_msg=k)
-    assert len(scores) == 2 * W

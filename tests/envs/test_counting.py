@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test
 
-import hns_train.envs as E
 from hns_train.envs import contract as C
 from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
@@ -117,17 +115,6 @@ def test_seeding_is_reproducible_and_the_count_varies():
     assert not all(np.array_equal(a, b) for a, b in zip(first, counts(12), strict=True))
     n, k = first
     assert np.all((k >= 0) & (k <= n))
-
-
-def test_pettingzoo_parallel_and_aec():
-    parallel_api_test(E.parallel_env("object_counting", seed=1), num_cycles=100)
-    parallel_seed_test(lambda: E.parallel_env("object_counting"))
-    api_test(E.env("object_counting", seed=2), num_cycles=100)
-    env = E.parallel_env("object_counting", seed=4)
-    env.reset(seed=4)
-    assert env.agents == ["hider_0"]
-    with pytest.raises(ValueError, match=r"dimension 0 = 11 is outside \[0, 10\]"):
-        env.step({"hider_0": np.array([11, 5, 5, 0, 0])})
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test
 
-import hns_train.envs as E
 from hns_train.envs import contract as C
 from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
@@ -91,15 +89,3 @@ def test_count_based_numbers_are_checked():
         make_config("count_based", count_based={"state": "boxes"})
     with pytest.raises(ValueError, match=r"count_based\.cell=0.0 is not allowed; it must be > 0"):
         make_config("count_based", count_cell=0.0)
-
-
-def test_pettingzoo_parallel_and_aec():
-    parallel_api_test(E.parallel_env("count_based", seed=1, horizon=40), num_cycles=100)
-    parallel_seed_test(lambda: E.parallel_env("count_based", horizon=40))
-    api_test(E.env("count_based", seed=2, horizon=40), num_cycles=60)
-    env = E.parallel_env("count_based", seed=3)
-    env.reset(seed=3)
-    actions = {a: np.array(C.noop_action()) for a in env.agents}
-    actions["seeker_0"] = np.array([5, 5, 5, 2, 0])
-    with pytest.raises(ValueError, match=r"dimension 3 = 2 is outside \[0, 1\]"):
-        env.step(actions)

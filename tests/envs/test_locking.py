@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test
 
-import hns_train.envs as E
 from hns_train.envs import contract as C
 from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.envs.layout import sample_layout
-from hns_train.envs.vector import VectorGame
 from tests.envs import hns_scene as S
 
 pytestmark = [
@@ -249,82 +246,3 @@ def test_tri_layout_has_three_closed_rooms_with_a_ramp_in_each():
             else:
                 assert side_high == high and (xy[1 - normal] > split) == (k % 3 == 2)
     assert len(orientations) == 4
-
-
-# ---------------------------------------------------------------- batches
-
-
-@pytest.mark.parametrize("preset", ["lock_and_return", "sequential_lock"])
-def test_batched_worlds_replay_single_worlds_across_auto_resets(preset):
-    """The task's state is per world: a batch gives each world's single-game rewards, scores and
-    (sequential lock) order rule, while other worlds reset around it."""
-    cfg = make_config(preset, horizon=12)
-    W = 3
-    vec = VectorGame(cfg, W, seed=5)
-    vec.reset()
-    singles = [HideAndSeekGame(cfg, 1) for _ in range(W)]
-    for w, g in enumerate(singles):
-        g.reset(seeds=[vec.world_seeds[w]])
-    rng = np.random.default_rng(1)
-    ended = locks = 0
-    for _ in range(30):
-        actions = rng.integers(0, vec.action_nvec, size=(W, 1, 5))
-        actions[..., 4] = rng.random((W, 1)) < 0.7
-        out = vec.step(actions)
-        locks += int(vec.game.locked.sum())
-        for w, g in enumerate(singles):
-            _, r, tr, info = g.step(actions[w : w + 1])
-            np.testing.assert_array_equal(r[0], out.rewards[w])
-            np.testing.assert_array_equal(g.lockable[0], vec.game.lockable[w])
-            if tr[0]:
-                ended += 1
-                assert out.episode_stats["task_score"][w] == info[0]["task_score"]
-                g.reset()
-    assert ended == 2 * W
-    assert locks > 0  # the comparison covered locks
-
-
-# ---------------------------------------------------------------- PettingZoo
-
-LOCK_PRESETS = ["lock_and_return", "sequential_lock"]
-
-
-@pytest.mark.parametrize("preset", LOCK_PRESETS)
-def test_pettingzoo_parallel_and_aec_api(preset):
-    parallel_api_test(E.parallel_env(preset, seed=1, horizon=30), num_cycles=100)
-    api_test(E.env(preset, seed=2, horizon=30), num_cycles=60)
-
-
-@pytest.mark.parametrize("preset", LOCK_PRESETS)
-def test_pettingzoo_seeding_reproduces_episodes(preset):
-    parallel_seed_test(lambda: E.parallel_env(preset, horizon=20))
-
-    def episode(seed):
-        env = E.parallel_env(preset, horizon=20)
-        obs, _ = env.reset(seed=seed)
-        rng = np.random.default_rng(7)
-        trace = [obs["hider_0"][C.BOXES_KEY].copy()]
-        rewards = []
-        while env.agents:
-            act = {a: rng.integers(0, env.action_space(a).nvec) for a in env.agents}
-            obs, rew, _, _, infos = env.step(act)
-            rewards.append(rew["hider_0"])
-        return trace, rewards, infos["hider_0"]
-
-    a, b, c = episode(3), episode(3), episode(4)
-    assert np.array_equal(a[0][0], b[0][0]) and a[1] == b[1] and a[2] == b[2]
-    assert not np.array_equal(a[0][0], c[0][0])
-    assert "task_score" in a[2] and "boxes_locked" in a[2]
-
-
-@pytest.mark.parametrize("preset", LOCK_PRESETS)
-def test_pettingzoo_spaces_and_bad_actions(preset):
-    env = E.parallel_env(preset, seed=0)
-    obs, _ = env.reset()
-    assert env.agents == ["hider_0"]
-    assert env.observation_space("hider_0").contains(obs["hider_0"])
-    assert list(env.action_space("hider_0").nvec) == [11, 11, 11, 2, 2]
-    with pytest.raises(ValueError, match="hider_0"):
-        env.step({"hider_0": np.array([5, 5, 5, 0, 2])})
-    with pytest.raises(ValueError):
-        env.step({"seeker_0": np.array([5, 5, 5, 0, 0])})

@@ -8,16 +8,19 @@ import pytest
 from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.envs.layout import sample_layout
-from hns_train.envs.stats import STAT_KEYS
 from hns_train.envs.vector import VectorGame
 from hns_train.envs.world import ModelCache, build_spec
 
 W = 3
 
 
+HORIZONS = {"quadrant": 12, "randomwalls": 10, "lock_and_return": 12, "sequential_lock": 12}
+HORIZONS |= {"blueprint": 12, "shelter": 8}
+
+
 def _cfg(preset, **kw):
     # short episodes keep the tests fast; prep still covers the first 40 %
-    return make_config(preset, horizon={"quadrant": 12, "randomwalls": 10}[preset], **kw)
+    return make_config(preset, horizon=HORIZONS[preset], **kw)
 
 
 def _actions(rng, nvec, n_worlds, n_agents):
@@ -36,8 +39,11 @@ def _assert_obs_equal(a, b, world=None):
         np.testing.assert_array_equal(got, b[k], err_msg=k)
 
 
-@pytest.mark.parametrize("preset", ["quadrant", "randomwalls"])
+@pytest.mark.parametrize("preset", list(HORIZONS))
 def test_batched_worlds_replay_the_single_env_across_auto_resets(preset):
+    """Each world of a batch is the single game of its seed, episode statistics and a task's
+    state (its rewards, score and, in sequential lock, the order rule) included, while the
+    other worlds reset around it."""
     cfg = _cfg(preset)
     vec = VectorGame(cfg, W, seed=11)
     obs = vec.reset()
@@ -56,10 +62,12 @@ def test_batched_worlds_replay_the_single_env_across_auto_resets(preset):
             o, r, tr, info = g.step(actions[w : w + 1])
             assert tr[0] == out.truncated[w]
             np.testing.assert_array_equal(r[0], out.rewards[w])
+            np.testing.assert_array_equal(g.lockable[0], vec.game.lockable[w])
             if tr[0]:
                 resets += 1
                 _assert_obs_equal(out.final_obs, o, world=w)
-                for k in STAT_KEYS:
+                assert tuple(out.episode_stats) == vec.stat_keys
+                for k in vec.stat_keys:
                     assert out.episode_stats[k][w] == info[0][k], k
                 o = g.reset()
             _assert_obs_equal(out.obs, o, world=w)
