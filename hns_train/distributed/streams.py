@@ -61,7 +61,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -232,13 +232,6 @@ class _Stream:
             self._reject(str(exc), peer)
             return None
 
-    def _recv_frames(self) -> list | None:
-        """One queued multipart message, or None when nothing is queued."""
-        try:
-            return self.socket.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            return None
-
     def _collect(self, timeout_ms: int, reads: int, take: Callable[[list], Any]) -> list:
         """What `take` makes of the queued messages, leaving out what it returns None for
         (dropped): once something is queued, at most `reads` messages are read, and until one
@@ -246,10 +239,7 @@ class _Stream:
         deadline = _Deadline(timeout_ms)
         out: list = []
         while not out and self.socket.poll(deadline.remaining_ms(), zmq.POLLIN):
-            for _ in range(reads):
-                frames = self._recv_frames()
-                if frames is None:
-                    break
+            for frames in itertools.islice(_queued(self.socket.recv_multipart, copy=False), reads):
                 if (item := take(frames)) is not None:
                     out.append(item)
             if deadline.remaining_ms() == 0:
@@ -266,6 +256,16 @@ def _positive(name: str, value: int) -> int:
     if not isinstance(value, (int, np.integer)) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return int(value)
+
+
+def _queued(receive: Callable[..., Any], **options) -> Iterator[Any]:
+    """What `receive` (a socket's recv or recv_multipart) returns for each message queued now,
+    without waiting."""
+    while True:
+        try:
+            yield receive(flags=zmq.NOBLOCK, **options)
+        except zmq.Again:
+            return
 
 
 class _Deadline:
@@ -501,21 +501,14 @@ class ParamPublisher(_Stream):
         try:
             while True:
                 events = dict(poller.poll(1000))
+                # "new" only wakes the loop; "stop" ends it
+                if self._wake_rx in events and b"stop" in _queued(self._wake_rx.recv):
+                    return
                 resend = False
-                if self._wake_rx in events:
-                    while True:
-                        try:
-                            if self._wake_rx.recv(zmq.NOBLOCK) == b"stop":
-                                return
-                        except zmq.Again:
-                            break
                 if xpub in events:
-                    while True:
-                        try:
-                            sub = xpub.recv(zmq.NOBLOCK)
-                        except zmq.Again:
-                            break
-                        resend |= sub[:1] == b"\x01"  # a subscribe (0x00 is an unsubscribe)
+                    # Read them all (a list: any() would stop at the first); a subscribe starts
+                    # with 0x01, an unsubscribe with 0x00.
+                    resend = any([sub[:1] == b"\x01" for sub in _queued(xpub.recv)])
                 with self._lock:
                     latest = self._latest
                 if latest is None or (latest is sent and not resend):
