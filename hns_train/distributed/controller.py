@@ -103,6 +103,7 @@ class Summary:
     reason: str
     phases: list[str]
     last_record: dict
+    new_frames: int = 0  # frames of this invocation (a resumed run started with frames - this)
 
     def lines(self) -> list[str]:
         r = self.last_record
@@ -614,6 +615,7 @@ class Controller(Stoppable):
             reason=self.stop_reason,
             phases=list(self.log.phases_reached),
             last_record=self.log.last,
+            new_frames=self.frames - self.frames_at_start,
         )
 
 
