@@ -299,7 +299,8 @@ class Controller(Stoppable):
     def run(self) -> Summary:
         with stop_signals(self.request_stop):
             try:
-                self._open_logs()
+                self.log.open(self.frames)
+                self._refresh_bar()
                 for spec in self.specs():
                     self._start(spec)
                 while not self.stop_reason:
@@ -467,11 +468,12 @@ class Controller(Stoppable):
     def _watch(self, now: float) -> None:
         p = self.cfg.pipeline
         dead = set(self.launcher.dead())
+        exit_code = getattr(self.launcher, "exit_code", None)  # launchers of local processes
         for name, state in list(self.workers.items()):
             why = "" if state.stopped else self._trouble(state, name in dead, now)
             if not why:
                 continue
-            if name in dead and self._exit_code(name) == NO_ROOM_EXIT:
+            if name in dead and exit_code is not None and exit_code(name) == NO_ROOM_EXIT:
                 self._no_room(f"{name} found no room on the disk")
                 return
             if state.spec.kind == "trainer" and not p.restart_trainer:
@@ -512,10 +514,6 @@ class Controller(Stoppable):
         if state.connected and 0 < p.stall_timeout_s < now - state.progress_at:
             return f"made no progress for {now - state.progress_at:.0f} s"
         return ""
-
-    def _exit_code(self, name: str) -> int | None:
-        exit_code = getattr(self.launcher, "exit_code", None)  # launchers of local processes
-        return None if exit_code is None else exit_code(name)
 
     def _stop_in_s(self) -> float | None:
         """Seconds left under `stop.minutes` (None without that limit); trainers get it with the
@@ -580,10 +578,6 @@ class Controller(Stoppable):
     def hours(self) -> float:
         return (self.prior_s + time.monotonic() - self.start) / 3600
 
-    def _open_logs(self) -> None:
-        self.log.open(self.frames)
-        self._refresh_bar()
-
     def _record(self) -> None:
         now = time.monotonic()
         elapsed = max(now - self._last_record_time, 1e-9)
@@ -600,22 +594,20 @@ class Controller(Stoppable):
         }
         self.log.record(base, elapsed, by_kind(self.workers.values()))
 
-    def fps(self) -> float:
-        return (self.frames - self.frames_at_start) / max(time.monotonic() - self.start, 1e-9)
-
     def summary(self) -> Summary:
+        new_frames = self.frames - self.frames_at_start
         return Summary(
             run_dir=str(self.run_dir),
             version=self.version,
             frames=self.frames,
             episodes=self.episodes,
             hours=self.hours(),
-            fps=self.fps(),
+            fps=new_frames / max(time.monotonic() - self.start, 1e-9),
             restarts=self.restarts,
             reason=self.stop_reason,
             phases=list(self.log.phases_reached),
             last_record=self.log.last,
-            new_frames=self.frames - self.frames_at_start,
+            new_frames=new_frames,
         )
 
 
