@@ -210,7 +210,8 @@ class Controller(Stoppable):
     def _prepare_run_dir(self, resume: bool) -> None:
         """The run directory's folders, after the checks that may refuse the run: the pool
         index, the checkpoint to resume from, and room on the disk for two checkpoints."""
-        _check_pool(self.run_dir)
+        if pool_dir(self.run_dir).is_dir():  # a pool index that cannot be read stops the run
+            PolicyPool(pool_dir(self.run_dir)).close()
         self._resume_from = _resume_checkpoint(self.run_dir) if resume else None
         checkpoints = self.run_dir / "checkpoints"
         newest = CheckpointDir(checkpoints).newest_size() if checkpoints.is_dir() else None
@@ -650,12 +651,6 @@ def _resume_checkpoint(run_dir: Path):
         f"--resume {run_dir}: nothing to resume from ({found}); start a new run with another "
         "name=..., or restore a checkpoint into that folder"
     )
-
-
-def _check_pool(run_dir: Path) -> None:
-    """A pool index that cannot be read stops the run at once, with one line."""
-    if (pool_dir(run_dir)).is_dir():
-        PolicyPool(pool_dir(run_dir)).close()
 
 
 def checkpoint_bytes_estimate(cfg: RunConfig) -> int:
