@@ -103,6 +103,7 @@ class Summary:
     reason: str
     phases: list[str]
     last_record: dict
+    new_frames: int = 0  # frames of this invocation (a resumed run started with frames - this)
 
     def lines(self) -> list[str]:
         r = self.last_record
@@ -209,7 +210,8 @@ class Controller(Stoppable):
     def _prepare_run_dir(self, resume: bool) -> None:
         """The run directory's folders, after the checks that may refuse the run: the pool
         index, the checkpoint to resume from, and room on the disk for two checkpoints."""
-        _check_pool(self.run_dir)
+        if pool_dir(self.run_dir).is_dir():  # a pool index that cannot be read stops the run
+            PolicyPool(pool_dir(self.run_dir)).close()
         self._resume_from = _resume_checkpoint(self.run_dir) if resume else None
         checkpoints = self.run_dir / "checkpoints"
         newest = CheckpointDir(checkpoints).newest_size() if checkpoints.is_dir() else None
@@ -298,7 +300,8 @@ class Controller(Stoppable):
     def run(self) -> Summary:
         with stop_signals(self.request_stop):
             try:
-                self._open_logs()
+                self.log.open(self.frames)
+                self._refresh_bar()
                 for spec in self.specs():
                     self._start(spec)
                 while not self.stop_reason:
@@ -466,11 +469,12 @@ class Controller(Stoppable):
     def _watch(self, now: float) -> None:
         p = self.cfg.pipeline
         dead = set(self.launcher.dead())
+        exit_code = getattr(self.launcher, "exit_code", None)  # launchers of local processes
         for name, state in list(self.workers.items()):
             why = "" if state.stopped else self._trouble(state, name in dead, now)
             if not why:
                 continue
-            if name in dead and self._exit_code(name) == NO_ROOM_EXIT:
+            if name in dead and exit_code is not None and exit_code(name) == NO_ROOM_EXIT:
                 self._no_room(f"{name} found no room on the disk")
                 return
             if state.spec.kind == "trainer" and not p.restart_trainer:
@@ -511,10 +515,6 @@ class Controller(Stoppable):
         if state.connected and 0 < p.stall_timeout_s < now - state.progress_at:
             return f"made no progress for {now - state.progress_at:.0f} s"
         return ""
-
-    def _exit_code(self, name: str) -> int | None:
-        exit_code = getattr(self.launcher, "exit_code", None)  # launchers of local processes
-        return None if exit_code is None else exit_code(name)
 
     def _stop_in_s(self) -> float | None:
         """Seconds left under `stop.minutes` (None without that limit); trainers get it with the
@@ -579,10 +579,6 @@ class Controller(Stoppable):
     def hours(self) -> float:
         return (self.prior_s + time.monotonic() - self.start) / 3600
 
-    def _open_logs(self) -> None:
-        self.log.open(self.frames)
-        self._refresh_bar()
-
     def _record(self) -> None:
         now = time.monotonic()
         elapsed = max(now - self._last_record_time, 1e-9)
@@ -599,21 +595,20 @@ class Controller(Stoppable):
         }
         self.log.record(base, elapsed, by_kind(self.workers.values()))
 
-    def fps(self) -> float:
-        return (self.frames - self.frames_at_start) / max(time.monotonic() - self.start, 1e-9)
-
     def summary(self) -> Summary:
+        new_frames = self.frames - self.frames_at_start
         return Summary(
             run_dir=str(self.run_dir),
             version=self.version,
             frames=self.frames,
             episodes=self.episodes,
             hours=self.hours(),
-            fps=self.fps(),
+            fps=new_frames / max(time.monotonic() - self.start, 1e-9),
             restarts=self.restarts,
             reason=self.stop_reason,
             phases=list(self.log.phases_reached),
             last_record=self.log.last,
+            new_frames=new_frames,
         )
 
 
@@ -656,12 +651,6 @@ def _resume_checkpoint(run_dir: Path):
         f"--resume {run_dir}: nothing to resume from ({found}); start a new run with another "
         "name=..., or restore a checkpoint into that folder"
     )
-
-
-def _check_pool(run_dir: Path) -> None:
-    """A pool index that cannot be read stops the run at once, with one line."""
-    if (pool_dir(run_dir)).is_dir():
-        PolicyPool(pool_dir(run_dir)).close()
 
 
 def checkpoint_bytes_estimate(cfg: RunConfig) -> int:

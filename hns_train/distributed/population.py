@@ -385,7 +385,12 @@ class PopulationController(Stoppable):
 
     def shutdown(self) -> None:
         """Every member stops with a final checkpoint; the manifest records the end."""
-        self._stop_members()
+        runs = [self.runs[n] for n in self.running() if n in self.runs]
+        for run in runs:  # all asked first: they write their final checkpoints together
+            run.ask_to_stop()
+        for run in runs:
+            run.wait_stopped()
+            run.read_progress()
         self.save()
         if self._owns_ray:
             import ray
@@ -644,14 +649,6 @@ class PopulationController(Stoppable):
             )
         version = max((m.version for m in self.members.values()), default=0)
         self._stop_at_limits(self.cfg.stop, version, self.total_frames(), self.elapsed_s())
-
-    def _stop_members(self) -> None:
-        runs = [self.runs[n] for n in self.running() if n in self.runs]
-        for run in runs:
-            run.ask_to_stop()
-        for run in runs:
-            run.wait_stopped()
-            run.read_progress()
 
     def manifest(self) -> dict[str, Any]:
         return {
