@@ -21,7 +21,9 @@ Errors are `FieldError` (a ValueError) that name the key and what is allowed:
 
 Ranges: a numeric field typed `Annotated[int, Bounds(1)]` (or one of the aliases `AtLeast1`,
 `NonNegativeInt`, `NonNegative`, `Positive`, `Unit`, `Finite`) states the values it allows
-where it is declared; a text field typed `Annotated[str, OneOf(names)]` names the values it takes.
+where it is declared (either end open or closed, odd numbers only where asked); a `(low, high)`
+tuple field typed `Annotated[tuple[int, int], Bounds(0)]` holds two such values, low <= high;
+a text field typed `Annotated[str, OneOf(names)]` names the values it takes.
 `range_problems(obj)` checks every such field of a config, nested sections included, and says
 for each one out of range what it must be; a float must also be finite. The run config reports
 them all at once; a section that stands alone (`PoolConfig`) raises the first from its own
@@ -45,23 +47,49 @@ class FieldError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Bounds:
-    """The values a numeric field allows: >= `low` (> `low` unless `inclusive`), and <= `high`
-    where one is given."""
+    """The values a numeric field allows: >= `low` (> `low` unless `inclusive`), <= `high`
+    where one is given (< `high` unless `high_inclusive`), and odd numbers only where `odd`.
+    On a `(low, high)` tuple field both ends must be allowed and low <= high."""
 
     low: float
     high: float | None = None
     inclusive: bool = True
+    high_inclusive: bool = True
+    odd: bool = False
 
-    def problem(self, key: str, value: float) -> str | None:
+    def problem(self, key: str, value: float | tuple[float, float]) -> str | None:
         """Why `value` of field `key` is not allowed, or None."""
+        if isinstance(value, tuple):
+            low, high = value
+            if self.allows(low) and self.allows(high) and low <= high:
+                return None
+            return f"{key}={value!r} is not allowed; it must be (low, high) with {self.span()}"
         if isinstance(value, float) and not math.isfinite(value):
             return f"{key}={value} must be a finite number"
-        below = value < self.low if self.inclusive else value <= self.low
-        if below or (self.high is not None and value > self.high):
-            low = f"{'>=' if self.inclusive else '>'} {self.low}"
-            allowed = low if self.high is None else f"{low} and <= {self.high}"
-            return f"{key}={value!r} is not allowed; it must be {allowed}"
+        if not self.allows(value):
+            return f"{key}={value!r} is not allowed; it must be {self.describe()}"
         return None
+
+    def allows(self, value: float) -> bool:
+        above = value >= self.low if self.inclusive else value > self.low
+        below = self.high is None or (
+            value <= self.high if self.high_inclusive else value < self.high
+        )
+        return above and below and not (self.odd and value % 2 != 1)
+
+    def describe(self) -> str:
+        """What a single value must be, e.g. "odd and >= 3", ">= 0 and < 1"."""
+        allowed = f"{'>=' if self.inclusive else '>'} {self.low}"
+        if self.high is not None:
+            allowed += f" and {'<=' if self.high_inclusive else '<'} {self.high}"
+        return f"odd and {allowed}" if self.odd else allowed
+
+    def span(self) -> str:
+        """What a (low, high) pair must be, e.g. "0 < low <= high < 1"."""
+        allowed = f"{self.low} {'<=' if self.inclusive else '<'} low <= high"
+        if self.high is not None:
+            allowed += f" {'<=' if self.high_inclusive else '<'} {self.high}"
+        return allowed
 
 
 @dataclasses.dataclass(frozen=True)
