@@ -23,7 +23,8 @@ Ranges: a numeric field typed `Annotated[int, Bounds(1)]` (or one of the aliases
 `NonNegativeInt`, `NonNegative`, `Positive`, `Unit`, `Finite`) states the values it allows
 where it is declared (either end open or closed, odd numbers only where asked); a `(low, high)`
 tuple field typed `Annotated[tuple[int, int], Bounds(0)]` holds two such values, low <= high;
-a text field typed `Annotated[str, OneOf(names)]` names the values it takes.
+a text field typed `Annotated[str, OneOf(names)]` names the values it takes (a tuple field
+`Annotated[tuple[str, ...], OneOf(names)]` the values its items take).
 `range_problems(obj)` checks every such field of a config, nested sections included, and says
 for each one out of range what it must be; a float must also be finite. The run config reports
 them all at once; a section that stands alone (`PoolConfig`) raises the first from its own
@@ -94,13 +95,20 @@ class Bounds:
 
 @dataclasses.dataclass(frozen=True)
 class OneOf:
-    """The values a text field allows (checked with the ranges)."""
+    """The values a text field allows (checked with the ranges); on a tuple field, the values
+    each of its items may take."""
 
     values: tuple[str, ...]
 
-    def problem(self, key: str, value: str) -> str | None:
+    def problem(self, key: str, value: str | tuple[str, ...]) -> str | None:
         """Why `value` of field `key` is not allowed, or None."""
-        return None if value in self.values else f"{key}={value!r} is not one of {self.values}"
+        items = value if isinstance(value, tuple) else (value,)
+        bad = [item for item in items if item not in self.values]
+        if not bad:
+            return None
+        if isinstance(value, tuple):
+            return f"{key}={value!r}: {bad} not among the allowed {self.values}"
+        return f"{key}={value!r} is not one of {self.values}"
 
 
 AtLeast1 = Annotated[int, Bounds(1)]

@@ -116,17 +116,19 @@ class Spans:
     split: Annotated[tuple[float, float], Bounds(0, 1, False, False)] = (0.4, 0.6)
     fraction: Annotated[float, Bounds(0, 1, high_inclusive=False)] = 0.5
     bins: Annotated[int, Bounds(3, odd=True)] = 11
+    kinds: Annotated[tuple[str, ...], OneOf(("fast", "slow"))] = ("fast",)
 
 
-def test_pairs_open_upper_ends_and_odd_numbers_are_declared_ranges():
+def test_pairs_open_upper_ends_odd_numbers_and_lists_of_names_are_declared_ranges():
     assert range_problems(Spans()) == []
     assert range_problems(Spans(counts=(0, 0), split=(0.5, 0.5), fraction=0.0, bins=3)) == []
-    bad = Spans(counts=(2, 1), split=(0.0, 0.5), fraction=1.0, bins=4)
+    bad = Spans(counts=(2, 1), split=(0.0, 0.5), fraction=1.0, bins=4, kinds=("slow", "quick"))
     assert range_problems(bad) == [
         "counts=(2, 1) is not allowed; it must be (low, high) with 0 <= low <= high",
         "split=(0.0, 0.5) is not allowed; it must be (low, high) with 0 < low <= high < 1",
         "fraction=1.0 is not allowed; it must be >= 0 and < 1",
         "bins=4 is not allowed; it must be odd and >= 3",
+        "kinds=('slow', 'quick'): ['quick'] not among the allowed ('fast', 'slow')",
     ]
     assert range_problems(Spans(counts=(-1, 2), bins=1))[0].startswith("counts=(-1, 2) is not")
     assert range_problems(Spans(bins=1)) == ["bins=1 is not allowed; it must be odd and >= 3"]
