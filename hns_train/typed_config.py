@@ -60,16 +60,19 @@ class Bounds:
 
     def problem(self, key: str, value: float | tuple[float, float]) -> str | None:
         """Why `value` of field `key` is not allowed, or None."""
-        if isinstance(value, tuple):
-            low, high = value
-            if self.allows(low) and self.allows(high) and low <= high:
-                return None
-            return f"{key}={value!r} is not allowed; it must be (low, high) with {self.span()}"
         if isinstance(value, float) and not math.isfinite(value):
             return f"{key}={value} must be a finite number"
-        if not self.allows(value):
-            return f"{key}={value!r} is not allowed; it must be {self.describe()}"
-        return None
+        ends = value if isinstance(value, tuple) else (value,)
+        if all(map(self.allows, ends)) and list(ends) == sorted(ends):
+            return None
+        low = ">=" if self.inclusive else ">"
+        high = "" if self.high is None else f"{'<=' if self.high_inclusive else '<'} {self.high}"
+        if isinstance(value, tuple):  # e.g. "(low, high) with 0 < low <= high < 1"
+            allowed = f"(low, high) with {self.low} {low.replace('>', '<')} low <= high {high}"
+        else:  # e.g. ">= 0 and < 1"
+            allowed = f"{low} {self.low}" + (f" and {high}" if high else "")
+        allowed = f"odd and {allowed}" if self.odd else allowed
+        return f"{key}={value!r} is not allowed; it must be {allowed.rstrip()}"
 
     def allows(self, value: float) -> bool:
         above = value >= self.low if self.inclusive else value > self.low
@@ -77,20 +80,6 @@ class Bounds:
             value <= self.high if self.high_inclusive else value < self.high
         )
         return above and below and not (self.odd and value % 2 != 1)
-
-    def describe(self) -> str:
-        """What a single value must be, e.g. "odd and >= 3", ">= 0 and < 1"."""
-        allowed = f"{'>=' if self.inclusive else '>'} {self.low}"
-        if self.high is not None:
-            allowed += f" and {'<=' if self.high_inclusive else '<'} {self.high}"
-        return f"odd and {allowed}" if self.odd else allowed
-
-    def span(self) -> str:
-        """What a (low, high) pair must be, e.g. "0 < low <= high < 1"."""
-        allowed = f"{self.low} {'<=' if self.inclusive else '<'} low <= high"
-        if self.high is not None:
-            allowed += f" {'<=' if self.high_inclusive else '<'} {self.high}"
-        return allowed
 
 
 @dataclasses.dataclass(frozen=True)

@@ -63,7 +63,7 @@ def check_action_bins(bins: int, name: str = "action_bins") -> int:
     """`bins` when it is an int that `ACTION_BINS` allows (odd, so the middle bin is zero force),
     else ValueError."""
     if not isinstance(bins, int | np.integer) or isinstance(bins, bool):
-        raise ValueError(f"{name}={bins!r} must be an integer, {ACTION_BINS.describe()}")
+        raise ValueError(f"{name}={bins!r} is not an integer")
     problem = ACTION_BINS.problem(name, int(bins))
     if problem:
         raise ValueError(problem)
