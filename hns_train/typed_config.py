@@ -69,6 +69,8 @@ class Bounds:
         high = "" if self.high is None else f"{'<=' if self.high_inclusive else '<'} {self.high}"
         if isinstance(value, tuple):  # e.g. "(low, high) with 0 < low <= high < 1"
             allowed = f"(low, high) with {self.low} {low.replace('>', '<')} low <= high {high}"
+        elif self.low == -math.inf:  # e.g. "< 0"
+            allowed = high
         else:  # e.g. ">= 0 and < 1"
             allowed = f"{low} {self.low}" + (f" and {high}" if high else "")
         allowed = f"odd and {allowed}" if self.odd else allowed

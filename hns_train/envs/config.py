@@ -73,15 +73,10 @@ class BlueprintConfig:
     `site_*` of GameConfig)."""
 
     activation_radius: Positive = 0.1  # box centre and corners this close: site done
-    smoothmin_alpha: float = -1.5  # dense reward: smooth-min over box corners (< 0)
+    # dense reward: smooth-min over box corners
+    smoothmin_alpha: Annotated[float, Bounds(-math.inf, 0, high_inclusive=False)] = -1.5
     dense_scale: Finite = 0.05  # dense reward = -scale * mean smooth-min distance
     completed_reward: Finite = 3.0  # per site, once, when every site is done
-
-    def __post_init__(self) -> None:
-        if not self.smoothmin_alpha < 0:
-            raise ValueError(
-                f"blueprint.smoothmin_alpha={self.smoothmin_alpha} must be < 0 (smooth-min)"
-            )
 
 
 @dataclass(frozen=True)
