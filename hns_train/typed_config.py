@@ -27,8 +27,8 @@ a text field typed `Annotated[str, OneOf(names)]` names the values it takes (a t
 `Annotated[tuple[str, ...], OneOf(names)]` the values its items take).
 `range_problems(obj)` checks every such field of a config, nested sections included, and says
 for each one out of range what it must be; a float must also be finite. The run config reports
-them all at once; a section that stands alone (`PoolConfig`) raises the first from its own
-checks.
+them all at once; a section that stands alone (`PoolConfig`, the Warp game's `BankConfig` and
+`PhysicsConfig`) raises them from its own checks (`check_ranges`).
 """
 
 from __future__ import annotations
@@ -59,7 +59,10 @@ class Bounds:
     odd: bool = False
 
     def problem(self, key: str, value: float | tuple[float, float]) -> str | None:
-        """Why `value` of field `key` is not allowed, or None."""
+        """Why `value` of field `key` is not allowed, or None (a field that may be None: None
+        is allowed)."""
+        if value is None:
+            return None
         if isinstance(value, float) and not math.isfinite(value):
             return f"{key}={value} must be a finite number"
         ends = value if isinstance(value, tuple) else (value,)
@@ -135,6 +138,14 @@ def range_problems(obj: Any, prefix: str = "") -> list[str]:
         if problem:
             out.append(problem)
     return out
+
+
+def check_ranges(obj: Any, prefix: str = "") -> None:
+    """ValueError naming every field of `obj` outside its range: for a config that stands alone
+    and checks itself (`__post_init__`)."""
+    problems = range_problems(obj, prefix)
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 def from_dict(cls: type, data: Any, prefix: str = "", what: str | None = None) -> Any:

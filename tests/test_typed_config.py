@@ -132,3 +132,23 @@ def test_pairs_open_upper_ends_odd_numbers_and_lists_of_names_are_declared_range
     ]
     assert range_problems(Spans(counts=(-1, 2), bins=1))[0].startswith("counts=(-1, 2) is not")
     assert range_problems(Spans(bins=1)) == ["bins=1 is not allowed; it must be odd and >= 3"]
+
+
+def test_sections_that_stand_alone_raise_every_problem_of_their_declared_ranges():
+    from hns_train.agents.pool import PoolConfig
+    from hns_train.envs.warp.bank import BankConfig
+    from hns_train.envs.warp.physics import PhysicsConfig
+
+    assert PhysicsConfig(njmax=None).njmax is None  # a field that may be None: None is allowed
+    with pytest.raises(
+        ValueError, match=r"^PhysicsConfig\.njmax=0 is not allowed; it must be >= 1"
+    ):
+        PhysicsConfig(njmax=0)
+    with pytest.raises(ValueError) as err:
+        BankConfig(per_world=0, prefetch=0)
+    assert str(err.value) == (
+        "BankConfig.per_world=0 is not allowed; it must be >= 1; "
+        "BankConfig.prefetch=0 is not allowed; it must be >= 1"
+    )
+    with pytest.raises(ValueError, match=r"p_latest=1.5 .*; p_noop=-1.0 is not allowed"):
+        PoolConfig(p_latest=1.5, p_noop=-1.0)
