@@ -21,11 +21,14 @@ Errors are `FieldError` (a ValueError) that name the key and what is allowed:
 
 Ranges: a numeric field typed `Annotated[int, Bounds(1)]` (or one of the aliases `AtLeast1`,
 `NonNegativeInt`, `NonNegative`, `Positive`, `Unit`, `Finite`) states the values it allows
-where it is declared; a text field typed `Annotated[str, OneOf(names)]` names the values it takes.
+where it is declared (either end open or closed, odd numbers only where asked); a `(low, high)`
+tuple field typed `Annotated[tuple[int, int], Bounds(0)]` holds two such values, low <= high;
+a text field typed `Annotated[str, OneOf(names)]` names the values it takes (a tuple field
+`Annotated[tuple[str, ...], OneOf(names)]` the values its items take).
 `range_problems(obj)` checks every such field of a config, nested sections included, and says
 for each one out of range what it must be; a float must also be finite. The run config reports
-them all at once; a section that stands alone (`PoolConfig`) raises the first from its own
-checks.
+them all at once; a section that stands alone (`PoolConfig`, the Warp game's `BankConfig` and
+`PhysicsConfig`) raises them from its own checks (`check_ranges`).
 """
 
 from __future__ import annotations
@@ -45,34 +48,61 @@ class FieldError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Bounds:
-    """The values a numeric field allows: >= `low` (> `low` unless `inclusive`), and <= `high`
-    where one is given."""
+    """The values a numeric field allows: >= `low` (> `low` unless `inclusive`), <= `high`
+    where one is given (< `high` unless `high_inclusive`), and odd numbers only where `odd`.
+    On a `(low, high)` tuple field both ends must be allowed and low <= high."""
 
     low: float
     high: float | None = None
     inclusive: bool = True
+    high_inclusive: bool = True
+    odd: bool = False
 
-    def problem(self, key: str, value: float) -> str | None:
-        """Why `value` of field `key` is not allowed, or None."""
+    def problem(self, key: str, value: float | tuple[float, float]) -> str | None:
+        """Why `value` of field `key` is not allowed, or None (a field that may be None: None
+        is allowed)."""
+        if value is None:
+            return None
         if isinstance(value, float) and not math.isfinite(value):
             return f"{key}={value} must be a finite number"
-        below = value < self.low if self.inclusive else value <= self.low
-        if below or (self.high is not None and value > self.high):
-            low = f"{'>=' if self.inclusive else '>'} {self.low}"
-            allowed = low if self.high is None else f"{low} and <= {self.high}"
-            return f"{key}={value!r} is not allowed; it must be {allowed}"
-        return None
+        ends = value if isinstance(value, tuple) else (value,)
+        if all(map(self.allows, ends)) and list(ends) == sorted(ends):
+            return None
+        low = ">=" if self.inclusive else ">"
+        high = "" if self.high is None else f"{'<=' if self.high_inclusive else '<'} {self.high}"
+        if isinstance(value, tuple):  # e.g. "(low, high) with 0 < low <= high < 1"
+            allowed = f"(low, high) with {self.low} {low.replace('>', '<')} low <= high {high}"
+        elif self.low == -math.inf:  # e.g. "< 0"
+            allowed = high
+        else:  # e.g. ">= 0 and < 1"
+            allowed = f"{low} {self.low}" + (f" and {high}" if high else "")
+        allowed = f"odd and {allowed}" if self.odd else allowed
+        return f"{key}={value!r} is not allowed; it must be {allowed.rstrip()}"
+
+    def allows(self, value: float) -> bool:
+        above = value >= self.low if self.inclusive else value > self.low
+        below = self.high is None or (
+            value <= self.high if self.high_inclusive else value < self.high
+        )
+        return above and below and not (self.odd and value % 2 != 1)
 
 
 @dataclasses.dataclass(frozen=True)
 class OneOf:
-    """The values a text field allows (checked with the ranges)."""
+    """The values a text field allows (checked with the ranges); on a tuple field, the values
+    each of its items may take."""
 
     values: tuple[str, ...]
 
-    def problem(self, key: str, value: str) -> str | None:
+    def problem(self, key: str, value: str | tuple[str, ...]) -> str | None:
         """Why `value` of field `key` is not allowed, or None."""
-        return None if value in self.values else f"{key}={value!r} is not one of {self.values}"
+        items = value if isinstance(value, tuple) else (value,)
+        bad = [item for item in items if item not in self.values]
+        if not bad:
+            return None
+        if isinstance(value, tuple):
+            return f"{key}={value!r}: {bad} not among the allowed {self.values}"
+        return f"{key}={value!r} is not one of {self.values}"
 
 
 AtLeast1 = Annotated[int, Bounds(1)]
@@ -108,6 +138,14 @@ def range_problems(obj: Any, prefix: str = "") -> list[str]:
         if problem:
             out.append(problem)
     return out
+
+
+def check_ranges(obj: Any, prefix: str = "") -> None:
+    """ValueError naming every field of `obj` outside its range: for a config that stands alone
+    and checks itself (`__post_init__`)."""
+    problems = range_problems(obj, prefix)
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 def from_dict(cls: type, data: Any, prefix: str = "", what: str | None = None) -> Any:

@@ -203,3 +203,10 @@ def test_each_range_is_checked_once_by_the_range_table(tmp_path, override, allow
     with pytest.raises(ConfigError) as err:
         load_config(CONFIG_DIR / "smoke.yaml", [f"runs_dir={tmp_path}", override])
     assert f"{key}={value}" in str(err.value) and f"it must be {allowed}" in str(err.value)
+
+
+def test_league_names_are_checked_against_the_names_allowed():
+    with pytest.raises(ConfigError, match=r"population\.league_opponents=.*\['champions'\]"):
+        load_config(CONFIG_DIR / "smoke.yaml", ["population.league_opponents=[members, champions]"])
+    with pytest.raises(ConfigError, match=r"population\.league_roles=.*\['both'\] not among"):
+        load_config(CONFIG_DIR / "smoke.yaml", ["population.league_roles=[hider, both]"])

@@ -108,3 +108,47 @@ def test_ranges_are_read_from_the_fields_and_every_problem_is_named():
     ]
     # the type hint the loader checks is the annotated type's own
     assert from_dict(Bounded, {"share": 1}).share == 1.0
+
+
+@dataclass
+class Spans:
+    counts: Annotated[tuple[int, int], Bounds(0)] = (1, 2)
+    split: Annotated[tuple[float, float], Bounds(0, 1, False, False)] = (0.4, 0.6)
+    fraction: Annotated[float, Bounds(0, 1, high_inclusive=False)] = 0.5
+    bins: Annotated[int, Bounds(3, odd=True)] = 11
+    kinds: Annotated[tuple[str, ...], OneOf(("fast", "slow"))] = ("fast",)
+
+
+def test_pairs_open_upper_ends_odd_numbers_and_lists_of_names_are_declared_ranges():
+    assert range_problems(Spans()) == []
+    assert range_problems(Spans(counts=(0, 0), split=(0.5, 0.5), fraction=0.0, bins=3)) == []
+    bad = Spans(counts=(2, 1), split=(0.0, 0.5), fraction=1.0, bins=4, kinds=("slow", "quick"))
+    assert range_problems(bad) == [
+        "counts=(2, 1) is not allowed; it must be (low, high) with 0 <= low <= high",
+        "split=(0.0, 0.5) is not allowed; it must be (low, high) with 0 < low <= high < 1",
+        "fraction=1.0 is not allowed; it must be >= 0 and < 1",
+        "bins=4 is not allowed; it must be odd and >= 3",
+        "kinds=('slow', 'quick'): ['quick'] not among the allowed ('fast', 'slow')",
+    ]
+    assert range_problems(Spans(counts=(-1, 2), bins=1))[0].startswith("counts=(-1, 2) is not")
+    assert range_problems(Spans(bins=1)) == ["bins=1 is not allowed; it must be odd and >= 3"]
+
+
+def test_sections_that_stand_alone_raise_every_problem_of_their_declared_ranges():
+    from hns_train.agents.pool import PoolConfig
+    from hns_train.envs.warp.bank import BankConfig
+    from hns_train.envs.warp.physics import PhysicsConfig
+
+    assert PhysicsConfig(njmax=None).njmax is None  # a field that may be None: None is allowed
+    with pytest.raises(
+        ValueError, match=r"^PhysicsConfig\.njmax=0 is not allowed; it must be >= 1"
+    ):
+        PhysicsConfig(njmax=0)
+    with pytest.raises(ValueError) as err:
+        BankConfig(per_world=0, prefetch=0)
+    assert str(err.value) == (
+        "BankConfig.per_world=0 is not allowed; it must be >= 1; "
+        "BankConfig.prefetch=0 is not allowed; it must be >= 1"
+    )
+    with pytest.raises(ValueError, match=r"p_latest=1.5 .*; p_noop=-1.0 is not allowed"):
+        PoolConfig(p_latest=1.5, p_noop=-1.0)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 from hns_train.envs import contract
+from hns_train.envs.config import ACTION_BINS
 from hns_train.typed_config import AtLeast1, Bounds, NonNegative, Positive, Unit
 
 # The factor of an exponential moving average: in (0, 1]
@@ -29,7 +30,7 @@ class NetworkConfig:
     dense_dim: AtLeast1 = 256
     lstm_dim: AtLeast1 = 256
     # x force, y force, z torque; grab, lock: 2
-    move_bins: Annotated[int, Bounds(2)] = contract.DEFAULT_ACTION_BINS
+    move_bins: Annotated[int, ACTION_BINS] = contract.DEFAULT_ACTION_BINS
     head_init_std: NonNegative = 0.01  # every output head starts near uniform / near zero
     obs_norm_beta: Decay = 0.99999
     obs_clip: Positive = 5.0
@@ -38,7 +39,6 @@ class NetworkConfig:
     value_norm_min_var: NonNegative = 1e-4  # (ours) floor of the PopArt variance
 
     def __post_init__(self) -> None:
-        contract.check_action_bins(self.move_bins, "move_bins")
         if self.embed_dim % self.attention_heads:
             raise ValueError(
                 f"embed_dim ({self.embed_dim}) must be divisible by attention_heads "

@@ -196,9 +196,7 @@ class PoolConfig:
     snapshot_cache: AtLeast1 = 64
 
     def __post_init__(self) -> None:
-        problems = typed_config.range_problems(self)
-        if problems:
-            raise ValueError(problems[0])
+        typed_config.check_ranges(self)
         if self.p_random + self.p_noop > 1.0:
             raise ValueError(f"p_random + p_noop must be <= 1, got {self.p_random} + {self.p_noop}")
         if self.p_cross + self.p_past > 1.0:

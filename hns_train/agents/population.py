@@ -36,13 +36,14 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 
 from hns_train.agents.checkpoint import atomic_write_bytes
+from hns_train.agents.pool import ROLES
 from hns_train.jsonl import json_number
-from hns_train.typed_config import AtLeast1, NonNegative, NonNegativeInt, Positive, Unit
+from hns_train.typed_config import AtLeast1, NonNegative, NonNegativeInt, OneOf, Positive, Unit
 
 SCALES = ("log", "linear")
 # The files of a population run directory (the controller writes them, `eval` reads them)
@@ -54,6 +55,8 @@ LEAGUE = "league"
 # (`league/untrained.pt`) and the built-in random and no-op teams
 UNTRAINED = "untrained"
 ANCHORS = (UNTRAINED, "random", "noop")
+# what a member's league games may be played against
+LEAGUE_OPPONENTS = ("members", "hall_of_fame", *ANCHORS)
 MANIFEST_FORMAT = 1
 MANIFEST_FIELDS = ("next_index", "members", "rng")  # what a resume cannot do without
 MIN_PFSP_WEIGHT = 1e-3  # an opponent a member always beats is still met now and then
@@ -107,8 +110,13 @@ class PopulationConfig:
     perturb_factors: tuple[float, float] = (0.8, 1.2)  # DeepMind PBT
     resample_probability: Unit = 0.25
     # League: rated games between members, hall of fame and the fixed anchors
-    league_roles: tuple[str, ...] = ("hider", "seeker")  # roles members are rated in
-    league_opponents: tuple[str, ...] = ("members", "hall_of_fame", "untrained")
+    # roles members are rated in
+    league_roles: Annotated[tuple[str, ...], OneOf(ROLES)] = ("hider", "seeker")
+    league_opponents: Annotated[tuple[str, ...], OneOf(LEAGUE_OPPONENTS)] = (
+        "members",
+        "hall_of_fame",
+        "untrained",
+    )
     league_worlds: AtLeast1 = 4  # matches per member and round
     league_every_s: Positive = 10.0
     sync_every_s: Positive = 20.0  # how often guests (cross/past opponents) are refreshed
@@ -127,15 +135,8 @@ class PopulationConfig:
             raise ValueError(f"p_cross + p_past must be <= 1, got {self.p_cross + self.p_past}")
         if min(self.perturb_factors) <= 0:
             raise ValueError(f"perturb_factors must be > 0, got {self.perturb_factors}")
-        for role in self.league_roles:
-            if role not in ("hider", "seeker"):
-                raise ValueError(f"league_roles: {role!r} is not 'hider' or 'seeker'")
         if not self.league_roles:
             raise ValueError("league_roles must name at least one role")
-        allowed = ("members", "hall_of_fame", "untrained", "random", "noop")
-        for kind in self.league_opponents:
-            if kind not in allowed:
-                raise ValueError(f"league_opponents: {kind!r} is not one of {allowed}")
         parse_overrides(self.overrides, self.members)
 
 

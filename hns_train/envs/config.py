@@ -47,8 +47,11 @@ from hns_train.typed_config import (
     range_problems,
 )
 
-Range = tuple[int, int]  # inclusive [low, high], sampled uniformly per episode
+# inclusive [low, high], sampled uniformly per episode, 0 <= low <= high
+Range = Annotated[tuple[int, int], Bounds(0)]
 AreaFraction = Annotated[float, Bounds(0, 1, inclusive=False)]  # in (0, 1]
+# bins of each movement action: odd, so that the middle bin is zero force (envs/contract.py)
+ACTION_BINS = Bounds(3, odd=True)
 
 
 @dataclass(frozen=True)
@@ -70,15 +73,10 @@ class BlueprintConfig:
     `site_*` of GameConfig)."""
 
     activation_radius: Positive = 0.1  # box centre and corners this close: site done
-    smoothmin_alpha: float = -1.5  # dense reward: smooth-min over box corners (< 0)
+    # dense reward: smooth-min over box corners
+    smoothmin_alpha: Annotated[float, Bounds(-math.inf, 0, high_inclusive=False)] = -1.5
     dense_scale: Finite = 0.05  # dense reward = -scale * mean smooth-min distance
     completed_reward: Finite = 3.0  # per site, once, when every site is done
-
-    def __post_init__(self) -> None:
-        if not self.smoothmin_alpha < 0:
-            raise ValueError(
-                f"blueprint.smoothmin_alpha={self.smoothmin_alpha} must be < 0 (smooth-min)"
-            )
 
 
 @dataclass(frozen=True)
@@ -163,7 +161,7 @@ class GameConfig:
     n_hiders: Range = (2, 2)
     n_seekers: Range = (2, 2)
     horizon: AtLeast1 = 80
-    prep_fraction: float = 0.4
+    prep_fraction: Annotated[float, Bounds(0, 1, high_inclusive=False)] = 0.4
 
     # Physics
     timestep: float = 0.005
@@ -175,12 +173,14 @@ class GameConfig:
     grid_cells: int = 30
     walls: Annotated[str, OneOf(WALL_MODES)] = "quadrant"
     room_cells: Range = (15, 15)  # quadrant room: inner walls on cell lines x=15 and y=15
-    n_rooms: Range = (1, 4)  # random walls
+    n_rooms: Annotated[tuple[int, int], Bounds(1)] = (1, 4)  # random walls
     min_room_cells: int = 6
     door_width: float = 0.7
     p_one_wall_doorless: float = 0.5  # quadrant: one inner wall without a door
     # tri: each inner wall's cell line is int(grid_cells * u), u uniform in this range
-    tri_split: tuple[float, float] = (0.4, 0.6)
+    tri_split: Annotated[
+        tuple[float, float], Bounds(0, 1, inclusive=False, high_inclusive=False)
+    ] = (0.4, 0.6)
     tri_doors: bool = False  # tri: a door in each inner wall (sequential lock: none)
     p_outer_walls: float = 1.0
     wall_thickness: float = 0.1
@@ -199,7 +199,7 @@ class GameConfig:
     arm_radius: float = 0.05
     arm_offset: tuple[float, float, float] = (0.13, -0.075, -0.05)  # arms at (-x, y, z), (x, y, z)
     actuator_gear: float = 100.0
-    action_bins: int = 11
+    action_bins: Annotated[int, ACTION_BINS] = 11
     max_ctrl: float = 0.9
 
     # Boxes and ramps
@@ -251,7 +251,8 @@ class GameConfig:
     site_area_fraction: AreaFraction = 0.85  # sites in the middle 85% of the grid (off walls)
     # shelter: a static cylinder to shield from rays cast from the arena's edges
     cylinder: bool = False
-    cylinder_diameter: tuple[float, float] = (1.5, 2.0)  # uniform per episode
+    # uniform per episode
+    cylinder_diameter: Annotated[tuple[float, float], Bounds(0, inclusive=False)] = (1.5, 2.0)
     cylinder_height: Positive = 0.5  # the original: the box size
     cylinder_area_fraction: AreaFraction = 0.7  # cylinder in the middle 70% of the grid
     cylinder_friction: float = 1.0  # MuJoCo's default: the original sets none
@@ -288,34 +289,11 @@ class GameConfig:
 
     def __post_init__(self) -> None:
         _check_types(self)
-        errors = []
-        for name in (
-            "n_hiders",
-            "n_seekers",
-            "n_boxes",
-            "n_elongated",
-            "n_rooms",
-            "room_cells",
-            "n_sites",
-        ):
-            lo, hi = getattr(self, name)
-            if lo < 0 or hi < lo:
-                errors.append(
-                    f"{name}={getattr(self, name)} must be (low, high) with 0 <= low <= high"
-                )
-        errors += range_problems(self)
+        errors = range_problems(self)
         if self.task == "hide_and_seek" and (self.n_hiders[0] < 1 or self.n_seekers[0] < 1):
             errors.append("each team needs at least one agent (n_hiders, n_seekers low >= 1)")
         elif self.n_hiders[0] + self.n_seekers[0] < 1:
             errors.append("a task needs at least one agent (n_hiders + n_seekers low >= 1)")
-        if not 0.0 <= self.prep_fraction < 1.0:
-            errors.append(f"prep_fraction={self.prep_fraction} must be in [0, 1)")
-        if self.action_bins < 2 or self.action_bins % 2 == 0:
-            errors.append(f"action_bins={self.action_bins} must be odd and >= 3 (middle bin = 0)")
-        if self.n_rooms[0] < 1:
-            errors.append("n_rooms low must be >= 1")
-        if not 0.0 < self.tri_split[0] <= self.tri_split[1] < 1.0:
-            errors.append(f"tri_split={self.tri_split} must be (low, high), 0 < low <= high < 1")
         errors += _construction_errors(self)
         if self.placement == "counting":
             errors += _counting_scene_errors(self)
@@ -485,11 +463,6 @@ def _construction_errors(cfg: GameConfig) -> list[str]:
         errors.append(
             f"site_cells={cfg.site_cells} must be >= 1 and cover site_size={cfg.site_size} m "
             f"({cfg.cell} m cells)"
-        )
-    lo, hi = cfg.cylinder_diameter
-    if not 0 < lo <= hi:
-        errors.append(
-            f"cylinder_diameter={cfg.cylinder_diameter} must be (low, high), 0 < low <= high"
         )
     if not cfg.shelter.ray_margin_cells < cfg.grid_cells / 2:
         errors.append(

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hns_train.envs.config import GameConfig
+from hns_train.envs.config import ACTION_BINS, GameConfig
 
 # ----------------------------------------------------------------------------- actions
 ACTION_HEADS = ("move_x", "move_y", "turn_z", "grab", "lock")
@@ -60,10 +60,13 @@ ACTION_DTYPE = np.int64
 
 
 def check_action_bins(bins: int, name: str = "action_bins") -> int:
-    """`bins` when it is an odd int >= 3 (the middle bin is zero force), else ValueError."""
-    integer = isinstance(bins, int | np.integer) and not isinstance(bins, bool)
-    if not integer or bins < 3 or bins % 2 == 0:
-        raise ValueError(f"{name} must be an odd integer >= 3 (middle bin = no force), got {bins}")
+    """`bins` when it is an int that `ACTION_BINS` allows (odd, so the middle bin is zero force),
+    else ValueError."""
+    if not isinstance(bins, int | np.integer) or isinstance(bins, bool):
+        raise ValueError(f"{name}={bins!r} is not an integer")
+    problem = ACTION_BINS.problem(name, int(bins))
+    if problem:
+        raise ValueError(problem)
     return int(bins)
 
 

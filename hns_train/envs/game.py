@@ -26,11 +26,12 @@ threads; both give `mj_ray`'s results. Each world
 keeps its own MjModel (`set_models`), because locks edit `jnt_range` and grabs edit `eq_data`;
 the batch reads those edits in place. Per-world state lives in the batch's state rows (no
 MjData per world); `datas[w]` is a `WorldState` of views into them for the lock/grab code, and
-`world_data(w)` materialises a real MjData for rendering. Body poses are computed from qpos
-(`_read_state`): every movable body hangs off the world by slide x/y/z + hinge z with an
-identity frame, so its position is body_pos + qpos[xyz] (bit-identical to `mj_kinematics`) and
-its orientation the yaw quaternion; this spares a `mj_kinematics` or `mj_fwdPosition` per world
-for the rules (the ray casts run `mj_kinematics` for the geoms' poses, as `Batch.ray` does).
+`data` is world 0 as a live MjData for rendering and single-world tools. Body poses are
+computed from qpos (`_read_state`): every movable body hangs off the world by slide x/y/z +
+hinge z with an identity frame, so its position is body_pos + qpos[xyz] (bit-identical to
+`mj_kinematics`) and its orientation the yaw quaternion; this spares a `mj_kinematics` or
+`mj_fwdPosition` per world for the rules (the ray casts run `mj_kinematics` for the geoms'
+poses, as `Batch.ray` does).
 
 Per-step cost at one world is Python calls, not arithmetic, so the step makes few of them: the
 work around the physics and the rays runs as compiled loops (`kernels.py`, numba: action
@@ -231,15 +232,6 @@ class HideAndSeekGame:
             self._live = mujoco.MjData(self.models[0])
             self._push_live()
         return self._live
-
-    def world_data(self, w: int) -> mujoco.MjData:
-        """World w's current state as a new MjData with kinematics computed (for rendering and
-        tools; a snapshot: later steps do not change it)."""
-        if self.batch is None:
-            raise RuntimeError("call reset() before reading world data")
-        data = self.batch.get_data(int(w))
-        mujoco.mj_kinematics(self.models[w], data)
-        return data
 
     def reset(self, worlds=None, seeds=None) -> dict[str, np.ndarray]:
         """New worlds for `worlds` (default: all); returns observations of every world."""

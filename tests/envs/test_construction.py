@@ -129,7 +129,10 @@ def test_presets_carry_the_original_numbers():
     "params, message",
     [
         (dict(n_sites=(0, 2)), "blueprint task needs n_sites low >= 1"),
-        (dict(blueprint={"smoothmin_alpha": 0.5}), r"blueprint\.smoothmin_alpha=0.5 must be < 0"),
+        (
+            dict(blueprint={"smoothmin_alpha": 0.5}),
+            r"blueprint\.smoothmin_alpha=0.5 is not allowed; it must be < 0$",
+        ),
         (dict(site_activation_radius=0.0), r"blueprint\.activation_radius=0.0 is not allowed.*> 0"),
         (dict(site_area_fraction=1.5), r"site_area_fraction=1.5 is not allowed.*> 0 and <= 1"),
         (dict(site_cells=2), "site_cells=2 must be >= 1 and cover site_size=0.5"),

@@ -69,6 +69,22 @@ def test_columns_mean_what_the_contract_says(preset, params):
                 np.testing.assert_array_equal(rows[:, cols.size], np.float32(want))
 
 
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        (dict(n_hiders=(2, 1)), r"n_hiders=\(2, 1\) is not allowed.*0 <= low <= high"),
+        (dict(n_boxes=(-1, 2)), r"n_boxes=\(-1, 2\) is not allowed.*0 <= low <= high"),
+        (dict(n_rooms=(0, 4)), r"n_rooms=\(0, 4\) is not allowed.*1 <= low <= high"),
+        (dict(prep_fraction=1.0), r"prep_fraction=1.0 is not allowed.*>= 0 and < 1"),
+        (dict(tri_split=(0.6, 0.4)), r"tri_split=\(0.6, 0.4\) .*0 < low <= high < 1"),
+        (dict(action_bins=10), r"action_bins=10 is not allowed; it must be odd and >= 3"),
+    ],
+)
+def test_game_ranges_name_the_key_and_what_is_allowed(params, message):
+    with pytest.raises(ValueError, match=message):
+        make_config("quadrant", **params)
+
+
 def test_action_heads_and_noop():
     cfg = make_config("quadrant")
     game = HideAndSeekGame(cfg, seed=0)

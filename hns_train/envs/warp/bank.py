@@ -39,20 +39,19 @@ from hns_train.envs.config import GameConfig
 from hns_train.envs.layout import Layout, sample_layout
 from hns_train.envs.warp.physics import WarpWorlds
 from hns_train.envs.world import ModelCache, object_half_extents
+from hns_train.typed_config import AtLeast1, check_ranges
 
 
 @dataclass(frozen=True)
 class BankConfig:
-    per_world: int = 4  # slots per world, before the cap
-    max_slots: int = 16384  # cap on K (quadrant: ~10 KB a slot on the device)
-    refresh_slots: int = 32  # slots re-sampled per refresh
-    refresh_every: int = 16  # env steps between refreshes (2 host compiles per step)
-    prefetch: int = 2  # refresh batches the thread prepares ahead
+    per_world: AtLeast1 = 4  # slots per world, before the cap
+    max_slots: AtLeast1 = 16384  # cap on K (quadrant: ~10 KB a slot on the device)
+    refresh_slots: AtLeast1 = 32  # slots re-sampled per refresh
+    refresh_every: AtLeast1 = 16  # env steps between refreshes (2 host compiles per step)
+    prefetch: AtLeast1 = 2  # refresh batches the thread prepares ahead
 
     def __post_init__(self):
-        for name in ("per_world", "max_slots", "refresh_slots", "refresh_every", "prefetch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"BankConfig.{name} must be >= 1, got {getattr(self, name)}")
+        check_ranges(self, "BankConfig.")
 
     def slots(self, n_worlds: int) -> int:
         return max(n_worlds, min(self.per_world * n_worlds, self.max_slots))

@@ -37,6 +37,7 @@ import contextlib
 import functools
 import logging
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import torch
@@ -52,6 +53,7 @@ from hns_train.envs.world import (
     index_world,
     initial_qpos,
 )
+from hns_train.typed_config import Bounds, check_ranges
 
 # MjModel fields a layout (or a lock / grab) changes, given a per-world leading dimension
 PER_WORLD_FIELDS = (
@@ -147,6 +149,9 @@ def warp_qpos(cfg: GameConfig, layout: Layout, index: WorldIndex, nq: int) -> np
     return qpos
 
 
+CountOrNone = Annotated[int | None, Bounds(1)]
+
+
 @dataclass(frozen=True)
 class PhysicsConfig:
     """MuJoCo Warp buffer sizes and solver settings (docs/benchmarks.md, MuJoCo Warp: the
@@ -154,18 +159,15 @@ class PhysicsConfig:
 
     # contacts per world, pooled over worlds (MuJoCo Warp's `nconmax`); default
     # CONTACTS_PER_BODY per body, at least MIN_NCONMAX
-    nconmax: int | None = None
+    nconmax: CountOrNone = None
     # constraint rows per world, a hard per-world cap (`njmax`); default ROWS_PER_DOF per DOF,
     # at least MIN_NJMAX. Rows: 4 per pyramidal contact, 6 per active weld, 2 per frozen joint
-    njmax: int | None = None
-    iterations: int | None = SOLVER_ITERATIONS  # Newton iterations cap (None: the model's)
-    ls_iterations: int | None = None  # line-search iterations (MuJoCo's default 50)
+    njmax: CountOrNone = None
+    iterations: CountOrNone = SOLVER_ITERATIONS  # Newton iterations cap (None: the model's)
+    ls_iterations: CountOrNone = None  # line-search iterations (MuJoCo's default 50)
 
     def __post_init__(self):
-        for name in ("nconmax", "njmax", "iterations", "ls_iterations"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"PhysicsConfig.{name} must be >= 1 or None, got {value}")
+        check_ranges(self, "PhysicsConfig.")
 
     def sizes(self, template) -> tuple[int, int]:
         """(nconmax, njmax) for the all-slots template model."""
