@@ -56,6 +56,7 @@ from hns_train.agents.population import (
 )
 from hns_train.eval.figure import panels, save_png, side_legend
 from hns_train.eval.phases import finite_number
+from hns_train.eval.ratings import CONSERVATIVE_SIGMAS, Ratings
 from hns_train.jsonl import read_records
 
 # File names of a population run directory (the population design; written by the controller).
@@ -175,8 +176,6 @@ def league_db(run_dir: Path) -> Path:
 def _open_ratings(run_dir: Path):
     """`Ratings` on the league, or (None, message) when there is none to read; never creates
     one (Ratings would)."""
-    from hns_train.eval.ratings import Ratings
-
     db = league_db(run_dir)
     if not db.is_file():
         return None, (
@@ -227,7 +226,7 @@ def best_member(run_dir: str | Path, manifest: dict[str, Any] | None = None) -> 
                 for mu, sd in ROLE_MU.values()
             ]
             if all(mu is not None and sd is not None for mu, sd in values):
-                scores[m] = sum(mu - 3.0 * sd for mu, sd in values) / len(values)
+                scores[m] = sum(mu - CONSERVATIVE_SIGMAS * sd for mu, sd in values) / len(values)
     return best_scored(scores)
 
 
