@@ -130,7 +130,7 @@ class ControllerGone(RuntimeError):
 
 
 class Worker:
-    """Base class: control channel, heartbeats and the stop flag."""
+    """Base class: control channel, heartbeats, the stop flag and what `close` lets go of."""
 
     poll_ms = POLL_MS  # longest wait per receive; the serial launcher sets 0 (nothing to wait for)
 
