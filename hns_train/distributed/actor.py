@@ -97,9 +97,9 @@ class ActorWorker(Worker):
         # each episode's teams, drawn by the pool's rule; the pool is open only when it can
         # draw anything but the learning policy
         self.draw_rng = np.random.default_rng(self._seed(99))
-        self.pool = (
-            PolicyPool(pool_dir(spec.run_dir), cfg.pool) if cfg.pool.draws_opponents else None
-        )
+        self.pool = None
+        if cfg.pool.draws_opponents:
+            self.pool = self.resources.enter_context(PolicyPool(pool_dir(spec.run_dir), cfg.pool))
         lstm = cfg.agent.network.lstm_dim
         per_group = p.envs_per_actor // p.ring_size
         folder = spec.endpoints.get("shared_rows")
@@ -115,6 +115,7 @@ class ActorWorker(Worker):
                 name = f"{self.name}-{spec.incarnation}-{os.getpid()}-g{g}"
                 try:
                     block = SharedBlock(folder, name, layout)
+                    self.resources.callback(block.close)
                 except OSError as err:  # e.g. a small /dev/shm: this group uses the wire
                     log.warning(
                         "%s: no shared block of %d bytes (%s); requests of group %d carry "
@@ -325,13 +326,6 @@ class ActorWorker(Worker):
         self._frames = self._episodes = self._chunks_sent = 0
         self._stat_sums = np.zeros(len(self.stat_keys))
         return out
-
-    def release(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
-        for group in self.groups:
-            if group.block is not None:
-                group.block.close()
 
 
 def _slot_obs(block: SharedBlock, slot: int, worlds: int) -> dict[str, np.ndarray]:

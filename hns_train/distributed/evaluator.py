@@ -104,9 +104,9 @@ class EvalWorker(Worker):
         self.opponent = ActorCritic(shapes, cfg.agent.network, device="cpu").eval()
         self.game = HideAndSeekGame(self.game_cfg, n_worlds=e.worlds, seed=self._seed(0))
         self.params = self.open_stream(ParamSubscriber, spec.endpoints["params"])
-        self.pool = PolicyPool(pool_dir(spec.run_dir), cfg.pool)
+        self.pool = self.resources.enter_context(PolicyPool(pool_dir(spec.run_dir), cfg.pool))
         self.snapshots = SnapshotCache(self.pool, size=2)
-        self.ratings = Ratings(self.pool)
+        self.ratings = self.resources.enter_context(Ratings(self.pool))
         self.replay_dir = Path(spec.run_dir) / "replays"
         self.plan = schedule(e.opponent_classes())
         self.rng = np.random.default_rng([cfg.seed, 4, spec.index])
@@ -120,6 +120,7 @@ class EvalWorker(Worker):
         self._last_round = -math.inf
         self._replay_credit = 0.0  # matches owed a recording (the first round records one)
         self._render: VideoJob | None = None
+        self.resources.callback(self._stop_render)  # closed without a clean stop: no child left
         self._render_next: Path | None = None
         self._since_beat = _since_beat()  # what the next heartbeat reports as new
         self._rating: dict[str, list[float]] = {}
@@ -279,16 +280,13 @@ class EvalWorker(Worker):
                 log.warning(
                     "stopping: video %s unfinished after %.0f s", self._render.out, timeout_s
                 )
-                self._render.kill()
-                self._render = None
+                self._stop_render()
         self._poll_render()  # a video finished now is reported by the last heartbeat
 
-    def release(self) -> None:
-        if self._render is not None:  # closed without a clean stop: leave no child behind
+    def _stop_render(self) -> None:
+        if self._render is not None:
             self._render.kill()
             self._render = None
-        self.ratings.close()
-        self.pool.close()
 
 
 def _since_beat() -> dict:

@@ -26,6 +26,7 @@ each kind's own `step`.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import time
@@ -54,7 +55,16 @@ log = logging.getLogger(__name__)
 class Learner:
     """The model, its PPO and everything a learner does around an update (module docstring)."""
 
-    def __init__(self, cfg: RunConfig, spec: WorkerSpec, open_stream, busy: Callable[[], None]):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        spec: WorkerSpec,
+        open_stream,
+        busy: Callable[[], None],
+        resources: contextlib.ExitStack,
+    ) -> None:
+        """`open_stream`, `busy` and `resources` are the worker's: its `open_stream`, its `busy`
+        control message, and what its `close` lets go of (the pool and the rank group too)."""
         self.cfg = cfg
         self.busy = busy  # tells the controller an update may outlast the heartbeat timeout
         self.device = resolve_device(cfg.pipeline.device)
@@ -72,6 +82,7 @@ class Learner:
                 cfg.pipeline.ddp_backend,
                 cfg.pipeline.ddp_timeout_s,
             )
+            resources.callback(self.ddp.close)
         self.is_main = self.rank == 0
         # The run's seed decides the initial networks (rank 0's reach every rank) and a pod's
         # sampled actions: torch's generator, per rank.
@@ -100,7 +111,9 @@ class Learner:
             initialise(self.model, cfg.agent.init)
         if self.ddp is not None:  # every rank starts from rank 0's weights and normalisers
             self.ddp.broadcast_state(self.model)
-        self.pool = PolicyPool(pool_dir(spec.run_dir), cfg.pool) if self.is_main else None
+        self.pool = None
+        if self.is_main:
+            self.pool = resources.enter_context(PolicyPool(pool_dir(spec.run_dir), cfg.pool))
         if self.pool is not None:  # the untrained policy joins the pool before any update
             self.pool.maybe_add(self.version, self.model.state_dict())
         self.params = (
@@ -253,13 +266,6 @@ class Learner:
         stop_in = meta.get("stop_in_s")
         self._stop_at = None if stop_in is None else time.monotonic() + float(stop_in)
 
-    def close(self) -> None:
-        """Leave the pool and the rank group (the parameter stream is the worker's to close)."""
-        if self.pool is not None:
-            self.pool.close()
-        if self.ddp is not None:
-            self.ddp.close()
-
 
 class LearnerWorker(Worker):
     """A worker of kind "trainer" holding a `Learner`: the controller's counters, the stop
@@ -268,7 +274,9 @@ class LearnerWorker(Worker):
 
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
-        self.learner = Learner(self.cfg, spec, self.open_stream, lambda: self.control.send("busy"))
+        self.learner = Learner(
+            self.cfg, spec, self.open_stream, lambda: self.control.send("busy"), self.resources
+        )
         self.rank = self.learner.rank
 
     def on_control(self, message) -> None:
@@ -281,9 +289,6 @@ class LearnerWorker(Worker):
     def shutdown(self) -> None:
         if self.learner.is_main:
             self.learner.save_checkpoint()
-
-    def release(self) -> None:
-        self.learner.close()
 
 
 def _autocast_dtype(mixed_precision: bool, device: torch.device) -> torch.dtype | None:

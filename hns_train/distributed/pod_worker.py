@@ -37,14 +37,17 @@ class PodWorker(LearnerWorker, PodHook):
         if learner.device.type == "cpu":
             torch.set_num_threads(threads)
         self.game = make_game(cfg, learner.device, seed=self._seed(1), threads=threads)
-        self.opponent_pool = (
-            PolicyPool(pool_dir(spec.run_dir), cfg.pool) if cfg.pool.draws_opponents else None
-        )
+        close_game = getattr(self.game, "close", None)  # the Warp game's layout-bank thread
+        if callable(close_game):
+            self.resources.callback(close_game)
+        opponents = None  # the pool is open only when it can draw an opponent
+        if cfg.pool.draws_opponents:
+            opponents = self.resources.enter_context(PolicyPool(pool_dir(spec.run_dir), cfg.pool))
         self.pod = Pod(
             self.game,
             learner.ppo,
             cfg.pipeline.chunk_len,
-            pool=self.opponent_pool,
+            pool=opponents,
             opponent_slots=pod.opponent_slots,
             snapshot_cache=cfg.pool.snapshot_cache,
             seed=self._seed(2),
@@ -97,14 +100,6 @@ class PodWorker(LearnerWorker, PodHook):
         }
         self._env_steps = 0
         return out
-
-    def release(self) -> None:
-        if self.opponent_pool is not None:
-            self.opponent_pool.close()
-        close_game = getattr(self.game, "close", None)  # the Warp game's layout-bank thread
-        if callable(close_game):
-            close_game()
-        super().release()
 
 
 def make_game(cfg, device: torch.device, seed, threads: int = 1):

@@ -71,6 +71,8 @@ class PolicyWorker(Worker):
         folder = spec.endpoints.get("shared_rows")
         lstm = self.cfg.agent.network.lstm_dim
         self.shared = SharedReader(folder, self.shapes, lstm) if folder else None
+        if self.shared is not None:
+            self.resources.callback(self.shared.close)
         self.version = -1
         self._reference = param_layout(self.model)
         self.bad_params = DropLog(f"{self.name} parameters")
@@ -162,7 +164,9 @@ class PolicyWorker(Worker):
         if code == LATEST:
             return self.model
         if self.snapshots is None:
-            pool = PolicyPool(pool_dir(self.spec.run_dir), self.cfg.pool)
+            pool = self.resources.enter_context(
+                PolicyPool(pool_dir(self.spec.run_dir), self.cfg.pool)
+            )
             cache = SnapshotCache(pool, self.cfg.pool.snapshot_cache, build=self._loaded_model)
             self.snapshots = Snapshots(cache)
         model = self.snapshots.get(code)
@@ -195,12 +199,6 @@ class PolicyWorker(Worker):
         self._rows = self._batches = self._forwards = 0
         self._busy_s = 0.0
         return out
-
-    def release(self) -> None:
-        if self.shared is not None:
-            self.shared.close()
-        if self.snapshots is not None:
-            self.snapshots.cache.pool.close()
 
 
 def checked_params(message, reference, bad: DropLog):

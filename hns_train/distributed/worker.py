@@ -30,6 +30,7 @@ the controller's own process, where none of this applies.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -129,7 +130,7 @@ class ControllerGone(RuntimeError):
 
 
 class Worker:
-    """Base class: control channel, heartbeats and the stop flag."""
+    """Base class: control channel, heartbeats, the stop flag and what `close` lets go of."""
 
     poll_ms = POLL_MS  # longest wait per receive; the serial launcher sets 0 (nothing to wait for)
 
@@ -140,7 +141,8 @@ class Worker:
         # Cluster runs: every socket of this worker is a CURVE client/server with the run's keys.
         self.security = RunKeys.from_dict(spec.security) if spec.security else None
         self.max_message_bytes = self.cfg.pipeline.max_message_mb << 20  # one message, all frames
-        self.streams: list = []  # every stream opened through `open_stream`, closed by `close`
+        # What `close` lets go of, the last taken first: streams, pools, shared memory, children.
+        self.resources = contextlib.ExitStack()
         self.control = self.open_stream(
             ControlClient,
             spec.endpoints["control"],
@@ -174,9 +176,6 @@ class Worker:
         """False while a requested stop still waits for peers (DDP trainers stop together)."""
         return True
 
-    def release(self) -> None:
-        """Let go of what the worker holds besides its streams (pools, shared memory)."""
-
     # --- shared
     def open_stream(self, stream_class, endpoint, **options):
         """A stream of this worker (streams.py), with the run's keys and message cap; `close`
@@ -184,8 +183,7 @@ class Worker:
         stream = stream_class(
             endpoint, security=self.security, max_message_bytes=self.max_message_bytes, **options
         )
-        self.streams.append(stream)
-        return stream
+        return self.resources.enter_context(stream)
 
     def poll_control(self) -> None:
         now = time.monotonic()
@@ -221,9 +219,7 @@ class Worker:
         self.control.send("heartbeat", meta=meta)
 
     def close(self) -> None:
-        self.release()
-        for stream in reversed(self.streams):  # the control channel last
-            stream.close()
+        self.resources.close()  # the control channel last
 
 
 def build_worker(spec: WorkerSpec) -> Worker:
