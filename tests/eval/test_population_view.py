@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sqlite3
 from pathlib import Path
 
 import imageio.v3 as iio
@@ -27,6 +28,7 @@ from hns_train.eval.population_view import (
     MANIFEST,
     PLOT,
     STATUS,
+    _open_ratings,
     best_member,
     figure_size,
     first_exploit_version,
@@ -277,6 +279,28 @@ def test_an_unreadable_league_database_or_manifest_is_a_message(copy, capsys):
     assert f"{MANIFEST}: the population manifest is not valid JSON" in captured.out
     assert "Traceback" not in captured.out + captured.err
     assert "copied m0 v480" in captured.out
+
+
+def test_a_league_whose_ratings_do_not_read_is_a_message_and_its_connection_closed(
+    tmp_path, monkeypatch
+):
+    """The database opens (its schema is in place) but reading the ratings fails: the view
+    reports it and closes the connection it opened rather than leaving it to the collector."""
+    (tmp_path / LEAGUE).mkdir()
+    conn = sqlite3.connect(tmp_path / LEAGUE / "pool.sqlite")
+    conn.executescript(
+        "CREATE TABLE gone (x); CREATE VIEW ratings AS SELECT x FROM gone; DROP TABLE gone;"
+    )
+    conn.close()
+    closed = []
+    close = Ratings.close
+    monkeypatch.setattr(Ratings, "close", lambda self: (closed.append(self), close(self)))
+    ratings, message = _open_ratings(tmp_path)
+    assert ratings is None
+    assert message == "league: league/pool.sqlite is unreadable (no such table: main.gone)"
+    assert len(closed) == 1
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        closed[0].conn.execute("SELECT 1")
 
 
 def test_odd_values_in_the_files_are_shown_not_raised(copy, capsys):
