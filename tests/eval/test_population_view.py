@@ -39,6 +39,7 @@ from hns_train.eval.population_view import (
 from hns_train.eval.ratings import Ratings
 from hns_train.jsonl import append_record, read_records
 from hns_train.train import parse_args as train_parse_args
+from tests.rated import Rated
 from tests.scripts import load_script
 
 SMALL = {"embed_dim": 16, "attention_heads": 2, "dense_dim": 32, "lstm_dim": 16}
@@ -163,10 +164,10 @@ def pop_dir(tmp_path_factory):
     write_jsonl(run / STATUS, status_records())
     with Ratings(run / LEAGUE, fixed={"untrained"}) as ratings:
         for hider, seeker, score in MATCHES:
-            ratings.update(hider, seeker, score, {"hidden_fraction": score})
+            ratings.record([Rated(hider, seeker, score, {"hidden_fraction": score})])
     member = run / "members" / "m0"
     with Ratings(member / "pool") as ratings:
-        ratings.update("latest", "random", 0.9)
+        ratings.record([Rated("latest", "random", 0.9)])
     write_jsonl(
         member / "metrics.jsonl",
         [{"kind": "train", "version": 9, "frames": 4321, "episodes": 12, "hours": 0.1}],
