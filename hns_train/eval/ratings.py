@@ -35,7 +35,7 @@ IMMEDIATE transaction, so several eval workers can rate concurrently without los
 Public API:
 - `Ratings(pool_or_folder, fixed=())`: `record(results)` (MatchResult-like objects: a hider
   and a seeker team, each a policy id or a list of them, and `hider_score`), `get(policy,
-  role) -> Rating`, `leaderboard(role=None) ->
+  role) -> Rating`, `games(policy)`, `copy_rating(source, target)`, `leaderboard(role=None) ->
   list[Rating]`, `format_leaderboard(role=None, limit=20) -> str`, `matches(limit=None) ->
   list[dict]`, `close()`; attribute `fixed` (frozenset of the anchors' policy keys).
 - `Rating(policy, role, mu, sigma, games)` with `conservative` = mu - 3 sigma (the sort key).
@@ -167,7 +167,25 @@ class Ratings(IndexHolder):
             out.append(item)
         return out
 
+    def games(self, policy: PolicyId) -> int:
+        """Rated matches `policy` has played, in any role."""
+        key = policy_key(policy)
+        row = self.conn.execute(
+            "SELECT COUNT(*) FROM matches WHERE hider = ? OR seeker = ?", (key, key)
+        ).fetchone()
+        return int(row[0])
+
     # ----- writing -----
+
+    def copy_rating(self, source: PolicyId, target: PolicyId) -> None:
+        """`target` takes over `source`'s ratings (its games count from 0)."""
+        with transaction(self.conn):
+            self.conn.execute("DELETE FROM ratings WHERE policy = ?", (policy_key(target),))
+            self.conn.execute(
+                "INSERT INTO ratings (policy, role, mu, sigma, games, updated) "
+                "SELECT ?, role, mu, sigma, 0, updated FROM ratings WHERE policy = ?",
+                (policy_key(target), policy_key(source)),
+            )
 
     def outcome(self, hider_score: float) -> tuple[int, int]:
         """openskill ranks (lower is better) of (hiders, seekers) for a score in [0, 1]."""

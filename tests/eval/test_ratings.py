@@ -219,4 +219,9 @@ def test_league_rates_a_round_and_its_predictions_agree(tmp_path):
     ) == pytest.approx(1.0)
     seeker = win_probability(league.rating("m0", "seeker"), league.rating("untrained", "hider"))
     assert league.p_win("m0", "untrained", ["seeker"]) == pytest.approx(seeker)
+    # An exploit: m1 takes over m0's ratings, with no games of its own yet.
+    league.copy_rating("m0", "m1")
+    copied, source = league.rating("m1", "seeker"), league.rating("m0", "seeker")
+    assert (copied.mu, copied.sigma, copied.games) == (source.mu, source.sigma, 0)
+    assert league.games("m1") == 0 and league.rating("m1", "hider").games == 0
     league.close()
