@@ -47,9 +47,10 @@ from hns_train.agents.transfer import resolve_init  # noqa: E402
 from hns_train.config import CONFIG_DIR, load_config  # noqa: E402
 from hns_train.distributed.controller import Controller  # noqa: E402
 from hns_train.eval.counting_probe import counting_probe  # noqa: E402
+from hns_train.eval.crossplay import paired_difference  # noqa: E402
 from hns_train.eval.phases import read_metrics  # noqa: E402
 from hns_train.eval.policies import load_policy_file, policy_controller  # noqa: E402
-from hns_train.eval.transfer import TaskEval, evaluate_task, paired_difference  # noqa: E402
+from hns_train.eval.transfer import TaskEval, evaluate_task  # noqa: E402
 
 TASKS = ("lock_and_return", "sequential_lock", "blueprint", "shelter", "object_counting")
 SCRATCH = "scratch"

@@ -26,7 +26,6 @@ import torch
 
 from hns_train.agents.checkpoint import load_checkpoint, save_checkpoint
 from hns_train.agents.policy import ActorCritic
-from hns_train.agents.pool_index import transaction
 from hns_train.agents.population import ANCHORS, UNTRAINED
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.game import HideAndSeekGame
@@ -118,21 +117,10 @@ class League:
 
     def copy_rating(self, source: str, target: str) -> None:
         """`target` now plays as `source` did (an exploit): it takes over source's ratings."""
-        conn = self.ratings.conn
-        with transaction(conn):
-            conn.execute("DELETE FROM ratings WHERE policy = ?", (target,))
-            conn.execute(
-                "INSERT INTO ratings (policy, role, mu, sigma, games, updated) "
-                "SELECT ?, role, mu, sigma, 0, updated FROM ratings WHERE policy = ?",
-                (target, source),
-            )
+        self.ratings.copy_rating(source, target)
 
     def games(self, policy: str) -> int:
-        """Rated matches `policy` has played, in any role."""
-        row = self.ratings.conn.execute(
-            "SELECT COUNT(*) FROM matches WHERE hider = ? OR seeker = ?", (policy, policy)
-        ).fetchone()
-        return int(row[0])
+        return self.ratings.games(policy)
 
     def hof_path(self, policy: str) -> Path:
         """Where a hall-of-fame entry's frozen weights live (`hof_m1.400.pt`)."""

@@ -182,10 +182,13 @@ def _open_ratings(run_dir: Path):
             f"league: no ratings yet ({LEAGUE}/{DB_NAME} missing; the population controller "
             "writes it when it rates the first league match)"
         )
+    ratings = None
     try:
         ratings = Ratings(run_dir / LEAGUE, fixed=ANCHORS)
         ratings.conn.execute("SELECT COUNT(*) FROM ratings").fetchone()
     except sqlite3.DatabaseError as e:
+        if ratings is not None:  # opened, but its tables do not read
+            ratings.close()
         return None, f"league: {LEAGUE}/{DB_NAME} is unreadable ({e})"
     return ratings, ""
 

@@ -33,9 +33,9 @@ Every update reads the current ratings and writes the new ones and the match row
 IMMEDIATE transaction, so several eval workers can rate concurrently without losing updates.
 
 Public API:
-- `Ratings(pool_or_folder, fixed=())`: `update(hider_team, seeker_team,
-  hider_score, result=None) -> (hider Rating list, seeker Rating list)`, `record(results)`
-  (MatchResult-like objects), `get(policy, role) -> Rating`, `leaderboard(role=None) ->
+- `Ratings(pool_or_folder, fixed=())`: `record(results)` (MatchResult-like objects: a hider
+  and a seeker team, each a policy id or a list of them, and `hider_score`), `get(policy,
+  role) -> Rating`, `games(policy)`, `copy_rating(source, target)`, `leaderboard(role=None) ->
   list[Rating]`, `format_leaderboard(role=None, limit=20) -> str`, `matches(limit=None) ->
   list[dict]`, `close()`; attribute `fixed` (frozenset of the anchors' policy keys).
 - `Rating(policy, role, mu, sigma, games)` with `conservative` = mu - 3 sigma (the sort key).
@@ -167,7 +167,25 @@ class Ratings(IndexHolder):
             out.append(item)
         return out
 
+    def games(self, policy: PolicyId) -> int:
+        """Rated matches `policy` has played, in any role."""
+        key = policy_key(policy)
+        row = self.conn.execute(
+            "SELECT COUNT(*) FROM matches WHERE hider = ? OR seeker = ?", (key, key)
+        ).fetchone()
+        return int(row[0])
+
     # ----- writing -----
+
+    def copy_rating(self, source: PolicyId, target: PolicyId) -> None:
+        """`target` takes over `source`'s ratings (its games count from 0)."""
+        with transaction(self.conn):
+            self.conn.execute("DELETE FROM ratings WHERE policy = ?", (policy_key(target),))
+            self.conn.execute(
+                "INSERT INTO ratings (policy, role, mu, sigma, games, updated) "
+                "SELECT ?, role, mu, sigma, 0, updated FROM ratings WHERE policy = ?",
+                (policy_key(target), policy_key(source)),
+            )
 
     def outcome(self, hider_score: float) -> tuple[int, int]:
         """openskill ranks (lower is better) of (hiders, seekers) for a score in [0, 1]."""
@@ -178,20 +196,6 @@ class Ratings(IndexHolder):
         if hider_score < 0.5 - DRAW_MARGIN:
             return 1, 0
         return 0, 0
-
-    def update(
-        self,
-        hider_team: PolicyId | Sequence[PolicyId],
-        seeker_team: PolicyId | Sequence[PolicyId],
-        hider_score: float,
-        result: Mapping[str, Any] | None = None,
-    ) -> tuple[list[Rating], list[Rating]]:
-        """Rate one match; `result` (episode statistics, returns) is stored with it. Returns
-        every team member's rating after the match (an anchor's unchanged)."""
-        with transaction(self.conn):
-            return self._update(
-                _team(hider_team, "hider"), _team(seeker_team, "seeker"), hider_score, result
-            )
 
     def record(self, results: Iterable[Any]) -> int:
         """Rate many matches (objects with `hider`, `seeker`, `hider_score` and optionally
@@ -211,33 +215,23 @@ class Ratings(IndexHolder):
         seekers: list[str],
         hider_score: float,
         result: Mapping[str, Any] | None,
-    ) -> tuple[list[Rating], list[Rating]]:
+    ) -> None:
         hider_score = float(hider_score)
         ranks = self.outcome(hider_score)
         old = [[self._row(p, "hider") for p in hiders], [self._row(p, "seeker") for p in seekers]]
         teams = [[_MODEL.rating(mu=r.mu, sigma=r.sigma) for r in team] for team in old]
         new = _MODEL.rate(teams, ranks=list(ranks))
         now = time.time()
-        updated: list[list[Rating]] = []
-        for team_old, team_new in zip(old, new, strict=True):
-            updated.append(
-                [
-                    o
-                    if o.policy in self.fixed
-                    else Rating(o.policy, o.role, float(n.mu), float(n.sigma), o.games + 1)
-                    for o, n in zip(team_old, team_new, strict=True)
-                ]
-            )
         self.conn.executemany(
             "INSERT INTO ratings (policy, role, mu, sigma, games, updated) "
             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (policy, role) DO UPDATE SET "
             "mu = excluded.mu, sigma = excluded.sigma, games = excluded.games, "
             "updated = excluded.updated",
             [
-                (r.policy, r.role, r.mu, r.sigma, r.games, now)
-                for team in updated
-                for r in team
-                if r.policy not in self.fixed
+                (o.policy, o.role, float(n.mu), float(n.sigma), o.games + 1, now)
+                for team_old, team_new in zip(old, new, strict=True)
+                for o, n in zip(team_old, team_new, strict=True)
+                if o.policy not in self.fixed  # an anchor's row is never written
             ],
         )
         result = dict(result or {})
@@ -255,7 +249,6 @@ class Ratings(IndexHolder):
                 json.dumps(result, default=json_number) if result else None,
             ),
         )
-        return updated[0], updated[1]
 
 
 def _float_or_none(value: Any) -> float | None:

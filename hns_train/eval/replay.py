@@ -41,7 +41,7 @@ import json
 import math
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import partialmethod
 from pathlib import Path
 
@@ -50,7 +50,7 @@ import numpy as np
 
 from hns_train.atomic_file import atomic_write
 from hns_train.envs import contract, rules
-from hns_train.envs.config import GameConfig, make_config, nest_moved
+from hns_train.envs.config import GameConfig, make_config
 from hns_train.envs.layout import Layout, n_wall_slots
 from hns_train.envs.world import (
     FREE_RANGE,
@@ -380,16 +380,9 @@ def _read_header(members, where) -> dict:
 
 
 def _read_config(header, where) -> GameConfig:
-    try:  # replays written before the tasks' sections name their numbers flat
-        values = nest_moved(dict(header["game_config"]))
-    except ValueError as e:
-        raise ReplayError(f"{where}: invalid game config: {e}") from None
-    known = {f.name for f in fields(GameConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ReplayError(f"{where}: game config has unknown fields {unknown}")
+    values = dict(header["game_config"])
     preset = values.pop("preset", "quadrant")
-    try:
+    try:  # make_config names unknown fields and reads the flat names of older replays
         return make_config(preset, **values)
     except (ValueError, TypeError) as e:
         raise ReplayError(f"{where}: invalid game config: {e}") from None

@@ -6,8 +6,6 @@ torch's generator, which samples the actions, seeded with `seed` too), the polic
 task's agent (whichever team its slot is on; the empty team gets the no-op), and returns each
 episode's `task_score` (the paper's per-task metric: success, or accuracy for object counting)
 and the agent's return.
-`paired_difference` (`crossplay`'s) is what the bench reports: the mean of per-seed
-differences of two arms and its standard error.
 """
 
 from __future__ import annotations
@@ -18,10 +16,8 @@ from typing import Any
 import numpy as np
 
 from hns_train.envs.config import GameConfig
-from hns_train.eval.crossplay import cross_play, paired_difference, standard_error
+from hns_train.eval.crossplay import cross_play, standard_error
 from hns_train.eval.matches import FixedController
-
-__all__ = ["TaskEval", "evaluate_task", "paired_difference"]  # the bench's difference of arms
 
 
 @dataclass

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import mujoco
 import numpy as np
@@ -45,6 +46,7 @@ from hns_train.eval.replay import Replay
 from hns_train.eval.rundirs import VIDEO_FORMATS as FORMATS
 from hns_train.eval.rundirs import output_format
 from hns_train.optional import available
+from hns_train.typed_config import Bounds, check_ranges
 
 FOLLOW_DISTANCE = 2.5
 FOLLOW_ELEVATION = -35.0
@@ -67,26 +69,22 @@ SEEKER_SIGHT_WIDTH = 0.035
 GRAB_RGBA = (1.0, 1.0, 1.0, 0.9)
 TEAM_RGBA = (np.array(HIDER_RGBA), np.array(SEEKER_RGBA))
 TEAM_NAMES = ("hiders", "seekers")
+MIN_FRAME_PX = 16  # a frame's least width and height
 STRIP_RGB = (30, 32, 36)  # the text strip, the html page's background
 
 
 @dataclass(frozen=True)
 class VideoOptions:
-    width: int = 480
-    height: int = 480
+    width: Annotated[int, Bounds(MIN_FRAME_PX)] = 480
+    height: Annotated[int, Bounds(MIN_FRAME_PX)] = 480
     camera: str = "top"  # "top" | "follow:AGENT"
-    fps: float | None = None  # None: real time
+    fps: Annotated[float | None, Bounds(0, inclusive=False)] = None  # None: real time
     sight_lines: bool = True
     vision_cones: bool = True
     text: bool = True
 
     def __post_init__(self):
-        if self.width < 16 or self.height < 16:
-            raise ValueError(
-                f"frame size must be at least 16 x 16, got {self.width} x {self.height}"
-            )
-        if self.fps is not None and not self.fps > 0:
-            raise ValueError(f"fps must be positive, got {self.fps}")
+        check_ranges(self)
 
 
 def parse_camera(spec: str, replay: Replay) -> int | None:

@@ -24,6 +24,7 @@ from hns_train.eval.cli import main as eval_main
 from hns_train.eval.population_view import best_member
 from hns_train.eval.ratings import Ratings
 from hns_train.jsonl import read_records
+from tests.rated import Rated
 
 LR_RANGE = (1e-4, 3e-3)
 
@@ -273,9 +274,9 @@ def test_the_summary_names_the_best_member_by_the_views_rule(tmp_path):
     pop = PopulationController(cfg)
     try:
         lucky, steady = pop.join().name, pop.join().name
-        pop.league.ratings.update("random", lucky, 0.0)
+        pop.league.ratings.record([Rated("random", lucky, 0.0)])
         for game in range(30):
-            pop.league.ratings.update("random", steady, float(game % 2))
+            pop.league.ratings.record([Rated("random", steady, float(game % 2))])
         roles = cfg.population.league_roles
         assert pop.league.strength(lucky, roles) > pop.league.strength(steady, roles)
         best = pop.summary()["best_member"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sqlite3
 from pathlib import Path
 
 import imageio.v3 as iio
@@ -27,6 +28,7 @@ from hns_train.eval.population_view import (
     MANIFEST,
     PLOT,
     STATUS,
+    _open_ratings,
     best_member,
     figure_size,
     first_exploit_version,
@@ -37,6 +39,7 @@ from hns_train.eval.population_view import (
 from hns_train.eval.ratings import Ratings
 from hns_train.jsonl import append_record, read_records
 from hns_train.train import parse_args as train_parse_args
+from tests.rated import Rated
 from tests.scripts import load_script
 
 SMALL = {"embed_dim": 16, "attention_heads": 2, "dense_dim": 32, "lstm_dim": 16}
@@ -161,10 +164,10 @@ def pop_dir(tmp_path_factory):
     write_jsonl(run / STATUS, status_records())
     with Ratings(run / LEAGUE, fixed={"untrained"}) as ratings:
         for hider, seeker, score in MATCHES:
-            ratings.update(hider, seeker, score, {"hidden_fraction": score})
+            ratings.record([Rated(hider, seeker, score, {"hidden_fraction": score})])
     member = run / "members" / "m0"
     with Ratings(member / "pool") as ratings:
-        ratings.update("latest", "random", 0.9)
+        ratings.record([Rated("latest", "random", 0.9)])
     write_jsonl(
         member / "metrics.jsonl",
         [{"kind": "train", "version": 9, "frames": 4321, "episodes": 12, "hours": 0.1}],
@@ -277,6 +280,28 @@ def test_an_unreadable_league_database_or_manifest_is_a_message(copy, capsys):
     assert f"{MANIFEST}: the population manifest is not valid JSON" in captured.out
     assert "Traceback" not in captured.out + captured.err
     assert "copied m0 v480" in captured.out
+
+
+def test_a_league_whose_ratings_do_not_read_is_a_message_and_its_connection_closed(
+    tmp_path, monkeypatch
+):
+    """The database opens (its schema is in place) but reading the ratings fails: the view
+    reports it and closes the connection it opened rather than leaving it to the collector."""
+    (tmp_path / LEAGUE).mkdir()
+    conn = sqlite3.connect(tmp_path / LEAGUE / "pool.sqlite")
+    conn.executescript(
+        "CREATE TABLE gone (x); CREATE VIEW ratings AS SELECT x FROM gone; DROP TABLE gone;"
+    )
+    conn.close()
+    closed = []
+    close = Ratings.close
+    monkeypatch.setattr(Ratings, "close", lambda self: (closed.append(self), close(self)))
+    ratings, message = _open_ratings(tmp_path)
+    assert ratings is None
+    assert message == "league: league/pool.sqlite is unreadable (no such table: main.gone)"
+    assert len(closed) == 1
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        closed[0].conn.execute("SELECT 1")
 
 
 def test_odd_values_in_the_files_are_shown_not_raised(copy, capsys):

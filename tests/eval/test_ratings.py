@@ -2,7 +2,6 @@
 
 import math
 import multiprocessing as mp
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ from hns_train.envs.config import make_config
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.eval.matches import FixedController, ScriptedSeeker, play_matches
 from hns_train.eval.ratings import DRAW_MARGIN, FIXED_SIGMA, Rating, Ratings, win_probability
+from tests.rated import Rated
 
 
 def test_scripted_seeker_rated_above_random_after_matches(tmp_path):
@@ -37,20 +37,20 @@ def test_scripted_seeker_rated_above_random_after_matches(tmp_path):
     assert text.index("scripted_seeker") < text.index("random")
 
 
-def test_update_directions_draws_and_storage(tmp_path):
+def test_record_directions_draws_and_storage(tmp_path):
     ratings = Ratings(tmp_path / "pool")
-    hider, seeker = ratings.update(10, "latest", 0.9, {"hider_return": 30.0, "extra": 1})
-    assert hider[0].mu > PRIOR_MU > seeker[0].mu
-    assert hider[0].sigma < PRIOR_SIGMA and hider[0].games == 1
-    assert (hider[0].policy, hider[0].role, seeker[0].role) == ("10", "hider", "seeker")
-    assert ratings.get(10, "hider") == hider[0]
+    assert ratings.record([Rated(10, "latest", 0.9, {"hider_return": 30.0, "extra": 1})]) == 1
+    hider, seeker = ratings.get(10, "hider"), ratings.get("latest", "seeker")
+    assert hider.mu > PRIOR_MU > seeker.mu
+    assert hider.sigma < PRIOR_SIGMA and hider.games == 1
+    assert (hider.policy, hider.role, seeker.role) == ("10", "hider", "seeker")
     assert ratings.get(10, "seeker").games == 0  # the other role is untouched
 
     # Inside the draw band the two equal-rated fresh policies keep equal means.
-    h2, s2 = ratings.update("noop", "random", 0.5 + DRAW_MARGIN / 2)
-    assert h2[0].mu == pytest.approx(s2[0].mu)
-    h3, s3 = ratings.update("noop", "random", 0.1)  # seekers win
-    assert s3[0].mu > h3[0].mu
+    ratings.record([Rated("noop", "random", 0.5 + DRAW_MARGIN / 2)])
+    assert ratings.get("noop", "hider").mu == pytest.approx(ratings.get("random", "seeker").mu)
+    ratings.record([Rated("noop", "random", 0.1)])  # seekers win
+    assert ratings.get("random", "seeker").mu > ratings.get("noop", "hider").mu
 
     row = ratings.matches(limit=1)[0]
     assert (row["hider"], row["seeker"], row["hider_score"]) == ("noop", "random", 0.1)
@@ -58,13 +58,14 @@ def test_update_directions_draws_and_storage(tmp_path):
     assert first["hider_return"] == 30.0 and first["stats"] == {"hider_return": 30.0, "extra": 1}
 
     # Mixed team: each distinct member is rated in the team's role.
-    h4, _ = ratings.update([10, 20, 20], "latest", 1.0)
-    assert [r.policy for r in h4] == ["10", "20"]
+    ratings.record([Rated([10, 20, 20], "latest", 1.0)])
+    assert ratings.matches(limit=1)[0]["hider"] == "10,20"
+    assert (ratings.get(10, "hider").games, ratings.get(20, "hider").games) == (2, 1)
 
     for bad, match in (
-        (lambda: ratings.update(1, 2, 1.5), "hider_score"),
-        (lambda: ratings.update([], 2, 0.5), "empty"),
-        (lambda: ratings.update("Not Valid", 2, 0.5), "policy id"),
+        (lambda: ratings.record([Rated(1, 2, 1.5)]), "hider_score"),
+        (lambda: ratings.record([Rated([], 2, 0.5)]), "empty"),
+        (lambda: ratings.record([Rated("Not Valid", 2, 0.5)]), "policy id"),
         (lambda: ratings.get(1, "referee"), "role"),
     ):
         with pytest.raises(ValueError, match=match):
@@ -76,8 +77,8 @@ def test_resume_keeps_ratings_and_pool_index_shows_them(tmp_path):
     pool.add_snapshot(10, {"w": torch.zeros(1)})
     ratings = Ratings(pool)
     for _ in range(3):
-        ratings.update(10, "random", 1.0)
-    ratings.update("noop", 10, 0.0)
+        ratings.record([Rated(10, "random", 1.0)])
+    ratings.record([Rated("noop", 10, 0.0)])
     before = ratings.leaderboard()
     ratings.close()
     pool.close()
@@ -98,7 +99,7 @@ def _rate_many(folder: str, n: int, ready) -> None:
     ratings = Ratings(folder)
     ready.set()  # imports done: start writing together with the parent
     for _ in range(n):
-        ratings.update("random", "noop", 1.0)
+        ratings.record([Rated("random", "noop", 1.0)])
     ratings.close()
 
 
@@ -111,7 +112,7 @@ def test_concurrent_updates_are_not_lost(tmp_path):
     proc.start()
     assert ready.wait(60)
     for _ in range(100):
-        ratings.update("random", "noop", 1.0)
+        ratings.record([Rated("random", "noop", 1.0)])
     proc.join(60)
     assert proc.exitcode == 0
     # Every read-modify-write counted: no update overwrote another one.
@@ -129,10 +130,10 @@ def test_fixed_anchor_is_never_rerated(tmp_path):
     assert ratings.get("m0", "hider").sigma == PRIOR_SIGMA  # others read the ordinary prior
 
     for _ in range(5):
-        hiders, seekers = ratings.update("m0", "untrained", 0.9)
-        assert seekers == [anchor]  # returned unchanged
-    ratings.update("untrained", ["m0", "m1"], 0.0)  # anchor hider loses to a mixed team
-    ratings.record([SimpleNamespace(hider="untrained", seeker="m1", hider_score=1.0)])
+        ratings.record([Rated("m0", "untrained", 0.9)])
+        assert ratings.get("untrained", "seeker") == anchor  # unchanged
+    ratings.record([Rated("untrained", ["m0", "m1"], 0.0)])  # anchor hider loses to a mixed team
+    ratings.record([Rated("untrained", "m1", 1.0)])
     stored = {r[0] for r in ratings.conn.execute("SELECT policy FROM ratings").fetchall()}
     assert stored == {"m0", "m1"}  # no row for the anchor
     assert ratings.get("untrained", "seeker") == anchor
@@ -152,12 +153,13 @@ def test_fixed_anchor_is_never_rerated(tmp_path):
 
     # Without `fixed`, the same policy is an ordinary one: it gets a row (prior sigma) and moves.
     plain = Ratings(folder)
-    _, seekers = plain.update("m0", "untrained", 0.9)
-    assert seekers[0].sigma < PRIOR_SIGMA and seekers[0].mu < PRIOR_MU
+    plain.record([Rated("m0", "untrained", 0.9)])
+    seeker = plain.get("untrained", "seeker")
+    assert seeker.sigma < PRIOR_SIGMA and seeker.mu < PRIOR_MU
     # With `fixed` again, the stored row is what the anchor reads as, and it stays as stored.
     again = Ratings(folder, fixed=["untrained"])
-    again.update("m1", "untrained", 1.0)
-    assert again.get("untrained", "seeker") == plain.get("untrained", "seeker") == seekers[0]
+    again.record([Rated("m1", "untrained", 1.0)])
+    assert again.get("untrained", "seeker") == plain.get("untrained", "seeker") == seeker
 
     for bad, match in ((lambda: Ratings(folder, fixed="untrained"), "collection of policy ids"),
                        (lambda: Ratings(folder, fixed={"Un Trained"}), "policy id")):  # fmt: skip
@@ -169,8 +171,9 @@ def test_an_anchor_moves_the_other_team_more_than_an_unrated_opponent(tmp_path):
     """A confident anchor is a known reference: beating it is evidence about the winner alone."""
     with_anchor = Ratings(tmp_path / "a", fixed={"untrained"})
     without = Ratings(tmp_path / "b")
-    a = with_anchor.update("m0", "untrained", 1.0)[0][0]
-    b = without.update("m0", "untrained", 1.0)[0][0]
+    for ratings in (with_anchor, without):
+        ratings.record([Rated("m0", "untrained", 1.0)])
+    a, b = with_anchor.get("m0", "hider"), without.get("m0", "hider")
     assert a.mu > b.mu > PRIOR_MU
 
 
@@ -216,4 +219,9 @@ def test_league_rates_a_round_and_its_predictions_agree(tmp_path):
     ) == pytest.approx(1.0)
     seeker = win_probability(league.rating("m0", "seeker"), league.rating("untrained", "hider"))
     assert league.p_win("m0", "untrained", ["seeker"]) == pytest.approx(seeker)
+    # An exploit: m1 takes over m0's ratings, with no games of its own yet.
+    league.copy_rating("m0", "m1")
+    copied, source = league.rating("m1", "seeker"), league.rating("m0", "seeker")
+    assert (copied.mu, copied.sigma, copied.games) == (source.mu, source.sigma, 0)
+    assert league.games("m1") == 0 and league.rating("m1", "hider").games == 0
     league.close()

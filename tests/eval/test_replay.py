@@ -195,6 +195,10 @@ BAD_FILES = {
     "nan": (_set("qpos", (3, 0), np.nan), "NaN"),
     "bad-index": (_set("grabbed", (2, 0), 9), "'grabbed' holds values"),
     "bad-config": (_edit(_header_edit(game_config={"horizon": "long"})), "invalid game config"),
+    "unknown-field": (
+        _edit(_header_edit(game_config={"horizon": 80, "tail_length": 3})),
+        r"invalid game config: unknown game parameter\(s\) \['tail_length'\]",
+    ),
     "pickled-object": (
         _edit(lambda m: m.update(rewards=np.array([object()] * 80))),
         "truncated or corrupt",

@@ -21,6 +21,7 @@ from hns_train.eval.cli import main
 from hns_train.eval.ratings import Ratings
 from hns_train.eval.runview import win_rates
 from hns_train.eval.video import VideoOptions, write_video
+from tests.rated import Rated
 
 CFG = make_config("chase", horizon=4)
 SMALL = NetworkConfig(embed_dim=16, attention_heads=2, dense_dim=32, lstm_dim=16)
@@ -45,7 +46,8 @@ def run_dir(tmp_path_factory):
         pool.add_snapshot(3, model.state_dict())
     with Ratings(run / "pool") as ratings:
         for hider, seeker, score in MATCHES:
-            ratings.update(hider, seeker, score, {"latest_version": 7, "hidden_fraction": score})
+            stats = {"latest_version": 7, "hidden_fraction": score}
+            ratings.record([Rated(hider, seeker, score, stats)])
     records = [
         {"kind": "train", "version": 7, "frames": 12345, "episodes": 321, "hours": 0.5},
         {

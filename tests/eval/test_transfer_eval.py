@@ -10,8 +10,9 @@ from hns_train.agents.config import NetworkConfig
 from hns_train.agents.policy import ActorCritic
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
+from hns_train.eval.crossplay import paired_difference
 from hns_train.eval.matches import PolicyController
-from hns_train.eval.transfer import evaluate_task, paired_difference
+from hns_train.eval.transfer import evaluate_task
 
 SMALL = NetworkConfig(embed_dim=16, attention_heads=2, dense_dim=16, lstm_dim=16)
 

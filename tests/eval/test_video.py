@@ -147,6 +147,8 @@ def test_gif_mp4_and_png_files(replay, tmp_path):
         V.write_video(short, tmp_path / "odd.mp4", V.VideoOptions(width=63, height=48))
     with pytest.raises(ValueError, match="format"):
         V.write_video(short, tmp_path / "a.avi", opts)
+    with pytest.raises(ValueError, match=r"^width=8 is not allowed; it must be >= 16; fps=0"):
+        V.VideoOptions(width=8, fps=0.0)
 
 
 def test_renders_go_into_the_run_or_runs_renders_never_beside_a_replay_of_no_run(
