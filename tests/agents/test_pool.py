@@ -194,6 +194,24 @@ def test_resume_keeps_snapshots_and_ratings(tmp_path):
     assert torch.equal(reopened.load_snapshot(30)["w"], torch.full((2,), 3.0))
 
 
+def test_a_file_that_is_not_an_index_leaves_no_connection_open(tmp_path, monkeypatch):
+    bad = tmp_path / "pool.sqlite"
+    bad.write_bytes(b"this is not a database" * 100)
+    opened = []
+    connect = sqlite3.connect
+
+    def recording_connect(*args, **kwargs):
+        opened.append(connect(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(sqlite3, "connect", recording_connect)
+    with pytest.raises(sqlite3.DatabaseError, match="not a database"):
+        open_index(bad)
+    assert len(opened) == 1
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        opened[0].execute("SELECT 1")
+
+
 def test_snapshot_cache_is_lru(tmp_path):
     pool = pool_with(tmp_path, 3)
     cache = SnapshotCache(pool, size=2)
