@@ -91,7 +91,7 @@ from hns_train.distributed.wandb_logger import open_run
 from hns_train.distributed.worker import _die_with_parent, pool_dir
 from hns_train.eval.league import League
 from hns_train.eval.population_view import best_scored, lineage_rows, member_scores
-from hns_train.jsonl import append_record
+from hns_train.jsonl import append_record, read_new
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5
@@ -160,19 +160,9 @@ class MemberRun:
     def read_progress(self) -> None:
         """Counters from the newest records of its metrics.jsonl (read incrementally)."""
         path = self.dir / "metrics.jsonl"
-        if not path.is_file():
-            return
-        with path.open() as f:
-            f.seek(self._metrics_offset)
-            text = f.read()
-        end = text.rfind("\n") + 1  # a line still being written is read next time
-        self._metrics_offset += len(text[:end].encode())
-        for line in text[:end].splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short: the records after it still count
-            if isinstance(record, dict) and record.get("kind") in ("train", "resume"):
+        records, self._metrics_offset = read_new(path, self._metrics_offset)
+        for record in records:
+            if record.get("kind") in ("train", "resume"):
                 m = self.member
                 m.version = int(record.get("version", m.version))
                 m.frames = int(record.get("frames", m.frames))

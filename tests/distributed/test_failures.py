@@ -119,6 +119,28 @@ def test_a_writer_ends_a_line_cut_short_before_the_next_record(tmp_path):
     assert notes == ["lineage.jsonl:2 is not a JSON object; skipped"]
 
 
+def test_a_population_reads_each_whole_metrics_line_once_and_a_line_being_written_later(
+    tmp_path,
+):
+    from hns_train.agents.population import Member
+    from hns_train.distributed.population import MemberRun
+
+    run = MemberRun(tmp_path, Member(index=0, seed=0, hyper={}))
+    run.read_progress()  # before its run wrote anything
+    run.dir.mkdir(parents=True)
+    path = run.dir / "metrics.jsonl"
+    path.write_text('{"kind": "train", "frames": 1}\nnot json\n{"kind": "train", "fra')
+    run.read_progress()
+    assert run.member.frames == 1
+    with path.open("a") as f:
+        f.write('mes": 3, "episodes": 2}\n{"kind": "phase", "frames": 9}\n')
+    run.read_progress()
+    assert (run.member.frames, run.member.episodes) == (3, 2)
+    run.member.frames = 0  # each line is read once: nothing more to read
+    run.read_progress()
+    assert run.member.frames == 0
+
+
 @pytest.mark.slow
 def test_a_run_directory_has_one_owner(stopped_run, tmp_path):
     # On the code before, both resumes ran and wrote interleaved records and checkpoints.
