@@ -31,30 +31,27 @@ class RunDirInUse(ValueError):
 
 class RunLock:
     def __init__(self, run_dir: str | os.PathLike) -> None:
-        self._fd: int | None = None
         self.path = Path(run_dir) / LOCK_NAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # A file object: an owner that is never released (a refused start, a test) drops the
+        # lock when the object goes, as its descriptor closes with it.
+        self._file = self.path.open("a+b")
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
+            self._file.seek(0)
+            owner = self._file.read(32).decode(errors="replace").strip() or "unknown"
+            self._file.close()
             raise RunDirInUse(
                 f"run directory {self.path.parent} is in use by process {owner}; stop that "
                 "run first (Ctrl-C or kill " + owner + "), or choose another name (name=...)"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
+        self._file.truncate(0)
+        self._file.write(f"{os.getpid()}\n".encode())
+        self._file.flush()
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the lock
-            self._fd = None
-
-    def __del__(self) -> None:  # an owner that was never run (a refused start, a test)
-        self.release()
+        self._file.close()  # closing the descriptor drops the lock
 
     def __enter__(self) -> RunLock:
         return self

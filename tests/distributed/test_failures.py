@@ -166,6 +166,20 @@ def test_a_run_directory_has_one_owner(stopped_run, tmp_path):
         pass
 
 
+def test_a_run_lock_is_refused_while_held_and_free_once_released_or_dropped(tmp_path):
+    from hns_train.distributed.run_lock import RunLock
+
+    held = RunLock(tmp_path)
+    with pytest.raises(ValueError, match=f"in use by process {os.getpid()}"):
+        RunLock(tmp_path)
+    held.release()
+    with RunLock(tmp_path):
+        pass
+    RunLock(tmp_path)  # never released: dropping it drops the lock
+    with RunLock(tmp_path):
+        pass
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
 def test_an_unusable_device_is_refused_at_start(tmp_path):
     # On the code before: every pod crashed ("no CUDA device is available"), restarted,
