@@ -135,7 +135,7 @@ def message_sizes(cfg: RunConfig) -> list[MessageSize]:
     return out
 
 
-def check_message_sizes(cfg: RunConfig, source: str = "config") -> list[MessageSize]:
+def check_message_sizes(cfg: RunConfig) -> list[MessageSize]:
     """The run's messages; ConfigError naming each one larger than `pipeline.max_message_mb`."""
     cap_mb = cfg.pipeline.max_message_mb
     cap = cap_mb * _MiB
@@ -149,7 +149,7 @@ def check_message_sizes(cfg: RunConfig, source: str = "config") -> list[MessageS
             for m in over
         )
         raise ConfigError(
-            f"{source}: pipeline.max_message_mb={cap_mb} ({cap:,} bytes) is smaller than "
+            f"config: pipeline.max_message_mb={cap_mb} ({cap:,} bytes) is smaller than "
             f"messages this run sends, which every socket would refuse: {lines}; or raise "
             f"pipeline.max_message_mb to at least {need}"
         )
