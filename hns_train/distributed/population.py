@@ -562,31 +562,22 @@ class PopulationController(Stoppable):
         if self.p.p_cross + self.p.p_past == 0:
             return
         roles = self.p.league_roles
+        everyone = [(m, "cross") for m in self.running() if self.runs[m].state is not None]
+        everyone += [(e["policy"], "past") for e in self.hall_of_fame]
         for name in self.running():
             run = self.runs[name]
             if not (run.dir / "pool").is_dir():
                 continue
+            guests = {policy: kind for policy, kind in everyone if policy != name}
             with PolicyPool(pool_dir(run.dir)) as pool:
-                present = {g.name: g for g in pool.guests()}
-                wanted = set()
-                for other in self.running():
-                    if other == name or self.runs[other].state is None:
-                        continue
-                    wanted.add(other)
-                    w = self._pfsp(name, other, roles)
-                    if other in changed or other not in present:
-                        pool.add_guest(other, "cross", self.runs[other].state, w, w)
-                    else:
-                        pool.set_guest_weights(other, w, w)
-                for entry in self.hall_of_fame:
-                    policy = entry["policy"]
-                    wanted.add(policy)
+                present = {g.name for g in pool.guests()}
+                for policy, kind in guests.items():
                     w = self._pfsp(name, policy, roles)
-                    if policy not in present:
-                        pool.add_guest(policy, "past", self._weights(policy), w, w)
-                    else:
+                    if policy in present and policy not in changed:
                         pool.set_guest_weights(policy, w, w)
-                for gone in set(present) - wanted:
+                    else:
+                        pool.add_guest(policy, kind, self._weights(policy), w, w)
+                for gone in present - guests.keys():
                     pool.remove_guest(gone)
 
     def _pfsp(self, member: str, opponent: str, roles) -> float:
