@@ -172,10 +172,8 @@ class Controller(Stoppable):
         scheme = cfg.pipeline.transport if self.launcher.scheme != "inproc" else "inproc"
         # Cluster runs: CURVE keys made here, per run, handed to workers in their specs.
         self.security = run_keys(cfg)
-        if cfg.pipeline.launcher == "ray":  # addresses on the nodes Ray placed the workers on
-            self.endpoints = self.launcher.endpoints(cfg)
-        else:
-            self.endpoints = make_endpoints(cfg, scheme, Path(self._tmp))
+        place = getattr(self.launcher, "addresses", None)  # Ray: on the nodes it placed workers
+        self.endpoints = make_endpoints(cfg, scheme, Path(self._tmp), place)
         # One host: inference requests travel through shared memory (shared_rows.py).
         self._shared_rows = None
         if cfg.pipeline.launcher != "ray" and cfg.pipeline.shared_memory:
