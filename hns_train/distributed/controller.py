@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
-import math
 import os
 import secrets
 import shutil
@@ -61,7 +60,7 @@ from hns_train.config import RunConfig, save_config
 from hns_train.distributed.contract import ContractError, DropLog, check_heartbeat, check_hello
 from hns_train.distributed.devices import check_devices
 from hns_train.distributed.launchers import make_endpoints, make_launcher, run_keys
-from hns_train.distributed.message_sizes import check_message_sizes, parameter_layout
+from hns_train.distributed.message_sizes import MessageSize, check_message_sizes
 from hns_train.distributed.reporting import RunLog, by_kind
 from hns_train.distributed.run_lock import SOCKETS_PREFIX, claim, owned_folder
 from hns_train.distributed.shared_rows import shared_folder
@@ -213,7 +212,7 @@ class Controller(Stoppable):
         self._resume_from = _resume_checkpoint(self.run_dir) if resume else None
         checkpoints = self.run_dir / "checkpoints"
         newest = CheckpointDir(checkpoints).newest_size() if checkpoints.is_dir() else None
-        self.checkpoint_bytes = newest or checkpoint_bytes_estimate(self.cfg)
+        self.checkpoint_bytes = newest or checkpoint_bytes_estimate(self.message_sizes)
         problem = room_problem(checkpoints, self.checkpoint_bytes)
         if problem:
             raise ValueError(f"{problem}; free some space, or choose another runs_dir=...")
@@ -651,12 +650,11 @@ def _resume_checkpoint(run_dir: Path):
     )
 
 
-def checkpoint_bytes_estimate(cfg: RunConfig) -> int:
-    """Size of a new run's checkpoints: the network's tensors three times (weights and the
-    optimiser's two moments) and room for RNG states and metadata."""
-    layout = parameter_layout(cfg).values()
-    tensors = sum(math.prod(shape) * dtype.itemsize for dtype, shape in layout)
-    return 3 * tensors + (256 << 10)
+def checkpoint_bytes_estimate(sizes: list[MessageSize]) -> int:
+    """Size of a new run's checkpoints, from its messages' (`check_message_sizes`, parameters
+    first): the parameter message three times (weights and the optimiser's two moments) and
+    room for RNG states and metadata."""
+    return 3 * sizes[0].nbytes + (256 << 10)
 
 
 def hardware_info() -> dict:

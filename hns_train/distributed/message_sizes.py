@@ -52,19 +52,14 @@ class MessageSize:
     smaller: str  # settings that make it smaller, besides raising pipeline.max_message_mb
 
 
-def parameter_layout(cfg: RunConfig) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
-    """(dtype, shape) of every array of a parameter message of the configured network."""
+def _parameters(cfg: RunConfig) -> MessageSize:
     from hns_train.agents.policy import ActorCritic
 
     # Built on the CPU (tens of ms, a few MB): torch's meta-device mode would skip the
     # initialisation but costs seconds on its first use in a process.
     model = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network, device="cpu")
-    return param_layout(model)
-
-
-def _parameters(cfg: RunConfig) -> MessageSize:
     meta = {"version": _BIG_INT, "publisher": "0" * 16}
-    size = encoded_size("params", parameter_layout(cfg), meta)
+    size = encoded_size("params", param_layout(model), meta)
     return MessageSize(
         "parameters (trainer -> policy workers, eval workers)",
         size + META_ALLOWANCE,
@@ -114,7 +109,7 @@ def _inference(cfg: RunConfig, rows: int) -> list[MessageSize]:
 
 
 def message_sizes(cfg: RunConfig) -> list[MessageSize]:
-    """The largest message of each kind the run `cfg` sends."""
+    """The largest message of each kind the run `cfg` sends, the parameters first."""
     if cfg.pipeline.backend == "pod":
         return [_parameters(cfg)]
     p = cfg.pipeline
