@@ -126,10 +126,16 @@ class Summary:
 
 class Stoppable:
     """What a run's and a population's controller share about stopping: the first reason
-    asked for is the one kept (`stop_reason`), and an error stops with its message."""
+    asked for is the one kept (`stop_reason`), and an error stops with its message; and the
+    run time the stop limits and records count (`elapsed_s`)."""
 
     stop_reason = ""
     error = ""
+    prior_s = 0.0  # run time before this invocation (a resumed run's)
+    start: float  # time.monotonic() when this invocation started
+
+    def elapsed_s(self) -> float:
+        return self.prior_s + time.monotonic() - self.start
 
     def request_stop(self, reason: str) -> None:
         """Stop after the current tick (safe from signal handlers and other threads)."""
@@ -193,7 +199,6 @@ class Controller(Stoppable):
         self.restarts = 0
 
         self.version = self.frames = self.episodes = 0
-        self.prior_s = 0.0
         if resume:
             self._restore_counters()
         self.frames_at_start = self.frames
@@ -452,7 +457,7 @@ class Controller(Stoppable):
         meta = {
             "frames": self.frames,
             "episodes": self.episodes,
-            "wall_clock_s": self.hours() * 3600,
+            "wall_clock_s": self.elapsed_s(),
             "stop_in_s": self._stop_in_s(),
         }
         for state in self.workers.values():
@@ -573,9 +578,6 @@ class Controller(Stoppable):
                 self.workers[name].stopped = True
 
     # ------------------------------------------------------------------ logs
-    def hours(self) -> float:
-        return (self.prior_s + time.monotonic() - self.start) / 3600
-
     def _record(self) -> None:
         now = time.monotonic()
         elapsed = max(now - self._last_record_time, 1e-9)
@@ -583,7 +585,7 @@ class Controller(Stoppable):
         base = {
             "kind": "train",
             "time": time.time(),
-            "hours": self.hours(),
+            "hours": self.elapsed_s() / 3600,
             "episodes": self.episodes,
             "frames": self.frames,
             "version": self.version,
@@ -599,7 +601,7 @@ class Controller(Stoppable):
             version=self.version,
             frames=self.frames,
             episodes=self.episodes,
-            hours=self.hours(),
+            hours=self.elapsed_s() / 3600,
             fps=new_frames / max(time.monotonic() - self.start, 1e-9),
             restarts=self.restarts,
             reason=self.stop_reason,

@@ -202,7 +202,6 @@ class PopulationController(Stoppable):
         self.hall_of_fame: list[dict[str, Any]] = []
         self.counters = {"exploits": 0, "restarts": 0}
         self.next_index = 0
-        self.prior_s = 0.0
         self.ray_address, self._owns_ray = "", False
         self._fresh: set[str] = set()  # members with new weights since the last sync
         self._manifest_games: dict[str, int] = {}
@@ -236,9 +235,6 @@ class PopulationController(Stoppable):
         self._last = {"league": -np.inf, "sync": -np.inf, "record": -np.inf}
 
     # ------------------------------------------------------------------ members
-    def elapsed_s(self) -> float:
-        return self.prior_s + time.monotonic() - self.start if hasattr(self, "start") else 0.0
-
     def member_config(self, member: Member) -> RunConfig:
         """The member's run config: the population's, with its own name, seed and settings."""
         data = self.cfg.to_dict()
