@@ -84,7 +84,7 @@ class SerialLauncher:
 
         # Like every worker process of the local launcher: small batches on many threads only
         # contend (tens of times slower on a busy 2-core machine).
-        torch.set_num_threads(max(1, torch_threads))
+        torch.set_num_threads(torch_threads)
         self.workers: dict[str, Worker] = {}
 
     def start(self, spec: WorkerSpec) -> None:

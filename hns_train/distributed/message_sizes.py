@@ -114,7 +114,7 @@ def message_sizes(cfg: RunConfig) -> list[MessageSize]:
         return [_parameters(cfg)]
     p = cfg.pipeline
     game = cfg.game_config()
-    worlds = p.envs_per_actor // max(p.ring_size, 1)  # of one actor group
+    worlds = p.envs_per_actor // p.ring_size  # of one actor group
     columns = worlds * cfg.pool.learning_agents(game.max_hiders, game.max_seekers)
     out = [
         _parameters(cfg),

@@ -139,9 +139,8 @@ class RunLog:
             out["queue/trainer_buffer"] = trainer["buffer"]
         policies = by_kind.get("policy", [])
         if policies:
-            out["throughput/policy_busy"] = float(
-                np.mean([p.get("busy_s", 0.0) for p in policies])
-            ) / max(self.cfg.pipeline.heartbeat_s, 1e-9)
+            busy = np.mean([p.get("busy_s", 0.0) for p in policies])
+            out["throughput/policy_busy"] = float(busy) / self.cfg.pipeline.heartbeat_s
         if "physics_warnings" in trainer:  # a pod
             out["env/physics_warnings"] = int(
                 sum(t.get("physics_warnings", 0) for t in by_kind["trainer"])
