@@ -121,9 +121,6 @@ class RayLauncher:
             out[kind] = {"CPU": max(getattr(p, f"ray_{kind}_cpus"), MIN_BUNDLE_CPUS), "GPU": gpus}
         return out
 
-    def _names(self, kind: str) -> list[str]:
-        return [f"{kind}{i}" for i in range(worker_plan(self.cfg)[kind])]
-
     def _reserve(self) -> None:
         from ray.util.placement_group import placement_group, placement_group_table
 
@@ -131,14 +128,13 @@ class RayLauncher:
             (["trainer"], "PACK"),
             (["policy", "actor", "eval"], "SPREAD"),
         ]
+        count = worker_plan(self.cfg)
         for kinds, strategy in plan:
-            names = [n for k in kinds for n in self._names(k)]
-            if not names:
+            kind_of = {f"{k}{i}": k for k in kinds for i in range(count[k])}
+            if not kind_of:
                 continue
-            bundles = []
-            for name in names:
-                res = self.resources[name.rstrip("0123456789")]
-                bundles.append({k: v for k, v in res.items() if v > 0})
+            wanted = [self.resources[kind] for kind in kind_of.values()]
+            bundles = [{k: v for k, v in res.items() if v > 0} for res in wanted]
             group = placement_group(bundles, strategy=strategy)
             self._groups.append(group)
             try:
@@ -152,7 +148,7 @@ class RayLauncher:
                 ) from None
             table = placement_group_table(group)["bundles_to_node_id"]
             ips = {n["NodeID"]: n["NodeManagerAddress"] for n in self.ray.nodes() if n["Alive"]}
-            for index, name in enumerate(names):
+            for index, name in enumerate(kind_of):
                 self._slots[name] = (group, index)
                 self._slot_node[name] = table[index]
                 self._slot_ip[name] = ips[table[index]]
