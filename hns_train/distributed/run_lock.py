@@ -25,10 +25,6 @@ LOCK_NAME = ".owner"
 SOCKETS_PREFIX = "hns-"
 
 
-class RunDirInUse(ValueError):
-    """The run directory belongs to another live process."""
-
-
 class RunLock:
     def __init__(self, run_dir: str | os.PathLike) -> None:
         self.path = Path(run_dir) / LOCK_NAME
@@ -42,7 +38,7 @@ class RunLock:
             self._file.seek(0)
             owner = self._file.read(32).decode(errors="replace").strip() or "unknown"
             self._file.close()
-            raise RunDirInUse(
+            raise ValueError(
                 f"run directory {self.path.parent} is in use by process {owner}; stop that "
                 "run first (Ctrl-C or kill " + owner + "), or choose another name (name=...)"
             ) from None
@@ -60,17 +56,12 @@ class RunLock:
         self.release()
 
 
-def in_use(run_dir: str | os.PathLike) -> bool:
-    """Whether a run directory holds anything but its owner file (a start refused after the
-    lock was taken leaves only that, and must not block the next try)."""
-    path = Path(run_dir)
-    return path.is_dir() and any(p.name != LOCK_NAME for p in path.iterdir())
-
-
 def claim(run_dir: str | os.PathLike, resume: bool) -> RunLock:
     """The lock of a run directory for a controller that starts (`resume` False: the directory
     must be new) or resumes it; a ValueError saying what to do otherwise."""
-    if not resume and in_use(run_dir):
+    path = Path(run_dir)
+    # a start refused after the lock was taken leaves only the owner file: no run is there
+    if not resume and path.is_dir() and any(p.name != LOCK_NAME for p in path.iterdir()):
         raise ValueError(
             f"run directory {run_dir} already exists; pass --resume {run_dir} "
             "to continue it, or choose another name (name=...)"
@@ -86,10 +77,9 @@ def owned_folder(prefix: str, base: str | os.PathLike | None = None) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=base))
 
 
-def remove_stale_folders(base: str | os.PathLike, prefix: str) -> list[Path]:
+def remove_stale_folders(base: str | os.PathLike, prefix: str) -> None:
     """Remove this user's folders `<prefix><pid>-*` in `base` whose owner process is gone;
     folders of other names (made by other programs) are left alone."""
-    removed = []
     for folder in Path(base).glob(f"{prefix}*-*"):
         pid = folder.name[len(prefix) :].split("-", 1)[0]
         try:
@@ -98,7 +88,5 @@ def remove_stale_folders(base: str | os.PathLike, prefix: str) -> list[Path]:
             os.kill(int(pid), 0)
         except ProcessLookupError:
             shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
         except OSError:  # alive under another user, or the folder went meanwhile
             continue
-    return removed

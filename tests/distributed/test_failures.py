@@ -167,7 +167,7 @@ def test_a_run_directory_has_one_owner(stopped_run, tmp_path):
 
 
 def test_a_run_lock_is_refused_while_held_and_free_once_released_or_dropped(tmp_path):
-    from hns_train.distributed.run_lock import RunLock
+    from hns_train.distributed.run_lock import RunLock, claim
 
     held = RunLock(tmp_path)
     with pytest.raises(ValueError, match=f"in use by process {os.getpid()}"):
@@ -178,6 +178,11 @@ def test_a_run_lock_is_refused_while_held_and_free_once_released_or_dropped(tmp_
     RunLock(tmp_path)  # never released: dropping it drops the lock
     with RunLock(tmp_path):
         pass
+    with claim(tmp_path, resume=False):  # a start refused there left only the owner file
+        (tmp_path / "config.yaml").touch()
+    with pytest.raises(ValueError, match="already exists; pass --resume"):
+        claim(tmp_path, resume=False)
+    claim(tmp_path, resume=True).release()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
