@@ -10,6 +10,8 @@ line must cost that one record, never the run: a later resume, view or compariso
 - `read_records(path)` returns the JSON objects in file order and notes on every line it
   skipped; `read_logged(path)` does the same and says once, in the log, how many lines of that
   file it skipped and where the first was.
+- `read_new(path, offset)` is for a reader that follows a file another process appends to: the
+  records of the whole lines after byte `offset`, and where the next call starts.
 """
 
 from __future__ import annotations
@@ -56,6 +58,25 @@ def read_records(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
         lines = path.read_text(errors="replace").splitlines()
     except OSError as e:
         return [], [f"{path.name}: unreadable ({e.strerror or e})"]
+    return _parse(lines, path.name)
+
+
+def read_new(path: str | Path, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """The records of the whole lines from byte `offset` on, and the offset after the last of
+    them, where the next call starts: a line still being written is read by that call. A
+    damaged line is skipped; a missing file has nothing new."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    records, _ = _parse(data[:end].decode(errors="replace").splitlines(), Path(path).name)
+    return records, offset + end
+
+
+def _parse(lines: list[str], name: str) -> tuple[list[dict[str, Any]], list[str]]:
     records: list[dict[str, Any]] = []
     notes: list[str] = []
     for n, line in enumerate(lines, 1):
@@ -65,13 +86,13 @@ def read_records(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
             record = json.loads(line)
         except json.JSONDecodeError:
             if n == len(lines):
-                notes.append(f"{path.name}: last line (line {n}) cut short; skipped")
+                notes.append(f"{name}: last line (line {n}) cut short; skipped")
                 continue
             record = None
         if isinstance(record, dict):
             records.append(record)
         else:
-            notes.append(f"{path.name}:{n} is not a JSON object; skipped")
+            notes.append(f"{name}:{n} is not a JSON object; skipped")
     return records, notes
 
 

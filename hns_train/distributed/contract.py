@@ -331,10 +331,10 @@ def check_heartbeat(kind: str, meta: Mapping, run_dir: str | Path, n_stats: int)
         _num(meta, "staleness", optional_none=True)
         _num(meta, "reuse", 0.0, optional_none=True)
         _str_map(meta, "stats", _number, "finite numbers")
+        _numbers(meta, "stat_sums", n_stats)
         if "frames" in meta:  # a pod (pod_worker.py) also reports what actors do
             for key in ("frames", "episodes", "physics_warnings"):
                 _int(meta, key)
-            _numbers(meta, "stat_sums", n_stats)
             for key in ("sim_s", "act_s", "learn_s"):
                 _num(meta, key, 0.0)
     elif kind == "eval":

@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
-import math
 import os
 import secrets
 import shutil
@@ -61,7 +60,7 @@ from hns_train.config import RunConfig, save_config
 from hns_train.distributed.contract import ContractError, DropLog, check_heartbeat, check_hello
 from hns_train.distributed.devices import check_devices
 from hns_train.distributed.launchers import make_endpoints, make_launcher, run_keys
-from hns_train.distributed.message_sizes import check_message_sizes, parameter_layout
+from hns_train.distributed.message_sizes import MessageSize, check_message_sizes
 from hns_train.distributed.reporting import RunLog, by_kind
 from hns_train.distributed.run_lock import SOCKETS_PREFIX, claim, owned_folder
 from hns_train.distributed.shared_rows import shared_folder
@@ -127,10 +126,16 @@ class Summary:
 
 class Stoppable:
     """What a run's and a population's controller share about stopping: the first reason
-    asked for is the one kept (`stop_reason`), and an error stops with its message."""
+    asked for is the one kept (`stop_reason`), and an error stops with its message; and the
+    run time the stop limits and records count (`elapsed_s`)."""
 
     stop_reason = ""
     error = ""
+    prior_s = 0.0  # run time before this invocation (a resumed run's)
+    start: float  # time.monotonic() when this invocation started
+
+    def elapsed_s(self) -> float:
+        return self.prior_s + time.monotonic() - self.start
 
     def request_stop(self, reason: str) -> None:
         """Stop after the current tick (safe from signal handlers and other threads)."""
@@ -172,10 +177,8 @@ class Controller(Stoppable):
         scheme = cfg.pipeline.transport if self.launcher.scheme != "inproc" else "inproc"
         # Cluster runs: CURVE keys made here, per run, handed to workers in their specs.
         self.security = run_keys(cfg)
-        if cfg.pipeline.launcher == "ray":  # addresses on the nodes Ray placed the workers on
-            self.endpoints = self.launcher.endpoints(cfg)
-        else:
-            self.endpoints = make_endpoints(cfg, scheme, Path(self._tmp))
+        place = getattr(self.launcher, "addresses", None)  # Ray: on the nodes it placed workers
+        self.endpoints = make_endpoints(cfg, scheme, Path(self._tmp), place)
         # One host: inference requests travel through shared memory (shared_rows.py).
         self._shared_rows = None
         if cfg.pipeline.launcher != "ray" and cfg.pipeline.shared_memory:
@@ -196,7 +199,6 @@ class Controller(Stoppable):
         self.restarts = 0
 
         self.version = self.frames = self.episodes = 0
-        self.prior_s = 0.0
         if resume:
             self._restore_counters()
         self.frames_at_start = self.frames
@@ -215,7 +217,7 @@ class Controller(Stoppable):
         self._resume_from = _resume_checkpoint(self.run_dir) if resume else None
         checkpoints = self.run_dir / "checkpoints"
         newest = CheckpointDir(checkpoints).newest_size() if checkpoints.is_dir() else None
-        self.checkpoint_bytes = newest or checkpoint_bytes_estimate(self.cfg)
+        self.checkpoint_bytes = newest or checkpoint_bytes_estimate(self.message_sizes)
         problem = room_problem(checkpoints, self.checkpoint_bytes)
         if problem:
             raise ValueError(f"{problem}; free some space, or choose another runs_dir=...")
@@ -455,7 +457,7 @@ class Controller(Stoppable):
         meta = {
             "frames": self.frames,
             "episodes": self.episodes,
-            "wall_clock_s": self.hours() * 3600,
+            "wall_clock_s": self.elapsed_s(),
             "stop_in_s": self._stop_in_s(),
         }
         for state in self.workers.values():
@@ -576,9 +578,6 @@ class Controller(Stoppable):
                 self.workers[name].stopped = True
 
     # ------------------------------------------------------------------ logs
-    def hours(self) -> float:
-        return (self.prior_s + time.monotonic() - self.start) / 3600
-
     def _record(self) -> None:
         now = time.monotonic()
         elapsed = max(now - self._last_record_time, 1e-9)
@@ -586,7 +585,7 @@ class Controller(Stoppable):
         base = {
             "kind": "train",
             "time": time.time(),
-            "hours": self.hours(),
+            "hours": self.elapsed_s() / 3600,
             "episodes": self.episodes,
             "frames": self.frames,
             "version": self.version,
@@ -602,7 +601,7 @@ class Controller(Stoppable):
             version=self.version,
             frames=self.frames,
             episodes=self.episodes,
-            hours=self.hours(),
+            hours=self.elapsed_s() / 3600,
             fps=new_frames / max(time.monotonic() - self.start, 1e-9),
             restarts=self.restarts,
             reason=self.stop_reason,
@@ -653,12 +652,11 @@ def _resume_checkpoint(run_dir: Path):
     )
 
 
-def checkpoint_bytes_estimate(cfg: RunConfig) -> int:
-    """Size of a new run's checkpoints: the network's tensors three times (weights and the
-    optimiser's two moments) and room for RNG states and metadata."""
-    layout = parameter_layout(cfg).values()
-    tensors = sum(math.prod(shape) * dtype.itemsize for dtype, shape in layout)
-    return 3 * tensors + (256 << 10)
+def checkpoint_bytes_estimate(sizes: list[MessageSize]) -> int:
+    """Size of a new run's checkpoints, from its messages' (`check_message_sizes`, parameters
+    first): the parameter message three times (weights and the optimiser's two moments) and
+    room for RNG states and metadata."""
+    return 3 * sizes[0].nbytes + (256 << 10)
 
 
 def hardware_info() -> dict:

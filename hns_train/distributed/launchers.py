@@ -8,7 +8,7 @@
 
 Interface: `start(spec)`, `step()` (serial: one round of work; others: nothing), `dead()` names
 of workers whose process has exited, `kill(name)`, `join(timeout_s)` then force-kill stragglers,
-and `endpoints(cfg, run_tmp)` giving the addresses workers bind and connect to.
+and, for the Ray launcher, `addresses(owners)` placing the run's sockets (`make_endpoints`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import dataclasses
 import multiprocessing as mp
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from hns_train.config import RunConfig
@@ -28,6 +29,7 @@ from hns_train.distributed.worker import (
     build_worker,
     endpoints_from,
     run_worker,
+    worker_plan,
 )
 
 
@@ -40,28 +42,38 @@ def run_keys(cfg: RunConfig) -> RunKeys | None:
     return RunKeys.generate() if exposed or p.encrypt else None
 
 
-def make_endpoints(cfg: RunConfig, scheme: str, folder: Path | None = None) -> dict:
+def make_endpoints(
+    cfg: RunConfig,
+    scheme: str,
+    folder: Path | None = None,
+    place: Callable[[dict[str, str]], dict[str, str]] | None = None,
+) -> dict:
     """Bind and connect addresses of the controller, trainer and policy workers.
 
-    scheme: `inproc` (serial), `ipc` (one host; sockets under `folder`) or `tcp`.
+    scheme: `inproc` (serial), `ipc` (one host; sockets under `folder`) or `tcp`, on
+    `pipeline.host` or, given `place` (the Ray launcher's `addresses`), on the node of each
+    socket's owner.
     Samples: one endpoint per trainer rank (`samples_bind[rank]`); actors connect to all of them
     (`samples`), and their PUSH sockets deal chunks out in turn to trainers with room, so every
     rank gets its share even with a single actor.
     """
-    n_policy = cfg.pipeline.n_policy_workers
-    n_trainers = cfg.pipeline.n_trainers
-    names = ["control", "params"] + [f"inference{i}" for i in range(n_policy)]
-    names += [f"samples{i}" for i in range(n_trainers)]
-    if scheme == "inproc":
-        addr = {n: f"inproc://{cfg.name}-{n}-{os.getpid()}" for n in names}
+    plan = worker_plan(cfg)
+    # every socket by name, with the worker that binds it ("" for the controller's)
+    owners = {"control": "", "params": "trainer0"}
+    owners |= {f"inference{i}": f"policy{i}" for i in range(plan["policy"])}
+    owners |= {f"samples{i}": f"trainer{i}" for i in range(plan["trainer"])}
+    if place is not None:
+        addr = place(owners)
+    elif scheme == "inproc":
+        addr = {n: f"inproc://{cfg.name}-{n}-{os.getpid()}" for n in owners}
     elif scheme == "ipc":
         assert folder is not None
-        addr = {n: f"ipc://{folder / n}" for n in names}
+        addr = {n: f"ipc://{folder / n}" for n in owners}
     else:  # tcp: the config allows no other transport
         host = cfg.pipeline.host
-        ports = free_tcp_ports(host, len(names))
-        addr = {n: f"tcp://{host}:{port}" for n, port in zip(names, ports, strict=True)}
-    return endpoints_from(addr, n_policy, n_trainers)
+        ports = free_tcp_ports(host, len(owners))
+        addr = {n: f"tcp://{host}:{port}" for n, port in zip(owners, ports, strict=True)}
+    return endpoints_from(addr, plan["policy"], plan["trainer"])
 
 
 class SerialLauncher:
@@ -72,7 +84,7 @@ class SerialLauncher:
 
         # Like every worker process of the local launcher: small batches on many threads only
         # contend (tens of times slower on a busy 2-core machine).
-        torch.set_num_threads(max(1, torch_threads))
+        torch.set_num_threads(torch_threads)
         self.workers: dict[str, Worker] = {}
 
     def start(self, spec: WorkerSpec) -> None:

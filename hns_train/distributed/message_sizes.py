@@ -52,19 +52,14 @@ class MessageSize:
     smaller: str  # settings that make it smaller, besides raising pipeline.max_message_mb
 
 
-def parameter_layout(cfg: RunConfig) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
-    """(dtype, shape) of every array of a parameter message of the configured network."""
+def _parameters(cfg: RunConfig) -> MessageSize:
     from hns_train.agents.policy import ActorCritic
 
     # Built on the CPU (tens of ms, a few MB): torch's meta-device mode would skip the
     # initialisation but costs seconds on its first use in a process.
     model = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network, device="cpu")
-    return param_layout(model)
-
-
-def _parameters(cfg: RunConfig) -> MessageSize:
     meta = {"version": _BIG_INT, "publisher": "0" * 16}
-    size = encoded_size("params", parameter_layout(cfg), meta)
+    size = encoded_size("params", param_layout(model), meta)
     return MessageSize(
         "parameters (trainer -> policy workers, eval workers)",
         size + META_ALLOWANCE,
@@ -114,12 +109,12 @@ def _inference(cfg: RunConfig, rows: int) -> list[MessageSize]:
 
 
 def message_sizes(cfg: RunConfig) -> list[MessageSize]:
-    """The largest message of each kind the run `cfg` sends."""
+    """The largest message of each kind the run `cfg` sends, the parameters first."""
     if cfg.pipeline.backend == "pod":
         return [_parameters(cfg)]
     p = cfg.pipeline
     game = cfg.game_config()
-    worlds = p.envs_per_actor // max(p.ring_size, 1)  # of one actor group
+    worlds = p.envs_per_actor // p.ring_size  # of one actor group
     columns = worlds * cfg.pool.learning_agents(game.max_hiders, game.max_seekers)
     out = [
         _parameters(cfg),
@@ -135,7 +130,7 @@ def message_sizes(cfg: RunConfig) -> list[MessageSize]:
     return out
 
 
-def check_message_sizes(cfg: RunConfig, source: str = "config") -> list[MessageSize]:
+def check_message_sizes(cfg: RunConfig) -> list[MessageSize]:
     """The run's messages; ConfigError naming each one larger than `pipeline.max_message_mb`."""
     cap_mb = cfg.pipeline.max_message_mb
     cap = cap_mb * _MiB
@@ -149,7 +144,7 @@ def check_message_sizes(cfg: RunConfig, source: str = "config") -> list[MessageS
             for m in over
         )
         raise ConfigError(
-            f"{source}: pipeline.max_message_mb={cap_mb} ({cap:,} bytes) is smaller than "
+            f"config: pipeline.max_message_mb={cap_mb} ({cap:,} bytes) is smaller than "
             f"messages this run sends, which every socket would refuse: {lines}; or raise "
             f"pipeline.max_message_mb to at least {need}"
         )

@@ -91,7 +91,7 @@ from hns_train.distributed.wandb_logger import open_run
 from hns_train.distributed.worker import _die_with_parent, pool_dir
 from hns_train.eval.league import League
 from hns_train.eval.population_view import best_scored, lineage_rows, member_scores
-from hns_train.jsonl import append_record
+from hns_train.jsonl import append_record, read_new
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5
@@ -160,19 +160,9 @@ class MemberRun:
     def read_progress(self) -> None:
         """Counters from the newest records of its metrics.jsonl (read incrementally)."""
         path = self.dir / "metrics.jsonl"
-        if not path.is_file():
-            return
-        with path.open() as f:
-            f.seek(self._metrics_offset)
-            text = f.read()
-        end = text.rfind("\n") + 1  # a line still being written is read next time
-        self._metrics_offset += len(text[:end].encode())
-        for line in text[:end].splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short: the records after it still count
-            if isinstance(record, dict) and record.get("kind") in ("train", "resume"):
+        records, self._metrics_offset = read_new(path, self._metrics_offset)
+        for record in records:
+            if record.get("kind") in ("train", "resume"):
                 m = self.member
                 m.version = int(record.get("version", m.version))
                 m.frames = int(record.get("frames", m.frames))
@@ -212,7 +202,6 @@ class PopulationController(Stoppable):
         self.hall_of_fame: list[dict[str, Any]] = []
         self.counters = {"exploits": 0, "restarts": 0}
         self.next_index = 0
-        self.prior_s = 0.0
         self.ray_address, self._owns_ray = "", False
         self._fresh: set[str] = set()  # members with new weights since the last sync
         self._manifest_games: dict[str, int] = {}
@@ -246,9 +235,6 @@ class PopulationController(Stoppable):
         self._last = {"league": -np.inf, "sync": -np.inf, "record": -np.inf}
 
     # ------------------------------------------------------------------ members
-    def elapsed_s(self) -> float:
-        return self.prior_s + time.monotonic() - self.start if hasattr(self, "start") else 0.0
-
     def member_config(self, member: Member) -> RunConfig:
         """The member's run config: the population's, with its own name, seed and settings."""
         data = self.cfg.to_dict()
@@ -572,31 +558,22 @@ class PopulationController(Stoppable):
         if self.p.p_cross + self.p.p_past == 0:
             return
         roles = self.p.league_roles
+        everyone = [(m, "cross") for m in self.running() if self.runs[m].state is not None]
+        everyone += [(e["policy"], "past") for e in self.hall_of_fame]
         for name in self.running():
             run = self.runs[name]
             if not (run.dir / "pool").is_dir():
                 continue
+            guests = {policy: kind for policy, kind in everyone if policy != name}
             with PolicyPool(pool_dir(run.dir)) as pool:
-                present = {g.name: g for g in pool.guests()}
-                wanted = set()
-                for other in self.running():
-                    if other == name or self.runs[other].state is None:
-                        continue
-                    wanted.add(other)
-                    w = self._pfsp(name, other, roles)
-                    if other in changed or other not in present:
-                        pool.add_guest(other, "cross", self.runs[other].state, w, w)
-                    else:
-                        pool.set_guest_weights(other, w, w)
-                for entry in self.hall_of_fame:
-                    policy = entry["policy"]
-                    wanted.add(policy)
+                present = {g.name for g in pool.guests()}
+                for policy, kind in guests.items():
                     w = self._pfsp(name, policy, roles)
-                    if policy not in present:
-                        pool.add_guest(policy, "past", self._weights(policy), w, w)
-                    else:
+                    if policy in present and policy not in changed:
                         pool.set_guest_weights(policy, w, w)
-                for gone in set(present) - wanted:
+                    else:
+                        pool.add_guest(policy, kind, self._weights(policy), w, w)
+                for gone in present - guests.keys():
                     pool.remove_guest(gone)
 
     def _pfsp(self, member: str, opponent: str, roles) -> float:

@@ -15,7 +15,7 @@ GPUs, 0 otherwise). An actor holding whole CPUs can leave later tasks waiting fo
 cluster; the CPU fraction is a scheduling share, the worker still uses `torch_threads` threads.
 Actors never reserve GPUs: their inference runs in policy workers, and they only step physics.
 
-Endpoints: once the groups are placed the launcher knows each worker's node, so `endpoints()`
+Endpoints: once the groups are placed the launcher knows each worker's node, so `addresses()`
 gives tcp addresses on node IPs (free ports found by a tiny task on that node), the controller's
 control socket on the driver's IP. Every socket of a Ray run is a CURVE socket (the controller
 makes keys per run; see security.py).
@@ -38,7 +38,7 @@ from typing import Any
 
 from hns_train.config import RunConfig
 from hns_train.distributed.streams import free_tcp_ports
-from hns_train.distributed.worker import WorkerSpec, endpoints_from, run_worker, worker_plan
+from hns_train.distributed.worker import WorkerSpec, run_worker, worker_plan
 
 log = logging.getLogger(__name__)
 RESERVE_TIMEOUT_S = 120.0
@@ -121,9 +121,6 @@ class RayLauncher:
             out[kind] = {"CPU": max(getattr(p, f"ray_{kind}_cpus"), MIN_BUNDLE_CPUS), "GPU": gpus}
         return out
 
-    def _names(self, kind: str) -> list[str]:
-        return [f"{kind}{i}" for i in range(worker_plan(self.cfg)[kind])]
-
     def _reserve(self) -> None:
         from ray.util.placement_group import placement_group, placement_group_table
 
@@ -131,14 +128,13 @@ class RayLauncher:
             (["trainer"], "PACK"),
             (["policy", "actor", "eval"], "SPREAD"),
         ]
+        count = worker_plan(self.cfg)
         for kinds, strategy in plan:
-            names = [n for k in kinds for n in self._names(k)]
-            if not names:
+            kind_of = {f"{k}{i}": k for k in kinds for i in range(count[k])}
+            if not kind_of:
                 continue
-            bundles = []
-            for name in names:
-                res = self.resources[name.rstrip("0123456789")]
-                bundles.append({k: v for k, v in res.items() if v > 0})
+            wanted = [self.resources[kind] for kind in kind_of.values()]
+            bundles = [{k: v for k, v in res.items() if v > 0} for res in wanted]
             group = placement_group(bundles, strategy=strategy)
             self._groups.append(group)
             try:
@@ -152,24 +148,18 @@ class RayLauncher:
                 ) from None
             table = placement_group_table(group)["bundles_to_node_id"]
             ips = {n["NodeID"]: n["NodeManagerAddress"] for n in self.ray.nodes() if n["Alive"]}
-            for index, name in enumerate(names):
+            for index, name in enumerate(kind_of):
                 self._slots[name] = (group, index)
                 self._slot_node[name] = table[index]
                 self._slot_ip[name] = ips[table[index]]
 
-    def endpoints(self, cfg: RunConfig) -> dict:
-        """Addresses on the nodes the workers were placed on (same keys as make_endpoints)."""
-        p = cfg.pipeline
-        wanted = [("control", "", self.host), ("params", "trainer0", self._slot_ip["trainer0"])]
-        wanted += [
-            (f"samples{i}", f"trainer{i}", self._slot_ip[f"trainer{i}"])
-            for i in range(p.n_trainers)
-        ]
-        policies = self._names("policy")  # none for pods: they act in their own process
-        wanted += [(f"inference{i}", name, self._slot_ip[name]) for i, name in enumerate(policies)]
+    def addresses(self, owners: dict[str, str]) -> dict[str, str]:
+        """A tcp address for each socket name, on the node its owner was placed on (the
+        controller's on the driver's node): `make_endpoints`' `place`."""
         by_ip: dict[str, list[str]] = defaultdict(list)
         node_of_ip = {}
-        for key, worker, ip in wanted:
+        for key, worker in owners.items():
+            ip = self._slot_ip[worker] if worker else self.host
             by_ip[ip].append(key)
             if worker:
                 node_of_ip.setdefault(ip, self._slot_node[worker])
@@ -177,7 +167,7 @@ class RayLauncher:
         for ip, keys in by_ip.items():
             ports = self._ports_on(ip, node_of_ip.get(ip), len(keys))
             addr.update({k: f"tcp://{ip}:{port}" for k, port in zip(keys, ports, strict=True)})
-        return endpoints_from(addr, len(policies), p.n_trainers)
+        return addr
 
     def _ports_on(self, ip: str, node_id: str | None, count: int) -> list[int]:
         if ip == self.host or node_id is None:

@@ -74,9 +74,8 @@ class RunLog:
         self.costs.add(kind, meta)
         if kind in ("actor", "trainer"):  # actors, and pods: trainers that simulate
             self._episodes += int(meta.get("episodes", 0))
-            sums = meta.get("stat_sums")
-            if sums is not None and len(sums) == len(self.stat_keys):
-                self._stats += np.asarray(sums, float)
+            if "stat_sums" in meta:  # of the run's length: check_heartbeat said so
+                self._stats += np.asarray(meta["stat_sums"], float)
         elif kind == "eval":
             self._absorb_eval(meta)
 
@@ -140,9 +139,8 @@ class RunLog:
             out["queue/trainer_buffer"] = trainer["buffer"]
         policies = by_kind.get("policy", [])
         if policies:
-            out["throughput/policy_busy"] = float(
-                np.mean([p.get("busy_s", 0.0) for p in policies])
-            ) / max(self.cfg.pipeline.heartbeat_s, 1e-9)
+            busy = np.mean([p.get("busy_s", 0.0) for p in policies])
+            out["throughput/policy_busy"] = float(busy) / self.cfg.pipeline.heartbeat_s
         if "physics_warnings" in trainer:  # a pod
             out["env/physics_warnings"] = int(
                 sum(t.get("physics_warnings", 0) for t in by_kind["trainer"])

@@ -25,36 +25,29 @@ LOCK_NAME = ".owner"
 SOCKETS_PREFIX = "hns-"
 
 
-class RunDirInUse(ValueError):
-    """The run directory belongs to another live process."""
-
-
 class RunLock:
     def __init__(self, run_dir: str | os.PathLike) -> None:
-        self._fd: int | None = None
         self.path = Path(run_dir) / LOCK_NAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # A file object: an owner that is never released (a refused start, a test) drops the
+        # lock when the object goes, as its descriptor closes with it.
+        self._file = self.path.open("a+b")
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise RunDirInUse(
+            self._file.seek(0)
+            owner = self._file.read(32).decode(errors="replace").strip() or "unknown"
+            self._file.close()
+            raise ValueError(
                 f"run directory {self.path.parent} is in use by process {owner}; stop that "
                 "run first (Ctrl-C or kill " + owner + "), or choose another name (name=...)"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
+        self._file.truncate(0)
+        self._file.write(f"{os.getpid()}\n".encode())
+        self._file.flush()
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the lock
-            self._fd = None
-
-    def __del__(self) -> None:  # an owner that was never run (a refused start, a test)
-        self.release()
+        self._file.close()  # closing the descriptor drops the lock
 
     def __enter__(self) -> RunLock:
         return self
@@ -63,17 +56,12 @@ class RunLock:
         self.release()
 
 
-def in_use(run_dir: str | os.PathLike) -> bool:
-    """Whether a run directory holds anything but its owner file (a start refused after the
-    lock was taken leaves only that, and must not block the next try)."""
-    path = Path(run_dir)
-    return path.is_dir() and any(p.name != LOCK_NAME for p in path.iterdir())
-
-
 def claim(run_dir: str | os.PathLike, resume: bool) -> RunLock:
     """The lock of a run directory for a controller that starts (`resume` False: the directory
     must be new) or resumes it; a ValueError saying what to do otherwise."""
-    if not resume and in_use(run_dir):
+    path = Path(run_dir)
+    # a start refused after the lock was taken leaves only the owner file: no run is there
+    if not resume and path.is_dir() and any(p.name != LOCK_NAME for p in path.iterdir()):
         raise ValueError(
             f"run directory {run_dir} already exists; pass --resume {run_dir} "
             "to continue it, or choose another name (name=...)"
@@ -89,10 +77,9 @@ def owned_folder(prefix: str, base: str | os.PathLike | None = None) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=base))
 
 
-def remove_stale_folders(base: str | os.PathLike, prefix: str) -> list[Path]:
+def remove_stale_folders(base: str | os.PathLike, prefix: str) -> None:
     """Remove this user's folders `<prefix><pid>-*` in `base` whose owner process is gone;
     folders of other names (made by other programs) are left alone."""
-    removed = []
     for folder in Path(base).glob(f"{prefix}*-*"):
         pid = folder.name[len(prefix) :].split("-", 1)[0]
         try:
@@ -101,7 +88,5 @@ def remove_stale_folders(base: str | os.PathLike, prefix: str) -> list[Path]:
             os.kill(int(pid), 0)
         except ProcessLookupError:
             shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
         except OSError:  # alive under another user, or the folder went meanwhile
             continue
-    return removed

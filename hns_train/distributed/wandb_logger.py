@@ -137,19 +137,12 @@ class WandbLogger:
         self.onsets.append(onset)
         if self.run is None:
             return
-        import wandb
-
         axes = {axis: getattr(onset, axis) for axis in AXES}
         self.run.log({**axes, **_phase_row(onset.phase, onset.episodes)})
         for axis in AXES:
             self.run.summary[f"phase/{onset.phase}/{axis}"] = getattr(onset, axis)
-        rows = [[o.phase, o.episodes, o.frames, o.hours, o.version] for o in self.onsets]
-        self.run.log(
-            {
-                **self.axes,
-                "phases": wandb.Table(columns=["phase", *AXES], data=rows),
-            }
-        )
+        rows = [[o.phase, *(getattr(o, axis) for axis in AXES)] for o in self.onsets]
+        self.log_table("phases", ["phase", *AXES], rows)
 
     def log_video(self, path_mp4: str | Path, key: str, caption: str | None = None) -> None:
         """Attach an mp4 (e.g. a rendered replay) at the current counters."""

@@ -119,6 +119,28 @@ def test_a_writer_ends_a_line_cut_short_before_the_next_record(tmp_path):
     assert notes == ["lineage.jsonl:2 is not a JSON object; skipped"]
 
 
+def test_a_population_reads_each_whole_metrics_line_once_and_a_line_being_written_later(
+    tmp_path,
+):
+    from hns_train.agents.population import Member
+    from hns_train.distributed.population import MemberRun
+
+    run = MemberRun(tmp_path, Member(index=0, seed=0, hyper={}))
+    run.read_progress()  # before its run wrote anything
+    run.dir.mkdir(parents=True)
+    path = run.dir / "metrics.jsonl"
+    path.write_text('{"kind": "train", "frames": 1}\nnot json\n{"kind": "train", "fra')
+    run.read_progress()
+    assert run.member.frames == 1
+    with path.open("a") as f:
+        f.write('mes": 3, "episodes": 2}\n{"kind": "phase", "frames": 9}\n')
+    run.read_progress()
+    assert (run.member.frames, run.member.episodes) == (3, 2)
+    run.member.frames = 0  # each line is read once: nothing more to read
+    run.read_progress()
+    assert run.member.frames == 0
+
+
 @pytest.mark.slow
 def test_a_run_directory_has_one_owner(stopped_run, tmp_path):
     # On the code before, both resumes ran and wrote interleaved records and checkpoints.
@@ -142,6 +164,25 @@ def test_a_run_directory_has_one_owner(stopped_run, tmp_path):
 
     with RunLock(run):  # a dead owner holds no lock
         pass
+
+
+def test_a_run_lock_is_refused_while_held_and_free_once_released_or_dropped(tmp_path):
+    from hns_train.distributed.run_lock import RunLock, claim
+
+    held = RunLock(tmp_path)
+    with pytest.raises(ValueError, match=f"in use by process {os.getpid()}"):
+        RunLock(tmp_path)
+    held.release()
+    with RunLock(tmp_path):
+        pass
+    RunLock(tmp_path)  # never released: dropping it drops the lock
+    with RunLock(tmp_path):
+        pass
+    with claim(tmp_path, resume=False):  # a start refused there left only the owner file
+        (tmp_path / "config.yaml").touch()
+    with pytest.raises(ValueError, match="already exists; pass --resume"):
+        claim(tmp_path, resume=False)
+    claim(tmp_path, resume=True).release()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")

@@ -19,7 +19,7 @@ from hns_train import train
 from hns_train.agents.checkpoint import CheckpointDir, load_checkpoint
 from hns_train.agents.pool import PolicyPool
 from hns_train.config import load_config
-from hns_train.distributed.population import PopulationController, request
+from hns_train.distributed.population import MemberRun, PopulationController, request
 from hns_train.eval.cli import main as eval_main
 from hns_train.eval.population_view import best_member
 from hns_train.eval.ratings import Ratings
@@ -309,6 +309,33 @@ def test_the_hall_of_fame_stays_at_its_size(tmp_path, rated_by_league):
     else:
         assert kept == ["m0.12", "m0.16"]
         assert len([f for f in files if "m0." in f]) == 2
+
+
+def test_a_sync_makes_the_other_members_and_the_hall_of_fame_each_members_guests(tmp_path):
+    cfg = population_config(tmp_path, "population.hof_every=1")
+    pop = PopulationController(cfg)
+    try:
+        for _ in range(3):
+            member = pop.join()
+            member.version = 1
+            run = pop.runs[member.name] = MemberRun(pop.run_dir, member)
+            (run.dir / "pool").mkdir(parents=True)
+            run.state = {"w": torch.full((2,), float(member.index))}
+            pop._fresh.add(member.name)
+
+        def guests(name):
+            with PolicyPool(pop.run_dir / "members" / name / "pool") as pool:
+                return {g.name: g.kind for g in pool.guests()}
+
+        pop.sync()
+        past = {"m0.1": "past", "m1.1": "past", "m2.1": "past"}
+        assert guests("m0") == {"m1": "cross", "m2": "cross", **past}
+        pop.members["m2"].status = "retired"
+        pop.sync()
+        assert guests("m0") == {"m1": "cross", **past}
+        assert guests("m1") == {"m0": "cross", **past}
+    finally:
+        pop.close()
 
 
 def test_population_requests_refuse_what_is_not_a_population(tmp_path, capsys):

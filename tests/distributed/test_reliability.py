@@ -461,6 +461,7 @@ def test_the_controller_drops_wrong_heartbeats_and_keeps_its_counters(tmp_path):
             ("trainer0", {"version": 1.5}),
             ("trainer0", {"stats": {"loss": "nan"}}),
             ("trainer0", {"staleness": [1]}),
+            ("trainer0", {"stat_sums": [1.0]}),
             ("eval0", {"rating": {"hider": [25.0]}}),
             ("eval0", {"rating": {"hider": ["a", 1.0]}}),
             ("eval0", {"rating": ["hider"]}),

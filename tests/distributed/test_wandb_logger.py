@@ -83,6 +83,9 @@ def test_offline_run_holds_keys_axes_phase_video_and_table(tmp_path):
     assert {a: phase_row[a] for a in AXES} == {a: getattr(onset, a) for a in AXES}
     assert run["summary"]["phase/fort_building/frames"] == 360_000
 
+    (phases_row,) = [r for r in run["history"] if "phases" in r]
+    assert phases_row["phases"]["_type"] == "table-file"
+    assert (phases_row["phases"]["ncols"], phases_row["phases"]["nrows"]) == (1 + len(AXES), 1)
     (table_row,) = [r for r in run["history"] if "leaderboard" in r]
     assert table_row["leaderboard"]["_type"] == "table-file"
     assert table_row["episodes"] == 3000 and table_row["version"] == 30
