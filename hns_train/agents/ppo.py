@@ -173,8 +173,6 @@ class Segments:
 class RankSync(Protocol):
     """Sums over the ranks of a data-parallel group (distributed/ddp.py implements it)."""
 
-    world_size: int
-
     def all_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """Replace `tensor` in place by its sum over all ranks and return it."""
         ...

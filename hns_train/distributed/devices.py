@@ -6,8 +6,8 @@ questions the workers will, with the same functions, before any worker starts:
 - `pipeline.device` (policy workers, trainers and pods): `resolve_device` (the one the
   workers call too), the GPU it names, and for several trainers the collective backend
   (`ddp.choose_backend`);
-- `pod.physics` for pods: MuJoCo Warp must import, and `warp` on `auto` needs a CUDA device
-  the pod will actually use.
+- `pod.physics=warp` for pods: MuJoCo Warp must import. `auto` is not checked here: the pod
+  picks Warp only on a CUDA device, and the C game otherwise (`pod_worker.make_game`).
 
 On `pipeline.launcher=ray` the workers run on the cluster's nodes, not here: only what does not
 depend on the machine is checked (the config's own rules), the rest by the workers.
