@@ -231,9 +231,7 @@ class RunConfig:
         return Path(self.runs_dir) / self.name
 
     def game_config(self) -> GameConfig:
-        params = dict(self.game)
-        preset = params.pop("preset", "quadrant")
-        return make_config(preset, **params)
+        return make_config(**self.game)  # `preset` among the keys, else make_config's default
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -69,9 +69,8 @@ def source_game(meta: dict[str, Any], where: str = "checkpoint") -> GameConfig:
     game = nest_moved(dict(config.get("game") or {}))  # older runs name task numbers flat
     if not game:
         raise ValueError(f"{where} has no game config in its metadata: not a training checkpoint")
-    preset = game.pop("preset", "quadrant")
-    known = {f.name for f in dataclasses.fields(GameConfig)}
-    return make_config(preset, **{k: v for k, v in game.items() if k in known})
+    known = {f.name for f in dataclasses.fields(GameConfig)}  # the preset among them
+    return make_config(**{k: v for k, v in game.items() if k in known})
 
 
 def entity_widths(game: GameConfig) -> dict[str, int]:
