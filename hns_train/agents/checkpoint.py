@@ -31,6 +31,8 @@ Public API:
   never costs the newest good checkpoint); `room_problem(folder, size)` is that check;
   `latest()` returns the newest checkpoint that loads, skipping (with a
   logged warning) any that is truncated or corrupt; `steps()` lists the numbered files.
+- `resolve_checkpoint(path) -> Path`: the checkpoint a file, a checkpoints folder or a run
+  directory names (every command that takes one goes through it); ValueError says why none.
 """
 
 from __future__ import annotations
@@ -410,41 +412,44 @@ class CheckpointDir:
             self.path_for(step).unlink(missing_ok=True)
 
     def newest_valid(self, steps: list[int]) -> int | None:
-        """The newest of `steps` whose file verifies (its header and SHA-256; nothing loaded)."""
+        """The newest of `steps` whose file verifies (its header and SHA-256; nothing loaded);
+        the reasons newer ones failed are kept in `skipped` (newest first)."""
+        self.skipped = []
         for step in reversed(steps):
             try:
                 _verified_body(self.path_for(step))
                 return step
-            except CheckpointError:
-                continue
+            except CheckpointError as e:
+                self.skipped.append(str(e))
         return None
 
     def latest(self, map_location: Any = "cpu") -> Checkpoint | None:
-        """The newest checkpoint that loads; broken ones are skipped with a warning, and their
-        reasons kept in `skipped` (newest first) for a caller that must explain a None."""
-        self.skipped = []
+        """The newest checkpoint that loads; broken ones are skipped with a warning."""
         for step in reversed(self.steps()):
             path = self.path_for(step)
             try:
                 return load_checkpoint(path, map_location)
             except CheckpointError as e:
                 log.warning("skipping unusable checkpoint: %s", e)
-                self.skipped.append(str(e))
         return None
 
 
-def resolve_checkpoint(path: str | os.PathLike) -> Path | None:
+def resolve_checkpoint(path: str | os.PathLike) -> Path:
     """The checkpoint file `path` names: the file itself, else the newest one that verifies in a
-    checkpoints folder or a run directory's `checkpoints/`; None where there is none."""
+    checkpoints folder or a run directory's `checkpoints/`. Where there is none, ValueError says
+    what is there instead (nothing, no checkpoint files, or why each file is unusable); a
+    caller adds what its user can do about it."""
     path = Path(path)
     if path.is_file():
         return path
     folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
     if not folder.is_dir():
-        return None
+        raise ValueError(f"{path}: no such file or directory")
     found = CheckpointDir(folder)
-    steps = found.steps()
-    step = found.newest_valid(steps)
-    if step is not None and step != steps[-1]:
+    step = found.newest_valid(found.steps())
+    if step is None:
+        why = "; ".join(found.skipped) or "no checkpoint files ckpt_*.pt"
+        raise ValueError(f"{folder}: no usable checkpoint ({why})")
+    if found.skipped:
         log.warning("skipping unusable checkpoints newer than %s", found.path_for(step))
-    return None if step is None else found.path_for(step)
+    return found.path_for(step)

@@ -54,13 +54,13 @@ _NOT_TRANSFERRED = ("value_norm.", *REINITIALISED)
 
 def checkpoint_path(init: str | Path) -> Path:
     """The checkpoint file `init` names (a file, or a run directory's newest checkpoint)."""
-    path = resolve_checkpoint(init)
-    if path is not None:
-        return path
-    raise ValueError(
-        f"agent.init={str(init)!r}: no checkpoint there; give a checkpoint file (ckpt_*.pt) or a "
-        "run directory with checkpoints/, or 'scratch' to train from scratch"
-    )
+    try:
+        return resolve_checkpoint(init)
+    except ValueError as err:
+        raise ValueError(
+            f"agent.init={str(init)!r}: no checkpoint there ({err}); give a checkpoint file "
+            "(ckpt_*.pt) or a run directory with checkpoints/, or 'scratch' to train from scratch"
+        ) from None
 
 
 def source_game(meta: dict[str, Any], where: str = "checkpoint") -> GameConfig:

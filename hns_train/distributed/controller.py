@@ -54,7 +54,14 @@ from pathlib import Path
 
 import yaml
 
-from hns_train.agents.checkpoint import CheckpointDir, disk_full, room_problem
+from hns_train.agents.checkpoint import (
+    Checkpoint,
+    CheckpointDir,
+    disk_full,
+    load_checkpoint,
+    resolve_checkpoint,
+    room_problem,
+)
 from hns_train.agents.pool import PolicyPool
 from hns_train.config import RunConfig, save_config
 from hns_train.distributed.contract import ContractError, DropLog, check_heartbeat, check_hello
@@ -636,20 +643,15 @@ def _token() -> str:
     return secrets.token_hex(16)
 
 
-def _resume_checkpoint(run_dir: Path):
-    """The newest loadable checkpoint of a run to resume; an error naming what was found."""
-    folder = CheckpointDir(run_dir / "checkpoints") if (run_dir / "checkpoints").is_dir() else None
-    latest = folder.latest() if folder is not None else None
-    if latest is not None:
-        return latest
-    if folder is None or not folder.steps():
-        found = "no checkpoint files" if folder is not None else "no checkpoints folder"
-    else:
-        found = "; ".join(folder.skipped)
-    raise ValueError(
-        f"--resume {run_dir}: nothing to resume from ({found}); start a new run with another "
-        "name=..., or restore a checkpoint into that folder"
-    )
+def _resume_checkpoint(run_dir: Path) -> Checkpoint:
+    """The newest checkpoint of a run to resume, loaded; an error naming what was found."""
+    try:
+        return load_checkpoint(resolve_checkpoint(run_dir / "checkpoints"))
+    except ValueError as err:  # a CheckpointError too: a file that verifies but does not load
+        raise ValueError(
+            f"--resume {run_dir}: nothing to resume from ({err}); start a new run with another "
+            "name=..., or restore a checkpoint into that folder"
+        ) from None
 
 
 def checkpoint_bytes_estimate(sizes: list[MessageSize]) -> int:

@@ -83,22 +83,16 @@ def resolve_run_dir(arg: str | os.PathLike, runs_dir: str | os.PathLike = RUNS_D
 
 def resolve_checkpoint(arg: str | os.PathLike, runs_dir: str | os.PathLike = RUNS_DIR) -> Path:
     """The checkpoint file `arg` names: a file, a run or checkpoints directory, or `latest`."""
-    path = Path(arg)
-    if path.is_file():
-        return path
-    if str(arg) != LATEST and not path.is_dir():
-        raise ValueError(
-            f"{str(path)!r}: no such file or directory; give a checkpoint (.pt), a run "
-            f"directory, or '{LATEST}' (the newest run under {runs_dir}/)"
-        )
     from hns_train.agents.checkpoint import resolve_checkpoint as newest_checkpoint
 
-    run = resolve_run_dir(arg, runs_dir)
-    newest = newest_checkpoint(run)  # skips broken files with a warning
-    if newest is None:
-        folder = run if run.name == "checkpoints" else run / "checkpoints"
+    path = resolve_run_dir(arg, runs_dir) if str(arg) == LATEST else Path(arg)
+    try:
+        return newest_checkpoint(path)  # skips broken files with a warning
+    except ValueError as err:
+        if path.exists():
+            hint = "the trainer writes one every pipeline.checkpoint_every optimisation steps"
+            raise ValueError(f"{err}; {hint} and when the run stops") from None
         raise ValueError(
-            f"{run}: no usable checkpoint in {folder} yet (the trainer writes one every "
-            "pipeline.checkpoint_every optimisation steps and when the run stops)"
-        )
-    return newest
+            f"{err}; give a checkpoint (.pt), a run directory, or '{LATEST}' (the newest run "
+            f"under {runs_dir}/)"
+        ) from None

@@ -19,6 +19,7 @@ from hns_train.agents.checkpoint import (
     CheckpointError,
     Counters,
     load_checkpoint,
+    resolve_checkpoint,
     restore_training,
     save_checkpoint,
     training_state,
@@ -175,6 +176,17 @@ def test_checkpoint_dir_keeps_newest_and_skips_corrupt(tmp_path, caplog):
         ck = folder.latest()
     assert ck.meta["step"] == 30 and torch.equal(ck.state["w"], torch.full((3,), 30.0))
     assert "skipping unusable checkpoint" in caplog.text
+
+
+def test_a_path_with_no_usable_checkpoint_says_what_is_there(tmp_path):
+    with pytest.raises(ValueError, match="no such file or directory"):
+        resolve_checkpoint(tmp_path / "run")
+    folder = CheckpointDir(tmp_path / "run" / "checkpoints")
+    with pytest.raises(ValueError, match="no checkpoint files"):
+        resolve_checkpoint(tmp_path / "run")
+    folder.path_for(3).write_bytes(b"cut short")
+    with pytest.raises(ValueError, match=r"no usable checkpoint \(checkpoint .*3\.pt is truncated"):
+        resolve_checkpoint(folder.folder)
 
 
 def test_prune_never_deletes_the_last_valid_checkpoint(tmp_path):
