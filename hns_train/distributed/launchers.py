@@ -53,7 +53,7 @@ def make_endpoints(
     scheme: `inproc` (serial), `ipc` (one host; sockets under `folder`) or `tcp`, on
     `pipeline.host` or, given `place` (the Ray launcher's `addresses`), on the node of each
     socket's owner.
-    Samples: one endpoint per trainer rank (`samples_bind[rank]`); actors connect to all of them
+    Samples: one endpoint per trainer rank (`samples[rank]`); actors connect to all of them
     (`samples`), and their PUSH sockets deal chunks out in turn to trainers with room, so every
     rank gets its share even with a single actor.
     """

@@ -117,7 +117,7 @@ class Learner:
         if self.pool is not None:  # the untrained policy joins the pool before any update
             self.pool.maybe_add(self.version, self.model.state_dict())
         self.params = (
-            open_stream(ParamPublisher, spec.endpoints["params_bind"]) if self.is_main else None
+            open_stream(ParamPublisher, spec.endpoints["params"]) if self.is_main else None
         )
         self.skipped_updates = 0
         self._last_checkpoint = time.monotonic()

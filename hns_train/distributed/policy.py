@@ -61,7 +61,7 @@ class PolicyWorker(Worker):
         self.model = self._new_model()
         self.server = self.open_stream(
             InferenceServer,
-            spec.endpoints["inference_bind"][spec.index],
+            spec.endpoints["inference"][spec.index],
             max_requests=max(1, self.cfg.pipeline.max_inference_batch),
         )
         self.params = self.open_stream(ParamSubscriber, spec.endpoints["params"])

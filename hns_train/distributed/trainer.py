@@ -47,7 +47,7 @@ class TrainerWorker(LearnerWorker):
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
         self.samples = self.open_stream(
-            SampleReceiver, spec.endpoints["samples_bind"][self.rank], hwm=16
+            SampleReceiver, spec.endpoints["samples"][self.rank], hwm=16
         )
         self.buffer: list[Sample] = []
         self._arrivals = 0

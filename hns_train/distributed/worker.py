@@ -98,17 +98,15 @@ def pool_dir(run_dir: str | Path) -> Path:
 
 def endpoints_from(addr: dict[str, str], n_policy: int, n_trainers: int) -> dict:
     """The endpoints handed to workers, from one address per socket name (`control`,
-    `params`, `samples<i>` per trainer rank, `inference<i>` per policy worker)."""
+    `params`, `samples<i>` per trainer rank, `inference<i>` per policy worker): a socket's
+    owner binds the address its peers connect to."""
     inference = [addr[f"inference{i}"] for i in range(n_policy)]
     samples = [addr[f"samples{i}"] for i in range(n_trainers)]
     return {
         "control": addr["control"],
         "samples": samples,
-        "samples_bind": samples,
         "params": addr["params"],
-        "params_bind": addr["params"],
         "inference": inference,
-        "inference_bind": inference,
     }
 
 

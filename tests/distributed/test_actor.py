@@ -37,8 +37,8 @@ def start_workers(cfg, tmp_path, shared_rows=None):
     if shared_rows is not None:
         endpoints["shared_rows"] = str(shared_rows)
     control = ControlServer(endpoints["control"])
-    samples = SampleReceiver(endpoints["samples_bind"][0])
-    params = ParamPublisher(endpoints["params_bind"])
+    samples = SampleReceiver(endpoints["samples"][0])
+    params = ParamPublisher(endpoints["params"])
     spec = dict(config=cfg.to_dict(), run_dir=str(tmp_path / "run"), endpoints=endpoints)
     policy = PolicyWorker(WorkerSpec("policy", 0, **spec))
     actor = ActorWorker(WorkerSpec("actor", 0, **spec))

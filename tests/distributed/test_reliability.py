@@ -290,7 +290,7 @@ def test_the_policy_worker_drops_wrong_requests_and_parameters(inproc, tmp_path)
     folder = tmp_path / "rows"
     folder.mkdir()
     endpoints = {**endpoints, "shared_rows": str(folder)}
-    params = ParamPublisher(endpoints["params_bind"])
+    params = ParamPublisher(endpoints["params"])
     policy = PolicyWorker(WorkerSpec("policy", 0, endpoints=endpoints, **spec))
     policy.poll_ms = 10
     client = InferenceClient(endpoints["inference"], identity="fuzzer")
@@ -385,8 +385,8 @@ def test_the_policy_worker_drops_wrong_requests_and_parameters(inproc, tmp_path)
 def test_an_actor_drops_wrong_replies_and_resends_unanswered_requests(inproc, tmp_path):
     cfg, endpoints, spec = inproc
     spec["config"]["pipeline"]["request_timeout_s"] = 0.5
-    server = InferenceServer(endpoints["inference_bind"][0])
-    samples = SampleReceiver(endpoints["samples_bind"][0])
+    server = InferenceServer(endpoints["inference"][0])
+    samples = SampleReceiver(endpoints["samples"][0])
     actor = ActorWorker(WorkerSpec("actor", 0, endpoints=endpoints, **spec))
     actor.poll_ms = 10
     H = cfg.agent.network.lstm_dim
