@@ -24,7 +24,6 @@ YAML is read with `safe_load`.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -248,12 +247,6 @@ class RunConfig:
             problems.append(f"pipeline.backend='warp' is retired: {RETIRED_WARP_ACTORS}")
         elif p.backend not in BACKENDS:
             problems.append(f"pipeline.backend={p.backend!r} is not one of {BACKENDS}")
-        if (
-            p.backend == "pod"
-            and self.pod.physics == "warp"
-            and importlib.util.find_spec("mujoco_warp") is None
-        ):
-            problems.append("pod.physics='warp' needs the optional extra: pip install -e '.[warp]'")
         if game.task != "hide_and_seek" and p.backend == "pod" and self.pod.physics == "warp":
             problems.append(
                 f"game task {game.task!r} runs on the C game only: pipeline.backend 'c', or "

@@ -209,6 +209,17 @@ def test_an_unusable_device_is_refused_at_start(tmp_path):
     assert time.monotonic() - start < 60
 
 
+def test_warp_physics_without_mujoco_warp_is_refused_by_the_device_check(monkeypatch):
+    from hns_train.config import load_config
+    from hns_train.distributed.devices import device_problems
+
+    monkeypatch.setitem(sys.modules, "mujoco_warp", None)  # as on an install without the extra
+    cfg = load_config("smoke", ["pipeline.backend=pod", "pod.physics=warp", "pipeline.device=cpu"])
+    (problem,) = device_problems(cfg)
+    assert problem.startswith("MuJoCo Warp does not import here (ModuleNotFoundError")
+    assert "pip install -e '.[warp]'" in problem and "pod.physics=c" in problem
+
+
 def test_a_run_that_made_no_frame_does_not_exit_0(tmp_path):
     # Workers that cannot start before the run's time is up (here: 1.2 s, less than a spawned
     # worker takes to import torch) make no frame; the code before still exited 0.
