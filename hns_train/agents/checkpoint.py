@@ -449,7 +449,7 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
     step = found.newest_valid(found.steps())
     if step is None:
         why = "; ".join(found.skipped) or "no checkpoint files ckpt_*.pt"
-        raise ValueError(f"{folder}: no usable checkpoint ({why})")
+        raise ValueError(f"{folder}: no usable checkpoint: {why}")
     if found.skipped:
         log.warning("skipping unusable checkpoints newer than %s", found.path_for(step))
     return found.path_for(step)

@@ -185,7 +185,7 @@ def test_a_path_with_no_usable_checkpoint_says_what_is_there(tmp_path):
     with pytest.raises(ValueError, match="no checkpoint files"):
         resolve_checkpoint(tmp_path / "run")
     folder.path_for(3).write_bytes(b"cut short")
-    with pytest.raises(ValueError, match=r"no usable checkpoint \(checkpoint .*3\.pt is truncated"):
+    with pytest.raises(ValueError, match=r"no usable checkpoint: checkpoint .*3\.pt is truncated"):
         resolve_checkpoint(folder.folder)
 
 
