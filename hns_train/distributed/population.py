@@ -345,7 +345,7 @@ class PopulationController(Stoppable):
 
     def close(self) -> None:
         """The league database, the wandb run (after `shutdown`) and the run directory."""
-        self.league.close()
+        self.league.ratings.close()
         self.wandb.finish(1 if self.error else 0)
         self.owner.release()
 
@@ -478,7 +478,7 @@ class PopulationController(Stoppable):
         roles = self.p.league_roles
         running = [m for m in self.running() if self.runs[m].state is not None]
         strength = {m: self.league.strength(m, roles) for m in running}
-        games = {m: self.league.games(m) for m in running}
+        games = {m: self.league.ratings.games(m) for m in running}
         ready = [
             m
             for m in running
@@ -523,10 +523,10 @@ class PopulationController(Stoppable):
         meta = {**latest.meta, "counters": {**counters, "version": version}}
         meta["config"] = self.member_config(member).to_dict()
         save_checkpoint(own.path_for(version), latest.state, meta)
-        self.league.copy_rating(source, name)
+        self.league.ratings.copy_rating(source, name)
         member.version = version
         member.changed_at_version = version
-        member.changed_at_games = self.league.games(name)
+        member.changed_at_games = self.league.ratings.games(name)
         member.exploits += 1
         self.counters["exploits"] += 1
         run.checkpoint_step, run.state = None, None
@@ -604,7 +604,9 @@ class PopulationController(Stoppable):
         if "hall_of_fame" in self.p.league_opponents:
             roles = self.p.league_roles
             rated = [
-                e for e in self.hall_of_fame if self.league.games(e["policy"]) >= self.p.ready_games
+                e
+                for e in self.hall_of_fame
+                if self.league.ratings.games(e["policy"]) >= self.p.ready_games
             ]
             drop = sorted(rated, key=lambda e: self.league.strength(e["policy"], roles))[:excess]
         else:
@@ -635,7 +637,8 @@ class PopulationController(Stoppable):
             "next_index": self.next_index,
             "elapsed_s": self.elapsed_s(),
             "members": {
-                n: {**asdict(m), "games": self.league.games(n)} for n, m in self.members.items()
+                n: {**asdict(m), "games": self.league.ratings.games(n)}
+                for n, m in self.members.items()
             },
             "hall_of_fame": self.hall_of_fame,
             "hof_versions": {n: r.hof_version for n, r in self.runs.items()},
@@ -656,7 +659,7 @@ class PopulationController(Stoppable):
         replaced would restart every rating in silence. The ratings start again from the prior,
         with a warning and a lineage event, and members count their games from there."""
         counted = {n: int(self._manifest_games.get(n, 0)) for n in self.members}
-        if sum(counted.values()) == 0 or any(self.league.games(n) for n in counted):
+        if sum(counted.values()) == 0 or any(self.league.ratings.games(n) for n in counted):
             return
         db = self.run_dir / LEAGUE
         log.warning(
@@ -691,7 +694,7 @@ class PopulationController(Stoppable):
             m = self.members[name]
             row = {"version": m.version, "frames": m.frames, "hyper": m.hyper}
             for role in ("hider", "seeker"):
-                r = self.league.rating(name, role)
+                r = self.league.ratings.get(name, role)
                 row[f"{role}_mu"], row[f"{role}_sigma"] = r.mu, r.sigma
             members[name] = row
         record = {
