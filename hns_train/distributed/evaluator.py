@@ -67,10 +67,10 @@ from hns_train.distributed.worker import Worker, WorkerSpec, _die_with_parent, p
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.eval.league import OTHER_ROLE
-from hns_train.eval.matches import MatchResult, PolicyController, play_matches
+from hns_train.eval.matches import MatchResult, PolicyController
 from hns_train.eval.policies import SEEKER_ONLY, label, named_controller
 from hns_train.eval.ratings import Ratings
-from hns_train.eval.recorder import MatchRecording, team_metadata
+from hns_train.eval.recorder import play_recorded, team_metadata
 from hns_train.eval.runview import win_rates
 from hns_train.optional import available
 
@@ -200,24 +200,19 @@ class EvalWorker(Worker):
             self._replay_credit += self.settings.replay_share * W
             n_rec = min(W, max(int(self._replay_credit), 1 if self.rounds == 0 else 0))
             self._replay_credit -= n_rec  # the first round's extra replay is paid back later
-        hook = MatchRecording(self.game, range(n_rec), seed, meta) if n_rec else None
-        results = play_matches(self.game, hiders, seekers, W, seed, on_step=hook)
-        paths: list[str | None] = [None] * W
-        if hook is not None:
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            names = [
-                self.replay_dir / f"eval_v{version:06d}_{label(hiders.policy_id)}_vs_"
-                f"{label(seekers.policy_id)}_{stamp}_e{self.spec.index}r{self.rounds}w{w}.npz"
-                for w in range(n_rec)
-            ]
-            saved = hook.save(names)
-            paths[:n_rec] = [str(p) for p in saved]
-            self._since_beat["new_replays"] += paths[:n_rec]
-            if self.settings.render_videos and available("imageio_ffmpeg"):
-                self._render_next = saved[-1]
+        prefix = (
+            f"eval_v{version:06d}_{label(hiders.policy_id)}_vs_{label(seekers.policy_id)}_"
+            f"{time.strftime('%Y%m%d-%H%M%S')}_e{self.spec.index}r{self.rounds}"
+        )
+        names = [self.replay_dir / f"{prefix}w{w}.npz" for w in range(n_rec)]
+        results, paths = play_recorded(self.game, hiders, seekers, W, seed, meta, names)
+        replays = [None if p is None else str(p) for p in paths]
+        self._since_beat["new_replays"] += replays[:n_rec]
+        if names and self.settings.render_videos and available("imageio_ffmpeg"):
+            self._render_next = names[-1]
         rated = [
             _Rated(**vars(r), latest_version=version, opponent_class=cls, replay=p)
-            for r, p in zip(results, paths, strict=True)
+            for r, p in zip(results, replays, strict=True)
         ]
         self.ratings.record(rated)
         self.version = version
