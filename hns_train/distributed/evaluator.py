@@ -43,13 +43,11 @@ heartbeat) and, right after a round, `leaderboard` {columns, rows}.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import math
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -57,13 +55,12 @@ from pathlib import Path
 
 import numpy as np
 
-import hns_train
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import LATEST, ROLES, PolicyPool, SnapshotCache
 from hns_train.distributed.contract import DropLog, param_layout
 from hns_train.distributed.policy import checked_params, load_params
 from hns_train.distributed.streams import ParamSubscriber
-from hns_train.distributed.worker import Worker, WorkerSpec, _die_with_parent, pool_dir
+from hns_train.distributed.worker import Worker, WorkerSpec, pool_dir, start_module, wait_or_kill
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.eval.league import OTHER_ROLE
@@ -309,20 +306,16 @@ class VideoJob:
         env = dict(os.environ)
         env.setdefault("MUJOCO_GL", "egl")
         env.setdefault("LP_NUM_THREADS", "1")  # software GL on one thread: training keeps the rest
-        root = str(Path(hns_train.__file__).resolve().parent.parent)  # found without an install
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        cmd = [sys.executable, "-m", "hns_train.eval", str(self.replay)]
-        cmd += ["--out", str(self.out), "--quiet"]
         # stderr goes to a file: a pipe nobody reads until the end could fill up and stall it
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in _close)
-        self.proc = subprocess.Popen(
-            cmd,
-            env=env,
+        # a worker killed with its controller must not leave a render behind (SIGTERM: the
+        # render deletes its partial video)
+        self.proc = start_module(
+            ["hns_train.eval", str(self.replay), "--out", str(self.out), "--quiet"],
+            signal.SIGTERM,
+            env,
             stdout=subprocess.DEVNULL,
             stderr=self._log,
-            # a worker killed with its controller must not leave a render behind (SIGTERM: the
-            # render deletes its partial video)
-            preexec_fn=functools.partial(_die_with_parent, signal.SIGTERM),
         )
         with contextlib.suppress(AttributeError, OSError):  # no such call, or the child is gone
             os.setpriority(os.PRIO_PROCESS, self.proc.pid, RENDER_NICE)
@@ -341,11 +334,7 @@ class VideoJob:
         """Stop the render: SIGTERM first, on which it deletes its partial video file."""
         if self.proc.poll() is None:
             self.proc.terminate()
-            try:
-                self.proc.wait(RENDER_TERM_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.proc.wait()
+        wait_or_kill(self.proc, RENDER_TERM_S)
         self._close()
 
     def _close(self) -> None:

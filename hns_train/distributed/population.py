@@ -42,12 +42,10 @@ cluster named by `pipeline.ray_address`; the members' controllers run beside thi
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -88,7 +86,7 @@ from hns_train.distributed.controller import Stoppable, stop_signals
 from hns_train.distributed.reporting import ProgressBar
 from hns_train.distributed.run_lock import claim
 from hns_train.distributed.wandb_logger import open_run
-from hns_train.distributed.worker import _die_with_parent, pool_dir
+from hns_train.distributed.worker import pool_dir, start_module, wait_or_kill
 from hns_train.eval.league import League
 from hns_train.eval.population_view import best_scored, lineage_rows, member_scores
 from hns_train.jsonl import append_record, read_new
@@ -127,14 +125,14 @@ class MemberRun:
                 move_aside(self.dir)
             args = ["--config", str(self.config_path)]
         out = self.log_path.open("a")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "hns_train.train", *args],
+        # Linux sends the member SIGINT (a clean stop with a final checkpoint) if the population
+        # controller dies without stopping it
+        self.process = start_module(
+            ["hns_train.train", *args],
+            signal.SIGINT,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C reaches the population, which stops members in order
-            # Linux sends the member SIGINT (a clean stop with a final checkpoint) if the
-            # population controller dies without stopping it
-            preexec_fn=functools.partial(_die_with_parent, signal.SIGINT),
         )
         out.close()
         self.stopping = False
@@ -148,14 +146,8 @@ class MemberRun:
             self.process.send_signal(signal.SIGINT)
 
     def wait_stopped(self, timeout_s: float = STOP_WAIT_S) -> None:
-        if self.process is None:
-            return
-        try:
-            self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+        if self.process is not None and not wait_or_kill(self.process, timeout_s):
             log.warning("member %s did not stop in %.0f s; killed", self.name, timeout_s)
-            self.process.kill()
-            self.process.wait()
 
     def read_progress(self) -> None:
         """Counters from the newest records of its metrics.jsonl (read incrementally)."""
