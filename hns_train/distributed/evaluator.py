@@ -43,13 +43,11 @@ heartbeat) and, right after a round, `leaderboard` {columns, rows}.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import math
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -57,20 +55,19 @@ from pathlib import Path
 
 import numpy as np
 
-import hns_train
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import LATEST, ROLES, PolicyPool, SnapshotCache
 from hns_train.distributed.contract import DropLog, param_layout
 from hns_train.distributed.policy import checked_params, load_params
 from hns_train.distributed.streams import ParamSubscriber
-from hns_train.distributed.worker import Worker, WorkerSpec, _die_with_parent, pool_dir
+from hns_train.distributed.worker import Worker, WorkerSpec, pool_dir, start_module, wait_or_kill
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.eval.league import OTHER_ROLE
-from hns_train.eval.matches import MatchResult, PolicyController, play_matches
+from hns_train.eval.matches import MatchResult, PolicyController
 from hns_train.eval.policies import SEEKER_ONLY, label, named_controller
 from hns_train.eval.ratings import Ratings
-from hns_train.eval.recorder import MatchRecording, team_metadata
+from hns_train.eval.recorder import play_recorded, team_metadata
 from hns_train.eval.runview import win_rates
 from hns_train.optional import available
 
@@ -200,24 +197,19 @@ class EvalWorker(Worker):
             self._replay_credit += self.settings.replay_share * W
             n_rec = min(W, max(int(self._replay_credit), 1 if self.rounds == 0 else 0))
             self._replay_credit -= n_rec  # the first round's extra replay is paid back later
-        hook = MatchRecording(self.game, range(n_rec), seed, meta) if n_rec else None
-        results = play_matches(self.game, hiders, seekers, W, seed, on_step=hook)
-        paths: list[str | None] = [None] * W
-        if hook is not None:
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            names = [
-                self.replay_dir / f"eval_v{version:06d}_{label(hiders.policy_id)}_vs_"
-                f"{label(seekers.policy_id)}_{stamp}_e{self.spec.index}r{self.rounds}w{w}.npz"
-                for w in range(n_rec)
-            ]
-            saved = hook.save(names)
-            paths[:n_rec] = [str(p) for p in saved]
-            self._since_beat["new_replays"] += paths[:n_rec]
-            if self.settings.render_videos and available("imageio_ffmpeg"):
-                self._render_next = saved[-1]
+        prefix = (
+            f"eval_v{version:06d}_{label(hiders.policy_id)}_vs_{label(seekers.policy_id)}_"
+            f"{time.strftime('%Y%m%d-%H%M%S')}_e{self.spec.index}r{self.rounds}"
+        )
+        names = [self.replay_dir / f"{prefix}w{w}.npz" for w in range(n_rec)]
+        results, paths = play_recorded(self.game, hiders, seekers, W, seed, meta, names)
+        replays = [None if p is None else str(p) for p in paths]
+        self._since_beat["new_replays"] += replays[:n_rec]
+        if names and self.settings.render_videos and available("imageio_ffmpeg"):
+            self._render_next = names[-1]
         rated = [
             _Rated(**vars(r), latest_version=version, opponent_class=cls, replay=p)
-            for r, p in zip(results, paths, strict=True)
+            for r, p in zip(results, replays, strict=True)
         ]
         self.ratings.record(rated)
         self.version = version
@@ -314,20 +306,16 @@ class VideoJob:
         env = dict(os.environ)
         env.setdefault("MUJOCO_GL", "egl")
         env.setdefault("LP_NUM_THREADS", "1")  # software GL on one thread: training keeps the rest
-        root = str(Path(hns_train.__file__).resolve().parent.parent)  # found without an install
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        cmd = [sys.executable, "-m", "hns_train.eval", str(self.replay)]
-        cmd += ["--out", str(self.out), "--quiet"]
         # stderr goes to a file: a pipe nobody reads until the end could fill up and stall it
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in _close)
-        self.proc = subprocess.Popen(
-            cmd,
-            env=env,
+        # a worker killed with its controller must not leave a render behind (SIGTERM: the
+        # render deletes its partial video)
+        self.proc = start_module(
+            ["hns_train.eval", str(self.replay), "--out", str(self.out), "--quiet"],
+            signal.SIGTERM,
+            env,
             stdout=subprocess.DEVNULL,
             stderr=self._log,
-            # a worker killed with its controller must not leave a render behind (SIGTERM: the
-            # render deletes its partial video)
-            preexec_fn=functools.partial(_die_with_parent, signal.SIGTERM),
         )
         with contextlib.suppress(AttributeError, OSError):  # no such call, or the child is gone
             os.setpriority(os.PRIO_PROCESS, self.proc.pid, RENDER_NICE)
@@ -346,11 +334,7 @@ class VideoJob:
         """Stop the render: SIGTERM first, on which it deletes its partial video file."""
         if self.proc.poll() is None:
             self.proc.terminate()
-            try:
-                self.proc.wait(RENDER_TERM_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.proc.wait()
+        wait_or_kill(self.proc, RENDER_TERM_S)
         self._close()
 
     def _close(self) -> None:

@@ -42,12 +42,10 @@ cluster named by `pipeline.ray_address`; the members' controllers run beside thi
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -88,7 +86,7 @@ from hns_train.distributed.controller import Stoppable, stop_signals
 from hns_train.distributed.reporting import ProgressBar
 from hns_train.distributed.run_lock import claim
 from hns_train.distributed.wandb_logger import open_run
-from hns_train.distributed.worker import _die_with_parent, pool_dir
+from hns_train.distributed.worker import pool_dir, start_module, wait_or_kill
 from hns_train.eval.league import League
 from hns_train.eval.population_view import best_scored, lineage_rows, member_scores
 from hns_train.jsonl import append_record, read_new
@@ -127,14 +125,14 @@ class MemberRun:
                 move_aside(self.dir)
             args = ["--config", str(self.config_path)]
         out = self.log_path.open("a")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "hns_train.train", *args],
+        # Linux sends the member SIGINT (a clean stop with a final checkpoint) if the population
+        # controller dies without stopping it
+        self.process = start_module(
+            ["hns_train.train", *args],
+            signal.SIGINT,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C reaches the population, which stops members in order
-            # Linux sends the member SIGINT (a clean stop with a final checkpoint) if the
-            # population controller dies without stopping it
-            preexec_fn=functools.partial(_die_with_parent, signal.SIGINT),
         )
         out.close()
         self.stopping = False
@@ -148,14 +146,8 @@ class MemberRun:
             self.process.send_signal(signal.SIGINT)
 
     def wait_stopped(self, timeout_s: float = STOP_WAIT_S) -> None:
-        if self.process is None:
-            return
-        try:
-            self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+        if self.process is not None and not wait_or_kill(self.process, timeout_s):
             log.warning("member %s did not stop in %.0f s; killed", self.name, timeout_s)
-            self.process.kill()
-            self.process.wait()
 
     def read_progress(self) -> None:
         """Counters from the newest records of its metrics.jsonl (read incrementally)."""
@@ -345,7 +337,7 @@ class PopulationController(Stoppable):
 
     def close(self) -> None:
         """The league database, the wandb run (after `shutdown`) and the run directory."""
-        self.league.close()
+        self.league.ratings.close()
         self.wandb.finish(1 if self.error else 0)
         self.owner.release()
 
@@ -478,7 +470,7 @@ class PopulationController(Stoppable):
         roles = self.p.league_roles
         running = [m for m in self.running() if self.runs[m].state is not None]
         strength = {m: self.league.strength(m, roles) for m in running}
-        games = {m: self.league.games(m) for m in running}
+        games = {m: self.league.ratings.games(m) for m in running}
         ready = [
             m
             for m in running
@@ -523,10 +515,10 @@ class PopulationController(Stoppable):
         meta = {**latest.meta, "counters": {**counters, "version": version}}
         meta["config"] = self.member_config(member).to_dict()
         save_checkpoint(own.path_for(version), latest.state, meta)
-        self.league.copy_rating(source, name)
+        self.league.ratings.copy_rating(source, name)
         member.version = version
         member.changed_at_version = version
-        member.changed_at_games = self.league.games(name)
+        member.changed_at_games = self.league.ratings.games(name)
         member.exploits += 1
         self.counters["exploits"] += 1
         run.checkpoint_step, run.state = None, None
@@ -604,7 +596,9 @@ class PopulationController(Stoppable):
         if "hall_of_fame" in self.p.league_opponents:
             roles = self.p.league_roles
             rated = [
-                e for e in self.hall_of_fame if self.league.games(e["policy"]) >= self.p.ready_games
+                e
+                for e in self.hall_of_fame
+                if self.league.ratings.games(e["policy"]) >= self.p.ready_games
             ]
             drop = sorted(rated, key=lambda e: self.league.strength(e["policy"], roles))[:excess]
         else:
@@ -635,7 +629,8 @@ class PopulationController(Stoppable):
             "next_index": self.next_index,
             "elapsed_s": self.elapsed_s(),
             "members": {
-                n: {**asdict(m), "games": self.league.games(n)} for n, m in self.members.items()
+                n: {**asdict(m), "games": self.league.ratings.games(n)}
+                for n, m in self.members.items()
             },
             "hall_of_fame": self.hall_of_fame,
             "hof_versions": {n: r.hof_version for n, r in self.runs.items()},
@@ -656,7 +651,7 @@ class PopulationController(Stoppable):
         replaced would restart every rating in silence. The ratings start again from the prior,
         with a warning and a lineage event, and members count their games from there."""
         counted = {n: int(self._manifest_games.get(n, 0)) for n in self.members}
-        if sum(counted.values()) == 0 or any(self.league.games(n) for n in counted):
+        if sum(counted.values()) == 0 or any(self.league.ratings.games(n) for n in counted):
             return
         db = self.run_dir / LEAGUE
         log.warning(
@@ -691,7 +686,7 @@ class PopulationController(Stoppable):
             m = self.members[name]
             row = {"version": m.version, "frames": m.frames, "hyper": m.hyper}
             for role in ("hider", "seeker"):
-                r = self.league.rating(name, role)
+                r = self.league.ratings.get(name, role)
                 row[f"{role}_mu"], row[f"{role}_sigma"] = r.mu, r.sigma
             members[name] = row
         record = {

@@ -25,16 +25,20 @@ launchers) it asks Linux for SIGKILL when its parent dies (`PR_SET_PDEATHSIG`), 
 parent's pid every `PARENT_CHECK_S` (other systems, and a parent that died before the request),
 and exits when it has heard nothing from the controller for `pipeline.controller_timeout_s`
 (a worker whose parent is not the controller: a Ray actor). The serial launcher runs workers in
-the controller's own process, where none of this applies.
+the controller's own process, where none of this applies. Other children (a population's member
+runs, an eval worker's video renders) start by `start_module`, which asks Linux for a chosen
+signal when their parent dies, and stop by `wait_or_kill`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -42,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import hns_train
 from hns_train.config import RunConfig, config_from_dict
 from hns_train.distributed.security import RunKeys
 from hns_train.distributed.streams import ControlClient
@@ -280,6 +285,34 @@ def _die_with_parent(sig: int = signal.SIGKILL) -> None:
     """Ask Linux for `sig` when the parent dies (also run in children before they exec)."""
     if _PRCTL is not None:
         _PRCTL(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+def start_module(
+    args: list[str], death_signal: int, env: dict | None = None, **popen: Any
+) -> subprocess.Popen:
+    """`python -m ARGS` in a new interpreter (not a fork: no socket or GL context of this process
+    is shared), sent `death_signal` by Linux if this process dies first. The child finds this
+    package without an install; `popen` goes to `subprocess.Popen` (stdout, stderr, ...)."""
+    env = dict(os.environ if env is None else env)
+    root = str(Path(hns_train.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return subprocess.Popen(
+        [sys.executable, "-m", *args],
+        env=env,
+        preexec_fn=functools.partial(_die_with_parent, death_signal),
+        **popen,
+    )
+
+
+def wait_or_kill(process: subprocess.Popen, timeout_s: float) -> bool:
+    """Wait up to `timeout_s` for `process` to exit, then kill it: False when it was killed."""
+    try:
+        process.wait(timeout_s)
+        return True
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        return False
 
 
 def run_worker(spec: WorkerSpec) -> None:

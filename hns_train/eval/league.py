@@ -31,7 +31,7 @@ from hns_train.envs.contract import observation_shapes
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.eval.matches import MatchResult, PolicyController, play_matches
 from hns_train.eval.policies import named_controller
-from hns_train.eval.ratings import Rating, Ratings, win_probability
+from hns_train.eval.ratings import Ratings, win_probability
 
 NAMED_ANCHORS = tuple(a for a in ANCHORS if a != UNTRAINED)  # played by built-in controllers
 OTHER_ROLE = {"hider": "seeker", "seeker": "hider"}
@@ -90,12 +90,9 @@ class League:
 
     # ----- ratings -----
 
-    def rating(self, policy: str, role: str) -> Rating:
-        return self.ratings.get(policy, role)
-
     def strength(self, policy: str, roles: Sequence[str]) -> float:
         """Mean mu over the rated roles: the population's ranking key."""
-        return float(np.mean([self.rating(policy, r).mu for r in roles]))
+        return float(np.mean([self.ratings.get(policy, r).mu for r in roles]))
 
     def p_win(self, member: str, opponent: str, roles: Sequence[str], same_role=False) -> float:
         """Predicted chance that `member` beats `opponent` in a match, averaged over the roles
@@ -105,8 +102,8 @@ class League:
             np.mean(
                 [
                     win_probability(
-                        self.rating(member, r),
-                        self.rating(opponent, r if same_role else OTHER_ROLE[r]),
+                        self.ratings.get(member, r),
+                        self.ratings.get(opponent, r if same_role else OTHER_ROLE[r]),
                     )
                     for r in roles
                 ]
@@ -115,16 +112,6 @@ class League:
 
     beats = partialmethod(p_win, same_role=True)
 
-    def copy_rating(self, source: str, target: str) -> None:
-        """`target` now plays as `source` did (an exploit): it takes over source's ratings."""
-        self.ratings.copy_rating(source, target)
-
-    def games(self, policy: str) -> int:
-        return self.ratings.games(policy)
-
     def hof_path(self, policy: str) -> Path:
         """Where a hall-of-fame entry's frozen weights live (`hof_m1.400.pt`)."""
         return self.folder / f"hof_{policy}.pt"
-
-    def close(self) -> None:
-        self.ratings.close()

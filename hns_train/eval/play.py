@@ -1,6 +1,6 @@
 """`python -m hns_train.eval play`: matches between two policies now, recorded as replays and
 rendered to mp4. The policies (files or names) come from `policies.py`, the recording hook
-(`MatchRecording`) from `recorder.py`; evaluation workers use the same two modules.
+(`play_recorded`) from `recorder.py`; evaluation workers use the same two modules.
 
 `python -m hns_train.eval play A B|random|noop|scripted_seeker [--preset P] [--matches N]`:
 A and B are checkpoints in any form `rundirs.resolve_checkpoint` takes (a run directory,
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from hns_train.eval.matches import MatchResult, play_matches
+from hns_train.eval.matches import MatchResult
 from hns_train.eval.policies import (
     NAMED,
     SEEKER_ONLY,
@@ -33,7 +33,7 @@ from hns_train.eval.policies import (
     named_controller,
     policy_controller,
 )
-from hns_train.eval.recorder import MatchRecording, team_metadata
+from hns_train.eval.recorder import play_recorded, team_metadata
 from hns_train.eval.rundirs import RENDERS, RUNS_DIR, resolve_checkpoint
 
 PROG = "python -m hns_train.eval play"
@@ -176,16 +176,9 @@ def play_main(argv: list[str] | None = None) -> int:
             seed = args.seed + 1000 * k + start
             n_rec = int(min(n, budget))
             budget -= n_rec
-            hook = MatchRecording(game, range(n_rec), seed, meta) if n_rec else None
-            results = play_matches(game, hc, sc, n, seed, on_step=hook, progress=not args.quiet)
-            paths: list[Path | None] = [None] * n
-            if hook is not None:
-                names = [
-                    out_dir / f"play_{stamp}_{label(hc.policy_id)}_vs_{label(sc.policy_id)}_"
-                    f"s{seed + w}.npz"
-                    for w in range(n_rec)
-                ]
-                paths[:n_rec] = hook.save(names)
+            prefix = f"play_{stamp}_{label(hc.policy_id)}_vs_{label(sc.policy_id)}"
+            names = [out_dir / f"{prefix}_s{seed + w}.npz" for w in range(n_rec)]
+            results, paths = play_recorded(game, hc, sc, n, seed, meta, names, not args.quiet)
             rows += [
                 (r, hider.display, seeker.display, p) for r, p in zip(results, paths, strict=True)
             ]

@@ -4,10 +4,10 @@ and scripted action sources.
 `ReplayRecorder` copies one world's state after every step of a `HideAndSeekGame` (no
 rendering). `MatchRecording` is the `play_matches` step hook that records some worlds of a round
 and saves them with team names and versions (`team_metadata`) in the replay metadata, which
-videos print over the picture; evaluation workers, `python -m hns_train.eval play` and
-bench/reproduce.py share it. `record_episode` plays one world with any action source:
-`random_actions`, or `object_seeking_actions` (walk to boxes and ramps, grab, lock: the
-example replays).
+videos print over the picture; `play_recorded` plays a round with it and names the replays, for
+evaluation workers and `python -m hns_train.eval play`; bench/reproduce.py uses the hook too.
+`record_episode` plays one world with any action source: `random_actions`, or
+`object_seeking_actions` (walk to boxes and ramps, grab, lock: the example replays).
 """
 
 from __future__ import annotations
@@ -204,6 +204,22 @@ class MatchRecording:
         if len(paths) != len(self.recorders):
             raise ValueError(f"{len(self.recorders)} recordings but {len(paths)} paths")
         return [rec.save(p) for rec, p in zip(self.recorders, paths, strict=True)]
+
+
+def play_recorded(
+    game, hiders, seekers, n: int, seed: int, metadata: dict, names: Sequence[Path], progress=False
+) -> tuple[list, list[Path | None]]:
+    """One round of `n` matches (at most the game's worlds) by `play_matches`, the first
+    `len(names)` worlds recorded with `metadata` and saved to `names`. Returns the match results
+    and each match's replay path (None for a match not recorded)."""
+    from hns_train.eval.matches import play_matches  # torch: not for the render path
+
+    hook = MatchRecording(game, range(len(names)), seed, metadata) if names else None
+    results = play_matches(game, hiders, seekers, n, seed, on_step=hook, progress=progress)
+    paths: list[Path | None] = [None] * n
+    if hook is not None:
+        paths[: len(names)] = hook.save(names)
+    return results, paths
 
 
 def record_episode(

@@ -212,16 +212,18 @@ def test_league_rates_a_round_and_its_predictions_agree(tmp_path):
     member = dict(league.untrained)
     results = league.play("m0", "seeker", member, "untrained")
     assert len(results) == 2 and {r.seeker for r in results} == {"m0"}
-    assert league.games("m0") == 2 and league.rating("m0", "seeker").games == 2
+    assert league.ratings.games("m0") == 2 and league.ratings.get("m0", "seeker").games == 2
     roles = ("hider", "seeker")
     assert league.beats("m0", "untrained", roles) + league.beats(
         "untrained", "m0", roles
     ) == pytest.approx(1.0)
-    seeker = win_probability(league.rating("m0", "seeker"), league.rating("untrained", "hider"))
+    seeker = win_probability(
+        league.ratings.get("m0", "seeker"), league.ratings.get("untrained", "hider")
+    )
     assert league.p_win("m0", "untrained", ["seeker"]) == pytest.approx(seeker)
     # An exploit: m1 takes over m0's ratings, with no games of its own yet.
-    league.copy_rating("m0", "m1")
-    copied, source = league.rating("m1", "seeker"), league.rating("m0", "seeker")
+    league.ratings.copy_rating("m0", "m1")
+    copied, source = league.ratings.get("m1", "seeker"), league.ratings.get("m0", "seeker")
     assert (copied.mu, copied.sigma, copied.games) == (source.mu, source.sigma, 0)
-    assert league.games("m1") == 0 and league.rating("m1", "hider").games == 0
-    league.close()
+    assert league.ratings.games("m1") == 0 and league.ratings.get("m1", "hider").games == 0
+    league.ratings.close()
