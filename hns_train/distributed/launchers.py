@@ -27,7 +27,6 @@ from hns_train.distributed.worker import (
     Worker,
     WorkerSpec,
     build_worker,
-    endpoints_from,
     run_worker,
     worker_plan,
 )
@@ -73,7 +72,13 @@ def make_endpoints(
         host = cfg.pipeline.host
         ports = free_tcp_ports(host, len(owners))
         addr = {n: f"tcp://{host}:{port}" for n, port in zip(owners, ports, strict=True)}
-    return endpoints_from(addr, plan["policy"], plan["trainer"])
+    # a socket's owner binds the address its peers connect to
+    return {
+        "control": addr["control"],
+        "samples": [addr[f"samples{i}"] for i in range(plan["trainer"])],
+        "params": addr["params"],
+        "inference": [addr[f"inference{i}"] for i in range(plan["policy"])],
+    }
 
 
 class SerialLauncher:

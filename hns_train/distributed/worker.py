@@ -1,6 +1,5 @@
 """What every worker shares: its spec, the control channel to the controller, and its loop;
-how many workers of each kind a run starts (`worker_plan`) and the endpoints each is
-handed (`endpoints_from`), for every launcher alike.
+how many workers of each kind a run starts (`worker_plan`), for every launcher alike.
 
 A worker is a plain object with `step() -> bool` (one unit of work; True when it did some) and
 `close()`. The same class runs under every launcher: the `serial` launcher calls `step()` of all
@@ -99,20 +98,6 @@ NO_ROOM_EXIT = 75  # a worker found no room on the disk (a write failed with ENO
 def pool_dir(run_dir: str | Path) -> Path:
     """The run's policy pool (`agents/pool.py`): snapshots, guests and ratings."""
     return Path(run_dir) / "pool"
-
-
-def endpoints_from(addr: dict[str, str], n_policy: int, n_trainers: int) -> dict:
-    """The endpoints handed to workers, from one address per socket name (`control`,
-    `params`, `samples<i>` per trainer rank, `inference<i>` per policy worker): a socket's
-    owner binds the address its peers connect to."""
-    inference = [addr[f"inference{i}"] for i in range(n_policy)]
-    samples = [addr[f"samples{i}"] for i in range(n_trainers)]
-    return {
-        "control": addr["control"],
-        "samples": samples,
-        "params": addr["params"],
-        "inference": inference,
-    }
 
 
 def worker_plan(cfg: RunConfig) -> dict[str, int]:
