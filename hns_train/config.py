@@ -47,9 +47,11 @@ from hns_train.typed_config import (
     Unit,
 )
 
+# The folder that holds the package: a source checkout's root, or where it is installed.
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 # The repository's configs/ in a source checkout; installed, the same files ship inside the
 # package (pyproject.toml maps configs/ to hns_train/configs).
-_SOURCE_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+_SOURCE_CONFIGS = PACKAGE_ROOT / "configs"
 CONFIG_DIR = (
     _SOURCE_CONFIGS
     if (_SOURCE_CONFIGS / "default.yaml").is_file()

@@ -45,8 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import hns_train
-from hns_train.config import RunConfig, config_from_dict
+from hns_train.config import PACKAGE_ROOT, RunConfig, config_from_dict
 from hns_train.distributed.security import RunKeys
 from hns_train.distributed.streams import ControlClient
 
@@ -279,8 +278,7 @@ def start_module(
     is shared), sent `death_signal` by Linux if this process dies first. The child finds this
     package without an install; `popen` goes to `subprocess.Popen` (stdout, stderr, ...)."""
     env = dict(os.environ if env is None else env)
-    root = str(Path(hns_train.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
     return subprocess.Popen(
         [sys.executable, "-m", *args],
         env=env,
