@@ -22,7 +22,6 @@ from pathlib import Path
 
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-import hns_train
 from hns_train import config
 from hns_train.agents.config import AgentConfig
 from hns_train.agents.pool import PoolConfig
@@ -42,13 +41,9 @@ KEY_SOURCES = (
 )
 
 
-def _package_root() -> Path:
-    return Path(hns_train.__file__).resolve().parent.parent
-
-
 def _source(cls: type) -> str:
     """The file defining `cls`, as a path from the folder that holds the package."""
-    return Path(inspect.getfile(cls)).resolve().relative_to(_package_root()).as_posix()
+    return Path(inspect.getfile(cls)).resolve().relative_to(config.PACKAGE_ROOT).as_posix()
 
 
 def help_epilog() -> str:
@@ -68,7 +63,7 @@ shipped configs (--config NAME works from any folder; a YAML of your own may sta
 
 keys (section.key=value, the value read as YAML; an unknown key is refused with the allowed
 ones): every key is a field of these dataclasses, with its default and what it means
-(files under {_package_root()}):
+(files under {config.PACKAGE_ROOT}):
 {keys}
 
 examples:
@@ -134,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
             cfg = load_config(args.config, args.overrides)
         cfg = resolve_init(cfg)  # a fine-tuning run: the task's rows fit the source network
         if cfg.population.members > 1:
-            return _run_population(cfg, resume=args.resume is not None)
+            from hns_train.distributed.population import PopulationController, summary_lines
+
+            controller = PopulationController(cfg, resume=args.resume is not None)
+            return _run(controller, lambda summary: summary_lines(summary, cfg.run_dir))
         from hns_train.distributed.controller import Controller
 
         controller = Controller(cfg, resume=args.resume is not None)
@@ -142,13 +140,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return _run(controller, lambda summary: summary.lines())
-
-
-def _run_population(cfg, resume: bool) -> int:
-    from hns_train.distributed.population import PopulationController, summary_lines
-
-    controller = PopulationController(cfg, resume=resume)
-    return _run(controller, lambda summary: summary_lines(summary, cfg.run_dir))
 
 
 def _run(controller, lines) -> int:
