@@ -383,12 +383,9 @@ def apply_override(cfg: RunConfig, item: str) -> RunConfig:
         value = yaml.safe_load(raw) if raw else ""
     except yaml.YAMLError as err:
         raise ConfigError(f"{COMMAND_LINE}: cannot parse the value of {key!r}: {err}") from None
-    nested: dict[str, Any] = {}
-    node = nested
-    parts = key.split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node[parts[-1]] = value
+    nested = value
+    for part in reversed(key.split(".")):  # "a.b=1": {"a": {"b": 1}}
+        nested = {part: nested}
     merged = _merge(cfg.to_dict(), nested)
     return _build(merged, COMMAND_LINE)
 
