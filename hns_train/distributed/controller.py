@@ -592,27 +592,25 @@ class Controller(Stoppable):
         base = {
             "kind": "train",
             "time": time.time(),
-            **self._counts(),
-            "control/rejected": self.control_drops.total,
-        }
-        self.log.record(base, elapsed, by_kind(self.workers.values()))
-
-    def _counts(self) -> dict:
-        """The run's counters as its records and its summary give them."""
-        return {
             "hours": self.elapsed_s() / 3600,
             "episodes": self.episodes,
             "frames": self.frames,
             "version": self.version,
             "restarts": self.restarts,
+            "control/rejected": self.control_drops.total,
         }
+        self.log.record(base, elapsed, by_kind(self.workers.values()))
 
     def summary(self) -> Summary:
         new_frames = self.frames - self.frames_at_start
         return Summary(
             run_dir=str(self.run_dir),
-            **self._counts(),
+            version=self.version,
+            frames=self.frames,
+            episodes=self.episodes,
+            hours=self.elapsed_s() / 3600,
             fps=new_frames / max(time.monotonic() - self.start, 1e-9),
+            restarts=self.restarts,
             reason=self.stop_reason,
             phases=list(self.log.phases_reached),
             last_record=self.log.last,
