@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -408,14 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def compare_main(argv: list[str] | None = None) -> int:
+    """The `compare` command; a ValueError (a user can fix it) is printed by the cli."""
     args = build_parser().parse_args(argv)
-    try:
-        print(run_compare(args.run_dir, args.out, args.width, args.height))
-    except ValueError as err:  # a user can fix it: no traceback (the cli's convention)
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    print(run_compare(args.run_dir, args.out, args.width, args.height))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(compare_main())
