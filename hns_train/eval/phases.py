@@ -169,11 +169,7 @@ class PhaseDetector:
     def update(self, record: dict) -> list[PhaseOnset]:
         if record.get("kind", "train") != "train":
             return []
-        stats = {
-            k[len(STAT_PREFIX) :]: float(v)
-            for k, v in record.items()
-            if k.startswith(STAT_PREFIX) and finite_number(v) is not None
-        }
+        stats = episode_stats(record)
         if not stats:
             return []
         episodes = record.get("episodes")
@@ -264,6 +260,15 @@ class PhaseDetector:
                 ("hidden_fraction", ">=", c.surf_defense_min_hidden),
             ]
         raise ValueError(f"unknown phase {phase!r}; allowed phases: {list(PHASES)}")
+
+
+def episode_stats(record: dict) -> dict[str, float]:
+    """A training record's episode statistics (`episode/<stat>`) by name, the finite ones."""
+    return {
+        k[len(STAT_PREFIX) :]: float(v)
+        for k, v in record.items()
+        if k.startswith(STAT_PREFIX) and finite_number(v) is not None
+    }
 
 
 def with_ramp_move_after_prep(stats: dict[str, float]) -> dict[str, float]:
