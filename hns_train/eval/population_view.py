@@ -56,7 +56,7 @@ from hns_train.agents.population import (
 )
 from hns_train.eval.figure import panels, save_png, side_legend
 from hns_train.eval.phases import finite_number
-from hns_train.eval.ratings import CONSERVATIVE_SIGMAS, Ratings
+from hns_train.eval.ratings import Ratings
 from hns_train.jsonl import read_records
 
 # File names of a population run directory (the population design; written by the controller).
@@ -205,32 +205,16 @@ def member_scores(ratings, members) -> dict[str, float]:
 
 
 def best_member(run_dir: str | Path, manifest: dict[str, Any] | None = None) -> str | None:
-    """The population's best member: highest `member_scores` in the league; without a league
-    database, the highest mean (mu - 3 sigma) over roles in the newest status record; None when
-    neither has a rating."""
+    """The population's best member: highest `member_scores` in the league; None when the
+    league rated none or has no database to read (the status records only copy its ratings)."""
     run_dir = Path(run_dir)
     if manifest is None:
         manifest, _ = read_manifest(run_dir)
-    members = sorted(manifest.get("members") or {}, key=_member_order)
     ratings, _ = _open_ratings(run_dir)
-    if ratings is not None:
-        with ratings:
-            scores = member_scores(ratings, members)
-    else:
-        status, _ = read_records(run_dir / STATUS)
-        latest = (status[-1].get("members") or {}) if status else {}
-        scores = {}
-        for m in members:
-            rec = latest.get(m) if isinstance(latest, dict) else None
-            if not isinstance(rec, dict):
-                continue
-            values = [
-                (finite_number(rec.get(mu)), finite_number(rec.get(sd)))
-                for mu, sd in ROLE_MU.values()
-            ]
-            if all(mu is not None and sd is not None for mu, sd in values):
-                scores[m] = sum(mu - CONSERVATIVE_SIGMAS * sd for mu, sd in values) / len(values)
-    return best_scored(scores)
+    if ratings is None:
+        return None
+    with ratings:
+        return best_scored(member_scores(ratings, manifest.get("members") or {}))
 
 
 def best_scored(scores: dict[str, float]) -> str | None:
