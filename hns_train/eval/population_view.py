@@ -28,10 +28,10 @@ output, not a traceback.
 Public API: `population_view(run_dir) -> int`, `load_population(run_dir) -> Population`,
 `read_manifest(run_dir) -> (manifest, notes)`, `hyper_schedule(lineage)`,
 `first_exploit_version(lineage, member)`, `best_member(run_dir, manifest=None)`,
-`member_scores(ratings, members)` and `best_scored(scores)` (the rule the population
-controller's summary names its best member by), `searched_scales(run_dir)`,
-`log_axis(key, values, scales)`, `plot_population(pop, out)`, `figure_size(n_hyper)`, file names
-`MANIFEST`, `LINEAGE`, `STATUS`, `LEAGUE`, `PLOT`.
+`read_league(run_dir, read)`, `member_scores(ratings, members)` and `best_scored(scores)`
+(the rule the population controller's summary names its best member by),
+`searched_scales(run_dir)`, `log_axis(key, values, scales)`, `plot_population(pop, out)`,
+`figure_size(n_hyper)`, file names `MANIFEST`, `LINEAGE`, `STATUS`, `LEAGUE`, `PLOT`.
 """
 
 from __future__ import annotations
@@ -39,9 +39,10 @@ from __future__ import annotations
 import re
 import sqlite3
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hns_train.agents.pool import ROLES
 from hns_train.agents.pool_index import DB_NAME
@@ -71,6 +72,7 @@ MAX_PANELS = 24  # hyperparameter panels drawn; beyond that the PNG grows past u
 HOF = re.compile(r"^(m\d+)\.(\d+)$")  # a hall-of-fame policy: member m1 at version 400
 ROLE_MU = {role: (f"{role}_mu", f"{role}_sigma") for role in ROLES}
 STOPPED = "stopped"  # a member that was running when its population stopped
+T = TypeVar("T")
 
 
 @dataclass
@@ -169,28 +171,19 @@ def exploit_events(lineage: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # ----- the league -----
 
 
-def league_db(run_dir: Path) -> Path:
-    return run_dir / LEAGUE / DB_NAME
-
-
-def _open_ratings(run_dir: Path):
-    """`Ratings` on the league, or (None, message) when there is none to read; never creates
-    one (Ratings would)."""
-    db = league_db(run_dir)
-    if not db.is_file():
+def read_league(run_dir: Path, read: Callable[[Ratings], T]) -> tuple[T | None, str]:
+    """`read` of the league's `Ratings` and "", or None and what stopped it: no database (one
+    is never created, as Ratings would) or one that does not read. The ratings are closed."""
+    if not (run_dir / LEAGUE / DB_NAME).is_file():
         return None, (
             f"league: no ratings yet ({LEAGUE}/{DB_NAME} missing; the population controller "
             "writes it when it rates the first league match)"
         )
-    ratings = None
     try:
-        ratings = Ratings(run_dir / LEAGUE, fixed=ANCHORS)
-        ratings.conn.execute("SELECT COUNT(*) FROM ratings").fetchone()
+        with Ratings(run_dir / LEAGUE, fixed=ANCHORS) as ratings:
+            return read(ratings), ""
     except sqlite3.DatabaseError as e:
-        if ratings is not None:  # opened, but its tables do not read
-            ratings.close()
         return None, f"league: {LEAGUE}/{DB_NAME} is unreadable ({e})"
-    return ratings, ""
 
 
 def member_scores(ratings, members) -> dict[str, float]:
@@ -210,11 +203,8 @@ def best_member(run_dir: str | Path, manifest: dict[str, Any] | None = None) -> 
     run_dir = Path(run_dir)
     if manifest is None:
         manifest, _ = read_manifest(run_dir)
-    ratings, _ = _open_ratings(run_dir)
-    if ratings is None:
-        return None
-    with ratings:
-        return best_scored(member_scores(ratings, manifest.get("members") or {}))
+    members = manifest.get("members") or {}
+    return read_league(run_dir, lambda ratings: best_scored(member_scores(ratings, members)))[0]
 
 
 def best_scored(scores: dict[str, float]) -> str | None:
@@ -551,15 +541,8 @@ def population_view(run_dir: str | Path) -> int:
     pop = load_population(run_dir)
     pop.notes.extend(searched_scales(run_dir)[1])
     lines = member_lines(pop)
-    ratings, problem = _open_ratings(run_dir)
-    if ratings is None:
-        lines.append("\n" + problem)
-    else:
-        with ratings:
-            try:
-                lines.extend(leaderboard_lines(ratings, pop.members))
-            except sqlite3.DatabaseError as e:
-                lines.append(f"\nleague: {LEAGUE}/{DB_NAME} is unreadable ({e})")
+    board, problem = read_league(run_dir, lambda ratings: leaderboard_lines(ratings, pop.members))
+    lines.extend(board or ["\n" + problem])
     lines.extend(lineage_lines(pop))
     lines.extend(schedule_lines(pop))
     if pop.notes:
