@@ -157,8 +157,9 @@ class PhaseDetector:
     @classmethod
     def from_metrics(cls, path: str | Path, config: PhaseConfig | None = None):
         """A detector that has seen every training record of a metrics file and knows the
-        phases recorded there (recorded onsets win over re-detected ones)."""
-        train, onsets = read_metrics(path)
+        phases recorded there (recorded onsets win over re-detected ones); a fresh one where
+        the file is not written yet (a new run)."""
+        train, onsets = read_metrics(path) if Path(path).is_file() else ([], [])
         det = cls(config)
         det.restore(onsets)
         for record in train:
