@@ -72,6 +72,7 @@ MAX_PANELS = 24  # hyperparameter panels drawn; beyond that the PNG grows past u
 HOF = re.compile(r"^(m\d+)\.(\d+)$")  # a hall-of-fame policy: member m1 at version 400
 ROLE_MU = {role: (f"{role}_mu", f"{role}_sigma") for role in ROLES}
 STOPPED = "stopped"  # a member that was running when its population stopped
+COUNTERS = ("frames", "episodes", "exploits", "restarts")  # the manifest's, in the order shown
 T = TypeVar("T")
 
 
@@ -296,11 +297,9 @@ def member_lines(pop: Population) -> list[str]:
     out = [
         f"population {pop.run_dir} ({m.get('name', '?')}): {len(members)} members "
         f"({state}), elapsed {fmt_elapsed(finite_number(m.get('elapsed_s')) or 0.0)}",
-        f"  {fmt_count(counters.get('frames', 0))} frames, "
-        f"{fmt_count(counters.get('episodes', 0))} episodes, "
-        f"{fmt_count(counters.get('exploits', 0))} exploits, "
-        f"{fmt_count(counters.get('restarts', 0))} restarts, "
-        f"hall of fame {len(hall)}",
+        "  "
+        + ", ".join(f"{fmt_count(counters.get(k, 0))} {k}" for k in COUNTERS)
+        + f", hall of fame {len(hall)}",
     ]
     if members:
         head = (
@@ -490,15 +489,15 @@ def plot_population(pop: Population, out: str | Path) -> Path:
             if points:
                 series[m] = points
         values = [v for pts in series.values() for _, v in pts]
-        log = log_axis(key, values, scales)
         positive = [v for v in values if v > 0]
+        log = bool(positive) and log_axis(key, values, scales)  # a log axis needs a value > 0
         floor = min(positive) / 10 if positive else 1.0
         note = ""
         for m, points in series.items():
             xs = [t / scale for t, _ in points] + [t_end / scale]
             ys = [v for _, v in points]
             ys.append(ys[-1])
-            if log and positive:
+            if log:
                 if min(ys) <= 0:
                     note = f"; values <= 0 drawn at {floor:.3g} (marked v)"
                     low = [(x, floor) for x, y in zip(xs, ys, strict=True) if y <= 0]
@@ -506,10 +505,9 @@ def plot_population(pop: Population, out: str | Path) -> Path:
                     ax.plot(x_low, y_low, "v", color=colours[m], markersize=7, clip_on=False)
                 ys = [max(y, floor) for y in ys]
             ax.step(xs, ys, where="post", color=colours[m], linewidth=1.6, label=m)
-        if log and positive:
+        if log:
             ax.set_yscale("log")
-        scale_name = "log" if log and positive else "linear"
-        ax.set_title(f"{key} ({scale_name} axis){note}", fontsize=10, loc="left")
+        ax.set_title(f"{key} ({'log' if log else 'linear'} axis){note}", fontsize=10, loc="left")
     for ax in axes:
         for e in exploit_events(pop.lineage):
             ax.axvline(
