@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hns_train.jsonl import read_logged
-from hns_train.typed_config import AtLeast1, Positive, Unit, range_problems
+from hns_train.typed_config import AtLeast1, Positive, Unit, check_ranges
 
 PHASES = (
     "running_and_chasing",
@@ -123,9 +123,7 @@ class PhaseConfig:
     surf_defense_min_hidden: float = 0.5
 
     def __post_init__(self):
-        errors = range_problems(self)  # the bounds written on the fields above
-        if errors:
-            raise ValueError("invalid PhaseConfig: " + "; ".join(errors))
+        check_ranges(self)  # the bounds written on the fields above
 
 
 # A condition: (statistic name, ">=" or "<=", threshold). Statistic names are episode stats or
