@@ -93,6 +93,8 @@ class WandbLogger:
         if not available("wandb"):  # an install without the logging extra
             self.mode = "disabled"
             return
+        import wandb
+
         self.dir.mkdir(parents=True, exist_ok=True)
         id_file = self.dir / RUN_ID_FILE
         if resume and id_file.is_file() and id_file.read_text().strip():
@@ -100,15 +102,18 @@ class WandbLogger:
         else:
             self.run_id = secrets.token_hex(4)  # wandb's form: lowercase letters and digits
             id_file.write_text(self.run_id + "\n")
-        self.run = start_run(
-            project,
-            self.run_dir,
-            self.run_id,
-            self.mode,
+        self.run = wandb.init(
+            project=project,
+            dir=str(self.run_dir),  # wandb adds the `wandb/` level itself
+            id=self.run_id,
+            resume="allow",
+            mode=self.mode,
             name=name or str(config.get("name") or self.run_dir.name),
             config=config,
             group=group or None,  # a population's members: one group, one run each
+            settings=wandb.Settings(console="off", silent=True),
         )
+        define_axes(self.run)
 
     # ------------------------------------------------------------------ logging
     def log(self, record: dict) -> None:
@@ -199,24 +204,11 @@ def _has_exit(path: Path) -> bool:
         return False
 
 
-def start_run(project: str, dir: Path, run_id: str, mode: str, **fields):
-    """wandb run `run_id` under `dir` (wandb adds the `wandb/` level itself), resumed where it
-    exists, with the four counters as axes: `episodes` is every other metric's default x-axis."""
-    import wandb
-
-    run = wandb.init(
-        project=project,
-        dir=str(dir),
-        id=run_id,
-        resume="allow",
-        mode=mode,
-        settings=wandb.Settings(console="off", silent=True),
-        **fields,
-    )
+def define_axes(run) -> None:
+    """The four counters as axes; `episodes` is every other metric's default x-axis."""
     for axis in AXES:
         run.define_metric(axis, summary="max")
     run.define_metric("*", step_metric="episodes")
-    return run
 
 
 def _phase_row(phase: str, episodes: float) -> dict:
@@ -247,6 +239,8 @@ def log_reference_run(
     mode = resolve_mode(mode)
     if mode == "disabled" or not available("wandb"):
         return None
+    import wandb
+
     dir = Path(dir)
     if dir.parent.name == MEMBERS_DIR:
         dir = dir.parent.parent
@@ -268,16 +262,19 @@ def log_reference_run(
         },
     }
     (dir / "wandb").mkdir(parents=True, exist_ok=True)
-    run = start_run(
-        project,
-        dir,
-        REFERENCE_RUN_ID,
-        mode,
+    run = wandb.init(
+        project=project,
+        dir=str(dir),
+        id=REFERENCE_RUN_ID,
         name="Rapid (paper reference)",
         job_type="reference",
+        resume="allow",
+        mode=mode,
         config=config,
+        settings=wandb.Settings(console="off", silent=True),
     )
     try:
+        define_axes(run)
         for phase in PHASES:
             mark = rapid.phases.get(phase)
             if mark is None or mark.episodes is None:
