@@ -62,10 +62,7 @@ class RunLog:
             self.logger = open_run(lg, self.run_dir, config, group=lg.group)
         from hns_train.eval.phases import PhaseDetector
 
-        if self.metrics_path.exists():
-            self.phases = PhaseDetector.from_metrics(self.metrics_path)
-        else:
-            self.phases = PhaseDetector()
+        self.phases = PhaseDetector.from_metrics(self.metrics_path)
         self.phases_reached = list(self.phases.fired)
 
     # ------------------------------------------------------------------ heartbeats

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +28,9 @@ from hns_train.eval.figure import panels, save_png, side_legend
 from hns_train.eval.phases import (
     PHASE_TITLES,
     PHASES,
-    STAT_PREFIX,
     PhaseDetector,
     PhaseOnset,
+    episode_stats,
     read_metrics,
     with_ramp_move_after_prep,
 )
@@ -41,24 +40,24 @@ MAX_PIXELS = 8000  # per side; beyond this matplotlib needs gigabytes
 SMOOTH_RECORDS = 5  # rolling mean drawn over the raw per-record values
 TABLE_WIDTH = 100  # terminal columns the table and its notes fit in
 
-# Panels of the plot: (title, [(label, function of a record's stats -> value)]).
+# Panels of the plot: (title, [(label, the episode statistic drawn)]).
 PANELS = [
     (
         "boxes (preparation)",
         [
-            ("max box move in prep (m)", lambda s: s.get("max_box_move_prep")),
-            ("boxes locked in prep", lambda s: s.get("num_box_lock_prep")),
+            ("max box move in prep (m)", "max_box_move_prep"),
+            ("boxes locked in prep", "num_box_lock_prep"),
         ],
     ),
     (
         "ramps",
         [
-            ("ramp move after prep (m)", lambda s: s.get("ramp_move_after_prep")),
-            ("ramps locked in prep", lambda s: s.get("num_ramp_lock_prep")),
+            ("ramp move after prep (m)", "ramp_move_after_prep"),
+            ("ramps locked in prep", "num_ramp_lock_prep"),
         ],
     ),
-    ("box surfing", [("seeker surf steps / episode", lambda s: s.get("num_box_surf"))]),
-    ("outcome", [("hidden fraction (hiders win > 0.5)", lambda s: s.get("hidden_fraction"))]),
+    ("box surfing", [("seeker surf steps / episode", "num_box_surf")]),
+    ("outcome", [("hidden fraction (hiders win > 0.5)", "hidden_fraction")]),
 ]
 
 
@@ -247,17 +246,15 @@ def format_table(run: RunSummary, baselines: Baselines) -> str:
 
 
 # ---------------------------------------------------------------------- plot
-def _series(records: list[dict], fn) -> tuple[np.ndarray, np.ndarray]:
+def _series(records: list[dict], stat: str) -> tuple[np.ndarray, np.ndarray]:
     xs, ys = [], []
     for r in records:
-        stats = {k[len(STAT_PREFIX) :]: v for k, v in r.items() if k.startswith(STAT_PREFIX)}
-        stats = with_ramp_move_after_prep(stats)
+        y = with_ramp_move_after_prep(episode_stats(r)).get(stat)
         ep = r.get("episodes")
-        y = fn(stats) if stats else None
-        if y is None or ep is None or ep <= 0 or not math.isfinite(float(y)):
+        if y is None or ep is None or ep <= 0:
             continue
         xs.append(float(ep))
-        ys.append(float(y))
+        ys.append(y)
     return np.asarray(xs), np.asarray(ys)
 
 
@@ -279,8 +276,8 @@ def plot_run(
     marks = [(p, ep) for p, ep in all_marks if lo <= ep <= hi]
     colours = ["tab:blue", "tab:orange"]
     for ax, (title, lines) in zip(axes, PANELS, strict=True):
-        for colour, (label, fn) in zip(colours, lines, strict=False):
-            x, y = _series(run.records, fn)
+        for colour, (label, stat) in zip(colours, lines, strict=False):
+            x, y = _series(run.records, stat)
             if len(x):
                 ax.plot(x, y, color=colour, alpha=0.25, linewidth=0.8)
                 k = min(SMOOTH_RECORDS, len(y))
@@ -408,14 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def compare_main(argv: list[str] | None = None) -> int:
+    """The `compare` command; a ValueError (a user can fix it) is printed by the cli."""
     args = build_parser().parse_args(argv)
-    try:
-        print(run_compare(args.run_dir, args.out, args.width, args.height))
-    except ValueError as err:  # a user can fix it: no traceback (the cli's convention)
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    print(run_compare(args.run_dir, args.out, args.width, args.height))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(compare_main())

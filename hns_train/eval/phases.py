@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hns_train.jsonl import read_logged
-from hns_train.typed_config import AtLeast1, Positive, Unit, range_problems
+from hns_train.typed_config import AtLeast1, Positive, Unit, check_ranges
 
 PHASES = (
     "running_and_chasing",
@@ -123,9 +123,7 @@ class PhaseConfig:
     surf_defense_min_hidden: float = 0.5
 
     def __post_init__(self):
-        errors = range_problems(self)  # the bounds written on the fields above
-        if errors:
-            raise ValueError("invalid PhaseConfig: " + "; ".join(errors))
+        check_ranges(self)  # the bounds written on the fields above
 
 
 # A condition: (statistic name, ">=" or "<=", threshold). Statistic names are episode stats or
@@ -157,8 +155,9 @@ class PhaseDetector:
     @classmethod
     def from_metrics(cls, path: str | Path, config: PhaseConfig | None = None):
         """A detector that has seen every training record of a metrics file and knows the
-        phases recorded there (recorded onsets win over re-detected ones)."""
-        train, onsets = read_metrics(path)
+        phases recorded there (recorded onsets win over re-detected ones); a fresh one where
+        the file is not written yet (a new run)."""
+        train, onsets = read_metrics(path) if Path(path).is_file() else ([], [])
         det = cls(config)
         det.restore(onsets)
         for record in train:
@@ -169,11 +168,7 @@ class PhaseDetector:
     def update(self, record: dict) -> list[PhaseOnset]:
         if record.get("kind", "train") != "train":
             return []
-        stats = {
-            k[len(STAT_PREFIX) :]: float(v)
-            for k, v in record.items()
-            if k.startswith(STAT_PREFIX) and finite_number(v) is not None
-        }
+        stats = episode_stats(record)
         if not stats:
             return []
         episodes = record.get("episodes")
@@ -264,6 +259,15 @@ class PhaseDetector:
                 ("hidden_fraction", ">=", c.surf_defense_min_hidden),
             ]
         raise ValueError(f"unknown phase {phase!r}; allowed phases: {list(PHASES)}")
+
+
+def episode_stats(record: dict) -> dict[str, float]:
+    """A training record's episode statistics (`episode/<stat>`) by name, the finite ones."""
+    return {
+        k[len(STAT_PREFIX) :]: float(v)
+        for k, v in record.items()
+        if k.startswith(STAT_PREFIX) and finite_number(v) is not None
+    }
 
 
 def with_ramp_move_after_prep(stats: dict[str, float]) -> dict[str, float]:

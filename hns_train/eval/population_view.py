@@ -28,10 +28,10 @@ output, not a traceback.
 Public API: `population_view(run_dir) -> int`, `load_population(run_dir) -> Population`,
 `read_manifest(run_dir) -> (manifest, notes)`, `hyper_schedule(lineage)`,
 `first_exploit_version(lineage, member)`, `best_member(run_dir, manifest=None)`,
-`member_scores(ratings, members)` and `best_scored(scores)` (the rule the population
-controller's summary names its best member by), `searched_scales(run_dir)`,
-`log_axis(key, values, scales)`, `plot_population(pop, out)`, `figure_size(n_hyper)`, file names
-`MANIFEST`, `LINEAGE`, `STATUS`, `LEAGUE`, `PLOT`.
+`read_league(run_dir, read)`, `member_scores(ratings, members)` and `best_scored(scores)`
+(the rule the population controller's summary names its best member by),
+`searched_scales(run_dir)`, `log_axis(key, values, scales)`, `plot_population(pop, out)`,
+`figure_size(n_hyper)`, file names `MANIFEST`, `LINEAGE`, `STATUS`, `LEAGUE`, `PLOT`.
 """
 
 from __future__ import annotations
@@ -39,9 +39,10 @@ from __future__ import annotations
 import re
 import sqlite3
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hns_train.agents.pool import ROLES
 from hns_train.agents.pool_index import DB_NAME
@@ -56,7 +57,7 @@ from hns_train.agents.population import (
 )
 from hns_train.eval.figure import panels, save_png, side_legend
 from hns_train.eval.phases import finite_number
-from hns_train.eval.ratings import CONSERVATIVE_SIGMAS, Ratings
+from hns_train.eval.ratings import Ratings
 from hns_train.jsonl import read_records
 
 # File names of a population run directory (the population design; written by the controller).
@@ -71,6 +72,8 @@ MAX_PANELS = 24  # hyperparameter panels drawn; beyond that the PNG grows past u
 HOF = re.compile(r"^(m\d+)\.(\d+)$")  # a hall-of-fame policy: member m1 at version 400
 ROLE_MU = {role: (f"{role}_mu", f"{role}_sigma") for role in ROLES}
 STOPPED = "stopped"  # a member that was running when its population stopped
+COUNTERS = ("frames", "episodes", "exploits", "restarts")  # the manifest's, in the order shown
+T = TypeVar("T")
 
 
 @dataclass
@@ -169,28 +172,19 @@ def exploit_events(lineage: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # ----- the league -----
 
 
-def league_db(run_dir: Path) -> Path:
-    return run_dir / LEAGUE / DB_NAME
-
-
-def _open_ratings(run_dir: Path):
-    """`Ratings` on the league, or (None, message) when there is none to read; never creates
-    one (Ratings would)."""
-    db = league_db(run_dir)
-    if not db.is_file():
+def read_league(run_dir: Path, read: Callable[[Ratings], T]) -> tuple[T | None, str]:
+    """`read` of the league's `Ratings` and "", or None and what stopped it: no database (one
+    is never created, as Ratings would) or one that does not read. The ratings are closed."""
+    if not (run_dir / LEAGUE / DB_NAME).is_file():
         return None, (
             f"league: no ratings yet ({LEAGUE}/{DB_NAME} missing; the population controller "
             "writes it when it rates the first league match)"
         )
-    ratings = None
     try:
-        ratings = Ratings(run_dir / LEAGUE, fixed=ANCHORS)
-        ratings.conn.execute("SELECT COUNT(*) FROM ratings").fetchone()
+        with Ratings(run_dir / LEAGUE, fixed=ANCHORS) as ratings:
+            return read(ratings), ""
     except sqlite3.DatabaseError as e:
-        if ratings is not None:  # opened, but its tables do not read
-            ratings.close()
         return None, f"league: {LEAGUE}/{DB_NAME} is unreadable ({e})"
-    return ratings, ""
 
 
 def member_scores(ratings, members) -> dict[str, float]:
@@ -205,32 +199,13 @@ def member_scores(ratings, members) -> dict[str, float]:
 
 
 def best_member(run_dir: str | Path, manifest: dict[str, Any] | None = None) -> str | None:
-    """The population's best member: highest `member_scores` in the league; without a league
-    database, the highest mean (mu - 3 sigma) over roles in the newest status record; None when
-    neither has a rating."""
+    """The population's best member: highest `member_scores` in the league; None when the
+    league rated none or has no database to read (the status records only copy its ratings)."""
     run_dir = Path(run_dir)
     if manifest is None:
         manifest, _ = read_manifest(run_dir)
-    members = sorted(manifest.get("members") or {}, key=_member_order)
-    ratings, _ = _open_ratings(run_dir)
-    if ratings is not None:
-        with ratings:
-            scores = member_scores(ratings, members)
-    else:
-        status, _ = read_records(run_dir / STATUS)
-        latest = (status[-1].get("members") or {}) if status else {}
-        scores = {}
-        for m in members:
-            rec = latest.get(m) if isinstance(latest, dict) else None
-            if not isinstance(rec, dict):
-                continue
-            values = [
-                (finite_number(rec.get(mu)), finite_number(rec.get(sd)))
-                for mu, sd in ROLE_MU.values()
-            ]
-            if all(mu is not None and sd is not None for mu, sd in values):
-                scores[m] = sum(mu - CONSERVATIVE_SIGMAS * sd for mu, sd in values) / len(values)
-    return best_scored(scores)
+    members = manifest.get("members") or {}
+    return read_league(run_dir, lambda ratings: best_scored(member_scores(ratings, members)))[0]
 
 
 def best_scored(scores: dict[str, float]) -> str | None:
@@ -322,11 +297,9 @@ def member_lines(pop: Population) -> list[str]:
     out = [
         f"population {pop.run_dir} ({m.get('name', '?')}): {len(members)} members "
         f"({state}), elapsed {fmt_elapsed(finite_number(m.get('elapsed_s')) or 0.0)}",
-        f"  {fmt_count(counters.get('frames', 0))} frames, "
-        f"{fmt_count(counters.get('episodes', 0))} episodes, "
-        f"{fmt_count(counters.get('exploits', 0))} exploits, "
-        f"{fmt_count(counters.get('restarts', 0))} restarts, "
-        f"hall of fame {len(hall)}",
+        "  "
+        + ", ".join(f"{fmt_count(counters.get(k, 0))} {k}" for k in COUNTERS)
+        + f", hall of fame {len(hall)}",
     ]
     if members:
         head = (
@@ -516,15 +489,15 @@ def plot_population(pop: Population, out: str | Path) -> Path:
             if points:
                 series[m] = points
         values = [v for pts in series.values() for _, v in pts]
-        log = log_axis(key, values, scales)
         positive = [v for v in values if v > 0]
+        log = bool(positive) and log_axis(key, values, scales)  # a log axis needs a value > 0
         floor = min(positive) / 10 if positive else 1.0
         note = ""
         for m, points in series.items():
             xs = [t / scale for t, _ in points] + [t_end / scale]
             ys = [v for _, v in points]
             ys.append(ys[-1])
-            if log and positive:
+            if log:
                 if min(ys) <= 0:
                     note = f"; values <= 0 drawn at {floor:.3g} (marked v)"
                     low = [(x, floor) for x, y in zip(xs, ys, strict=True) if y <= 0]
@@ -532,10 +505,9 @@ def plot_population(pop: Population, out: str | Path) -> Path:
                     ax.plot(x_low, y_low, "v", color=colours[m], markersize=7, clip_on=False)
                 ys = [max(y, floor) for y in ys]
             ax.step(xs, ys, where="post", color=colours[m], linewidth=1.6, label=m)
-        if log and positive:
+        if log:
             ax.set_yscale("log")
-        scale_name = "log" if log and positive else "linear"
-        ax.set_title(f"{key} ({scale_name} axis){note}", fontsize=10, loc="left")
+        ax.set_title(f"{key} ({'log' if log else 'linear'} axis){note}", fontsize=10, loc="left")
     for ax in axes:
         for e in exploit_events(pop.lineage):
             ax.axvline(
@@ -567,15 +539,8 @@ def population_view(run_dir: str | Path) -> int:
     pop = load_population(run_dir)
     pop.notes.extend(searched_scales(run_dir)[1])
     lines = member_lines(pop)
-    ratings, problem = _open_ratings(run_dir)
-    if ratings is None:
-        lines.append("\n" + problem)
-    else:
-        with ratings:
-            try:
-                lines.extend(leaderboard_lines(ratings, pop.members))
-            except sqlite3.DatabaseError as e:
-                lines.append(f"\nleague: {LEAGUE}/{DB_NAME} is unreadable ({e})")
+    board, problem = read_league(run_dir, lambda ratings: leaderboard_lines(ratings, pop.members))
+    lines.extend(board or ["\n" + problem])
     lines.extend(lineage_lines(pop))
     lines.extend(schedule_lines(pop))
     if pop.notes:

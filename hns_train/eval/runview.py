@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hns_train.agents.pool import LATEST, ROLES, policy_key
+from hns_train.agents.pool import LATEST, ROLES, PolicyPool, policy_key
 from hns_train.agents.pool_index import DB_NAME
 from hns_train.eval.phases import read_metrics
 from hns_train.eval.population_view import MANIFEST, population_view
@@ -121,8 +121,6 @@ def run_view(run_dir: str | Path) -> int:
             f"--run {run_dir}: not a run directory (no pool/{DB_NAME}); runs are made by "
             "python -m hns_train.train and live in runs/<name>/"
         )
-    from hns_train.agents.pool import PolicyPool
-
     metrics = run_dir / "metrics.jsonl"
     train, phases = read_metrics(metrics) if metrics.is_file() else ([], [])
     print(f"run {run_dir}")

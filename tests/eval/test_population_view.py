@@ -28,12 +28,12 @@ from hns_train.eval.population_view import (
     MANIFEST,
     PLOT,
     STATUS,
-    _open_ratings,
     best_member,
     figure_size,
     first_exploit_version,
     hyper_schedule,
     log_axis,
+    read_league,
     searched_scales,
 )
 from hns_train.eval.ratings import Ratings
@@ -296,8 +296,8 @@ def test_a_league_whose_ratings_do_not_read_is_a_message_and_its_connection_clos
     closed = []
     close = Ratings.close
     monkeypatch.setattr(Ratings, "close", lambda self: (closed.append(self), close(self)))
-    ratings, message = _open_ratings(tmp_path)
-    assert ratings is None
+    board, message = read_league(tmp_path, lambda ratings: ratings.leaderboard())
+    assert board is None
     assert message == "league: league/pool.sqlite is unreadable (no such table: main.gone)"
     assert len(closed) == 1
     with pytest.raises(sqlite3.ProgrammingError, match="closed"):
@@ -344,8 +344,7 @@ def test_readers_schedule_first_exploit_and_best_member(copy):
     assert log_axis("pod.epochs", [1e-5, 1e-3], {}) and not log_axis("pod.epochs", [0, 4], {})
     assert best_member(copy) == "m2"  # from the league database
     shutil.rmtree(copy / LEAGUE)
-    # without one, from the newest status record: m3 has the highest mean of (mu - 3 sigma)
-    assert best_member(copy) == "m3"
+    assert best_member(copy) is None  # no league, no rating to name one by
     assert not (copy / LEAGUE).exists()
 
 
