@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hns_train.atomic_file import atomic_write
+from hns_train.atomic_file import atomic_write_bytes
 from hns_train.envs.parallel import agent_names
 from hns_train.envs.world import (
     BOX_RGBA,
@@ -182,12 +182,7 @@ def legend_html() -> str:
 
 def write_html(replay: Replay, path) -> Path:
     """Write the page to `path` atomically; returns the path."""
-    text = to_html(replay)
-
-    def write(tmp: str) -> None:
-        Path(tmp).write_text(text, encoding="utf-8")
-
-    return atomic_write(path, write, suffix=".html")
+    return atomic_write_bytes(path, to_html(replay).encode("utf-8"))
 
 
 _PAGE = """<!DOCTYPE html>
