@@ -33,7 +33,7 @@ from hns_train.envs.world import (
 )
 from hns_train.eval.recorder import team_label
 from hns_train.eval.replay import Replay
-from hns_train.eval.video import CONE_RADIUS
+from hns_train.eval.video import CONE_RADIUS, TEAM_NAMES
 
 DECIMALS = 3
 CANVAS_PX = 640
@@ -84,7 +84,7 @@ def replay_data(replay: Replay) -> dict:
                 "p": replay.prep_left(t),
             }
         )
-    labels = {team: team_label(replay.metadata.get(team)) for team in ("hiders", "seekers")}
+    labels = {team: team_label(replay.metadata.get(team)) for team in TEAM_NAMES}
     return {
         "format": replay.header["format"],
         "version": replay.header["version"],
