@@ -142,7 +142,10 @@ def play_main(argv: list[str] | None = None) -> int:
         raise ValueError(f"CHECKPOINT_A must be a checkpoint file, got {args.a!r}")
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering, chosen before mujoco loads
     from hns_train.envs.game import HideAndSeekGame
+    from hns_train.eval.video import VideoOptions, write_video
 
+    # a frame size out of the video's range is refused before any match is played
+    options = None if args.no_video else VideoOptions(width=args.width, height=args.height)
     sides = [_side(args.a, "a"), _side(args.b, "b")]
     game_cfg = _game_config(args, sides)
     assignments = [(sides[0], sides[1])]
@@ -184,14 +187,12 @@ def play_main(argv: list[str] | None = None) -> int:
             ]
 
     videos: list[Path] = []
-    if not args.no_video:
+    if options is not None:
         from hns_train.eval.replay import load
-        from hns_train.eval.video import VideoOptions, write_video
 
         todo = [p for *_, p in rows if p is not None]
         if args.videos is not None:
             todo = todo[: args.videos]
-        options = VideoOptions(width=args.width, height=args.height)
         for i, path in enumerate(todo, start=1):  # each mp4 next to its replay
             if not args.quiet:
                 print(f"rendering {i}/{len(todo)}: {path.name}", file=sys.stderr)
