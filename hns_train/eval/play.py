@@ -134,10 +134,10 @@ def _game_config(args, sides: list[Side]):
 
 def play_main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    for name in ("matches", "worlds", "record", "videos"):
+    for name, least in (("matches", 1), ("worlds", 1), ("record", 0), ("videos", 0)):
         value = getattr(args, name)
-        if value is not None and value < (1 if name in ("matches", "worlds") else 0):
-            raise ValueError(f"--{name} must be >= {1 if name in ('matches', 'worlds') else 0}")
+        if value is not None and value < least:
+            raise ValueError(f"--{name} must be >= {least}")
     if args.a in NAMED:
         raise ValueError(f"CHECKPOINT_A must be a checkpoint file, got {args.a!r}")
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering, chosen before mujoco loads
