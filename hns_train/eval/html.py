@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hns_train.atomic_file import atomic_write
+from hns_train.atomic_file import atomic_write_bytes
 from hns_train.envs.parallel import agent_names
 from hns_train.envs.world import (
     BOX_RGBA,
@@ -33,7 +33,7 @@ from hns_train.envs.world import (
 )
 from hns_train.eval.recorder import team_label
 from hns_train.eval.replay import Replay
-from hns_train.eval.video import CONE_RADIUS
+from hns_train.eval.video import CONE_RADIUS, TEAM_NAMES
 
 DECIMALS = 3
 CANVAS_PX = 640
@@ -84,7 +84,7 @@ def replay_data(replay: Replay) -> dict:
                 "p": replay.prep_left(t),
             }
         )
-    labels = {team: team_label(replay.metadata.get(team)) for team in ("hiders", "seekers")}
+    labels = {team: team_label(replay.metadata.get(team)) for team in TEAM_NAMES}
     return {
         "format": replay.header["format"],
         "version": replay.header["version"],
@@ -182,12 +182,7 @@ def legend_html() -> str:
 
 def write_html(replay: Replay, path) -> Path:
     """Write the page to `path` atomically; returns the path."""
-    text = to_html(replay)
-
-    def write(tmp: str) -> None:
-        Path(tmp).write_text(text, encoding="utf-8")
-
-    return atomic_write(path, write, suffix=".html")
+    return atomic_write_bytes(path, to_html(replay).encode("utf-8"))
 
 
 _PAGE = """<!DOCTYPE html>
@@ -203,7 +198,6 @@ canvas { background: #dcd9cc; display: block; border-radius: 4px; }
 #scrub { flex: 1; }
 button, select { font: inherit; }
 #hud { margin: 6px 0; min-height: 1.3em; }
-.hider { color: #42ebf4; } .seeker { color: #ee423b; }
 #legend { display: flex; flex-wrap: wrap; gap: 4px 14px; margin-top: 8px; font-size: 12px;
   max-width: __SIZE__px; color: #c8c8c8; }
 .key { display: inline-flex; align-items: center; gap: 4px; }
@@ -236,6 +230,7 @@ const speedSel = document.getElementById("speed");
 const N = D.frames.length;
 scrub.max = N - 1;
 const TEAM = [D.colours.hider, D.colours.seeker];
+const CONE_ALPHA = [0.12, 0.10];  // vision cone opacity: hiders, seekers
 // View: the arena plus whatever left it, with a margin.
 let lo = 0, hi = D.floor;
 for (const f of D.frames) for (const p of f.a.concat(f.o)) {
@@ -286,8 +281,8 @@ function draw(t) {
     const [x, y, yaw] = pos[k], h = yaw - Math.PI / 2, r = D.cone_radius * S;
     ctx.beginPath(); ctx.moveTo(X(x), Y(y));
     ctx.arc(X(x), Y(y), r, -(h + D.vision_half_angle), -(h - D.vision_half_angle));
-    ctx.closePath(); ctx.fillStyle = a.team ? "rgba(238,66,59,0.10)" : "rgba(66,235,244,0.12)";
-    ctx.fill();
+    ctx.closePath(); ctx.fillStyle = TEAM[a.team]; ctx.globalAlpha = CONE_ALPHA[a.team];
+    ctx.fill(); ctx.globalAlpha = 1;
   });
   for (const [i, j] of f.s) {
     const ti = D.agents[i].team, tj = D.agents[j].team;
@@ -307,11 +302,11 @@ function draw(t) {
   const phase = f.p > 0 ? "PREP " + f.p : (seen ? "PLAY: hiders seen" : "PLAY: hiders hidden");
   const lab = k => D.labels[k] ? " (" + D.labels[k] + ")" : "";
   hud.innerHTML = "";
-  const add = (text, cls) => { const s = document.createElement("span");
-    s.textContent = text; if (cls) s.className = cls; hud.appendChild(s); };
+  const add = (text, colour) => { const s = document.createElement("span");
+    s.textContent = text; if (colour) s.style.color = colour; hud.appendChild(s); };
   add("t " + t + "/" + D.horizon + "  " + phase + "   ");
-  add("hiders " + f.sc[0].toFixed(0) + lab("hiders") + "   ", "hider");
-  add("seekers " + f.sc[1].toFixed(0) + lab("seekers"), "seeker");
+  add("hiders " + f.sc[0].toFixed(0) + lab("hiders") + "   ", TEAM[0]);
+  add("seekers " + f.sc[1].toFixed(0) + lab("seekers"), TEAM[1]);
   label.textContent = t + " / " + (N - 1);
   scrub.value = t;
 }

@@ -134,15 +134,18 @@ def _game_config(args, sides: list[Side]):
 
 def play_main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    for name in ("matches", "worlds", "record", "videos"):
+    for name, least in (("matches", 1), ("worlds", 1), ("record", 0), ("videos", 0)):
         value = getattr(args, name)
-        if value is not None and value < (1 if name in ("matches", "worlds") else 0):
-            raise ValueError(f"--{name} must be >= {1 if name in ('matches', 'worlds') else 0}")
+        if value is not None and value < least:
+            raise ValueError(f"--{name} must be >= {least}")
     if args.a in NAMED:
         raise ValueError(f"CHECKPOINT_A must be a checkpoint file, got {args.a!r}")
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering, chosen before mujoco loads
     from hns_train.envs.game import HideAndSeekGame
+    from hns_train.eval.video import VideoOptions, write_video
 
+    # a frame size out of the video's range is refused before any match is played
+    options = None if args.no_video else VideoOptions(width=args.width, height=args.height)
     sides = [_side(args.a, "a"), _side(args.b, "b")]
     game_cfg = _game_config(args, sides)
     assignments = [(sides[0], sides[1])]
@@ -184,14 +187,12 @@ def play_main(argv: list[str] | None = None) -> int:
             ]
 
     videos: list[Path] = []
-    if not args.no_video:
+    if options is not None:
         from hns_train.eval.replay import load
-        from hns_train.eval.video import VideoOptions, write_video
 
         todo = [p for *_, p in rows if p is not None]
         if args.videos is not None:
             todo = todo[: args.videos]
-        options = VideoOptions(width=args.width, height=args.height)
         for i, path in enumerate(todo, start=1):  # each mp4 next to its replay
             if not args.quiet:
                 print(f"rendering {i}/{len(todo)}: {path.name}", file=sys.stderr)

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hns_train.agents.opponents import FIXED_OPPONENTS
 from hns_train.agents.pool import policy_key
 from hns_train.eval.matches import FixedController, ScriptedSeeker
 
-NAMED = ("random", "noop", "scripted_seeker")
-SEEKER_ONLY = ("scripted_seeker",)
+SEEKER_ONLY = (ScriptedSeeker.policy_id,)
+NAMED = (*FIXED_OPPONENTS, *SEEKER_ONLY)
 
 
 @dataclass
@@ -106,7 +107,7 @@ def named_controller(name: str, role: str, seed: int = 0) -> Any:
         raise ValueError(f"unknown controller {name!r}; allowed: {NAMED} or a checkpoint file")
     if name in SEEKER_ONLY and role != "seeker":
         raise ValueError(f"{name!r} can only play the seekers (it chases hiders)")
-    if name == "scripted_seeker":
+    if name in SEEKER_ONLY:
         return ScriptedSeeker()
     return FixedController(name, seed)
 

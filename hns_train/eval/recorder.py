@@ -236,6 +236,8 @@ def record_episode(
     """
     from hns_train.envs.game import HideAndSeekGame  # the game pulls in all of envs/
 
+    if n_steps is not None and n_steps < 0:
+        raise ValueError(f"n_steps must be >= 0 (None: the horizon), got {n_steps}")
     game = HideAndSeekGame(cfg, n_worlds=1, seed=seed)
     obs = game.reset(seeds=[seed])
     rec = ReplayRecorder(game, 0, metadata)

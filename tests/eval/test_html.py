@@ -166,7 +166,7 @@ const el = id => els[id] || (els[id] = { width: 640, height: 640, value: "1", ch
   getContext: context, appendChild(c) { this.children.push(c); }, set innerHTML(v) {
   this.children = []; } });
 globalThis.document = { getElementById: id => (id === "replay-data" ? { textContent: DATA } :
-  el(id)), createElement: () => ({}), addEventListener: () => {} };
+  el(id)), createElement: () => ({ style: {} }), addEventListener: () => {} };
 globalThis.location = { search: "" };
 globalThis.performance = { now: () => Date.now() };
 let ticks = 0;
@@ -177,7 +177,8 @@ NODE_CHECK = r"""
 for (let i = 0; i < N; i++) draw(i);
 setPlaying(true);
 setTimeout(() => console.log(JSON.stringify({ t, N, playing, calls,
-  hud: els.hud.children.map(c => c.textContent).join("") })), 200);
+  hud: els.hud.children.map(c => c.textContent).join(""),
+  colours: els.hud.children.map(c => c.style.color || null) })), 200);
 """
 
 
@@ -197,3 +198,6 @@ def test_page_script_draws_every_frame_and_plays_to_the_end(replay, tmp_path):
     assert out["t"] == out["N"] - 1 == replay.n_steps and not out["playing"]
     assert out["calls"]["arc"] >= 2 * replay.n_frames  # agents (and cones) drawn every frame
     assert "hiders" in out["hud"] and f"t {replay.n_steps}/" in out["hud"]
+    # the scores are printed in the data's team colours: the page names no colour of its own
+    colours = json.loads(p.data)["colours"]
+    assert out["colours"] == [None, colours["hider"], colours["seeker"]]

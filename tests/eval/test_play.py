@@ -93,12 +93,15 @@ def test_snapshot_hides_from_scripted_seeker_only_one_way(run, tmp_path, capsys)
         (["play", "random", "noop"], "CHECKPOINT_A must be a checkpoint"),
         (["play", "CKPT", "bots"], "give a checkpoint"),
         (["play", "CKPT", "random", "--matches", "0"], "--matches must be >= 1"),
+        (["play", "CKPT", "random", "--width", "8"], "width=8 is not allowed"),
     ],
 )
 def test_bad_arguments_name_the_problem(run, argv, message, capsys):
     argv = [str(run[1]) if a == "CKPT" else a for a in argv]
     assert main(argv) == 2
-    assert message in capsys.readouterr().err
+    out = capsys.readouterr()
+    assert message in out.err
+    assert "matches on" not in out.out  # refused before a match is played
 
 
 def test_a_run_directory_or_latest_stands_for_its_newest_checkpoint(run, capsys, monkeypatch):

@@ -119,6 +119,8 @@ def test_recorder_misuse_is_reported():
     game.reset()
     with pytest.raises(RuntimeError, match="reset"):
         rec.record_step(np.zeros((1, 2)), np.zeros((1, 2, 5)))
+    with pytest.raises(ValueError, match="n_steps must be >= 0"):  # `record --steps -1`
+        recorder.record_episode(cfg, recorder.random_actions(cfg), n_steps=-1)
 
 
 def test_bad_metadata_and_paths_are_rejected_on_save(played, tmp_path):
