@@ -29,12 +29,17 @@ a text field typed `Annotated[str, OneOf(names)]` names the values it takes (a t
 for each one out of range what it must be; a float must also be finite. The run config reports
 them all at once; a section that stands alone (`PoolConfig`, the Warp game's `BankConfig` and
 `PhysicsConfig`) raises them from its own checks (`check_ranges`).
+
+Meanings: a field's meaning is written once, as a `#:` comment in its class (at the end of its
+line, or on the lines just above it, the convention Sphinx's autodoc reads too);
+`field_docs(cls)` reads them for help texts such as `help(parallel_env)`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import math
 import types
 import typing
@@ -146,6 +151,29 @@ def check_ranges(obj: Any, prefix: str = "") -> None:
     problems = range_problems(obj, prefix)
     if problems:
         raise ValueError("; ".join(problems))
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The `#:` comment of each field of dataclass `cls` that has one, by field name (see the
+    module docstring); {} where the class's source cannot be read."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):  # no source shipped
+        return {}
+    names = {f.name for f in dataclasses.fields(cls)}
+    docs: dict[str, str] = {}
+    above: list[str] = []
+    for line in source.splitlines():
+        code, marker, comment = line.partition("#:")
+        code, comment = code.strip(), comment.strip()
+        if marker and not code:  # a comment line above a field
+            above.append(comment)
+            continue
+        name = code.partition(":")[0]
+        if name in names and name not in docs:
+            docs[name] = " ".join([*above, comment]).strip()
+        above = []
+    return {name: doc for name, doc in docs.items() if doc}
 
 
 def from_dict(cls: type, data: Any, prefix: str = "", what: str | None = None) -> Any:
