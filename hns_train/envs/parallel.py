@@ -49,6 +49,7 @@ from pettingzoo import ParallelEnv
 from pettingzoo.utils.conversions import parallel_to_aec
 
 from hns_train.envs.config import make_config
+from hns_train.envs.contract import first_out_of_range, integral
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.envs.observations import observation_space
 
@@ -314,19 +315,14 @@ class HideAndSeekParallelEnv(ParallelEnv):
             ) from None
         if a.shape != nvec.shape:
             raise ValueError(f"action for {agent} has shape {a.shape}; allowed: {allowed}")
-        integral = np.issubdtype(a.dtype, np.integer) or (
-            np.issubdtype(a.dtype, np.floating)
-            and np.all(np.isfinite(a))
-            and np.all(a == np.round(a))
-        )
-        if not integral:
+        if not integral(a):
             raise ValueError(
                 f"action for {agent} is {a.tolist()} (dtype {a.dtype}), not integers; "
                 f"allowed: {allowed}"
             )
-        bad = np.flatnonzero((a < 0) | (a >= nvec))
-        if bad.size:
-            k = int(bad[0])
+        bad = first_out_of_range(a, nvec)
+        if bad is not None:
+            (k,) = bad
             raise ValueError(
                 f"action for {agent} is {a.tolist()}: dimension {k} = {a[k]} is outside "
                 f"[0, {nvec[k] - 1}]; allowed: {allowed}"
