@@ -340,6 +340,8 @@ _ONE_AGENT_TASK = dict(
 )
 _ONE_HIDER = dict(_ONE_AGENT_TASK, n_hiders=(1, 1), n_seekers=(0, 0))
 _ONE_SEEKER = dict(_ONE_AGENT_TASK, n_hiders=(0, 0), n_seekers=(1, 1))
+# the construction tasks: one seeker, 8 boxes, no walls, no ramps
+_BUILDER = dict(_ONE_SEEKER, walls="none", n_boxes=(8, 8), n_ramps=0)
 
 PRESETS: dict[str, dict] = {
     "quadrant": {},
@@ -395,31 +397,14 @@ PRESETS: dict[str, dict] = {
         n_ramps=3,
         ramps_lockable=True,
     ),
-    "blueprint": dict(
-        _ONE_SEEKER,
-        task="blueprint",
-        horizon=150,
-        walls="none",
-        n_boxes=(8, 8),
-        n_ramps=0,
-        n_sites=(1, 4),
-    ),
-    "shelter": dict(
-        _ONE_SEEKER,
-        task="shelter",
-        horizon=240,
-        walls="none",
-        n_boxes=(8, 8),
-        n_elongated=(3, 3),
-        n_ramps=0,
-        cylinder=True,
-    ),
+    "blueprint": dict(_BUILDER, task="blueprint", horizon=150, n_sites=(1, 4)),
+    "shelter": dict(_BUILDER, task="shelter", horizon=240, n_elongated=(3, 3), cylinder=True),
     # A 10 m floor: the row of up to 6 boxes in view and, on each side, room for all of them
     # behind a screen wall (the layout's "counting" walls and placement; counting.py).
     "object_counting": dict(
         _ONE_HIDER,
         task="object_counting",
-        horizon=40,  # counting_show_steps + counting_move_steps + counting_hidden_steps
+        horizon=40,  # counting.show_steps + counting.move_steps + counting.hidden_steps
         floor_size=10.0,
         walls="counting",
         n_boxes=(6, 6),  # the paper's six boxes
