@@ -40,7 +40,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import itertools
+import linecache
 import math
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -156,14 +159,15 @@ def check_ranges(obj: Any, prefix: str = "") -> None:
 def field_docs(cls: type) -> dict[str, str]:
     """The `#:` comment of each field of dataclass `cls` that has one, by field name (see the
     module docstring); {} where the class's source cannot be read."""
-    try:
-        source = inspect.getsource(cls)
-    except (OSError, TypeError):  # no source shipped
-        return {}
+    # the lines of its module, cached, from its class line to the next unindented code: help
+    # texts are made at import, where inspect.getsource would parse the module for each class
+    lines = linecache.getlines(inspect.getsourcefile(cls) or "")
+    start = [k for k, line in enumerate(lines) if re.match(rf"class {cls.__name__}\b", line)]
+    body = lines[start[0] + 1 :] if start else []
     names = {f.name for f in dataclasses.fields(cls)}
     docs: dict[str, str] = {}
     above: list[str] = []
-    for line in source.splitlines():
+    for line in itertools.takewhile(lambda line: line[0] in " \t\n#", body):
         code, marker, comment = line.partition("#:")
         code, comment = code.strip(), comment.strip()
         if marker and not code:  # a comment line above a field
