@@ -41,6 +41,7 @@ every field has one).
 from __future__ import annotations
 
 import inspect
+from dataclasses import fields, is_dataclass
 from operator import itemgetter
 
 import numpy as np
@@ -48,10 +49,11 @@ from gymnasium import spaces
 from pettingzoo import ParallelEnv
 from pettingzoo.utils.conversions import parallel_to_aec
 
-from hns_train.envs.config import make_config
+from hns_train.envs.config import PRESETS, GameConfig, make_config
 from hns_train.envs.contract import first_out_of_range, integral
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.envs.observations import observation_space
+from hns_train.typed_config import field_docs
 
 RENDER_MODES = ("rgb_array", "human")
 FLAT_DTYPE = np.float32
@@ -65,16 +67,10 @@ def agent_names(max_hiders: int, max_seekers: int) -> list[str]:
 
 
 def _keyword_help() -> str:
-    from dataclasses import fields, is_dataclass
-
-    from hns_train.envs.config import PRESETS, GameConfig
-    from hns_train.typed_config import field_docs
-
     docs = field_docs(GameConfig)
-
     lines = [
         "Keywords (defaults of the quadrant preset; other presets change some, see PRESETS):",
-        "    preset: 'quadrant' | 'randomwalls' | 'chase'",
+        f"    preset: {' | '.join(map(repr, PRESETS))}",
         "    seed: int | None = None  (seeds the world generator; reset(seed=...) reseeds it)",
         "    render_mode: None | 'rgb_array' | 'human'  ('human' needs a display)",
         "    flatten: bool = False  (observations as one float32 Box vector, for SuperSuit etc.)",
