@@ -135,6 +135,8 @@ def test_help_shows_every_keyword():
             assert re.search(re.escape(f"    {f.name} = {f.default!r}: ") + r"\S", text), f.name
     for keyword in ("preset", "seed", "render_mode", "flatten", "max_cycles", "pad_absent"):
         assert f"    {keyword}: " in text, keyword
+    presets = text.split("    preset: ")[1].split("\n")[0]
+    assert presets.split(" | ") == [repr(p) for p in E.PRESETS]
     assert "pad_absent" in pydoc.render_doc(E.env, renderer=pydoc.plaintext)
     for method in (
         E.HideAndSeekParallelEnv,
