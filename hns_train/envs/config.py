@@ -25,6 +25,7 @@ Presets (spec §1):
   counting.py), and `count_based`, the quadrant world rewarded by visit counts (intrinsic.py).
 
 Units: metres, seconds, radians. A "cell" is one cell of the 30 x 30 placement grid (0.2 m).
+Each field's meaning is its `#:` comment, which `help(parallel_env)` prints: a new field needs one.
 """
 
 from __future__ import annotations
