@@ -29,13 +29,21 @@ a text field typed `Annotated[str, OneOf(names)]` names the values it takes (a t
 for each one out of range what it must be; a float must also be finite. The run config reports
 them all at once; a section that stands alone (`PoolConfig`, the Warp game's `BankConfig` and
 `PhysicsConfig`) raises them from its own checks (`check_ranges`).
+
+Meanings: a field's meaning is written once, as a `#:` comment in its class (at the end of its
+line, or on the lines just above it, the convention Sphinx's autodoc reads too);
+`field_docs(cls)` reads them for help texts such as `help(parallel_env)`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
+import itertools
+import linecache
 import math
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -148,6 +156,30 @@ def check_ranges(obj: Any, prefix: str = "") -> None:
         raise ValueError("; ".join(problems))
 
 
+def field_docs(cls: type) -> dict[str, str]:
+    """The `#:` comment of each field of dataclass `cls` that has one, by field name (see the
+    module docstring); {} where the class's source cannot be read."""
+    # the lines of its module, cached, from its class line to the next unindented code: help
+    # texts are made at import, where inspect.getsource would parse the module for each class
+    lines = linecache.getlines(inspect.getsourcefile(cls) or "")
+    start = [k for k, line in enumerate(lines) if re.match(rf"class {cls.__name__}\b", line)]
+    body = lines[start[0] + 1 :] if start else []
+    names = {f.name for f in dataclasses.fields(cls)}
+    docs: dict[str, str] = {}
+    above: list[str] = []
+    for line in itertools.takewhile(lambda line: line[0] in " \t\n#", body):
+        code, marker, comment = line.partition("#:")
+        code, comment = code.strip(), comment.strip()
+        if marker and not code:  # a comment line above a field
+            above.append(comment)
+            continue
+        name = code.partition(":")[0]
+        if name in names and name not in docs:
+            docs[name] = " ".join([*above, comment]).strip()
+        above = []
+    return {name: doc for name, doc in docs.items() if doc}
+
+
 def from_dict(cls: type, data: Any, prefix: str = "", what: str | None = None) -> Any:
     """An instance of dataclass `cls` from the mapping `data` (see the module docstring)."""
     section = prefix.rstrip(".")
@@ -207,28 +239,13 @@ def check_value(value: Any, hint: Any, key: str) -> Any:
 
 
 def fits(value: Any, hint: Any) -> bool:
-    """Whether `value` already has the type `hint` asks for (an int counts as a float)."""
-    origin = typing.get_origin(hint)
-    if origin is tuple:
-        args = typing.get_args(hint)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return isinstance(value, tuple) and all(fits(v, args[0]) for v in value)
-        return (
-            isinstance(value, tuple)
-            and len(value) == len(args)
-            and all(fits(v, a) for v, a in zip(value, args, strict=True))
-        )
-    if origin in (typing.Union, types.UnionType):
-        return any(fits(value, a) for a in typing.get_args(hint))
-    if hint is Any:
-        return True
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is type(None):
-        return value is None
-    return isinstance(value, origin or hint)
+    """Whether `value` already has the type `hint` asks for (an int counts as a float): whether
+    `_convert` takes it without its other conversions."""
+    try:
+        _convert(value, hint, strict=True)
+    except TypeError:
+        return False
+    return True
 
 
 def type_name(hint: Any) -> str:
@@ -237,28 +254,35 @@ def type_name(hint: Any) -> str:
     return hint.__name__ if isinstance(hint, type) else str(hint)
 
 
-def _convert(value: Any, hint: Any) -> Any:
-    """`value` as `hint`; TypeError when it does not fit."""
+def _convert(value: Any, hint: Any, strict: bool = False) -> Any:
+    """`value` as `hint`; TypeError when it does not fit. `strict`: int -> float only (no list
+    taken for a tuple, no other mapping for a dict, no string for a float)."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         for arg in typing.get_args(hint):
             if fits(value, arg):
-                return _convert(value, arg)
+                return _convert(value, arg, strict)
         raise TypeError
-    if origin is tuple and isinstance(value, (list, tuple)):
+    if origin is tuple and isinstance(value, tuple if strict else (list, tuple)):
         args = typing.get_args(hint)
         if len(args) == 2 and args[1] is Ellipsis:
             args = (args[0],) * len(value)
         if len(value) != len(args):
             raise TypeError
-        return tuple(_convert(v, a) for v, a in zip(value, args, strict=True))
-    if origin in (dict, Mapping) and isinstance(value, Mapping):
+        return tuple(_convert(v, a, strict) for v, a in zip(value, args, strict=True))
+    if origin in (dict, Mapping) and isinstance(value, origin if strict else Mapping):
         return dict(value)
-    if hint is float and isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
+    if hint is float and isinstance(value, str) and not strict:  # YAML 1.1 reads 1e-3 as text
         try:
             return float(value)
         except ValueError:
             raise TypeError from None
-    if not fits(value, hint):
+    if hint is Any:
+        return value
+    if hint in (int, float) and isinstance(value, bool):
         raise TypeError
-    return float(value) if hint is float else value
+    if hint is float and isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, origin or hint):
+        return value
+    raise TypeError

@@ -14,6 +14,7 @@ from hns_train.typed_config import (
     OneOf,
     Unit,
     bounds,
+    field_docs,
     from_dict,
     range_problems,
 )
@@ -152,3 +153,27 @@ def test_sections_that_stand_alone_raise_every_problem_of_their_declared_ranges(
     )
     with pytest.raises(ValueError, match=r"p_latest=1.5 .*; p_noop=-1.0 is not allowed"):
         PoolConfig(p_latest=1.5, p_noop=-1.0)
+
+
+@dataclass
+class Documented:
+    # a group heading, not a meaning
+    plain: int = 0  # a note, not a meaning
+    trailing: int = 1  #: said at the end of its line
+    #: said above it,
+    #: over two lines
+    above: tuple[int, int] = (
+        0,
+        1,
+    )
+
+    #: a meaning cut off by a blank line belongs to no field
+
+    undocumented: int = 2
+
+
+def test_field_meanings_are_the_hash_colon_comments_at_or_above_each_field():
+    assert field_docs(Documented) == {
+        "trailing": "said at the end of its line",
+        "above": "said above it, over two lines",
+    }

@@ -1,16 +1,9 @@
 """The observation layout as the networks consume it, and its validation.
 
-Key names, masks and their meaning are the env's contract (`hns_train/envs/contract.py`).
-Observations are dicts of float arrays keyed as in spec §5 (shapes without batch dims):
-
-    observation_self (10,)   lidar (R,)
-    agent_qpos_qvel (NA, 10) with mask_aa_obs (NA,) and mask_aa_obs_spoof (NA,)
-    box_obs (NB, DB)         with mask_ab_obs (NB,) and mask_ab_obs_spoof (NB,)
-    ramp_obs (NR, DR)        with mask_ar_obs (NR,) and mask_ar_obs_spoof (NR,)
-    site_obs (NS, 15)        with mask_as_obs (NS,) and mask_as_obs_spoof (NS,)  (blueprint only)
-
-`mask_*_obs` = visible to this agent (what the policy may use); `mask_*_obs_spoof` = exists
-this episode (what the omniscient value function uses). Masks are 0/1 and are never normalised.
+Observations are dicts of float arrays whose keys, shapes and masks are the env's contract
+(`hns_train/envs/contract.py`, whose docstring draws them, spec §5): per entity kind, feature
+rows, a visible mask (what the policy may use) and an exists mask (what the omniscient value
+function uses). Masks are 0/1 and are never normalised.
 
 An `ObsLayout` is built from a description of those shapes (a dict key -> shape, or a gymnasium
 `Dict` space), never hard-coded. An entity type whose count is 0, or whose keys are absent,

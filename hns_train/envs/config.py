@@ -25,6 +25,7 @@ Presets (spec §1):
   counting.py), and `count_based`, the quadrant world rewarded by visit counts (intrinsic.py).
 
 Units: metres, seconds, radians. A "cell" is one cell of the 30 x 30 placement grid (0.2 m).
+Each field's meaning is its `#:` comment, which `help(parallel_env)` prints: a new field needs one.
 """
 
 from __future__ import annotations
@@ -59,11 +60,12 @@ class LockTaskConfig:
     """Section `lock`: lock_and_return and sequential_lock (locking.py; the original's
     LockObjectsTask, docs/fidelity.md)."""
 
-    reward: Finite = 5.0  # for each box that becomes locked
-    unlock_penalty: Finite = 5.0  # for each box that becomes unlocked
-    shaped_reward_scale: Finite = 0.5  # times the distance gained towards the target
-    success_reward: Finite = 1.0  # every step the task is complete
-    return_threshold: NonNegative = 0.1  # lock_and_return: largest distance to the spawn xy, m
+    reward: Finite = 5.0  #: reward for each box that becomes locked [transfer]
+    unlock_penalty: Finite = 5.0  #: penalty for each box that becomes unlocked [transfer]
+    shaped_reward_scale: Finite = 0.5  #: reward per metre gained towards the target [transfer]
+    success_reward: Finite = 1.0  #: reward of every step the task is complete [transfer]
+    #: lock_and_return: largest distance to the spawn xy, m [transfer]
+    return_threshold: NonNegative = 0.1
 
 
 @dataclass(frozen=True)
@@ -72,11 +74,12 @@ class BlueprintConfig:
     example config, docs/fidelity.md). The sites themselves are the world's (`n_sites`,
     `site_*` of GameConfig)."""
 
-    activation_radius: Positive = 0.1  # box centre and corners this close: site done
-    # dense reward: smooth-min over box corners
+    activation_radius: Positive = 0.1  #: box centre and corners this close: done, m [transfer]
+    #: smooth-min exponent of the dense reward, < 0 [transfer]
     smoothmin_alpha: Annotated[float, Bounds(-math.inf, 0, high_inclusive=False)] = -1.5
-    dense_scale: Finite = 0.05  # dense reward = -scale * mean smooth-min distance
-    completed_reward: Finite = 3.0  # per site, once, when every site is done
+    #: dense reward = -scale * mean smooth-min distance over box corners [transfer]
+    dense_scale: Finite = 0.05
+    completed_reward: Finite = 3.0  #: reward per site, once, when all are done [transfer]
 
 
 @dataclass(frozen=True)
@@ -84,9 +87,9 @@ class ShelterConfig:
     """Section `shelter`: the rays cast at the cylinder and its reward (construction.py). The
     cylinder itself is the world's (`cylinder*` of GameConfig)."""
 
-    rays_per_side: AtLeast1 = 25
-    ray_margin_cells: NonNegative = 1.01  # ray starts this many cells in from the floor edge
-    reward_scale: Finite = 0.001  # reward = -scale * rays reaching the cylinder
+    rays_per_side: AtLeast1 = 25  #: rays cast at the cylinder per floor side [transfer]
+    ray_margin_cells: NonNegative = 1.01  #: ray starts lie this many cells in [transfer]
+    reward_scale: Finite = 0.001  #: reward = -scale * rays reaching the cylinder [transfer]
 
 
 @dataclass(frozen=True)
@@ -96,17 +99,18 @@ class CountingConfig:
     left or right out of sight behind two screen walls; its x-force bin on the last step is its
     count. Its scene is the `counting` walls and placement of layout.py."""
 
-    show_steps: AtLeast1 = 10  # boxes stand still in view
-    move_steps: AtLeast1 = 20  # boxes slide to their hiding spots
-    hidden_steps: AtLeast1 = 10  # boxes hidden before the answer (horizon = the three sums)
-    agent_y: float = 1.0  # pinned agent at (floor_size / 2, this), facing +y, m
-    row_y: float = 3.0  # the boxes' lane: start row and hiding spots, m
-    spacing: Positive = 0.55  # between box centres in the row and at the spots, m
-    screen_y: float = 2.4  # line of the two screen walls, between agent and lane, m
-    window: Positive = 2.2  # gap between the screen walls, centred on the agent, m
-    spot_margin: float = 0.5  # outermost hiding spot's centre from the floor's edge, m
-    correct_reward: Finite = 1.0  # on the last step, when the count is right
-    wrong_reward: Finite = 0.0  # on the last step, when it is wrong
+    show_steps: AtLeast1 = 10  #: steps the boxes stand in view [transfer]
+    move_steps: AtLeast1 = 20  #: steps the boxes slide out of sight [transfer]
+    #: steps every box is hidden before the answer (horizon: the three sums) [transfer]
+    hidden_steps: AtLeast1 = 10
+    agent_y: float = 1.0  #: y of the pinned agent (x: floor centre; it faces +y), m [transfer]
+    row_y: float = 3.0  #: y of the boxes' row and hiding spots, m [transfer]
+    spacing: Positive = 0.55  #: between box centres, row and spots, m [transfer]
+    screen_y: float = 2.4  #: y of the two screen walls, between agent and row, m [transfer]
+    window: Positive = 2.2  #: gap between the screen walls, centred on the agent, m [transfer]
+    spot_margin: float = 0.5  #: outermost spot's centre from the floor edge, m [transfer]
+    correct_reward: Finite = 1.0  #: last-step reward of a right count [transfer]
+    wrong_reward: Finite = 0.0  #: last-step reward of a wrong count [transfer]
 
     def __post_init__(self) -> None:
         if not 0 < self.agent_y < self.screen_y < self.row_y:
@@ -136,9 +140,9 @@ COUNT_STATES = ("objects", "objects_agents")
 class CountBasedConfig:
     """Section `count_based` (intrinsic.py): reward bonus_scale / sqrt(N(s)) every step."""
 
-    bonus_scale: Positive = 1.0
-    cell: Positive = 0.5  # grid of the discretised state, m
-    # "objects": boxes and ramps; "objects_agents": the agents too
+    bonus_scale: Positive = 1.0  #: reward scale / sqrt(visits of the state) [transfer]
+    cell: Positive = 0.5  #: grid the state's positions are rounded to, m [transfer]
+    #: 'objects' (boxes, ramps) or 'objects_agents' [transfer]
     state: Annotated[str, OneOf(COUNT_STATES)] = "objects"
 
 
@@ -154,108 +158,139 @@ def _upper_end(range_field: str) -> property:
 @dataclass(frozen=True)
 class GameConfig:
     preset: str = "quadrant"
-    # "hide_and_seek" or a transfer task (tasks.py; its numbers below, its world in PRESETS)
+    #: hide_and_seek, or a transfer task (tasks.py; its numbers in its section below, its world
+    #: set by its preset; docs/transfer.md)
     task: Annotated[str, OneOf(TASK_NAMES)] = "hide_and_seek"
 
     # Teams and episode
-    n_hiders: Range = (2, 2)
+    n_hiders: Range = (2, 2)  #: (low, high) hiders per episode, drawn uniformly at each reset [§1]
+    #: (low, high) seekers per episode, drawn uniformly at each reset [§1]
     n_seekers: Range = (2, 2)
+    #: env steps per episode; the last one truncates (PettingZoo: max_cycles) [§1]
     horizon: AtLeast1 = 80
+    #: share of the horizon that is the preparation phase (seekers frozen) [§1]
     prep_fraction: Annotated[float, Bounds(0, 1, high_inclusive=False)] = 0.4
 
     # Physics
-    timestep: float = 0.005
-    substeps: AtLeast1 = 15
-    gravity: float = -50.0
+    timestep: float = 0.005  #: MuJoCo timestep, s [§1]
+    substeps: AtLeast1 = 15  #: MuJoCo steps per env step [§1]
+    gravity: float = -50.0  #: gravity on z, m/s^2 [§1]
 
     # Arena and walls
-    floor_size: float = 6.0
-    grid_cells: int = 30
+    floor_size: float = 6.0  #: side of the square floor, m (corner at the origin) [§1]
+    grid_cells: int = 30  #: cells per side of the placement grid [§1]
+    #: 'quadrant' (one room), 'random' (1-4 rooms), 'tri' (3 rooms), 'none' or 'counting'
+    #: (object_counting's screen walls) [§1]
     walls: Annotated[str, OneOf(WALL_MODES)] = "quadrant"
-    room_cells: Range = (15, 15)  # quadrant room: inner walls on cell lines x=15 and y=15
-    n_rooms: Annotated[tuple[int, int], Bounds(1)] = (1, 4)  # random walls
-    min_room_cells: int = 6
-    door_width: float = 0.7
-    p_one_wall_doorless: float = 0.5  # quadrant: one inner wall without a door
-    # tri: each inner wall's cell line is int(grid_cells * u), u uniform in this range
+    room_cells: Range = (15, 15)  #: quadrant room: (x, y) grid lines of its inner walls [§1]
+    #: random walls: (low, high) rooms per episode [§1]
+    n_rooms: Annotated[tuple[int, int], Bounds(1)] = (1, 4)
+    min_room_cells: int = 6  #: random walls: smallest room side, cells [§1]
+    door_width: float = 0.7  #: gap of a door in an inner wall, m [§1]
+    p_one_wall_doorless: float = 0.5  #: quadrant: probability that one inner wall has no door [§1]
+    #: tri: (low, high) share of the grid at which each inner wall lies: its cell line is
+    #: int(grid_cells * u), u uniform in this range [transfer]
     tri_split: Annotated[
         tuple[float, float], Bounds(0, 1, inclusive=False, high_inclusive=False)
     ] = (0.4, 0.6)
-    tri_doors: bool = False  # tri: a door in each inner wall (sequential lock: none)
-    p_outer_walls: float = 1.0
-    wall_thickness: float = 0.1
-    inner_wall_height: float = 0.5
-    outer_wall_height: float = 4.0
-    wall_friction: float = 0.01
-    floor_friction: float = 0.2
+    #: tri: whether each inner wall has a door (sequential_lock: none) [transfer]
+    tri_doors: bool = False
+    p_outer_walls: float = 1.0  #: probability that the 4 outer walls exist this episode [§1]
+    wall_thickness: float = 0.1  #: m [§2]
+    inner_wall_height: float = 0.5  #: m [§2]
+    outer_wall_height: float = 4.0  #: m [§2]
+    wall_friction: float = 0.01  #: friction of walls [§2]
+    floor_friction: float = 0.2  #: friction of the floor [§2]
 
     # Agents
-    agent_radius: float = 0.15
-    agent_mass: float = 1.0
+    agent_radius: float = 0.15  #: agent sphere radius, m [§2]
+    agent_mass: float = 1.0  #: kg [§2]
+    #: friction of agents (MuJoCo takes the max of a contact pair) [§2]
     agent_friction: float = 0.01
-    agent_slide_damping: float = 10.0
-    agent_z_damping: float = 1.0
-    agent_hinge_damping: float = 10.0
+    agent_slide_damping: float = 10.0  #: damping of the x and y slide joints [§2]
+    agent_z_damping: float = 1.0  #: damping of the z slide joint [§2]
+    agent_hinge_damping: float = 10.0  #: damping of the yaw hinge [§2]
+    #: radius of the two massless arm spheres marking an agent's front, m [§2]
     arm_radius: float = 0.05
-    arm_offset: tuple[float, float, float] = (0.13, -0.075, -0.05)  # arms at (-x, y, z), (x, y, z)
-    actuator_gear: float = 100.0
+    #: local (x, y, z) of the arms (the other at (-x, y, z)), m [§2]
+    arm_offset: tuple[float, float, float] = (0.13, -0.075, -0.05)
+    actuator_gear: float = 100.0  #: gear of the x, y and yaw actuators [§2]
+    #: bins of each movement action (odd; the middle bin is zero) [§3]
     action_bins: Annotated[int, ACTION_BINS] = 11
-    max_ctrl: float = 0.9
+    max_ctrl: float = 0.9  #: control of the outermost bin (bins span [-max_ctrl, max_ctrl]) [§3]
 
     # Boxes and ramps
-    n_boxes: Range = (2, 2)
-    n_elongated: Range = (0, 0)  # elongated count is drawn from [low, min(high, n_boxes)]
-    box_size: float = 0.5
+    n_boxes: Range = (2, 2)  #: (low, high) boxes per episode [§1]
+    n_elongated: Range = (0, 0)  #: (low, high) of them elongated, capped at the box count [§1]
+    box_size: float = 0.5  #: side of a cube box, m [§2]
+    #: (x, y, z) of an elongated box, m [§2]
     elongated_size: tuple[float, float, float] = (1.65, 0.15, 0.5)
-    box_mass: float = 1.0
-    box_friction: float = 0.2
-    # damping of every joint of a box / ramp (slides and hinge, as in the original); the names
-    # predate that and stay, since saved replays carry the config by field name
-    box_hinge_damping: float = 0.01
-    n_ramps: int = 1
-    ramp_size: float = 0.5
-    ramp_mass: float = 1.0
-    ramp_friction: float = 0.01
-    ramp_hinge_damping: float = 0.1
-    boxes_lockable: bool = True
-    ramps_lockable: bool = False
-    box_size_obs: bool = False  # append the box's full size (x, y, z) to box_obs
-    ramp_lock_obs: bool = True  # lock flags in ramp_obs where ramps lock (contract.ramp_columns)
+    box_mass: float = 1.0  #: kg [§2]
+    box_friction: float = 0.2  #: friction of boxes [§2]
+    # *_hinge_damping damp every joint of a box / ramp (slides and hinge, as in the original);
+    # the names predate that and stay, since saved replays carry the config by field name
+    box_hinge_damping: float = 0.01  #: damping of each joint (slides, hinge) of a box [§2]
+    n_ramps: int = 1  #: ramps per episode [§1]
+    ramp_size: float = 0.5  #: side of a ramp's bounding cube (45 degree slope), m [§2]
+    ramp_mass: float = 1.0  #: kg [§2]
+    ramp_friction: float = 0.01  #: friction of ramps [§2]
+    ramp_hinge_damping: float = 0.1  #: damping of each joint (slides, hinge) of a ramp [§2]
+    boxes_lockable: bool = True  #: whether the lock action can freeze boxes [§3]
+    ramps_lockable: bool = False  #: whether the lock action can freeze ramps [§3]
+    box_size_obs: bool = False  #: append a box's full size (x, y, z) to box_obs [§5]
+    #: ramp rows carry lock flags where ramps lock (off: fine-tuning without them)
+    ramp_lock_obs: bool = True
 
     # Placement on the grid
+    #: 'quadrant' (boxes in the room, seekers outside it), 'uniform' or 'counting'
+    #: (object_counting's fixed scene) [§1]
     placement: Annotated[str, OneOf(PLACEMENT_MODES)] = "quadrant"
-    teammate_spread_cells: int = -1  # >= 0: teammates within this many cells of the first one
-    place_tries: int = 10
-    agent_cells: int = 2
-    box_cells: int = 3
+    #: >= 0: teammates within this many cells of the first one [§1]
+    teammate_spread_cells: int = -1
+    place_tries: int = 10  #: rejection-sampling tries per body before the layout is rebuilt [§2]
+    agent_cells: int = 2  #: footprint of an agent on the grid, cells per side [§2]
+    box_cells: int = 3  #: footprint of a cube box, cells per side [§2]
+    #: footprint (long, short) of an elongated box, cells [§2]
     elongated_cells: tuple[int, int] = (9, 1)
-    ramp_cells: int = 3
+    ramp_cells: int = 3  #: footprint of a ramp, cells per side [§2]
 
     # Rules
-    oob_low: float = 0.1
-    oob_high: float = 5.9
+    oob_low: float = 0.1  #: low corner (x and y) of the out-of-bounds square, m [§4]
+    oob_high: float = 5.9  #: high corner (x and y) of the out-of-bounds square, m [§4]
+    #: reward of an agent (or, with penalise_objects_oob, of all) out of bounds [§4]
     oob_penalty: float = -10.0
+    #: every agent gets oob_penalty when a box or ramp is out [§4]
     penalise_objects_oob: bool = True
+    #: half-angle of the vision cone, radians (67.5 degrees) [§4]
     vision_half_angle: float = math.radians(67.5)
+    #: largest distance from agent centre to an object it grabs or locks, m [§3]
     grab_range: float = 0.25
-    n_lidar: int = 30
-    lidar_range: float = 6.0
+    n_lidar: int = 30  #: lidar rays per agent [§5]
+    lidar_range: float = 6.0  #: lidar range, m (the value of a ray that hits nothing) [§5]
 
     # The construction tasks' worlds (construction.py; numbers from the original's blueprint and
     # shelter example configs, docs/fidelity.md). Zero sites / no cylinder: no change to the game.
     # blueprint: construction sites, squares on the floor that boxes must cover
-    n_sites: Range = (0, 0)  # drawn per episode; max_sites = high (rows of site_obs)
-    site_size: Positive = 0.5  # side of a site (the original: the box size)
-    site_height: float = 0.25  # z of a site's centre and corners (box corners mid-height)
-    site_cells: int = 3  # footprint on the placement grid: ceil(site_size / cell)
-    site_area_fraction: AreaFraction = 0.85  # sites in the middle 85% of the grid (off walls)
-    # shelter: a static cylinder to shield from rays cast from the arena's edges
+    n_sites: Range = (0, 0)  #: blueprint: (low, high) sites per episode; 0: no site_obs [transfer]
+    #: blueprint: side of a square site, m (the original: the box size) [transfer]
+    site_size: Positive = 0.5
+    #: blueprint: z of a site's centre and corners (box corners mid-height), m [transfer]
+    site_height: float = 0.25
+    #: blueprint: a site's footprint, grid cells per side (ceil(site_size / cell)) [transfer]
+    site_cells: int = 3
+    #: blueprint: sites lie in this middle share of the grid (off walls) [transfer]
+    site_area_fraction: AreaFraction = 0.85
+    #: shelter: a static cylinder in the arena, to shield from rays cast from its edges
+    #: [transfer]
     cylinder: bool = False
-    # uniform per episode
+    #: shelter: (low, high) cylinder diameter, m, uniform per episode [transfer]
     cylinder_diameter: Annotated[tuple[float, float], Bounds(0, inclusive=False)] = (1.5, 2.0)
-    cylinder_height: Positive = 0.5  # the original: the box size
-    cylinder_area_fraction: AreaFraction = 0.7  # cylinder in the middle 70% of the grid
-    cylinder_friction: float = 1.0  # MuJoCo's default: the original sets none
+    #: shelter: cylinder height, m (the original: the box size) [transfer]
+    cylinder_height: Positive = 0.5
+    #: shelter: the cylinder lies in this middle share [transfer]
+    cylinder_area_fraction: AreaFraction = 0.7
+    #: shelter: friction of the cylinder (MuJoCo's default: the original sets none) [transfer]
+    cylinder_friction: float = 1.0
 
     # Transfer tasks: each one's own numbers (the sections above)
     lock: LockTaskConfig = field(default_factory=LockTaskConfig)
@@ -265,8 +300,8 @@ class GameConfig:
     count_based: CountBasedConfig = field(default_factory=CountBasedConfig)
 
     # Rendering
-    render_width: int = 480
-    render_height: int = 480
+    render_width: int = 480  #: pixels of render() frames [render]
+    render_height: int = 480  #: pixels of render() frames [render]
 
     # ------------------------------------------------------------------
     @property
@@ -306,6 +341,8 @@ _ONE_AGENT_TASK = dict(
 )
 _ONE_HIDER = dict(_ONE_AGENT_TASK, n_hiders=(1, 1), n_seekers=(0, 0))
 _ONE_SEEKER = dict(_ONE_AGENT_TASK, n_hiders=(0, 0), n_seekers=(1, 1))
+# the construction tasks: one seeker, 8 boxes, no walls, no ramps
+_BUILDER = dict(_ONE_SEEKER, walls="none", n_boxes=(8, 8), n_ramps=0)
 
 PRESETS: dict[str, dict] = {
     "quadrant": {},
@@ -361,31 +398,14 @@ PRESETS: dict[str, dict] = {
         n_ramps=3,
         ramps_lockable=True,
     ),
-    "blueprint": dict(
-        _ONE_SEEKER,
-        task="blueprint",
-        horizon=150,
-        walls="none",
-        n_boxes=(8, 8),
-        n_ramps=0,
-        n_sites=(1, 4),
-    ),
-    "shelter": dict(
-        _ONE_SEEKER,
-        task="shelter",
-        horizon=240,
-        walls="none",
-        n_boxes=(8, 8),
-        n_elongated=(3, 3),
-        n_ramps=0,
-        cylinder=True,
-    ),
+    "blueprint": dict(_BUILDER, task="blueprint", horizon=150, n_sites=(1, 4)),
+    "shelter": dict(_BUILDER, task="shelter", horizon=240, n_elongated=(3, 3), cylinder=True),
     # A 10 m floor: the row of up to 6 boxes in view and, on each side, room for all of them
     # behind a screen wall (the layout's "counting" walls and placement; counting.py).
     "object_counting": dict(
         _ONE_HIDER,
         task="object_counting",
-        horizon=40,  # counting_show_steps + counting_move_steps + counting_hidden_steps
+        horizon=40,  # counting.show_steps + counting.move_steps + counting.hidden_steps
         floor_size=10.0,
         walls="counting",
         n_boxes=(6, 6),  # the paper's six boxes

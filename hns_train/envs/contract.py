@@ -91,20 +91,34 @@ def control_levels(bins: int, max_ctrl: float) -> np.ndarray:
 
 def check_actions(actions, n_worlds: int, n_agents: int, nvec: np.ndarray) -> np.ndarray:
     """`actions` as (n_worlds, n_agents, 5) int64, or a ValueError naming what is wrong: the
-    shape, a dtype that is not integral (floats holding whole numbers pass), or the first
-    entry outside its head's [0, nvec[k] - 1]."""
+    shape, a dtype that is not integral, or the first entry outside its head's range (the rule
+    of `integral` and `first_out_of_range`, which the PettingZoo env applies agent by agent)."""
     actions = np.asarray(actions)
     want = (n_worlds, n_agents, len(nvec))
     if actions.shape != want:
         raise ValueError(f"actions have shape {actions.shape}; expected {want} (worlds, agents, 5)")
-    if actions.dtype.kind not in "iu":
-        integral = actions.dtype.kind == "f" and np.all(actions == np.round(actions))
-        if not integral:
-            raise ValueError(f"actions must be integers, got dtype {actions.dtype}")
-    if actions.min() < 0 or (actions >= nvec).any():
-        w, a, k = np.argwhere((actions < 0) | (actions >= nvec))[0]
-        raise ValueError(bad_action_message(int(actions[w, a, k]), w, a, k, nvec))
+    if not integral(actions):
+        raise ValueError(f"actions must be integers, got dtype {actions.dtype}")
+    bad = first_out_of_range(actions, nvec)
+    if bad is not None:
+        w, a, k = bad
+        raise ValueError(bad_action_message(int(actions[bad]), w, a, k, nvec))
     return actions.astype(np.int64, copy=False)
+
+
+def integral(actions: np.ndarray) -> bool:
+    """Whether `actions` hold integers: an integer dtype, or floats holding whole numbers."""
+    if actions.dtype.kind in "iu":
+        return True
+    return actions.dtype.kind == "f" and bool(np.all(actions == np.round(actions)))
+
+
+def first_out_of_range(actions: np.ndarray, nvec) -> tuple[int, ...] | None:
+    """Index of the first entry of integral `actions` (..., 5) outside its head's
+    [0, nvec[k] - 1], or None."""
+    if actions.min() >= 0 and (actions < nvec).all():
+        return None
+    return tuple(int(i) for i in np.argwhere((actions < 0) | (actions >= nvec))[0])
 
 
 def bad_action_message(value: int, world: int, slot: int, k: int, nvec) -> str:

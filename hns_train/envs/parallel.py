@@ -33,13 +33,15 @@ possible agent an action: `pad_absent=True` gives the absent ones zero observati
 infos at reset and ignores their actions (TorchRL's mask is False for them). Without
 `pad_absent` both are errors, as PettingZoo wants.
 
-Every keyword and its default is listed in `help(parallel_env)` (`KEYWORDS` below holds the
-descriptions; a test checks that every `GameConfig` field has one).
+Every keyword and its default is listed in `help(parallel_env)`, each game parameter with the
+meaning its `#:` comment in `GameConfig` gives it (`typed_config.field_docs`; a test checks that
+every field has one).
 """
 
 from __future__ import annotations
 
 import inspect
+from dataclasses import fields, is_dataclass
 from operator import itemgetter
 
 import numpy as np
@@ -47,139 +49,15 @@ from gymnasium import spaces
 from pettingzoo import ParallelEnv
 from pettingzoo.utils.conversions import parallel_to_aec
 
-from hns_train.envs.config import make_config
+from hns_train.envs.config import PRESETS, GameConfig, make_config
+from hns_train.envs.contract import first_out_of_range, integral
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.envs.observations import observation_space
+from hns_train.typed_config import field_docs
 
 RENDER_MODES = ("rgb_array", "human")
 FLAT_DTYPE = np.float32
 _INT64 = np.dtype(np.int64)  # the native one: `rows.dtype is _INT64`
-
-# What each game keyword means (spec sections in brackets); help(parallel_env) lists them all.
-KEYWORDS: dict[str, str] = {
-    "task": "hide_and_seek, or a transfer task set by its preset (docs/transfer.md)",
-    # teams and episode
-    "n_hiders": "(low, high) hiders per episode, drawn uniformly at each reset [§1]",
-    "n_seekers": "(low, high) seekers per episode, drawn uniformly at each reset [§1]",
-    "horizon": "env steps per episode; the last one truncates (PettingZoo: max_cycles) [§1]",
-    "prep_fraction": "share of the horizon that is the preparation phase (seekers frozen) [§1]",
-    # physics
-    "timestep": "MuJoCo timestep, s [§1]",
-    "substeps": "MuJoCo steps per env step [§1]",
-    "gravity": "gravity on z, m/s^2 [§1]",
-    # arena and walls
-    "floor_size": "side of the square floor, m (corner at the origin) [§1]",
-    "grid_cells": "cells per side of the placement grid [§1]",
-    "walls": "'quadrant' (one room), 'random' (1-4 rooms), 'tri' (3 rooms), 'none' or "
-    "'counting' (object_counting's screen walls) [§1]",
-    "room_cells": "quadrant room: (x, y) grid lines of its inner walls [§1]",
-    "n_rooms": "random walls: (low, high) rooms per episode [§1]",
-    "min_room_cells": "random walls: smallest room side, cells [§1]",
-    "door_width": "gap of a door in an inner wall, m [§1]",
-    "p_one_wall_doorless": "quadrant: probability that one inner wall has no door [§1]",
-    "tri_split": "tri: (low, high) share of the grid at which each inner wall lies [transfer]",
-    "tri_doors": "tri: whether each inner wall has a door [transfer]",
-    "p_outer_walls": "probability that the 4 outer walls exist this episode [§1]",
-    "wall_thickness": "m [§2]",
-    "inner_wall_height": "m [§2]",
-    "outer_wall_height": "m [§2]",
-    "wall_friction": "friction of walls [§2]",
-    "floor_friction": "friction of the floor [§2]",
-    # agents
-    "agent_radius": "agent sphere radius, m [§2]",
-    "agent_mass": "kg [§2]",
-    "agent_friction": "friction of agents (MuJoCo takes the max of a contact pair) [§2]",
-    "agent_slide_damping": "damping of the x and y slide joints [§2]",
-    "agent_z_damping": "damping of the z slide joint [§2]",
-    "agent_hinge_damping": "damping of the yaw hinge [§2]",
-    "arm_radius": "radius of the two massless arm spheres marking an agent's front, m [§2]",
-    "arm_offset": "local (x, y, z) of the arms (the other at (-x, y, z)), m [§2]",
-    "actuator_gear": "gear of the x, y and yaw actuators [§2]",
-    "action_bins": "bins of each movement action (odd; the middle bin is zero) [§3]",
-    "max_ctrl": "control of the outermost bin (bins span [-max_ctrl, max_ctrl]) [§3]",
-    # boxes and ramps
-    "n_boxes": "(low, high) boxes per episode [§1]",
-    "n_elongated": "(low, high) of them elongated, capped at the box count [§1]",
-    "box_size": "side of a cube box, m [§2]",
-    "elongated_size": "(x, y, z) of an elongated box, m [§2]",
-    "box_mass": "kg [§2]",
-    "box_friction": "friction of boxes [§2]",
-    "box_hinge_damping": "damping of a box's yaw hinge [§2]",
-    "n_ramps": "ramps per episode [§1]",
-    "ramp_size": "side of a ramp's bounding cube (45 degree slope), m [§2]",
-    "ramp_mass": "kg [§2]",
-    "ramp_friction": "friction of ramps [§2]",
-    "ramp_hinge_damping": "damping of a ramp's yaw hinge [§2]",
-    "boxes_lockable": "whether the lock action can freeze boxes [§3]",
-    "ramps_lockable": "whether the lock action can freeze ramps [§3]",
-    "box_size_obs": "append a box's full size (x, y, z) to box_obs [§5]",
-    "ramp_lock_obs": "ramp rows carry lock flags where ramps lock (off: fine-tuning without them)",
-    # placement
-    "placement": "'quadrant' (boxes in the room, seekers outside it), 'uniform' or 'counting' "
-    "(object_counting's fixed scene) [§1]",
-    "teammate_spread_cells": ">= 0: teammates within this many cells of the first one [§1]",
-    "place_tries": "rejection-sampling tries per body before the layout is rebuilt [§2]",
-    "agent_cells": "footprint of an agent on the grid, cells per side [§2]",
-    "box_cells": "footprint of a cube box, cells per side [§2]",
-    "elongated_cells": "footprint (long, short) of an elongated box, cells [§2]",
-    "ramp_cells": "footprint of a ramp, cells per side [§2]",
-    # rules
-    "oob_low": "low corner (x and y) of the out-of-bounds square, m [§4]",
-    "oob_high": "high corner (x and y) of the out-of-bounds square, m [§4]",
-    "oob_penalty": "reward of an agent (or, with penalise_objects_oob, of all) out of bounds [§4]",
-    "penalise_objects_oob": "every agent gets oob_penalty when a box or ramp is out [§4]",
-    "vision_half_angle": "half-angle of the vision cone, radians (67.5 degrees) [§4]",
-    "grab_range": "largest distance from agent centre to an object it grabs or locks, m [§3]",
-    "n_lidar": "lidar rays per agent [§5]",
-    "lidar_range": "lidar range, m (the value of a ray that hits nothing) [§5]",
-    # task: locking
-    "lock.reward": "lock tasks: reward for each box that becomes locked [transfer]",
-    "lock.unlock_penalty": "lock tasks: penalty for each box that becomes unlocked [transfer]",
-    "lock.shaped_reward_scale": "lock tasks: reward per metre gained towards the target [transfer]",
-    "lock.success_reward": "lock tasks: reward of every step the task is complete [transfer]",
-    "lock.return_threshold": "lock_and_return: largest distance to the spawn xy, m [transfer]",
-    # task: construction (construction.py, docs/fidelity.md)
-    "n_sites": "blueprint: (low, high) sites per episode; 0: no site_obs [transfer]",
-    "site_size": "blueprint: side of a square site, m [transfer]",
-    "site_height": "blueprint: z of a site's centre and corners, m [transfer]",
-    "site_cells": "blueprint: a site's footprint, grid cells per side [transfer]",
-    "site_area_fraction": "blueprint: sites lie in this middle share of the grid [transfer]",
-    "blueprint.activation_radius": "blueprint: box centre and corners this close: done, m "
-    "[transfer]",
-    "blueprint.smoothmin_alpha": "blueprint: smooth-min exponent of the dense reward, < 0 "
-    "[transfer]",
-    "blueprint.dense_scale": "blueprint: dense reward = -scale * mean corner distance [transfer]",
-    "blueprint.completed_reward": "blueprint: reward per site, once, when all are done [transfer]",
-    "cylinder": "shelter: a static cylinder in the arena [transfer]",
-    "cylinder_diameter": "shelter: (low, high) cylinder diameter, m, per episode [transfer]",
-    "cylinder_height": "shelter: cylinder height, m [transfer]",
-    "cylinder_area_fraction": "shelter: the cylinder lies in this middle share [transfer]",
-    "cylinder_friction": "shelter: friction of the cylinder [transfer]",
-    "shelter.rays_per_side": "shelter: rays cast at the cylinder per floor side [transfer]",
-    "shelter.ray_margin_cells": "shelter: ray starts lie this many cells in [transfer]",
-    "shelter.reward_scale": "shelter: reward = -scale * rays reaching the cylinder [transfer]",
-    # rendering
-    "render_width": "pixels of render() frames [render]",
-    "render_height": "pixels of render() frames [render]",
-    # task: counting
-    "counting.show_steps": "object_counting: steps the boxes stand in view [transfer]",
-    "counting.move_steps": "object_counting: steps the boxes slide out of sight [transfer]",
-    "counting.hidden_steps": "object_counting: steps every box is hidden before the answer "
-    "[transfer]",
-    "counting.agent_y": "object_counting: y of the pinned agent (x: floor centre), m [transfer]",
-    "counting.row_y": "object_counting: y of the boxes' row and hiding spots, m [transfer]",
-    "counting.spacing": "object_counting: between box centres, row and spots, m [transfer]",
-    "counting.screen_y": "object_counting: y of the two screen walls, m [transfer]",
-    "counting.window": "object_counting: gap between the screen walls, m [transfer]",
-    "counting.spot_margin": "object_counting: outermost spot's centre from the floor edge, m "
-    "[transfer]",
-    "counting.correct_reward": "object_counting: last-step reward of a right count [transfer]",
-    "counting.wrong_reward": "object_counting: last-step reward of a wrong count [transfer]",
-    # task: count_based
-    "count_based.bonus_scale": "count_based: reward scale / sqrt(visits of the state) [transfer]",
-    "count_based.cell": "count_based: grid the state's positions are rounded to, m [transfer]",
-    "count_based.state": "count_based: 'objects' (boxes, ramps) or 'objects_agents' [transfer]",
-}
 
 
 def agent_names(max_hiders: int, max_seekers: int) -> list[str]:
@@ -189,13 +67,10 @@ def agent_names(max_hiders: int, max_seekers: int) -> list[str]:
 
 
 def _keyword_help() -> str:
-    from dataclasses import fields, is_dataclass
-
-    from hns_train.envs.config import PRESETS, GameConfig
-
+    docs = field_docs(GameConfig)
     lines = [
         "Keywords (defaults of the quadrant preset; other presets change some, see PRESETS):",
-        "    preset: 'quadrant' | 'randomwalls' | 'chase'",
+        f"    preset: {' | '.join(map(repr, PRESETS))}",
         "    seed: int | None = None  (seeds the world generator; reset(seed=...) reseeds it)",
         "    render_mode: None | 'rgb_array' | 'human'  ('human' needs a display)",
         "    flatten: bool = False  (observations as one float32 Box vector, for SuperSuit etc.)",
@@ -207,13 +82,14 @@ def _keyword_help() -> str:
         if f.name == "preset":
             continue
         if is_dataclass(f.default_factory):  # a task's section: one line a field
+            section_docs = field_docs(f.default_factory)
             for sub in fields(f.default_factory):
                 key = f"{f.name}.{sub.name}"
-                lines.append(f"    {key} = {sub.default!r}: {KEYWORDS[key]}")
+                lines.append(f"    {key} = {sub.default!r}: {section_docs.get(sub.name, '')}")
             continue
         changed = [p for p, over in PRESETS.items() if f.name in over]
         note = f"  (set by {', '.join(changed)})" if changed else ""
-        lines.append(f"    {f.name} = {f.default!r}: {KEYWORDS[f.name]}{note}")
+        lines.append(f"    {f.name} = {f.default!r}: {docs.get(f.name, '')}{note}")
     return "\n".join(lines)
 
 
@@ -435,19 +311,14 @@ class HideAndSeekParallelEnv(ParallelEnv):
             ) from None
         if a.shape != nvec.shape:
             raise ValueError(f"action for {agent} has shape {a.shape}; allowed: {allowed}")
-        integral = np.issubdtype(a.dtype, np.integer) or (
-            np.issubdtype(a.dtype, np.floating)
-            and np.all(np.isfinite(a))
-            and np.all(a == np.round(a))
-        )
-        if not integral:
+        if not integral(a):
             raise ValueError(
                 f"action for {agent} is {a.tolist()} (dtype {a.dtype}), not integers; "
                 f"allowed: {allowed}"
             )
-        bad = np.flatnonzero((a < 0) | (a >= nvec))
-        if bad.size:
-            k = int(bad[0])
+        bad = first_out_of_range(a, nvec)
+        if bad is not None:
+            (k,) = bad
             raise ValueError(
                 f"action for {agent} is {a.tolist()}: dimension {k} = {a[k]} is outside "
                 f"[0, {nvec[k] - 1}]; allowed: {allowed}"

@@ -99,3 +99,17 @@ def test_action_heads_and_noop():
     for bad in (10, 1, 2.0, True):
         with pytest.raises(ValueError, match="action_bins"):
             C.action_nvec(bad)
+
+
+def test_the_game_refuses_actions_naming_the_first_bad_entry():
+    nvec = np.array(C.action_nvec())
+    actions = np.tile(C.noop_action(), (2, 3, 1))
+    assert C.check_actions(actions.astype(float), 2, 3, nvec).dtype == np.int64  # whole floats
+    actions[1, 2, 3] = 2
+    actions[1, 2, 4] = -1
+    with pytest.raises(ValueError, match=r"action 2 for world 1, agent slot 2, dimension 3 "):
+        C.check_actions(actions, 2, 3, nvec)
+    with pytest.raises(ValueError, match="actions must be integers, got dtype float64"):
+        C.check_actions(actions + 0.5, 2, 3, nvec)
+    with pytest.raises(ValueError, match=r"shape \(2, 3, 5\); expected \(3, 2, 5\)"):
+        C.check_actions(actions, 3, 2, nvec)

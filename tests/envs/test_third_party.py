@@ -5,6 +5,7 @@ sizes); and the keyword documentation that help() shows."""
 from __future__ import annotations
 
 import pydoc
+import re
 from dataclasses import fields, is_dataclass
 
 import numpy as np
@@ -128,11 +129,14 @@ def test_help_shows_every_keyword():
     for f in fields(GameConfig):
         if is_dataclass(f.default_factory):  # a task's section: each of its fields
             for sub in fields(f.default_factory):
-                assert f"    {f.name}.{sub.name} = {sub.default!r}: " in text, f.name
-        elif f.name != "preset":
-            assert f"    {f.name} = {f.default!r}: " in text, f.name
+                line = f"    {f.name}.{sub.name} = {sub.default!r}: "
+                assert re.search(re.escape(line) + r"\S", text), f"{f.name}.{sub.name}"
+        elif f.name != "preset":  # each with its meaning, read from its #: comment
+            assert re.search(re.escape(f"    {f.name} = {f.default!r}: ") + r"\S", text), f.name
     for keyword in ("preset", "seed", "render_mode", "flatten", "max_cycles", "pad_absent"):
         assert f"    {keyword}: " in text, keyword
+    presets = text.split("    preset: ")[1].split("\n")[0]
+    assert presets.split(" | ") == [repr(p) for p in E.PRESETS]
     assert "pad_absent" in pydoc.render_doc(E.env, renderer=pydoc.plaintext)
     for method in (
         E.HideAndSeekParallelEnv,
