@@ -25,12 +25,13 @@ Public API:
   and `restore_training(checkpoint, ppo, np_rng=None) -> TrainingInfo(counters, config, meta)`:
   weights, optimiser moments, normalisers (buffers of `ActorCritic`), counters, RNG states and
   the resolved config in one checkpoint.
-- `CheckpointDir(folder, keep=3)`: `save(step, state, meta)` writes `ckpt_<step>.pt` and prunes
-  to the newest `keep`, after checking that the disk has room for `ROOM_FOR` checkpoints of its
-  size (else `NoRoomError`, an OSError with errno ENOSPC, and nothing is written: a full disk
-  never costs the newest good checkpoint); `room_problem(folder, size)` is that check;
-  `latest()` returns the newest checkpoint that loads, skipping (with a
-  logged warning) any that is truncated or corrupt; `steps()` lists the numbered files.
+- `CheckpointDir(folder, keep=3, prefix="ckpt_")`: `save(step, state, meta)` writes
+  `<prefix><step>.pt` and prunes to the newest `keep`, after checking that the disk has room
+  for `ROOM_FOR` checkpoints of its size (else `NoRoomError`, an OSError with errno ENOSPC, and
+  nothing is written: a full disk never costs the newest good checkpoint); `room_problem(folder,
+  size)` is that check; `latest()` returns the newest checkpoint that loads, skipping (with a
+  logged warning) any that is truncated or corrupt; `steps()` lists the numbered files (the
+  pool lists its `snapshot_<version>.pt` files with one).
 - `resolve_checkpoint(path) -> Path`: the checkpoint a file, a checkpoints folder or a run
   directory names (every command that takes one goes through it); ValueError says why none.
 """
@@ -352,28 +353,30 @@ def restore_training(
 
 # ----------------------------------------------------------------------------- numbered folder
 
-_NAME = re.compile(r"^ckpt_(\d+)\.pt$")
-
 
 class CheckpointDir:
-    """`run_dir/checkpoints`: numbered checkpoints `ckpt_<step>.pt`, the newest `keep` kept."""
+    """`run_dir/checkpoints`: numbered checkpoints `ckpt_<step>.pt`, the newest `keep` kept.
+    With another `prefix` it lists other numbered files of this format (the pool's
+    `snapshot_<version>.pt`); only `save` prunes."""
 
-    def __init__(self, folder: str | os.PathLike, keep: int = 3) -> None:
+    def __init__(self, folder: str | os.PathLike, keep: int = 3, prefix: str = "ckpt_") -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.folder = Path(folder)
         self.keep = keep
+        self.prefix = prefix
+        self._name = re.compile(rf"{re.escape(prefix)}(\d+)\.pt")
         self.skipped: list[str] = []
         self.folder.mkdir(parents=True, exist_ok=True)
 
     def path_for(self, step: int) -> Path:
         if step < 0:
             raise ValueError(f"checkpoint step must be >= 0, got {step}")
-        return self.folder / f"ckpt_{int(step):010d}.pt"
+        return self.folder / f"{self.prefix}{int(step):010d}.pt"
 
     def steps(self) -> list[int]:
         """Steps of the numbered files present, oldest first (validity not checked)."""
-        found = (_NAME.match(p.name) for p in self.folder.iterdir())
+        found = (self._name.fullmatch(p.name) for p in self.folder.iterdir())
         return sorted(int(m.group(1)) for m in found if m)
 
     def save(

@@ -81,6 +81,7 @@ import numpy as np
 
 from hns_train import typed_config
 from hns_train.agents.checkpoint import (
+    CheckpointDir,
     CheckpointError,
     NoRoomError,
     disk_full,
@@ -264,7 +265,6 @@ class GuestInfo:
     created: float | None
 
 
-_SNAPSHOT = re.compile(r"^snapshot_(\d+)\.pt$")
 # Files of one guest name kept on disk: the current one and the one it replaced.
 GUEST_FILES_KEPT = 2
 
@@ -296,6 +296,8 @@ class PolicyPool(IndexHolder):
         self.folder.mkdir(parents=True, exist_ok=True)
         self.config = config or PoolConfig()
         self.db_path = self.folder / DB_NAME
+        self.files = CheckpointDir(self.folder, prefix="snapshot_")  # the snapshot files
+        self.path_for = self.files.path_for
         self._lock = threading.Lock()
         self._cache_time = -math.inf
         self._versions: np.ndarray = np.zeros(0, dtype=np.int64)
@@ -323,9 +325,6 @@ class PolicyPool(IndexHolder):
             ) from None
 
     # ----- snapshots -----
-
-    def path_for(self, version: int) -> Path:
-        return self.folder / f"snapshot_{int(version):010d}.pt"
 
     def should_snapshot(self, version: int) -> bool:
         # Version 0, the untrained policy, is a member too: the baseline of cross-play.
@@ -375,25 +374,21 @@ class PolicyPool(IndexHolder):
         """Index snapshot files written just before a crash; drop snapshot and guest rows whose
         file has gone (guest files are never indexed as snapshots)."""
         indexed = set(self.versions())
-        on_disk = {}
-        for p in self.folder.iterdir():
-            m = _SNAPSHOT.match(p.name)
-            if m:
-                on_disk[int(m.group(1))] = p
-        for version in sorted(set(on_disk) - indexed):
+        on_disk = set(self.files.steps())
+        for version in sorted(on_disk - indexed):
             try:
-                meta = load_checkpoint(on_disk[version]).meta
+                meta = load_checkpoint(self.path_for(version)).meta
             except CheckpointError as e:
                 log.warning("pool: ignoring unusable snapshot file: %s", e)
                 continue
             self._insert(
                 version,
-                on_disk[version],
+                self.path_for(version),
                 float(meta.get("created", time.time())),
                 int(meta.get("frames", 0)),
                 int(meta.get("episodes", 0)),
             )
-        missing = sorted(indexed - set(on_disk))
+        missing = sorted(indexed - on_disk)
         if missing:
             log.warning("pool: snapshot files missing for versions %s; dropping them", missing)
             with transaction(self.conn):
