@@ -17,7 +17,7 @@ half of one.
 
 Public API:
 - `save_checkpoint(path, state, meta=None) -> Path`, `load_checkpoint(path, map_location="cpu")
-  -> Checkpoint(state, meta, path)`; `read_meta(path)` is a cheap-ish metadata read.
+  -> Checkpoint(state, meta, path)`.
 - `Counters(version, frames, episodes, wall_clock_s)`: the run's progress counters.
 - `capture_rng_state(np_rng=None)` / `restore_rng_state(saved, np_rng=None)`: python, numpy
   (global and an optional Generator) and torch (CPU and CUDA) RNG states as tensors + JSON.
@@ -223,11 +223,6 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> Check
     if not isinstance(state, dict):
         raise CheckpointError(f"checkpoint {path} has no state dict")
     return Checkpoint(state=state, meta=meta, path=path)
-
-
-def read_meta(path: str | os.PathLike) -> dict[str, Any]:
-    """The metadata of a checkpoint (verifies the whole file, loads tensors on CPU)."""
-    return load_checkpoint(path).meta
 
 
 # ----------------------------------------------------------------------------- training state

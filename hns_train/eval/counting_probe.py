@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hns_train.agents.checkpoint import load_checkpoint, read_meta
+from hns_train.agents.checkpoint import load_checkpoint
 from hns_train.agents.config import NetworkConfig
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.transfer import (
@@ -186,11 +186,12 @@ def frozen_network(
         torch.manual_seed(seed)
         return ActorCritic(observation_shapes(cfg), network, device="cpu").eval(), cfg
     path = checkpoint_path(init)
-    meta = read_meta(path)
+    checkpoint = load_checkpoint(path)
+    meta = checkpoint.meta
     own = dataclasses.replace(cfg, **match_observations(cfg, source_game(meta, str(path))))
     network = config_from_dict(meta["config"], source=str(path)).agent.network
     net = ActorCritic(observation_shapes(own), network, device="cpu")
-    load_pretrained(net, load_checkpoint(path))
+    load_pretrained(net, checkpoint)
     return net.eval(), own
 
 
