@@ -6,8 +6,8 @@ re-simulate) every step of its episode: the `GameConfig`, the `Layout`, and per-
 plus the game state a viewer needs. `world.build_spec(cfg, layout).compile()` rebuilds the model.
 
 File format (`FORMAT_NAME`, version `FORMAT_VERSION`): a `.npz` written with
-`np.savez_compressed` (atomic: temporary file, then rename) and read with
-`np.load(allow_pickle=False)`, so a file can never run code. Members:
+`np.savez_compressed` (atomic: temporary file, then rename) and read member by member with
+`np.lib.format.read_array(allow_pickle=False)`, so a file can never run code. Members:
 - `header`: uint8 array of UTF-8 JSON: `format`, `version`, `game_config` (every GameConfig
   field), `sizes` (n_frames, n_steps, nq, nv, nu, n_agents, n_objects), `layout_counts`
   (n_hiders, n_seekers), `seed`, `world`, `metadata` (free JSON: team names and policy
@@ -301,14 +301,7 @@ def load(path) -> Replay:
             f"{where}: not a replay (not an .npz archive; a replay is written by "
             "hns_train.eval.replay.save)"
         )
-    _check_declared_sizes(path, where)
-    members: dict[str, np.ndarray] = {}
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            for name in npz.files:
-                members[name] = npz[name]
-    except Exception as e:  # zip, zlib, npy header and pickle refusals all end here
-        raise ReplayError(f"{where}: truncated or corrupt file ({type(e).__name__}: {e})") from None
+    members = _read_members(path, where)
     header = _read_header(members, where)
     cfg = _read_config(header, where)
     sizes = _read_sizes(header, cfg, where)
@@ -317,9 +310,11 @@ def load(path) -> Replay:
     return Replay(cfg=cfg, layout=layout, arrays=arrays, header=header)
 
 
-def _check_declared_sizes(path: Path, where: str) -> None:
-    """Bounded memory: every member's unpacked size and its array's size (from the .npy
-    header, read alone) must fit `MAX_REPLAY_BYTES` and each other before any member loads."""
+def _read_members(path: Path, where: str) -> dict[str, np.ndarray]:
+    """The archive's arrays by name, read in bounded memory: before a member loads, its unpacked
+    size (with the members before it) must fit `MAX_REPLAY_BYTES` and the array its .npy header
+    declares must fit its unpacked size; a pickled member is refused."""
+    members: dict[str, np.ndarray] = {}
     total = 0
     try:
         with zipfile.ZipFile(path) as archive:
@@ -338,16 +333,20 @@ def _check_declared_sizes(path: Path, where: str) -> None:
                         else np.lib.format.read_array_header_2_0
                     )
                     shape, _, dtype = read(fh)
-                need = math.prod(shape) * dtype.itemsize
-                if need > info.file_size and not dtype.hasobject:  # (pickles: refused below)
-                    raise ReplayError(
-                        f"{where}: member {info.filename!r} declares a {list(shape)} {dtype} "
-                        f"array ({need} bytes) in {info.file_size} bytes"
-                    )
+                    need = math.prod(shape) * dtype.itemsize
+                    if need > info.file_size and not dtype.hasobject:  # pickles: read_array refuses
+                        raise ReplayError(
+                            f"{where}: member {info.filename!r} declares a {list(shape)} {dtype} "
+                            f"array ({need} bytes) in {info.file_size} bytes"
+                        )
+                    fh.seek(0)
+                    name = info.filename.removesuffix(".npy")
+                    members[name] = np.lib.format.read_array(fh, allow_pickle=False)
     except ReplayError:
         raise
-    except Exception as e:  # zip, zlib and npy header errors
+    except Exception as e:  # zip, zlib, npy header and pickle refusals all end here
         raise ReplayError(f"{where}: truncated or corrupt file ({type(e).__name__}: {e})") from None
+    return members
 
 
 def _read_header(members, where) -> dict:
