@@ -18,8 +18,8 @@ ordinary snapshot code and `load_snapshot` / `SnapshotCache` load it unchanged. 
 under a name it already has gives the new weights a new id (caches are keyed by id) and drops
 the old row; a replaced file is deleted only when its name has two newer ones (a process that
 drew the old id may still be loading it), so each name keeps at most its two newest files.
-`remove_guest` drops the row and leaves the files (the same reason). Snapshot listings
-(`versions`, `snapshot_info`) and the snapshot rules never include guests.
+`remove_guest` drops the row and leaves the files (the same reason). The snapshot listing
+(`versions`) and the snapshot rules never include guests.
 
 Who controls each team in an episode (`PolicyPool.draw(rng) -> TeamControllers`):
 - with probability `p_cross` the opponent team is a "cross" guest, with probability `p_past` a
@@ -52,8 +52,8 @@ Public API:
 - `PoolConfig` (dataclass), `TeamControllers(hiders, seekers)`, `policy_key(id) -> str`,
   `parse_policy_id(key) -> int | str`.
 - `PolicyPool(folder, config=None)`: `maybe_add(version, state_dict, frames, episodes)`,
-  `add_snapshot(...)`, `versions()`, `snapshot_info(version)`,
-  `load_snapshot(version_or_guest_id)`, `draw(rng)`, `candidate_probabilities(role)`,
+  `add_snapshot(...)`, `versions()`, `load_snapshot(version_or_guest_id)`, `draw(rng)`,
+  `candidate_probabilities(role)`,
   `add_guest(name, kind, state_dict, hider_weight=1.0, seeker_weight=1.0) -> int`,
   `set_guest_weights(name, hider_weight, seeker_weight)`, `remove_guest(name) -> bool`,
   `guests() -> list[GuestInfo]`, `guest_probabilities(kind, role)`, `close()`.
@@ -241,20 +241,6 @@ class TeamControllers:
 
 
 @dataclass(frozen=True)
-class SnapshotInfo:
-    version: int
-    path: Path
-    created: float
-    frames: int
-    episodes: int
-    games: int
-    hider_mu: float | None
-    hider_sigma: float | None
-    seeker_mu: float | None
-    seeker_sigma: float | None
-
-
-@dataclass(frozen=True)
 class GuestInfo:
     id: int
     name: str
@@ -334,7 +320,7 @@ class PolicyPool(IndexHolder):
         self, version: int, state_dict: Mapping[str, Any], frames: int = 0, episodes: int = 0
     ) -> bool:
         """Add a snapshot when `version` is a multiple of `snapshot_every` and not yet stored."""
-        if not self.should_snapshot(version) or self.snapshot_info(version) is not None:
+        if not self.should_snapshot(version) or version in self.versions():
             return False
         self.add_snapshot(version, state_dict, frames, episodes)
         return True
@@ -405,14 +391,6 @@ class PolicyPool(IndexHolder):
         rows = self.conn.execute("SELECT version FROM snapshots ORDER BY version").fetchall()
         return [int(r[0]) for r in rows]
 
-    def snapshot_info(self, version: int) -> SnapshotInfo | None:
-        row = self.conn.execute(
-            "SELECT * FROM pool_index WHERE version = ?", (int(version),)
-        ).fetchone()
-        if row is None:
-            return None
-        return SnapshotInfo(**{**dict(row), "path": self.folder / row["path"]})
-
     def load_snapshot(self, version: int, map_location: Any = "cpu") -> dict[str, Any]:
         """The frozen state dict of snapshot `version` or of a guest id (for
         `ActorCritic.load_state_dict`). A replaced guest id loads while its file is kept."""
@@ -423,7 +401,7 @@ class PolicyPool(IndexHolder):
             if row is None:
                 raise ValueError(f"no guest with id {version} in {self.folder}")
             return load_checkpoint(self.folder / row[0], map_location).state["model"]
-        if self.snapshot_info(version) is None:
+        if int(version) not in self.versions():
             raise ValueError(f"no snapshot of version {version} in {self.folder}")
         return load_checkpoint(self.path_for(version), map_location).state["model"]
 
