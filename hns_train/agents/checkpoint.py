@@ -21,8 +21,8 @@ Public API:
 - `Counters(version, frames, episodes, wall_clock_s)`: the run's progress counters.
 - `capture_rng_state(np_rng=None)` / `restore_rng_state(saved, np_rng=None)`: python, numpy
   (global and an optional Generator) and torch (CPU and CUDA) RNG states as tensors + JSON.
-- `training_state(ppo, counters, config=None, np_rng=None, extra_meta=None) -> (state, meta)`
-  and `restore_training(checkpoint, ppo, np_rng=None) -> TrainingInfo(counters, config, meta)`:
+- `training_state(ppo, counters, config=None, np_rng=None) -> (state, meta)` and
+  `restore_training(checkpoint, ppo, np_rng=None) -> Counters` (the config is `meta["config"]`):
   weights, optimiser moments, normalisers (buffers of `ActorCritic`), counters, RNG states and
   the resolved config in one checkpoint.
 - `CheckpointDir(folder, keep=3, prefix="ckpt_")`: `save(step, state, meta)` writes
@@ -49,7 +49,7 @@ import re
 import shutil
 import struct
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -296,19 +296,11 @@ def restore_rng_state(saved: Mapping[str, Any], np_rng: np.random.Generator | No
         np_rng.bit_generator.state = json.loads(saved["numpy_generator"])
 
 
-@dataclass
-class TrainingInfo:
-    counters: Counters
-    config: dict[str, Any] | None
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
 def training_state(
     ppo: Any,
     counters: Counters,
     config: Mapping[str, Any] | None = None,
     np_rng: np.random.Generator | None = None,
-    extra_meta: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(state, meta) for `save_checkpoint`: PPO (weights, normalisers, optimiser), RNG states;
     counters and the resolved config go into the JSON metadata."""
@@ -319,7 +311,6 @@ def training_state(
         "kind": "training",
         "counters": asdict(counters),
         "config": None if config is None else dict(config),
-        **dict(extra_meta or {}),
     }
     return state, meta
 
@@ -328,22 +319,17 @@ def restore_training(
     checkpoint: Checkpoint,
     ppo: Any,
     np_rng: np.random.Generator | None = None,
-    restore_rng: bool = True,
-) -> TrainingInfo:
-    """Load a `training_state` checkpoint into `ppo` (and the RNGs); returns counters/config."""
+) -> Counters:
+    """Load a `training_state` checkpoint into `ppo` (and the RNGs); returns its counters."""
     if checkpoint.meta.get("kind") != "training" or "ppo" not in checkpoint.state:
         raise ValueError(
             f"checkpoint {checkpoint.path} is not a training checkpoint "
             f"(kind={checkpoint.meta.get('kind')!r})"
         )
     ppo.load_state_dict(checkpoint.state["ppo"])
-    if restore_rng and "rng" in checkpoint.state:
+    if "rng" in checkpoint.state:
         restore_rng_state(checkpoint.state["rng"], np_rng)
-    return TrainingInfo(
-        counters=Counters.from_dict(checkpoint.meta.get("counters", {})),
-        config=checkpoint.meta.get("config"),
-        meta=checkpoint.meta,
-    )
+    return Counters.from_dict(checkpoint.meta.get("counters", {}))
 
 
 # ----------------------------------------------------------------------------- numbered folder
