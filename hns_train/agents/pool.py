@@ -624,7 +624,3 @@ class SnapshotCache:
 
     def get(self, version: int) -> Any:
         return self._load(int(version))
-
-    @property
-    def hits(self) -> int:
-        return self._load.cache_info().hits
