@@ -14,7 +14,7 @@ File format (`FORMAT_NAME`, version `FORMAT_VERSION`): a `.npz` written with
   versions under `hiders` / `seekers`, run name, ...), `episode_stats` (the game's end-of-episode
   info, or null), `mujoco_version`, `created_unix`.
 - `layout.<field>`: the `Layout` arrays (walls, which agents/boxes exist, box kinds, poses),
-  `layout_arrays(cfg)`: those of every config, plus the construction tasks' sites (`site_xy`,
+  `layout_shapes(cfg)`: those of every config, plus the construction tasks' sites (`site_xy`,
   `site_present`) where the config has sites and the cylinder (`cylinder_xy`, `cylinder_radius`)
   where it has one, so every other config's files are as they were.
 - Frame arrays, F = n_frames = n_steps + 1 rows; frame 0 is the state after reset, frame t the
@@ -97,7 +97,7 @@ STEP_ARRAYS: dict[str, tuple[str, Callable[[dict], tuple]]] = {
 SIZE_KEYS = ("n_frames", "n_steps", "nq", "nv", "nu", "n_agents", "n_objects")
 
 
-def _layout_shapes(cfg: GameConfig) -> dict[str, tuple[tuple, str]]:
+def layout_shapes(cfg: GameConfig) -> dict[str, tuple[tuple, str]]:
     """name -> (shape, dtype kind) of each `Layout` field a replay of `cfg` holds."""
     S, A, B, R, g = n_wall_slots(cfg), cfg.max_agents, cfg.max_boxes, cfg.n_ramps, cfg.grid_cells
     shapes = {
@@ -118,11 +118,6 @@ def _layout_shapes(cfg: GameConfig) -> dict[str, tuple[tuple, str]]:
     if cfg.cylinder:
         shapes |= {"cylinder_xy": ((2,), "f"), "cylinder_radius": ((), "f")}
     return shapes
-
-
-def layout_arrays(cfg: GameConfig) -> tuple[str, ...]:
-    """The `Layout` fields a replay of `cfg` holds (module docstring)."""
-    return tuple(_layout_shapes(cfg))
 
 
 # ----------------------------------------------------------------------------- the replay
@@ -281,7 +276,7 @@ def save(replay: Replay, path) -> Path:
     except (TypeError, ValueError) as e:  # ValueError: an array of more than one number
         raise ValueError(f"replay metadata must be JSON serialisable: {e}") from None
     members = {"header": np.frombuffer(header.encode(), dtype=np.uint8)}
-    for name in layout_arrays(replay.cfg):
+    for name in layout_shapes(replay.cfg):
         members[f"layout.{name}"] = np.asarray(getattr(replay.layout, name))
     members.update(replay.arrays)
     return atomic_write(path, lambda tmp: np.savez_compressed(tmp, **members), suffix=".npz")
@@ -423,7 +418,7 @@ def _read_layout(members, header, cfg, where) -> Layout:
             raise ReplayError(f"{where}: layout_counts.{k} missing or not an int")
     arrays = {
         name: _check_array(members.get(f"layout.{name}"), f"layout.{name}", shape, kind, where)
-        for name, (shape, kind) in _layout_shapes(cfg).items()
+        for name, (shape, kind) in layout_shapes(cfg).items()
     }
     present = arrays["agent_present"]
     h = cfg.max_hiders
