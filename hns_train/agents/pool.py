@@ -49,15 +49,14 @@ right after this process adds a snapshot or changes a guest), so actors can draw
 without a query each time, and a guest written by another process is drawn within that time.
 
 Public API:
-- `PoolConfig` (dataclass), `TeamControllers(hiders, seekers)`, `policy_key(id) -> str`,
-  `parse_policy_id(key) -> int | str`.
+- `PoolConfig` (dataclass), `TeamControllers(hiders, seekers)`, `policy_key(id) -> str`.
 - `PolicyPool(folder, config=None)`: `maybe_add(version, state_dict, frames, episodes)`,
   `add_snapshot(...)`, `versions()`, `load_snapshot(version_or_guest_id)`, `draw(rng)`,
   `candidate_probabilities(role)`,
   `add_guest(name, kind, state_dict, hider_weight=1.0, seeker_weight=1.0) -> int`,
   `set_guest_weights(name, hider_weight, seeker_weight)`, `remove_guest(name) -> bool`,
   `guests() -> list[GuestInfo]`, `guest_probabilities(kind, role)`, `close()`.
-- `GUEST_BASE`, `GUEST_KINDS` (from `pool_index`), `GuestInfo`, `is_guest_id(id)`.
+- `GUEST_BASE`, `GUEST_KINDS` (from `pool_index`), `GuestInfo`.
 - `SnapshotCache(pool, size)`: `get(version)` -> state dict, least-recently-used eviction.
 """
 
@@ -127,21 +126,6 @@ def policy_key(policy: PolicyId) -> str:
     raise ValueError(
         f"policy id must be a snapshot version (int >= 0), one of {NAMED_POLICIES}, or a "
         f"lower-case name [a-z][a-z0-9_.-]*; got {policy!r}"
-    )
-
-
-def parse_policy_id(key: PolicyId) -> PolicyId:
-    """Inverse of `policy_key`: "120" -> 120, "random" -> "random"."""
-    key = policy_key(key)
-    return int(key) if key.isdigit() else key
-
-
-def is_guest_id(policy: PolicyId) -> bool:
-    """Whether a policy id names a guest (an int >= GUEST_BASE) rather than a snapshot."""
-    return (
-        isinstance(policy, (int, np.integer))
-        and not isinstance(policy, bool)
-        and (policy >= GUEST_BASE)
     )
 
 
@@ -231,13 +215,13 @@ class TeamControllers:
 
     def __post_init__(self) -> None:
         for team in ("hiders", "seekers"):
-            value = parse_policy_id(getattr(self, team))
-            if isinstance(value, str) and value not in NAMED_POLICIES:
+            key = policy_key(getattr(self, team))  # "120" -> 120, "random" stays
+            if not key.isdigit() and key not in NAMED_POLICIES:
                 raise ValueError(
                     f"{team} controller must be a snapshot version or one of {NAMED_POLICIES}, "
-                    f"got {value!r}"
+                    f"got {key!r}"
                 )
-            object.__setattr__(self, team, value)
+            object.__setattr__(self, team, int(key) if key.isdigit() else key)
 
 
 @dataclass(frozen=True)
@@ -394,7 +378,7 @@ class PolicyPool(IndexHolder):
     def load_snapshot(self, version: int, map_location: Any = "cpu") -> dict[str, Any]:
         """The frozen state dict of snapshot `version` or of a guest id (for
         `ActorCritic.load_state_dict`). A replaced guest id loads while its file is kept."""
-        if is_guest_id(version):
+        if int(version) >= GUEST_BASE:  # a guest id
             row = self.conn.execute(
                 "SELECT path FROM guest_files WHERE id = ?", (int(version),)
             ).fetchone()
