@@ -296,15 +296,12 @@ class PolicyPool(IndexHolder):
 
     # ----- snapshots -----
 
-    def should_snapshot(self, version: int) -> bool:
-        # Version 0, the untrained policy, is a member too: the baseline of cross-play.
-        return version % self.config.snapshot_every == 0
-
     def maybe_add(
         self, version: int, state_dict: Mapping[str, Any], frames: int = 0, episodes: int = 0
     ) -> bool:
         """Add a snapshot when `version` is a multiple of `snapshot_every` and not yet stored."""
-        if not self.should_snapshot(version) or version in self.versions():
+        # Version 0, the untrained policy, is a member too: the baseline of cross-play.
+        if version % self.config.snapshot_every != 0 or version in self.versions():
             return False
         self.add_snapshot(version, state_dict, frames, episodes)
         return True
