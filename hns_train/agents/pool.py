@@ -482,9 +482,9 @@ class PolicyPool(IndexHolder):
 
     # ----- sampling -----
 
-    def _refresh(self, force: bool = False) -> None:
+    def _refresh(self) -> None:
         now = time.monotonic()
-        if not force and now - self._cache_time < self.config.index_refresh_s:
+        if now - self._cache_time < self.config.index_refresh_s:
             return
         rows = self.conn.execute(
             "SELECT version, hider_mu, seeker_mu FROM pool_index ORDER BY version"
