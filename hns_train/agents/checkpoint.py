@@ -17,20 +17,21 @@ half of one.
 
 Public API:
 - `save_checkpoint(path, state, meta=None) -> Path`, `load_checkpoint(path, map_location="cpu")
-  -> Checkpoint(state, meta, path)`; `read_meta(path)` is a cheap-ish metadata read.
+  -> Checkpoint(state, meta, path)`.
 - `Counters(version, frames, episodes, wall_clock_s)`: the run's progress counters.
 - `capture_rng_state(np_rng=None)` / `restore_rng_state(saved, np_rng=None)`: python, numpy
   (global and an optional Generator) and torch (CPU and CUDA) RNG states as tensors + JSON.
-- `training_state(ppo, counters, config=None, np_rng=None, extra_meta=None) -> (state, meta)`
-  and `restore_training(checkpoint, ppo, np_rng=None) -> TrainingInfo(counters, config, meta)`:
+- `training_state(ppo, counters, config=None, np_rng=None) -> (state, meta)` and
+  `restore_training(checkpoint, ppo, np_rng=None) -> Counters` (the config is `meta["config"]`):
   weights, optimiser moments, normalisers (buffers of `ActorCritic`), counters, RNG states and
   the resolved config in one checkpoint.
-- `CheckpointDir(folder, keep=3)`: `save(step, state, meta)` writes `ckpt_<step>.pt` and prunes
-  to the newest `keep`, after checking that the disk has room for `ROOM_FOR` checkpoints of its
-  size (else `NoRoomError`, an OSError with errno ENOSPC, and nothing is written: a full disk
-  never costs the newest good checkpoint); `room_problem(folder, size)` is that check;
-  `latest()` returns the newest checkpoint that loads, skipping (with a
-  logged warning) any that is truncated or corrupt; `steps()` lists the numbered files.
+- `CheckpointDir(folder, keep=3, prefix="ckpt_")`: `save(step, state, meta)` writes
+  `<prefix><step>.pt` and prunes to the newest `keep`, after checking that the disk has room
+  for `ROOM_FOR` checkpoints of its size (else `NoRoomError`, an OSError with errno ENOSPC, and
+  nothing is written: a full disk never costs the newest good checkpoint); `room_problem(folder,
+  size)` is that check; `latest()` returns the newest checkpoint that loads, skipping (with a
+  logged warning) any that is truncated or corrupt; `steps()` lists the numbered files (the
+  pool lists its `snapshot_<version>.pt` files with one).
 - `resolve_checkpoint(path) -> Path`: the checkpoint a file, a checkpoints folder or a run
   directory names (every command that takes one goes through it); ValueError says why none.
 """
@@ -48,7 +49,7 @@ import re
 import shutil
 import struct
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -224,11 +225,6 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> Check
     return Checkpoint(state=state, meta=meta, path=path)
 
 
-def read_meta(path: str | os.PathLike) -> dict[str, Any]:
-    """The metadata of a checkpoint (verifies the whole file, loads tensors on CPU)."""
-    return load_checkpoint(path).meta
-
-
 # ----------------------------------------------------------------------------- training state
 
 
@@ -300,19 +296,11 @@ def restore_rng_state(saved: Mapping[str, Any], np_rng: np.random.Generator | No
         np_rng.bit_generator.state = json.loads(saved["numpy_generator"])
 
 
-@dataclass
-class TrainingInfo:
-    counters: Counters
-    config: dict[str, Any] | None
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
 def training_state(
     ppo: Any,
     counters: Counters,
     config: Mapping[str, Any] | None = None,
     np_rng: np.random.Generator | None = None,
-    extra_meta: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(state, meta) for `save_checkpoint`: PPO (weights, normalisers, optimiser), RNG states;
     counters and the resolved config go into the JSON metadata."""
@@ -323,7 +311,6 @@ def training_state(
         "kind": "training",
         "counters": asdict(counters),
         "config": None if config is None else dict(config),
-        **dict(extra_meta or {}),
     }
     return state, meta
 
@@ -332,48 +319,45 @@ def restore_training(
     checkpoint: Checkpoint,
     ppo: Any,
     np_rng: np.random.Generator | None = None,
-    restore_rng: bool = True,
-) -> TrainingInfo:
-    """Load a `training_state` checkpoint into `ppo` (and the RNGs); returns counters/config."""
+) -> Counters:
+    """Load a `training_state` checkpoint into `ppo` (and the RNGs); returns its counters."""
     if checkpoint.meta.get("kind") != "training" or "ppo" not in checkpoint.state:
         raise ValueError(
             f"checkpoint {checkpoint.path} is not a training checkpoint "
             f"(kind={checkpoint.meta.get('kind')!r})"
         )
     ppo.load_state_dict(checkpoint.state["ppo"])
-    if restore_rng and "rng" in checkpoint.state:
+    if "rng" in checkpoint.state:
         restore_rng_state(checkpoint.state["rng"], np_rng)
-    return TrainingInfo(
-        counters=Counters.from_dict(checkpoint.meta.get("counters", {})),
-        config=checkpoint.meta.get("config"),
-        meta=checkpoint.meta,
-    )
+    return Counters.from_dict(checkpoint.meta.get("counters", {}))
 
 
 # ----------------------------------------------------------------------------- numbered folder
 
-_NAME = re.compile(r"^ckpt_(\d+)\.pt$")
-
 
 class CheckpointDir:
-    """`run_dir/checkpoints`: numbered checkpoints `ckpt_<step>.pt`, the newest `keep` kept."""
+    """`run_dir/checkpoints`: numbered checkpoints `ckpt_<step>.pt`, the newest `keep` kept.
+    With another `prefix` it lists other numbered files of this format (the pool's
+    `snapshot_<version>.pt`); only `save` prunes."""
 
-    def __init__(self, folder: str | os.PathLike, keep: int = 3) -> None:
+    def __init__(self, folder: str | os.PathLike, keep: int = 3, prefix: str = "ckpt_") -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.folder = Path(folder)
         self.keep = keep
+        self.prefix = prefix
+        self._name = re.compile(rf"{re.escape(prefix)}(\d+)\.pt")
         self.skipped: list[str] = []
         self.folder.mkdir(parents=True, exist_ok=True)
 
     def path_for(self, step: int) -> Path:
         if step < 0:
             raise ValueError(f"checkpoint step must be >= 0, got {step}")
-        return self.folder / f"ckpt_{int(step):010d}.pt"
+        return self.folder / f"{self.prefix}{int(step):010d}.pt"
 
     def steps(self) -> list[int]:
         """Steps of the numbered files present, oldest first (validity not checked)."""
-        found = (_NAME.match(p.name) for p in self.folder.iterdir())
+        found = (self._name.fullmatch(p.name) for p in self.folder.iterdir())
         return sorted(int(m.group(1)) for m in found if m)
 
     def save(

@@ -18,8 +18,8 @@ ordinary snapshot code and `load_snapshot` / `SnapshotCache` load it unchanged. 
 under a name it already has gives the new weights a new id (caches are keyed by id) and drops
 the old row; a replaced file is deleted only when its name has two newer ones (a process that
 drew the old id may still be loading it), so each name keeps at most its two newest files.
-`remove_guest` drops the row and leaves the files (the same reason). Snapshot listings
-(`versions`, `snapshot_info`) and the snapshot rules never include guests.
+`remove_guest` drops the row and leaves the files (the same reason). The snapshot listing
+(`versions`) and the snapshot rules never include guests.
 
 Who controls each team in an episode (`PolicyPool.draw(rng) -> TeamControllers`):
 - with probability `p_cross` the opponent team is a "cross" guest, with probability `p_past` a
@@ -49,15 +49,14 @@ right after this process adds a snapshot or changes a guest), so actors can draw
 without a query each time, and a guest written by another process is drawn within that time.
 
 Public API:
-- `PoolConfig` (dataclass), `TeamControllers(hiders, seekers)`, `policy_key(id) -> str`,
-  `parse_policy_id(key) -> int | str`.
+- `PoolConfig` (dataclass), `TeamControllers(hiders, seekers)`, `policy_key(id) -> str`.
 - `PolicyPool(folder, config=None)`: `maybe_add(version, state_dict, frames, episodes)`,
-  `add_snapshot(...)`, `versions()`, `snapshot_info(version)`,
-  `load_snapshot(version_or_guest_id)`, `draw(rng)`, `candidate_probabilities(role)`,
+  `add_snapshot(...)`, `versions()`, `load_snapshot(version_or_guest_id)`, `draw(rng)`,
+  `candidate_probabilities(role)`,
   `add_guest(name, kind, state_dict, hider_weight=1.0, seeker_weight=1.0) -> int`,
   `set_guest_weights(name, hider_weight, seeker_weight)`, `remove_guest(name) -> bool`,
   `guests() -> list[GuestInfo]`, `guest_probabilities(kind, role)`, `close()`.
-- `GUEST_BASE`, `GUEST_KINDS` (from `pool_index`), `GuestInfo`, `is_guest_id(id)`.
+- `GUEST_BASE`, `GUEST_KINDS` (from `pool_index`), `GuestInfo`.
 - `SnapshotCache(pool, size)`: `get(version)` -> state dict, least-recently-used eviction.
 """
 
@@ -81,6 +80,7 @@ import numpy as np
 
 from hns_train import typed_config
 from hns_train.agents.checkpoint import (
+    CheckpointDir,
     CheckpointError,
     NoRoomError,
     disk_full,
@@ -126,21 +126,6 @@ def policy_key(policy: PolicyId) -> str:
     raise ValueError(
         f"policy id must be a snapshot version (int >= 0), one of {NAMED_POLICIES}, or a "
         f"lower-case name [a-z][a-z0-9_.-]*; got {policy!r}"
-    )
-
-
-def parse_policy_id(key: PolicyId) -> PolicyId:
-    """Inverse of `policy_key`: "120" -> 120, "random" -> "random"."""
-    key = policy_key(key)
-    return int(key) if key.isdigit() else key
-
-
-def is_guest_id(policy: PolicyId) -> bool:
-    """Whether a policy id names a guest (an int >= GUEST_BASE) rather than a snapshot."""
-    return (
-        isinstance(policy, (int, np.integer))
-        and not isinstance(policy, bool)
-        and (policy >= GUEST_BASE)
     )
 
 
@@ -230,27 +215,13 @@ class TeamControllers:
 
     def __post_init__(self) -> None:
         for team in ("hiders", "seekers"):
-            value = parse_policy_id(getattr(self, team))
-            if isinstance(value, str) and value not in NAMED_POLICIES:
+            key = policy_key(getattr(self, team))  # "120" -> 120, "random" stays
+            if not key.isdigit() and key not in NAMED_POLICIES:
                 raise ValueError(
                     f"{team} controller must be a snapshot version or one of {NAMED_POLICIES}, "
-                    f"got {value!r}"
+                    f"got {key!r}"
                 )
-            object.__setattr__(self, team, value)
-
-
-@dataclass(frozen=True)
-class SnapshotInfo:
-    version: int
-    path: Path
-    created: float
-    frames: int
-    episodes: int
-    games: int
-    hider_mu: float | None
-    hider_sigma: float | None
-    seeker_mu: float | None
-    seeker_sigma: float | None
+            object.__setattr__(self, team, int(key) if key.isdigit() else key)
 
 
 @dataclass(frozen=True)
@@ -264,7 +235,6 @@ class GuestInfo:
     created: float | None
 
 
-_SNAPSHOT = re.compile(r"^snapshot_(\d+)\.pt$")
 # Files of one guest name kept on disk: the current one and the one it replaced.
 GUEST_FILES_KEPT = 2
 
@@ -296,6 +266,8 @@ class PolicyPool(IndexHolder):
         self.folder.mkdir(parents=True, exist_ok=True)
         self.config = config or PoolConfig()
         self.db_path = self.folder / DB_NAME
+        self.files = CheckpointDir(self.folder, prefix="snapshot_")  # the snapshot files
+        self.path_for = self.files.path_for
         self._lock = threading.Lock()
         self._cache_time = -math.inf
         self._versions: np.ndarray = np.zeros(0, dtype=np.int64)
@@ -324,18 +296,12 @@ class PolicyPool(IndexHolder):
 
     # ----- snapshots -----
 
-    def path_for(self, version: int) -> Path:
-        return self.folder / f"snapshot_{int(version):010d}.pt"
-
-    def should_snapshot(self, version: int) -> bool:
-        # Version 0, the untrained policy, is a member too: the baseline of cross-play.
-        return version % self.config.snapshot_every == 0
-
     def maybe_add(
         self, version: int, state_dict: Mapping[str, Any], frames: int = 0, episodes: int = 0
     ) -> bool:
         """Add a snapshot when `version` is a multiple of `snapshot_every` and not yet stored."""
-        if not self.should_snapshot(version) or self.snapshot_info(version) is not None:
+        # Version 0, the untrained policy, is a member too: the baseline of cross-play.
+        if version % self.config.snapshot_every != 0 or version in self.versions():
             return False
         self.add_snapshot(version, state_dict, frames, episodes)
         return True
@@ -375,25 +341,21 @@ class PolicyPool(IndexHolder):
         """Index snapshot files written just before a crash; drop snapshot and guest rows whose
         file has gone (guest files are never indexed as snapshots)."""
         indexed = set(self.versions())
-        on_disk = {}
-        for p in self.folder.iterdir():
-            m = _SNAPSHOT.match(p.name)
-            if m:
-                on_disk[int(m.group(1))] = p
-        for version in sorted(set(on_disk) - indexed):
+        on_disk = set(self.files.steps())
+        for version in sorted(on_disk - indexed):
             try:
-                meta = load_checkpoint(on_disk[version]).meta
+                meta = load_checkpoint(self.path_for(version)).meta
             except CheckpointError as e:
                 log.warning("pool: ignoring unusable snapshot file: %s", e)
                 continue
             self._insert(
                 version,
-                on_disk[version],
+                self.path_for(version),
                 float(meta.get("created", time.time())),
                 int(meta.get("frames", 0)),
                 int(meta.get("episodes", 0)),
             )
-        missing = sorted(indexed - set(on_disk))
+        missing = sorted(indexed - on_disk)
         if missing:
             log.warning("pool: snapshot files missing for versions %s; dropping them", missing)
             with transaction(self.conn):
@@ -410,25 +372,17 @@ class PolicyPool(IndexHolder):
         rows = self.conn.execute("SELECT version FROM snapshots ORDER BY version").fetchall()
         return [int(r[0]) for r in rows]
 
-    def snapshot_info(self, version: int) -> SnapshotInfo | None:
-        row = self.conn.execute(
-            "SELECT * FROM pool_index WHERE version = ?", (int(version),)
-        ).fetchone()
-        if row is None:
-            return None
-        return SnapshotInfo(**{**dict(row), "path": self.folder / row["path"]})
-
     def load_snapshot(self, version: int, map_location: Any = "cpu") -> dict[str, Any]:
         """The frozen state dict of snapshot `version` or of a guest id (for
         `ActorCritic.load_state_dict`). A replaced guest id loads while its file is kept."""
-        if is_guest_id(version):
+        if int(version) >= GUEST_BASE:  # a guest id
             row = self.conn.execute(
                 "SELECT path FROM guest_files WHERE id = ?", (int(version),)
             ).fetchone()
             if row is None:
                 raise ValueError(f"no guest with id {version} in {self.folder}")
             return load_checkpoint(self.folder / row[0], map_location).state["model"]
-        if self.snapshot_info(version) is None:
+        if int(version) not in self.versions():
             raise ValueError(f"no snapshot of version {version} in {self.folder}")
         return load_checkpoint(self.path_for(version), map_location).state["model"]
 
@@ -528,9 +482,9 @@ class PolicyPool(IndexHolder):
 
     # ----- sampling -----
 
-    def _refresh(self, force: bool = False) -> None:
+    def _refresh(self) -> None:
         now = time.monotonic()
-        if not force and now - self._cache_time < self.config.index_refresh_s:
+        if now - self._cache_time < self.config.index_refresh_s:
             return
         rows = self.conn.execute(
             "SELECT version, hider_mu, seeker_mu FROM pool_index ORDER BY version"
@@ -651,7 +605,3 @@ class SnapshotCache:
 
     def get(self, version: int) -> Any:
         return self._load(int(version))
-
-    @property
-    def hits(self) -> int:
-        return self._load.cache_info().hits

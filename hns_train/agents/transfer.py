@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from hns_train.agents.checkpoint import Checkpoint, load_checkpoint, read_meta, resolve_checkpoint
+from hns_train.agents.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
 from hns_train.agents.observations import ObsLayout
 from hns_train.envs.config import GameConfig, make_config, nest_moved
 from hns_train.envs.contract import observation_shapes
@@ -102,7 +102,7 @@ def resolve_init(cfg: Any) -> Any:
     if cfg.agent.init in SCRATCH:
         return cfg
     path = checkpoint_path(cfg.agent.init)
-    source = source_game(read_meta(path), str(path))
+    source = source_game(load_checkpoint(path).meta, str(path))
     flags = match_observations(cfg.game_config(), source)
     game = {**cfg.game, **flags}
     agent = dataclasses.replace(cfg.agent, init=str(path))

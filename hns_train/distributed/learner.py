@@ -104,8 +104,7 @@ class Learner:
         self.counters_from_controller = Counters()
         latest = self.checkpoints.latest()
         if latest is not None:
-            info = restore_training(latest, self.ppo, np_rng=self.rng)
-            self.counters_from_controller = info.counters
+            self.counters_from_controller = restore_training(latest, self.ppo, np_rng=self.rng)
             log.warning("resumed from %s at version %d", latest.path, self.ppo.version)
         else:  # a fine-tuning run starts from another run's networks (agent.init)
             initialise(self.model, cfg.agent.init)

@@ -49,12 +49,6 @@ class RunLock:
     def release(self) -> None:
         self._file.close()  # closing the descriptor drops the lock
 
-    def __enter__(self) -> RunLock:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
 
 def claim(run_dir: str | os.PathLike, resume: bool) -> RunLock:
     """The lock of a run directory for a controller that starts (`resume` False: the directory

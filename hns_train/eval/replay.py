@@ -6,15 +6,15 @@ re-simulate) every step of its episode: the `GameConfig`, the `Layout`, and per-
 plus the game state a viewer needs. `world.build_spec(cfg, layout).compile()` rebuilds the model.
 
 File format (`FORMAT_NAME`, version `FORMAT_VERSION`): a `.npz` written with
-`np.savez_compressed` (atomic: temporary file, then rename) and read with
-`np.load(allow_pickle=False)`, so a file can never run code. Members:
+`np.savez_compressed` (atomic: temporary file, then rename) and read member by member with
+`np.lib.format.read_array(allow_pickle=False)`, so a file can never run code. Members:
 - `header`: uint8 array of UTF-8 JSON: `format`, `version`, `game_config` (every GameConfig
   field), `sizes` (n_frames, n_steps, nq, nv, nu, n_agents, n_objects), `layout_counts`
   (n_hiders, n_seekers), `seed`, `world`, `metadata` (free JSON: team names and policy
   versions under `hiders` / `seekers`, run name, ...), `episode_stats` (the game's end-of-episode
   info, or null), `mujoco_version`, `created_unix`.
 - `layout.<field>`: the `Layout` arrays (walls, which agents/boxes exist, box kinds, poses),
-  `layout_arrays(cfg)`: those of every config, plus the construction tasks' sites (`site_xy`,
+  `layout_shapes(cfg)`: those of every config, plus the construction tasks' sites (`site_xy`,
   `site_present`) where the config has sites and the cylinder (`cylinder_xy`, `cylinder_radius`)
   where it has one, so every other config's files are as they were.
 - Frame arrays, F = n_frames = n_steps + 1 rows; frame 0 is the state after reset, frame t the
@@ -97,7 +97,7 @@ STEP_ARRAYS: dict[str, tuple[str, Callable[[dict], tuple]]] = {
 SIZE_KEYS = ("n_frames", "n_steps", "nq", "nv", "nu", "n_agents", "n_objects")
 
 
-def _layout_shapes(cfg: GameConfig) -> dict[str, tuple[tuple, str]]:
+def layout_shapes(cfg: GameConfig) -> dict[str, tuple[tuple, str]]:
     """name -> (shape, dtype kind) of each `Layout` field a replay of `cfg` holds."""
     S, A, B, R, g = n_wall_slots(cfg), cfg.max_agents, cfg.max_boxes, cfg.n_ramps, cfg.grid_cells
     shapes = {
@@ -118,11 +118,6 @@ def _layout_shapes(cfg: GameConfig) -> dict[str, tuple[tuple, str]]:
     if cfg.cylinder:
         shapes |= {"cylinder_xy": ((2,), "f"), "cylinder_radius": ((), "f")}
     return shapes
-
-
-def layout_arrays(cfg: GameConfig) -> tuple[str, ...]:
-    """The `Layout` fields a replay of `cfg` holds (module docstring)."""
-    return tuple(_layout_shapes(cfg))
 
 
 # ----------------------------------------------------------------------------- the replay
@@ -281,7 +276,7 @@ def save(replay: Replay, path) -> Path:
     except (TypeError, ValueError) as e:  # ValueError: an array of more than one number
         raise ValueError(f"replay metadata must be JSON serialisable: {e}") from None
     members = {"header": np.frombuffer(header.encode(), dtype=np.uint8)}
-    for name in layout_arrays(replay.cfg):
+    for name in layout_shapes(replay.cfg):
         members[f"layout.{name}"] = np.asarray(getattr(replay.layout, name))
     members.update(replay.arrays)
     return atomic_write(path, lambda tmp: np.savez_compressed(tmp, **members), suffix=".npz")
@@ -301,14 +296,7 @@ def load(path) -> Replay:
             f"{where}: not a replay (not an .npz archive; a replay is written by "
             "hns_train.eval.replay.save)"
         )
-    _check_declared_sizes(path, where)
-    members: dict[str, np.ndarray] = {}
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            for name in npz.files:
-                members[name] = npz[name]
-    except Exception as e:  # zip, zlib, npy header and pickle refusals all end here
-        raise ReplayError(f"{where}: truncated or corrupt file ({type(e).__name__}: {e})") from None
+    members = _read_members(path, where)
     header = _read_header(members, where)
     cfg = _read_config(header, where)
     sizes = _read_sizes(header, cfg, where)
@@ -317,9 +305,11 @@ def load(path) -> Replay:
     return Replay(cfg=cfg, layout=layout, arrays=arrays, header=header)
 
 
-def _check_declared_sizes(path: Path, where: str) -> None:
-    """Bounded memory: every member's unpacked size and its array's size (from the .npy
-    header, read alone) must fit `MAX_REPLAY_BYTES` and each other before any member loads."""
+def _read_members(path: Path, where: str) -> dict[str, np.ndarray]:
+    """The archive's arrays by name, read in bounded memory: before a member loads, its unpacked
+    size (with the members before it) must fit `MAX_REPLAY_BYTES` and the array its .npy header
+    declares must fit its unpacked size; a pickled member is refused."""
+    members: dict[str, np.ndarray] = {}
     total = 0
     try:
         with zipfile.ZipFile(path) as archive:
@@ -338,16 +328,20 @@ def _check_declared_sizes(path: Path, where: str) -> None:
                         else np.lib.format.read_array_header_2_0
                     )
                     shape, _, dtype = read(fh)
-                need = math.prod(shape) * dtype.itemsize
-                if need > info.file_size and not dtype.hasobject:  # (pickles: refused below)
-                    raise ReplayError(
-                        f"{where}: member {info.filename!r} declares a {list(shape)} {dtype} "
-                        f"array ({need} bytes) in {info.file_size} bytes"
-                    )
+                    need = math.prod(shape) * dtype.itemsize
+                    if need > info.file_size and not dtype.hasobject:  # pickles: read_array refuses
+                        raise ReplayError(
+                            f"{where}: member {info.filename!r} declares a {list(shape)} {dtype} "
+                            f"array ({need} bytes) in {info.file_size} bytes"
+                        )
+                    fh.seek(0)
+                    name = info.filename.removesuffix(".npy")
+                    members[name] = np.lib.format.read_array(fh, allow_pickle=False)
     except ReplayError:
         raise
-    except Exception as e:  # zip, zlib and npy header errors
+    except Exception as e:  # zip, zlib, npy header and pickle refusals all end here
         raise ReplayError(f"{where}: truncated or corrupt file ({type(e).__name__}: {e})") from None
+    return members
 
 
 def _read_header(members, where) -> dict:
@@ -424,7 +418,7 @@ def _read_layout(members, header, cfg, where) -> Layout:
             raise ReplayError(f"{where}: layout_counts.{k} missing or not an int")
     arrays = {
         name: _check_array(members.get(f"layout.{name}"), f"layout.{name}", shape, kind, where)
-        for name, (shape, kind) in _layout_shapes(cfg).items()
+        for name, (shape, kind) in layout_shapes(cfg).items()
     }
     present = arrays["agent_present"]
     h = cfg.max_hiders

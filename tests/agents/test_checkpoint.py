@@ -70,10 +70,11 @@ def test_training_round_trip_restores_outputs_optimizer_and_rngs(tmp_path):
 
     fresh = make_ppo(1)  # different initial weights, empty optimiser state
     other_rng = np.random.default_rng(99)
-    info = restore_training(load_checkpoint(path), fresh, other_rng)
+    loaded = load_checkpoint(path)
+    counters = restore_training(loaded, fresh, other_rng)
     assert (random.random(), legacy(), torch.rand(1).item(), other_rng.random()) == (expected_draws)
-    assert info.counters == Counters(version=2, frames=1234, episodes=56, wall_clock_s=7.5)
-    assert info.config == {"game": {"preset": "chase"}}
+    assert counters == Counters(version=2, frames=1234, episodes=56, wall_clock_s=7.5)
+    assert loaded.meta["config"] == {"game": {"preset": "chase"}}
     assert fresh.version == 2
 
     for (name, a), b in zip(

@@ -162,8 +162,7 @@ def test_a_run_directory_has_one_owner(stopped_run, tmp_path):
         first.wait()
     from hns_train.distributed.run_lock import RunLock
 
-    with RunLock(run):  # a dead owner holds no lock
-        pass
+    RunLock(run).release()  # a dead owner holds no lock
 
 
 def test_a_run_lock_is_refused_while_held_and_free_once_released_or_dropped(tmp_path):
@@ -173,13 +172,11 @@ def test_a_run_lock_is_refused_while_held_and_free_once_released_or_dropped(tmp_
     with pytest.raises(ValueError, match=f"in use by process {os.getpid()}"):
         RunLock(tmp_path)
     held.release()
-    with RunLock(tmp_path):
-        pass
+    RunLock(tmp_path).release()
     RunLock(tmp_path)  # never released: dropping it drops the lock
-    with RunLock(tmp_path):
-        pass
-    with claim(tmp_path, resume=False):  # a start refused there left only the owner file
-        (tmp_path / "config.yaml").touch()
+    RunLock(tmp_path).release()
+    claim(tmp_path, resume=False).release()  # a start refused there left only the owner file
+    (tmp_path / "config.yaml").touch()
     with pytest.raises(ValueError, match="already exists; pass --resume"):
         claim(tmp_path, resume=False)
     claim(tmp_path, resume=True).release()

@@ -461,8 +461,8 @@ def test_replays_keep_the_sites_and_the_cylinder(preset, tmp_path):
     )
     game = game_of(preset, seed=None)
     game.reset(seeds=[3])  # the recorded episode's world
-    names = R.layout_arrays(cfg)
-    every = R.layout_arrays(make_config("quadrant"))  # no sites, no cylinder: what all hold
+    names = R.layout_shapes(cfg)
+    every = R.layout_shapes(make_config("quadrant"))  # no sites, no cylinder: what all hold
     assert set(names) - set(every) == (
         {"site_xy", "site_present"} if preset == "blueprint" else {"cylinder_xy", "cylinder_radius"}
     )

@@ -86,10 +86,10 @@ def test_resume_keeps_ratings_and_pool_index_shows_them(tmp_path):
     reopened_pool = PolicyPool(tmp_path / "pool", PoolConfig(snapshot_every=10))
     reopened = Ratings(reopened_pool)
     assert reopened.leaderboard() == before
-    info = reopened_pool.snapshot_info(10)
-    assert info.games == 4
-    assert info.hider_mu == reopened.get(10, "hider").mu > PRIOR_MU
-    assert info.seeker_mu == reopened.get(10, "seeker").mu > PRIOR_MU
+    info = reopened_pool.conn.execute("SELECT * FROM pool_index WHERE version = 10").fetchone()
+    assert info["games"] == 4
+    assert info["hider_mu"] == reopened.get(10, "hider").mu > PRIOR_MU
+    assert info["seeker_mu"] == reopened.get(10, "seeker").mu > PRIOR_MU
     # The pool's rating-prioritised sampler reads the same numbers.
     versions, probs = reopened_pool.candidate_probabilities("hider")
     assert list(versions) == [10] and probs[0] == 1.0

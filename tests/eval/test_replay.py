@@ -67,7 +67,7 @@ def test_round_trip_reproduces_every_position_exactly(played, tmp_path):
     for name, value in replay.arrays.items():
         np.testing.assert_array_equal(loaded[name], value, err_msg=name)
         assert loaded[name].dtype == value.dtype, name
-    for name in R.layout_arrays(replay.cfg):
+    for name in R.layout_shapes(replay.cfg):
         np.testing.assert_array_equal(getattr(loaded.layout, name), getattr(replay.layout, name))
 
     model, data = loaded.rebuild()
