@@ -218,12 +218,7 @@ class ActorCritic(nn.Module):
             torch.as_tensor(starts, device=self.device),
             deterministic,
         )
-        return ActOutput(
-            out.actions.cpu().numpy().astype(np.int64),
-            out.logp.cpu().numpy(),
-            out.values.cpu().numpy(),
-            out.state.cpu().numpy(),
-        )
+        return ActOutput(*(x.cpu().numpy() for x in out))
 
 
 def _pair(state: torch.Tensor, first: int) -> LSTMState:
