@@ -23,7 +23,7 @@ def test_debiased_ema_equals_mean_of_batch_statistics_early():
     g = torch.Generator().manual_seed(0)
     batches = [torch.randn(50, 3, generator=g) * 2 + 1 for _ in range(5)]
     for x in batches:
-        stat.update(x)
+        stat.fold(stat.sums(x))
     everything = torch.cat(batches)  # equal batch sizes: mean of batch means = overall mean
     mean, std = stat.mean_std()
     torch.testing.assert_close(mean, everything.mean(0), atol=1e-5, rtol=0)
