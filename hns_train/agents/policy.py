@@ -26,7 +26,7 @@ from torch import nn
 
 from hns_train.agents.config import NetworkConfig
 from hns_train.agents.networks import EntityNetwork, LSTMState
-from hns_train.agents.normalizers import EmaMeanStd, ObsNormalizer, Reduce, popart_update
+from hns_train.agents.normalizers import EmaMeanStd, ObsNormalizer
 from hns_train.agents.observations import ObsLayout
 
 
@@ -136,17 +136,6 @@ class ActorCritic(nn.Module):
     def normalize_value(self, value: torch.Tensor) -> torch.Tensor:
         mean, std = self.value_norm.mean_std()
         return (value - mean) / std
-
-    @torch.no_grad()
-    def update_value_normalizer(
-        self,
-        returns: torch.Tensor,
-        weight: torch.Tensor | None = None,
-        reduce: Reduce | None = None,
-    ) -> None:
-        """PopArt: fold `returns` (where `weight` is set; over all ranks with `reduce`) into the
-        statistics, keep de-normalised outputs unchanged."""
-        popart_update(self.value_norm, self.value_net.head, returns, weight, reduce)
 
     # ----- tensors in, tensors out, on the device (used by pods) -----
 

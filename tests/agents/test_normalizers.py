@@ -72,7 +72,9 @@ def test_value_normalizer_update_keeps_model_values():
     model = ActorCritic(SHAPES, device="cpu")
     obs = random_obs(SHAPES, (16,), rng)
     before = model.act(obs, deterministic=True).values
-    model.update_value_normalizer(torch.as_tensor(rng.normal(20.0, 5.0, 256)))
+    popart_update(
+        model.value_norm, model.value_net.head, torch.as_tensor(rng.normal(20.0, 5.0, 256))
+    )
     after = model.act(obs, deterministic=True).values
     np.testing.assert_allclose(after, before, atol=1e-4)
     assert float(model.value_norm.mean_std()[0]) == pytest.approx(20.0, abs=1.0)
