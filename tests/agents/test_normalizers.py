@@ -10,7 +10,7 @@ from hns_train.agents import ActorCritic, AgentConfig, NetworkConfig
 from hns_train.agents.normalizers import EmaMeanStd, popart_update
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
-from hns_train.typed_config import from_dict
+from hns_train.typed_config import from_dict, range_problems
 from tests.synthetic import random_observations as random_obs
 
 SHAPES = observation_shapes(make_config("quadrant"))
@@ -88,3 +88,6 @@ def test_config_from_dict():
         from_dict(AgentConfig, {"network": {"lstm_size": 64}})
     with pytest.raises(ValueError, match="divisible"):
         NetworkConfig(embed_dim=100, attention_heads=3)
+    assert range_problems(AgentConfig(NetworkConfig(lidar_kernel=4)), "agent.") == [
+        "agent.network.lidar_kernel=4 is not allowed; it must be odd and >= 1"
+    ]
