@@ -66,8 +66,9 @@ class ActorCritic(nn.Module):
         self.value_norm = EmaMeanStd(
             (), self.config.value_norm_beta, self.config.value_norm_min_var
         )
-        self.policy_net = EntityNetwork(self.layout, self.config, sum(self.action_sizes), "visible")
-        self.value_net = EntityNetwork(self.layout, self.config, 1, "exists")
+        policy_outputs = sum(self.action_sizes)
+        self.policy_net = EntityNetwork(self.layout, self.config, policy_outputs, "visible_mask")
+        self.value_net = EntityNetwork(self.layout, self.config, 1, "exists_mask")
         self.to(default_device() if device is None else torch.device(device))
 
     @property
