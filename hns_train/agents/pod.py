@@ -12,8 +12,8 @@ one device, in one process. One iteration is `Pod.iteration`, read top to bottom
 The iteration is a generator, so the worker (distributed/pod_worker.py) takes its turn after
 every env step, as every worker does (on the serial launcher the controller and the other
 workers run there too), and a stopping run simply does not resume it. The hook (a callable) is
-the worker's narrow part of the loop: it runs the update guarded, or skips it; by default it
-just learns (bench/pod_speed.py calls `Pod.step` and `Pod.learn` itself).
+the worker's narrow part of the loop: it runs the update guarded, or skips it
+(bench/pod_speed.py calls `Pod.step` and `Pod.learn` itself).
 
 The game is the C `VectorGame` (host arrays: the CPU pod) or `WarpGame` (tensors on the Warp
 device: the GPU pod); both are used through `DeviceGame`, which hands the pod tensors on the
@@ -284,20 +284,18 @@ class Pod:
         return self._noop.expand(n, -1)
 
     # ------------------------------------------------------------------ the loop
-    def iteration(self, hook: UpdateHook | None = None) -> Generator[None, None, dict | None]:
+    def iteration(self, hook: UpdateHook) -> Generator[None, None, dict | None]:
         """One iteration, CleanRL's order: collect a rollout of T steps of every world, then
         learn on it: `hook(learn, agent_steps)` (the worker's: run `learn`, PPO on the rollout
-        of `agent_steps` agent-steps, and return its statistics, or skip it: None), by default
-        just `learn()`. Yields after every env step (the caller's turn); returns the update's
-        statistics, None when the hook skipped it."""
+        of `agent_steps` agent-steps, and return its statistics, or skip it: None). Yields after
+        every env step (the caller's turn); returns the update's statistics, None when the hook
+        skipped it."""
         self.new_rollout()
         steps = self.recorder.num_steps
         for _ in range(steps):  # collect
             self.step()
             yield
-        if hook is None:  # learn
-            return self.learn()
-        return hook(self.learn, steps * self.game.rows)
+        return hook(self.learn, steps * self.game.rows)  # learn
 
     def new_rollout(self) -> None:
         """The next rollout starts at slot 0, with the rows the learning policy plays now."""
