@@ -24,7 +24,8 @@ class NetworkConfig:
     """Shape of the policy and value networks (both use the same shape, separate weights)."""
 
     lidar_filters: AtLeast1 = 9
-    lidar_kernel: AtLeast1 = 3  # circular padding keeps the 30 rays a ring
+    # odd: circular 'same' padding keeps the 30 rays a ring of 30
+    lidar_kernel: Annotated[int, Bounds(1, odd=True)] = 3
     embed_dim: AtLeast1 = 128  # per-entity and self embeddings, attention width
     attention_heads: AtLeast1 = 4  # 4 heads x 32 = embed_dim
     dense_dim: AtLeast1 = 256
@@ -43,10 +44,6 @@ class NetworkConfig:
             raise ValueError(
                 f"embed_dim ({self.embed_dim}) must be divisible by attention_heads "
                 f"({self.attention_heads})"
-            )
-        if self.lidar_kernel % 2 == 0:
-            raise ValueError(
-                f"lidar_kernel must be odd to keep 'same' width, got {self.lidar_kernel}"
             )
 
     @property

@@ -95,20 +95,14 @@ class ResidualSelfAttention(nn.Module):
 class EntityNetwork(nn.Module):
     """Entity attention + LSTM trunk with one linear head.
 
-    `mask_kind` = "visible" (policy: `mask_*_obs`) or "exists" (value: `mask_*_obs_spoof`).
+    `mask` names the entity kinds' mask its attention keys use: "visible_mask" (policy:
+    `mask_*_obs`) or "exists_mask" (value: `mask_*_obs_spoof`).
     """
 
-    def __init__(
-        self, layout: ObsLayout, config: NetworkConfig, n_outputs: int, mask_kind: str
-    ) -> None:
+    def __init__(self, layout: ObsLayout, config: NetworkConfig, n_outputs: int, mask: str) -> None:
         super().__init__()
-        if mask_kind not in ("visible", "exists"):
-            raise ValueError(f"mask_kind must be 'visible' or 'exists', got {mask_kind!r}")
         self.layout = layout
-        self.mask_keys = [
-            s.kind.visible_mask if mask_kind == "visible" else s.kind.exists_mask
-            for s in layout.entities
-        ]
+        self.mask_keys = [getattr(s.kind, mask) for s in layout.entities]
         d = config.embed_dim
         self.lidar = (
             CircularLidarConv(config.lidar_filters, config.lidar_kernel)

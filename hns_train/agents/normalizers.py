@@ -6,8 +6,9 @@ The debiased average therefore equals the exact mean of the batch statistics for
 ≈1/(1-β) = 100k updates and only then starts to forget: an exact running mean that turns into
 an EMA by itself, with no switch-over constant. Before the first update mean = 0 and std = 1.
 Statistics are float64 buffers, so they travel with `state_dict` and 1 - β keeps its precision.
-A batch is folded in from its sums (`EmaMeanStd.sums`: Σw·x, Σw·x², Σw); several ranks that
-train one model add theirs up first (`reduce`), so every rank folds in the whole batch.
+A batch is folded in from its sums (`EmaMeanStd.sums`: Σw·x, Σw·x², Σw; `fold_batch`); several
+ranks that train one model add theirs up first (`reduce`), so every rank folds in the whole
+batch.
 
 Observation normalisation (`ObsNormalizer`): per feature, i.e. the last axis of every non-mask
 key; entity rows of one type share statistics (slots are interchangeable) and only rows that
@@ -20,7 +21,7 @@ head's weight and bias are rescaled so that σ·head(x) + μ is unchanged (van H
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -45,20 +46,10 @@ class EmaMeanStd(nn.Module):
         self.register_buffer("biased_sq", torch.zeros(self.shape, dtype=torch.float64))
         self.register_buffer("debias", torch.zeros((), dtype=torch.float64))
 
-    @torch.no_grad()
-    def update(
-        self, x: torch.Tensor, weight: torch.Tensor | None = None, reduce: Reduce | None = None
-    ) -> None:
-        """Fold in one batch. `weight` (x's leading dims, 0/1) drops rows, e.g. absent entities;
-        `reduce` (in place) turns the batch's `sums` into the whole batch's over several ranks."""
-        sums = self.sums(x, weight)
-        if reduce is not None:
-            reduce(sums)
-        self.fold(sums)
-
     def sums(self, x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
         """(Σ w·x, Σ w·x², Σ w) over the rows, per trailing feature, packed in one float64
-        tensor of 2·features + 1: what `fold` takes, and what ranks add up."""
+        tensor of 2·features + 1: what `fold` takes, and what ranks add up. `weight` (x's
+        leading dims, 0/1) drops rows, e.g. absent entities."""
         x = x.to(torch.float64).reshape((-1,) + self.shape)
         w = torch.ones(len(x), dtype=x.dtype, device=x.device) if weight is None else weight
         w = w.to(torch.float64).reshape(-1, *([1] * len(self.shape)))
@@ -139,18 +130,26 @@ class ObsNormalizer(nn.Module):
         steps: torch.Tensor | None = None,
         reduce: Reduce | None = None,
     ) -> None:
-        """Fold in a batch; `steps` (the leading dims, bool): only those rows count. `reduce`
-        (see `EmaMeanStd.update`) takes every key's sums at once, packed in one tensor."""
+        """Fold in a batch; `steps` (the leading dims, bool): only those rows count."""
         parts = [
             stat.sums(obs[key], self.row_weights(key, obs, steps))
             for key, stat in self.stats.items()
         ]
-        packed = torch.cat(parts)
-        if reduce is not None:
-            reduce(packed)
-        sums = packed.split([len(p) for p in parts])
-        for stat, part in zip(self.stats.values(), sums, strict=True):
-            stat.fold(part)
+        fold_batch(list(self.stats.values()), parts, reduce)
+
+
+@torch.no_grad()
+def fold_batch(
+    stats: Sequence[EmaMeanStd], sums: Sequence[torch.Tensor], reduce: Reduce | None = None
+) -> None:
+    """Fold each statistic's batch `sums` (`EmaMeanStd.sums`) into it; `reduce` (in place)
+    first turns them into the whole batch's over several ranks, every statistic's sums packed
+    in one tensor (one collective)."""
+    packed = torch.cat(list(sums))
+    if reduce is not None:
+        reduce(packed)
+    for stat, part in zip(stats, packed.split([len(p) for p in sums]), strict=True):
+        stat.fold(part)
 
 
 @torch.no_grad()
@@ -164,7 +163,7 @@ def popart_update(
     """Update the value statistics with `targets` (those where `weight` is set) and rescale
     `head` to preserve its de-normalised outputs: σ' (W' x + b') + μ' = σ (W x + b) + μ."""
     old_mean, old_std = stats.mean_std()
-    stats.update(targets, weight, reduce)
+    fold_batch([stats], [stats.sums(targets, weight)], reduce)
     new_mean, new_std = stats.mean_std()
     head.weight.mul_(old_std / new_std)
     head.bias.mul_(old_std).add_(old_mean - new_mean).div_(new_std)

@@ -51,28 +51,21 @@ MAX_BAD_CODES = 10_000  # snapshot codes remembered as unusable (not looked up o
 ACTION_BINS = contract.DEFAULT_ACTION_BINS
 
 
-def batch_size(obs: Mapping[str, np.ndarray]) -> int:
-    if contract.SELF_KEY not in obs:
-        raise ValueError(f"observation batch needs '{contract.SELF_KEY}'; got keys {sorted(obs)}")
-    shape = np.shape(obs[contract.SELF_KEY])
-    if len(shape) != 2:
-        raise ValueError(f"observation_self must have shape (B, D), got {shape}")
-    return int(shape[0])
-
-
 def random_actions(
     obs: Mapping[str, np.ndarray], rng: np.random.Generator, action_bins: int = ACTION_BINS
 ) -> np.ndarray:
     """(B, 5) actions drawn uniformly per column."""
     nvec = contract.action_nvec(action_bins)
-    return rng.integers(0, nvec, size=(batch_size(obs), len(nvec)), dtype=contract.ACTION_DTYPE)
+    rows = len(obs[contract.SELF_KEY])
+    return rng.integers(0, nvec, size=(rows, len(nvec)), dtype=contract.ACTION_DTYPE)
 
 
 def noop_actions(
     obs: Mapping[str, np.ndarray], rng: np.random.Generator, action_bins: int = ACTION_BINS
 ) -> np.ndarray:
     """(B, 5) no-op actions (rng unused; kept for the common signature)."""
-    return np.tile(np.array(noop_action(action_bins), contract.ACTION_DTYPE), (batch_size(obs), 1))
+    noop = np.array(noop_action(action_bins), contract.ACTION_DTYPE)
+    return np.tile(noop, (len(obs[contract.SELF_KEY]), 1))
 
 
 FixedOpponent = Callable[..., np.ndarray]

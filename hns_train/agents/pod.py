@@ -7,13 +7,13 @@ one device, in one process. One iteration is `Pod.iteration`, read top to bottom
         step every world; record a_t, log-prob, value, r_t, which rows learn
         worlds whose episode ended: V(final observation) recorded, new opponents drawn
         yield                                # the worker's turn: control messages, heartbeats
-    hook.update(Pod.learn)                   # learn: PPO on the whole rollout (ppo.py, agent.ppo)
+    hook(Pod.learn, agent_steps)             # learn: PPO on the whole rollout (ppo.py, agent.ppo)
 
 The iteration is a generator, so the worker (distributed/pod_worker.py) takes its turn after
 every env step, as every worker does (on the serial launcher the controller and the other
-workers run there too), and a stopping run simply does not resume it. The hook (`PodHook`) is
-the worker's narrow part of the loop: it runs the update guarded, or skips it; by default it
-just learns (bench/pod_speed.py calls `Pod.step` and `Pod.learn` itself).
+workers run there too), and a stopping run simply does not resume it. The hook (a callable) is
+the worker's narrow part of the loop: it runs the update guarded, or skips it
+(bench/pod_speed.py calls `Pod.step` and `Pod.learn` itself).
 
 The game is the C `VectorGame` (host arrays: the CPU pod) or `WarpGame` (tensors on the Warp
 device: the GPU pod); both are used through `DeviceGame`, which hands the pod tensors on the
@@ -56,7 +56,7 @@ from hns_train.agents.opponents import (
     code_of,
     controller_groups,
 )
-from hns_train.agents.policy import ActorCritic, ActOutput
+from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import PolicyPool, SnapshotCache
 from hns_train.agents.ppo import PPO, Rollout
 from hns_train.envs import contract
@@ -133,17 +133,11 @@ def tensor_storage(device: torch.device | str) -> Callable[[np.dtype, tuple], to
     return zeros
 
 
+UpdateHook = Callable[[Callable[[], dict], int], "dict | None"]  # see `Pod.iteration`
+
+
 def _host(x) -> np.ndarray:
     return x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
-
-
-class PodHook:
-    """The worker's part of a pod iteration (the default: always learn)."""
-
-    def update(self, learn: Callable[[], dict], agent_steps: int) -> dict | None:
-        """Run `learn` (PPO on the rollout of `agent_steps` agent-steps) and return its
-        statistics, or skip it (None)."""
-        return learn()
 
 
 class OpponentSlots:
@@ -281,11 +275,6 @@ class Pod:
         return np.bincount(used, minlength=self.slots.n_slots)
 
     # ------------------------------------------------------------------ acting
-    def act(self, obs, state, starts) -> ActOutput:
-        """Every row's action: the learning policy's rows and each opponent's, gathered and
-        scattered with host-known index sets (one forward pass per controller)."""
-        return act_by_controller(self.groups, self._network, self._fixed, obs, state, starts)
-
     def _network(self, code: int) -> ActorCritic:
         return self.model if code == LATEST else self.slots.models[code]
 
@@ -295,17 +284,18 @@ class Pod:
         return self._noop.expand(n, -1)
 
     # ------------------------------------------------------------------ the loop
-    def iteration(self, hook: PodHook | None = None) -> Generator[None, None, dict | None]:
+    def iteration(self, hook: UpdateHook) -> Generator[None, None, dict | None]:
         """One iteration, CleanRL's order: collect a rollout of T steps of every world, then
-        learn on it through `hook`. Yields after every env step (the caller's turn); returns
-        the update's statistics, None when the hook skipped it."""
-        hook = hook or PodHook()
+        learn on it: `hook(learn, agent_steps)` (the worker's: run `learn`, PPO on the rollout
+        of `agent_steps` agent-steps, and return its statistics, or skip it: None). Yields after
+        every env step (the caller's turn); returns the update's statistics, None when the hook
+        skipped it."""
         self.new_rollout()
         steps = self.recorder.num_steps
         for _ in range(steps):  # collect
             self.step()
             yield
-        return hook.update(self.learn, steps * self.game.rows)  # learn
+        return hook(self.learn, steps * self.game.rows)  # learn
 
     def new_rollout(self) -> None:
         """The next rollout starts at slot 0, with the rows the learning policy plays now."""
@@ -317,7 +307,10 @@ class Pod:
         rec, g, t = self.recorder, self.game, self.t
         start = time.perf_counter()
         rec.record_inputs(self.obs, self.state, self.episode_start)
-        out = self.act(self.obs, self.state, self.episode_start)
+        # every row acted by its controller: one forward pass per network, host-known row sets
+        out = act_by_controller(
+            self.groups, self._network, self._fixed, self.obs, self.state, self.episode_start
+        )
         self._sync()
         acted = time.perf_counter()
         obs, rewards, present, final_obs, stats, truncated = g.step(out.actions)

@@ -26,7 +26,7 @@ from torch import nn
 
 from hns_train.agents.config import NetworkConfig
 from hns_train.agents.networks import EntityNetwork, LSTMState
-from hns_train.agents.normalizers import EmaMeanStd, ObsNormalizer, Reduce, popart_update
+from hns_train.agents.normalizers import EmaMeanStd, ObsNormalizer
 from hns_train.agents.observations import ObsLayout
 
 
@@ -66,8 +66,9 @@ class ActorCritic(nn.Module):
         self.value_norm = EmaMeanStd(
             (), self.config.value_norm_beta, self.config.value_norm_min_var
         )
-        self.policy_net = EntityNetwork(self.layout, self.config, sum(self.action_sizes), "visible")
-        self.value_net = EntityNetwork(self.layout, self.config, 1, "exists")
+        policy_outputs = sum(self.action_sizes)
+        self.policy_net = EntityNetwork(self.layout, self.config, policy_outputs, "visible_mask")
+        self.value_net = EntityNetwork(self.layout, self.config, 1, "exists_mask")
         self.to(default_device() if device is None else torch.device(device))
 
     @property
@@ -136,17 +137,6 @@ class ActorCritic(nn.Module):
     def normalize_value(self, value: torch.Tensor) -> torch.Tensor:
         mean, std = self.value_norm.mean_std()
         return (value - mean) / std
-
-    @torch.no_grad()
-    def update_value_normalizer(
-        self,
-        returns: torch.Tensor,
-        weight: torch.Tensor | None = None,
-        reduce: Reduce | None = None,
-    ) -> None:
-        """PopArt: fold `returns` (where `weight` is set; over all ranks with `reduce`) into the
-        statistics, keep de-normalised outputs unchanged."""
-        popart_update(self.value_norm, self.value_net.head, returns, weight, reduce)
 
     # ----- tensors in, tensors out, on the device (used by pods) -----
 
@@ -218,12 +208,7 @@ class ActorCritic(nn.Module):
             torch.as_tensor(starts, device=self.device),
             deterministic,
         )
-        return ActOutput(
-            out.actions.cpu().numpy().astype(np.int64),
-            out.logp.cpu().numpy(),
-            out.values.cpu().numpy(),
-            out.state.cpu().numpy(),
-        )
+        return ActOutput(*(x.cpu().numpy() for x in out))
 
 
 def _pair(state: torch.Tensor, first: int) -> LSTMState:

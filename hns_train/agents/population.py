@@ -307,8 +307,11 @@ def load_manifest(path: str | os.PathLike) -> dict[str, Any]:
     return manifest
 
 
-def check_manifest(path: str | os.PathLike, manifest: Mapping[str, Any]) -> None:
-    """What a resume needs from the manifest is there; else one error naming what is not."""
+def members_from_manifest(
+    path: str | os.PathLike, manifest: Mapping[str, Any]
+) -> dict[str, Member]:
+    """The members a resume restarts, once what it needs from the manifest (`path`'s) is there;
+    else one error naming what is not."""
     missing = [key for key in MANIFEST_FIELDS if key not in manifest]
     members = manifest.get("members")
     if isinstance(members, dict):
@@ -323,11 +326,8 @@ def check_manifest(path: str | os.PathLike, manifest: Mapping[str, Any]) -> None
             f"{path}: the population manifest lacks {', '.join(missing)}; restore it from a "
             "copy, or start a new population (another name=...)"
         )
-
-
-def members_from_manifest(manifest: Mapping[str, Any]) -> dict[str, Member]:
     fields = set(Member.__dataclass_fields__)
     return {
         name: Member(**{k: v for k, v in data.items() if k in fields})
-        for name, data in manifest.get("members", {}).items()
+        for name, data in members.items()
     }

@@ -46,6 +46,7 @@ from torch import nn
 
 from hns_train.agents.chunks import FIELD_DTYPES, Chunk, stack_chunks, stream_axis
 from hns_train.agents.config import PPOConfig
+from hns_train.agents.normalizers import popart_update
 from hns_train.agents.policy import ActorCritic
 
 
@@ -229,7 +230,8 @@ class PPO:
         learn = batch.learn
         # under `sync`, the statistics fold in the whole batch's moments (sums over ranks)
         reduce = None if self.sync is None else self.sync.all_sum
-        self.model.update_value_normalizer(returns, learn, reduce)
+        # PopArt: the value statistics absorb the returns, the value head keeps its outputs
+        popart_update(self.model.value_norm, self.model.value_net.head, returns, learn, reduce)
         segments = self._segments(batch, advantages, returns)
 
         history: list[torch.Tensor] = []

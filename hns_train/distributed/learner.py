@@ -111,9 +111,8 @@ class Learner:
         if self.ddp is not None:  # every rank starts from rank 0's weights and normalisers
             self.ddp.broadcast_state(self.model)
         self.pool = None
-        if self.is_main:
+        if self.is_main:  # the untrained policy joins the pool before any update
             self.pool = resources.enter_context(PolicyPool(pool_dir(spec.run_dir), cfg.pool))
-        if self.pool is not None:  # the untrained policy joins the pool before any update
             self.pool.maybe_add(self.version, self.model.state_dict())
         self.params = (
             open_stream(ParamPublisher, spec.endpoints["params"]) if self.is_main else None
@@ -140,9 +139,6 @@ class Learner:
             return
         arrays = state_dict_to_arrays(self.model.state_dict())
         self.params.publish(self.version, arrays, {"version": self.version})
-
-    def ready_to_stop(self) -> bool:
-        return self.ddp is None or self.agreed_stop
 
     def agree(self, stop: bool, ready: bool) -> bool:
         """Whether to train now: this rank is `ready` and an update now would not go past the
@@ -283,7 +279,7 @@ class LearnerWorker(Worker):
             self.learner.take_counters(message.meta)
 
     def ready_to_stop(self) -> bool:
-        return self.learner.ready_to_stop()
+        return self.learner.ddp is None or self.learner.agreed_stop
 
     def shutdown(self) -> None:
         if self.learner.is_main:

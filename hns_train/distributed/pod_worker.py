@@ -5,9 +5,10 @@ Each of the `pipeline.n_trainers` learners is a `Pod` (hns_train/agents/pod.py) 
 MuJoCo Warp game (a GPU pod; `pod.physics`), rollouts of `pipeline.chunk_len` steps, and PPO
 with `agent.ppo` on each. There are no actors, policy workers or sample sockets. The worker's
 `step` advances its `Pod.iteration` by one env step (between steps it answers control messages
-and heartbeats, as every worker does); the worker is the iteration's hook: at the rollout's
-end it runs the update through its `Learner` (learner.py: guarded, then parameters published
-for eval workers, pool snapshots, checkpoints) or skips it when the run would end first.
+and heartbeats, as every worker does); the worker's `update` is the iteration's hook: at the
+rollout's end it runs the update through its `Learner` (learner.py: guarded, then parameters
+published for eval workers, pool snapshots, checkpoints) or skips it when the run would end
+first.
 Several pods train one policy as DDP ranks (each its own worlds, gradients averaged as for
 trainers) and agree at every rollout's end whether to stop.
 
@@ -23,13 +24,13 @@ from collections.abc import Callable
 
 import torch
 
-from hns_train.agents.pod import Pod, PodHook
+from hns_train.agents.pod import Pod
 from hns_train.agents.pool import PolicyPool
 from hns_train.distributed.learner import LearnerWorker
 from hns_train.distributed.worker import WorkerSpec, pool_dir
 
 
-class PodWorker(LearnerWorker, PodHook):
+class PodWorker(LearnerWorker):
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
         cfg, pod, learner = self.cfg, self.cfg.pod, self.learner
@@ -64,7 +65,7 @@ class PodWorker(LearnerWorker, PodHook):
         if self.learner.agreed_stop:
             return False
         if self._iteration is None:
-            self._iteration = self.pod.iteration(hook=self)
+            self._iteration = self.pod.iteration(hook=self.update)
         try:
             next(self._iteration)  # one env step
             self._env_steps += 1

@@ -70,7 +70,6 @@ from hns_train.agents.population import (
     MANIFEST_FORMAT,
     STATUS,
     Member,
-    check_manifest,
     choose_exploits,
     load_manifest,
     members_from_manifest,
@@ -666,8 +665,7 @@ class PopulationController(Stoppable):
 
     def _restore(self) -> None:
         manifest = load_manifest(self.run_dir / MANIFEST)
-        check_manifest(self.run_dir / MANIFEST, manifest)
-        self.members = members_from_manifest(manifest)
+        self.members = members_from_manifest(self.run_dir / MANIFEST, manifest)
         self._manifest_games = {n: d.get("games", 0) for n, d in manifest["members"].items()}
         self.next_index = int(manifest["next_index"])
         self.hall_of_fame = list(manifest.get("hall_of_fame", []))

@@ -10,7 +10,7 @@ from hns_train.agents import ActorCritic, AgentConfig, NetworkConfig
 from hns_train.agents.normalizers import EmaMeanStd, popart_update
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
-from hns_train.typed_config import from_dict
+from hns_train.typed_config import from_dict, range_problems
 from tests.synthetic import random_observations as random_obs
 
 SHAPES = observation_shapes(make_config("quadrant"))
@@ -23,7 +23,7 @@ def test_debiased_ema_equals_mean_of_batch_statistics_early():
     g = torch.Generator().manual_seed(0)
     batches = [torch.randn(50, 3, generator=g) * 2 + 1 for _ in range(5)]
     for x in batches:
-        stat.update(x)
+        stat.fold(stat.sums(x))
     everything = torch.cat(batches)  # equal batch sizes: mean of batch means = overall mean
     mean, std = stat.mean_std()
     torch.testing.assert_close(mean, everything.mean(0), atol=1e-5, rtol=0)
@@ -72,7 +72,9 @@ def test_value_normalizer_update_keeps_model_values():
     model = ActorCritic(SHAPES, device="cpu")
     obs = random_obs(SHAPES, (16,), rng)
     before = model.act(obs, deterministic=True).values
-    model.update_value_normalizer(torch.as_tensor(rng.normal(20.0, 5.0, 256)))
+    popart_update(
+        model.value_norm, model.value_net.head, torch.as_tensor(rng.normal(20.0, 5.0, 256))
+    )
     after = model.act(obs, deterministic=True).values
     np.testing.assert_allclose(after, before, atol=1e-4)
     assert float(model.value_norm.mean_std()[0]) == pytest.approx(20.0, abs=1.0)
@@ -86,3 +88,6 @@ def test_config_from_dict():
         from_dict(AgentConfig, {"network": {"lstm_size": 64}})
     with pytest.raises(ValueError, match="divisible"):
         NetworkConfig(embed_dim=100, attention_heads=3)
+    assert range_problems(AgentConfig(NetworkConfig(lidar_kernel=4)), "agent.") == [
+        "agent.network.lidar_kernel=4 is not allowed; it must be odd and >= 1"
+    ]

@@ -17,7 +17,7 @@ from hns_train.agents.opponents import (
     controller_groups,
     noop_action,
 )
-from hns_train.agents.pod import Pod, PodHook
+from hns_train.agents.pod import Pod
 from hns_train.agents.pool import PolicyPool, PoolConfig
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.vector import VectorGame
@@ -141,13 +141,13 @@ def test_an_update_reads_the_device_back_once():
     assert syncs.total == 1 and all(np.isfinite(values))
 
 
-class RecordingHook(PodHook):
+class RecordingHook:
     """A worker's part of an iteration, recorded."""
 
     def __init__(self) -> None:
         self.updates = []
 
-    def update(self, learn, agent_steps):
+    def __call__(self, learn, agent_steps):
         self.updates.append(agent_steps)
         return learn()
 

@@ -151,10 +151,17 @@ def test_manifest_round_trip(tmp_path):
     members = {"m0": Member(0, 7, {"agent.ppo.lr": 3e-4}, version=10, exploits=1)}
     save_manifest(
         tmp_path / "population.json",
-        {"format": 1, "members": {n: vars(m) | {"games": 4} for n, m in members.items()}},
+        {
+            "format": 1,
+            "members": {n: vars(m) | {"games": 4} for n, m in members.items()},
+            "next_index": 1,
+            "rng": {},
+        },
     )
-    back = members_from_manifest(load_manifest(tmp_path / "population.json"))
-    assert back == members
+    path = tmp_path / "population.json"
+    assert members_from_manifest(path, load_manifest(path)) == members
+    with pytest.raises(ValueError, match="manifest lacks next_index, members.m1.seed"):
+        members_from_manifest(path, {"members": {"m1": {"index": 1, "hyper": {}}}, "rng": {}})
     (tmp_path / "bad.json").write_text(json.dumps({"format": 99}))
     with pytest.raises(ValueError, match="format 99"):
         load_manifest(tmp_path / "bad.json")
