@@ -34,7 +34,7 @@ from hns_train.eval.policies import (
     policy_controller,
 )
 from hns_train.eval.recorder import play_recorded, team_metadata
-from hns_train.eval.rundirs import RENDERS, RUNS_DIR, resolve_checkpoint
+from hns_train.eval.rundirs import FRAME_PX, RENDERS, RUNS_DIR, resolve_checkpoint
 
 PROG = "python -m hns_train.eval play"
 DEFAULT_PRESET = "quadrant"  # when neither side is a checkpoint
@@ -106,8 +106,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--record", type=int, default=None, help="matches recorded (default: all)")
     p.add_argument("--videos", type=int, default=None, help="replays rendered (default: all)")
     p.add_argument("--no-video", action="store_true", help="record replays, render nothing")
-    p.add_argument("--width", type=int, default=480)
-    p.add_argument("--height", type=int, default=480)
+    p.add_argument("--width", type=int, default=FRAME_PX)
+    p.add_argument("--height", type=int, default=FRAME_PX)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
