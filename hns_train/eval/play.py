@@ -144,8 +144,10 @@ def play_main(argv: list[str] | None = None) -> int:
     from hns_train.envs.game import HideAndSeekGame
     from hns_train.eval.video import VideoOptions, write_video
 
-    # a frame size out of the video's range is refused before any match is played
+    # a frame size the video cannot have is refused before any match is played
     options = None if args.no_video else VideoOptions(width=args.width, height=args.height)
+    if options is not None:
+        options.check_format("mp4")
     sides = [_side(args.a, "a"), _side(args.b, "b")]
     game_cfg = _game_config(args, sides)
     assignments = [(sides[0], sides[1])]

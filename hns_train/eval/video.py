@@ -86,6 +86,14 @@ class VideoOptions:
     def __post_init__(self):
         check_ranges(self)
 
+    def check_format(self, fmt: str) -> None:
+        """ValueError where frames of this size cannot be written as `fmt` (H.264 in an mp4
+        needs even sizes and the imageio-ffmpeg package): checked before anything is rendered."""
+        if fmt == "mp4" and not available("imageio_ffmpeg"):
+            raise ValueError("mp4 needs the imageio-ffmpeg package; write a .gif or .png")
+        if fmt == "mp4" and (self.width % 2 or self.height % 2):
+            raise ValueError(f"mp4 needs even frame sizes, got {self.width} x {self.height}")
+
 
 def parse_camera(spec: str, replay: Replay) -> int | None:
     """None for the top camera, else the agent slot a `follow:AGENT` camera tracks."""
@@ -331,12 +339,9 @@ def write_video(
     last) to a png; the format is `fmt`, else `path`'s extension. Returns the path."""
     opts = options or VideoOptions()
     fmt = output_format(path, fmt, FORMATS)
+    opts.check_format(fmt)
     if fmt == "png":
         return render_png(replay, path, frame, opts)
-    if fmt == "mp4" and not available("imageio_ffmpeg"):
-        raise ValueError(f"{path}: mp4 needs the imageio-ffmpeg package; write a .gif or .png")
-    if fmt == "mp4" and (opts.width % 2 or opts.height % 2):
-        raise ValueError(f"mp4 needs even frame sizes, got {opts.width} x {opts.height}")
     fps = opts.fps or replay.fps
 
     def write(tmp: str) -> None:
