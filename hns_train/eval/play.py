@@ -34,7 +34,7 @@ from hns_train.eval.policies import (
     policy_controller,
 )
 from hns_train.eval.recorder import play_recorded, team_metadata
-from hns_train.eval.rundirs import RENDERS, RUNS_DIR, resolve_checkpoint
+from hns_train.eval.rundirs import FRAME_PX, RENDERS, RUNS_DIR, resolve_checkpoint
 
 PROG = "python -m hns_train.eval play"
 DEFAULT_PRESET = "quadrant"  # when neither side is a checkpoint
@@ -106,8 +106,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--record", type=int, default=None, help="matches recorded (default: all)")
     p.add_argument("--videos", type=int, default=None, help="replays rendered (default: all)")
     p.add_argument("--no-video", action="store_true", help="record replays, render nothing")
-    p.add_argument("--width", type=int, default=480)
-    p.add_argument("--height", type=int, default=480)
+    p.add_argument("--width", type=int, default=FRAME_PX)
+    p.add_argument("--height", type=int, default=FRAME_PX)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
@@ -144,8 +144,10 @@ def play_main(argv: list[str] | None = None) -> int:
     from hns_train.envs.game import HideAndSeekGame
     from hns_train.eval.video import VideoOptions, write_video
 
-    # a frame size out of the video's range is refused before any match is played
+    # a frame size the video cannot have is refused before any match is played
     options = None if args.no_video else VideoOptions(width=args.width, height=args.height)
+    if options is not None:
+        options.check_format("mp4")
     sides = [_side(args.a, "a"), _side(args.b, "b")]
     game_cfg = _game_config(args, sides)
     assignments = [(sides[0], sides[1])]

@@ -40,7 +40,7 @@ class PolicyFile:
 
 def load_policy_file(path: str | os.PathLike) -> PolicyFile:
     """Read a checkpoint or snapshot; ValueError names what is wrong (never unpickles)."""
-    from hns_train.agents.checkpoint import CheckpointError, load_checkpoint
+    from hns_train.agents.checkpoint import load_checkpoint
     from hns_train.config import ConfigError, config_from_dict, load_config
 
     path = Path(path)
@@ -48,10 +48,7 @@ def load_policy_file(path: str | os.PathLike) -> PolicyFile:
         raise ValueError(
             f"policy {str(path)!r}: no such file; give a checkpoint (.pt) or one of {NAMED}"
         )
-    try:
-        ckpt = load_checkpoint(path)
-    except CheckpointError as e:
-        raise ValueError(str(e)) from None
+    ckpt = load_checkpoint(path)  # CheckpointError, a ValueError, names what is wrong
     state, meta = ckpt.state, ckpt.meta
     if isinstance(state.get("ppo"), dict) and "model" in state["ppo"]:
         weights, kind = state["ppo"]["model"], "training"

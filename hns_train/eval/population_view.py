@@ -178,7 +178,7 @@ def read_league(run_dir: Path, read: Callable[[Ratings], T]) -> tuple[T | None, 
     if not (run_dir / LEAGUE / DB_NAME).is_file():
         return None, (
             f"league: no ratings yet ({LEAGUE}/{DB_NAME} missing; the population controller "
-            "writes it when it rates the first league match)"
+            "creates it when it starts)"
         )
     try:
         with Ratings(run_dir / LEAGUE, fixed=ANCHORS) as ratings:

@@ -14,7 +14,8 @@ examples, a file from elsewhere) renders into `runs/renders/`, never beside it.
 
 Public API: `resolve_run_dir(arg, runs_dir="runs") -> Path`,
 `resolve_checkpoint(arg, runs_dir="runs") -> Path`, `render_path(replay, fmt) -> Path`,
-`output_format(out, fmt=None, allowed=RENDER_FORMATS) -> str`, `LATEST`, `RENDERS`.
+`output_format(out, fmt=None, allowed=RENDER_FORMATS) -> str`, `LATEST`, `RENDERS`,
+`FRAME_PX`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ _MARKERS = ("metrics.jsonl", "config.yaml", "checkpoints")  # what a run directo
 RENDERS = "renders"  # under RUNS_DIR: renders of replays that belong to no run
 VIDEO_FORMATS = ("mp4", "gif", "png")  # what video.py writes (a png is one frame)
 RENDER_FORMATS = (*VIDEO_FORMATS, "html")
+FRAME_PX = 480  # a rendered frame's default width and height (VideoOptions, --width, --height)
 
 
 def _is_run_dir(path: Path) -> bool:

@@ -15,7 +15,7 @@ A population run directory (one with `population.json`) gets the population view
 (`hns_train.eval.population_view`); each of its members (`members/m<i>/`) is a run as above.
 
 Public API: `run_view(run_dir) -> int`, `win_rates(ratings, window) -> dict[str, WinRecord]`,
-`opponent_class(policy) -> str`, `newest_replays(run_dir, n)`.
+`newest_replays(run_dir, n)`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hns_train.agents.pool import LATEST, ROLES, PolicyPool, policy_key
+from hns_train.agents.pool import LATEST, ROLES, PolicyPool
 from hns_train.agents.pool_index import DB_NAME
 from hns_train.eval.phases import read_metrics
 from hns_train.eval.population_view import MANIFEST, population_view
@@ -63,26 +63,19 @@ class WinRecord:
     by_role: dict[str, Tally] = field(default_factory=lambda: {r: Tally() for r in ROLES})
 
 
-def opponent_class(policy: str) -> str:
-    """`pool` for a snapshot version, else the controller's own name."""
-    key = policy_key(policy)
-    return "pool" if key.isdigit() else key
-
-
 def win_rates(ratings: Ratings, window: int = WINDOW) -> dict[str, WinRecord]:
-    """The latest policy's newest `window` rated matches per opponent class, tallied."""
+    """The latest policy's newest `window` rated matches per opponent class (the class the
+    eval worker stored with each match), tallied."""
     rows = ratings.conn.execute(
-        "SELECT hider, seeker, hider_score FROM matches WHERE (hider = ? OR seeker = ?) "
-        "AND hider != seeker ORDER BY id DESC",
+        "SELECT hider, json_extract(stats_json, '$.opponent_class') AS opponent, hider_score "
+        "FROM matches WHERE (hider = ? OR seeker = ?) AND hider != seeker "
+        "AND opponent IS NOT NULL ORDER BY id DESC",
         (LATEST, LATEST),
     )
     out: dict[str, WinRecord] = {}
-    for hider, seeker, score in rows:
+    for hider, opponent, score in rows:
         role = "hider" if hider == LATEST else "seeker"
-        other = seeker if role == "hider" else hider
-        if "," in other:  # a mixed team has no single class
-            continue
-        record = out.setdefault(opponent_class(other), WinRecord(opponent_class(other)))
+        record = out.setdefault(opponent, WinRecord(opponent))
         if record.all.games >= window:
             continue
         ranks = ratings.outcome(float(score))

@@ -43,8 +43,8 @@ from hns_train.envs.render import TopViewRenderer
 from hns_train.envs.world import HIDER_RGBA, SEEKER_RGBA, object_half_extents
 from hns_train.eval.recorder import team_label
 from hns_train.eval.replay import Replay
+from hns_train.eval.rundirs import FRAME_PX, output_format
 from hns_train.eval.rundirs import VIDEO_FORMATS as FORMATS
-from hns_train.eval.rundirs import output_format
 from hns_train.optional import available
 from hns_train.typed_config import Bounds, check_ranges
 
@@ -75,8 +75,8 @@ STRIP_RGB = (30, 32, 36)  # the text strip, the html page's background
 
 @dataclass(frozen=True)
 class VideoOptions:
-    width: Annotated[int, Bounds(MIN_FRAME_PX)] = 480
-    height: Annotated[int, Bounds(MIN_FRAME_PX)] = 480
+    width: Annotated[int, Bounds(MIN_FRAME_PX)] = FRAME_PX
+    height: Annotated[int, Bounds(MIN_FRAME_PX)] = FRAME_PX
     camera: str = "top"  # "top" | "follow:AGENT"
     fps: Annotated[float | None, Bounds(0, inclusive=False)] = None  # None: real time
     sight_lines: bool = True
@@ -85,6 +85,14 @@ class VideoOptions:
 
     def __post_init__(self):
         check_ranges(self)
+
+    def check_format(self, fmt: str) -> None:
+        """ValueError where frames of this size cannot be written as `fmt` (H.264 in an mp4
+        needs even sizes and the imageio-ffmpeg package): checked before anything is rendered."""
+        if fmt == "mp4" and not available("imageio_ffmpeg"):
+            raise ValueError("mp4 needs the imageio-ffmpeg package; write a .gif or .png")
+        if fmt == "mp4" and (self.width % 2 or self.height % 2):
+            raise ValueError(f"mp4 needs even frame sizes, got {self.width} x {self.height}")
 
 
 def parse_camera(spec: str, replay: Replay) -> int | None:
@@ -325,16 +333,15 @@ def write_video(
     options: VideoOptions | None = None,
     fmt: str | None = None,
     progress: bool = False,
+    frame: int = -1,
 ) -> Path:
-    """Render every frame of `replay` to an mp4 or gif at `path`; returns the path."""
+    """Render every frame of `replay` to an mp4 or gif at `path`, or frame `frame` (default: the
+    last) to a png; the format is `fmt`, else `path`'s extension. Returns the path."""
     opts = options or VideoOptions()
     fmt = output_format(path, fmt, FORMATS)
+    opts.check_format(fmt)
     if fmt == "png":
-        return render_png(replay, path, -1, opts)
-    if fmt == "mp4" and not available("imageio_ffmpeg"):
-        raise ValueError(f"{path}: mp4 needs the imageio-ffmpeg package; write a .gif or .png")
-    if fmt == "mp4" and (opts.width % 2 or opts.height % 2):
-        raise ValueError(f"mp4 needs even frame sizes, got {opts.width} x {opts.height}")
+        return render_png(replay, path, frame, opts)
     fps = opts.fps or replay.fps
 
     def write(tmp: str) -> None:

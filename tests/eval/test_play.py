@@ -94,6 +94,7 @@ def test_snapshot_hides_from_scripted_seeker_only_one_way(run, tmp_path, capsys)
         (["play", "CKPT", "bots"], "give a checkpoint"),
         (["play", "CKPT", "random", "--matches", "0"], "--matches must be >= 1"),
         (["play", "CKPT", "random", "--width", "8"], "width=8 is not allowed"),
+        (["play", "CKPT", "random", "--width", "63"], "mp4 needs even frame sizes"),
     ],
 )
 def test_bad_arguments_name_the_problem(run, argv, message, capsys):
@@ -115,3 +116,11 @@ def test_a_run_directory_or_latest_stands_for_its_newest_checkpoint(run, capsys,
         assert main([*argv, "--out", str(cfg.run_dir / arg.replace("/", "_"))]) == 0
         out = capsys.readouterr().out
         assert f"A {ckpt.name} v3" in out, out
+
+
+def test_a_file_that_is_no_checkpoint_is_refused_with_the_reason(tmp_path, capsys):
+    bad = tmp_path / "ckpt_0000000001.pt"
+    bad.write_bytes(b"not a checkpoint")
+    assert main(["play", str(bad), "random"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: checkpoint {bad}") and err.count("\n") == 1

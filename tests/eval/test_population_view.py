@@ -264,7 +264,8 @@ def test_a_missing_league_database_is_a_message_and_is_not_created(copy, capsys)
     shutil.rmtree(copy / LEAGUE)
     assert main(["--run", str(copy)]) == 0
     out = capsys.readouterr().out
-    assert "league: no ratings yet (league/pool.sqlite missing" in out
+    assert "league: no ratings yet (league/pool.sqlite missing; the population controller " in out
+    assert "creates it when it starts)" in out
     assert not (copy / LEAGUE).exists()
     assert "copied m0 v480" in out and (copy / PLOT).is_file()
 

@@ -25,15 +25,16 @@ from tests.rated import Rated
 
 CFG = make_config("chase", horizon=4)
 SMALL = NetworkConfig(embed_dim=16, attention_heads=2, dense_dim=32, lstm_dim=16)
-# (hider, seeker, hider score): the latest policy wins 2 of 3 hiding from snapshot 3, wins one
-# and draws one seeking random hiders, and wins the one seeking noop hiders.
+# (hider, seeker, hider score, the opponent class the eval worker stores): the latest policy
+# wins 2 of 3 hiding from snapshot 3, wins one and draws one seeking random hiders, and wins the
+# one seeking noop hiders.
 MATCHES = [
-    ("latest", 3, 0.9),
-    ("latest", 3, 0.1),
-    ("latest", 3, 0.8),
-    ("random", "latest", 0.2),
-    ("random", "latest", 0.5),
-    ("noop", "latest", 0.0),
+    ("latest", 3, 0.9, "pool"),
+    ("latest", 3, 0.1, "pool"),
+    ("latest", 3, 0.8, "pool"),
+    ("random", "latest", 0.2, "random"),
+    ("random", "latest", 0.5, "random"),
+    ("noop", "latest", 0.0, "noop"),
 ]
 
 
@@ -45,8 +46,8 @@ def run_dir(tmp_path_factory):
     with PolicyPool(run / "pool") as pool:
         pool.add_snapshot(3, model.state_dict())
     with Ratings(run / "pool") as ratings:
-        for hider, seeker, score in MATCHES:
-            stats = {"latest_version": 7, "hidden_fraction": score}
+        for hider, seeker, score, cls in MATCHES:
+            stats = {"latest_version": 7, "hidden_fraction": score, "opponent_class": cls}
             ratings.record([Rated(hider, seeker, score, stats)])
     records = [
         {"kind": "train", "version": 7, "frames": 12345, "episodes": 321, "hours": 0.5},
