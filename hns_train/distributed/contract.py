@@ -82,6 +82,42 @@ class DropLog:
 
 # ----------------------------------------------------------------------------- arrays
 
+# the dtype kinds an array may have where a layout says float, bool or integer
+_KINDS = {
+    "f": ("f", "a float dtype"),
+    "b": ("b", "bool"),
+    "i": ("iu", "an integer dtype"),
+    "u": ("iu", "an integer dtype"),
+}
+
+
+def request_layout(
+    obs_shapes: Mapping[str, Sequence[int]], lstm_dim: int, rows: int
+) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """(dtype, shape) of every array of an inference request of `rows` agent rows, in the order
+    a shared-memory slot holds them (`shared_rows.RequestLayout`): the observations (float32,
+    per-row shapes `obs_shapes`), the LSTM states, the episode-start flags and the controller
+    codes."""
+    f32 = np.dtype(np.float32)
+    out = {f"obs/{k}": (f32, (rows, *map(int, s))) for k, s in obs_shapes.items()}
+    out["state"] = (f32, (rows, 4, lstm_dim))
+    out["episode_start"] = (np.dtype(np.bool_), (rows,))
+    out["code"] = (np.dtype(np.int64), (rows,))
+    return out
+
+
+def reply_layout(
+    rows: int, lstm_dim: int, n_actions: int
+) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """(dtype, shape) of every array of the reply to an inference request of `rows` rows."""
+    f32 = np.dtype(np.float32)
+    return {
+        "actions": (np.dtype(np.int64), (rows, n_actions)),
+        "logp": (f32, (rows,)),
+        "values": (f32, (rows,)),
+        "state": (f32, (rows, 4, lstm_dim)),
+    }
+
 
 def _kind(name: str, arr: np.ndarray, kinds: str, what: str) -> None:
     if arr.dtype.kind not in kinds:
@@ -93,16 +129,22 @@ def _finite(name: str, arr: np.ndarray) -> None:
         raise ContractError(f"{name} holds non-finite values (NaN or inf)")
 
 
-def _shape(name: str, arr: np.ndarray, shape: tuple) -> None:
-    if tuple(arr.shape) != tuple(shape):
-        raise ContractError(f"{name} has shape {tuple(arr.shape)}; expected {tuple(shape)}")
-
-
-def _float(name: str, arr: np.ndarray, shape: tuple | None = None) -> None:
-    _kind(name, arr, "f", "a float dtype")
-    if shape is not None:
-        _shape(name, arr, shape)
-    _finite(name, arr)
+def _fields(
+    arrays: Mapping[str, np.ndarray],
+    layout: Mapping[str, tuple[np.dtype, tuple]],
+    what: str,
+    prefix: str = "",
+) -> None:
+    """Each array `layout` names is in `arrays` (else `what` lacks it), with the layout's dtype
+    kind and exact shape, and finite where it is float."""
+    for name, (dtype, shape) in layout.items():
+        if name not in arrays:
+            raise ContractError(f"{what} lacks {name!r}")
+        arr, label = arrays[name], prefix + name
+        _kind(label, arr, *_KINDS[dtype.kind])
+        if tuple(arr.shape) != tuple(shape):
+            raise ContractError(f"{label} has shape {tuple(arr.shape)}; expected {tuple(shape)}")
+        _finite(label, arr)
 
 
 def _observations(
@@ -123,11 +165,9 @@ def _observations(
     return batch, kept
 
 
-def _actions(name: str, actions: np.ndarray, shape: tuple, sizes: Sequence[int]) -> None:
-    _kind(name, actions, "iu", "an integer dtype")
-    _shape(name, actions, shape)
+def _action_range(actions: np.ndarray, sizes: Sequence[int]) -> None:
     if actions.size and ((actions < 0).any() or (actions >= np.asarray(sizes)).any()):
-        raise ContractError(f"{name} holds actions outside 0..{[s - 1 for s in sizes]}")
+        raise ContractError(f"actions holds actions outside 0..{[s - 1 for s in sizes]}")
 
 
 def check_request(arrays: Mapping[str, np.ndarray], layout, lstm_dim: int) -> dict[str, np.ndarray]:
@@ -137,16 +177,9 @@ def check_request(arrays: Mapping[str, np.ndarray], layout, lstm_dim: int) -> di
     extra = sorted(set(arrays) - {f"obs/{k}" for k in obs} - {"state", "episode_start", "code"})
     if extra:
         raise ContractError(f"unexpected arrays {extra} in an inference request")
-    for name in ("state", "episode_start", "code"):
-        if name not in arrays:
-            raise ContractError(f"inference request lacks {name!r}")
     (rows,), obs = _observations(obs, layout, 1)
-    _float("state", arrays["state"], (rows, 4, lstm_dim))
-    _kind("episode_start", arrays["episode_start"], "b", "bool")
-    _shape("episode_start", arrays["episode_start"], (rows,))
+    _fields(arrays, request_layout({}, lstm_dim, rows), "inference request")
     code = arrays["code"]
-    _kind("code", code, "iu", "an integer dtype")
-    _shape("code", code, (rows,))
     if code.size and code.min() < MIN_CODE:
         raise ContractError(f"code holds {int(code.min())}; controller codes are >= {MIN_CODE}")
     return {
@@ -159,13 +192,8 @@ def check_reply(
     arrays: Mapping[str, np.ndarray], rows: int, lstm_dim: int, action_sizes: Sequence[int]
 ) -> None:
     """An inference reply (policy worker -> actor) for a request of `rows` rows."""
-    for name in ("actions", "logp", "values", "state"):
-        if name not in arrays:
-            raise ContractError(f"inference reply lacks {name!r}")
-    _actions("actions", arrays["actions"], (rows, len(action_sizes)), action_sizes)
-    _float("logp", arrays["logp"], (rows,))
-    _float("values", arrays["values"], (rows,))
-    _float("state", arrays["state"], (rows, 4, lstm_dim))
+    _fields(arrays, reply_layout(rows, lstm_dim, len(action_sizes)), "inference reply")
+    _action_range(arrays["actions"], action_sizes)
 
 
 def check_chunk(
@@ -178,7 +206,7 @@ def check_chunk(
     action_sizes: Sequence[int],
 ):
     """A sample chunk (actor -> trainer); returns the `Chunk`."""
-    from hns_train.agents.chunks import Chunk
+    from hns_train.agents.chunks import Chunk, chunk_layout
 
     try:
         chunk = Chunk.from_arrays(arrays).validate(len(action_sizes))
@@ -190,40 +218,30 @@ def check_chunk(
     if B < 1:
         raise ContractError("chunk has no agent columns")
     _, chunk.obs = _observations(chunk.obs, layout, 2)
-    _actions("actions", chunk.actions, (steps, B, len(action_sizes)), action_sizes)
-    for name in ("logp", "values", "rewards", "truncated_value"):
-        _float(name, getattr(chunk, name))
-    _float("bootstrap_value", chunk.bootstrap_value)
-    for name in ("episode_start", "truncated"):
-        _kind(name, getattr(chunk, name), "b", "bool")
-    _float("lstm_state", chunk.lstm_state, (steps // bptt_len, B, 4, lstm_dim))
-    _kind("policy_version", chunk.policy_version, "iu", "an integer dtype")
+    expected = chunk_layout({}, steps, B, bptt_len, (4, lstm_dim), len(action_sizes))
+    _fields(chunk.to_arrays(), expected, "chunk")
+    _action_range(chunk.actions, action_sizes)
     if chunk.policy_version.min() < 0:
         raise ContractError("policy_version holds negative versions")
     return chunk
 
 
-def check_params(
-    arrays: Mapping[str, np.ndarray], layout: Mapping[str, tuple[np.dtype, tuple]]
-) -> None:
-    """Parameters (trainer -> policy/eval): exactly the model's names and shapes, finite.
+def check_params(message: Any, layout: Mapping[str, tuple[np.dtype, tuple]]) -> Any:
+    """A parameter message (trainer -> policy/eval), as its stream's `check`: exactly the model's
+    names and shapes, finite; returns the message. Any version passes, older ones too: a
+    restarted trainer publishes from its last checkpoint.
 
-    `layout` is the model's `param_layout`; a float tensor needs float values, any other an
-    integer or bool array."""
+    `layout` is the model's `param_layout`; a float tensor needs float values, an integer one
+    integer values."""
+    arrays = message.arrays
     missing = sorted(set(layout) - set(arrays))
     extra = sorted(set(arrays) - set(layout))
     if missing or extra:
         raise ContractError(
             f"parameters differ from the model: missing {missing[:5]}, unexpected {extra[:5]}"
         )
-    for name, (dtype, shape) in layout.items():
-        arr = arrays[name]
-        _shape(f"parameter {name}", arr, shape)
-        if dtype.kind == "f":
-            _kind(f"parameter {name}", arr, "f", "a float dtype")
-        else:
-            _kind(f"parameter {name}", arr, "iub", "an integer or bool dtype")
-        _finite(f"parameter {name}", arr)
+    _fields(arrays, layout, "parameters", prefix="parameter ")
+    return message
 
 
 def state_dict_to_arrays(state: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
