@@ -25,7 +25,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -259,150 +259,125 @@ def param_layout(model: torch.nn.Module) -> dict[str, tuple[np.dtype, tuple[int,
 # ----------------------------------------------------------------------------- control
 
 
-def _int(meta: Mapping, key: str, low: int | None = 0, required: bool = False) -> None:
-    if key not in meta:
-        if required:
-            raise ContractError(f"{key!r} is missing")
-        return
-    value = meta[key]
-    if type(value) is not int or (low is not None and value < low):
-        bound = "" if low is None else f" >= {low}"
-        raise ContractError(f"{key}={short_repr(value)} must be an int{bound}")
-
-
 def _number(value: Any) -> bool:
     return type(value) in (int, float) and math.isfinite(value)
 
 
-def _num(meta: Mapping, key: str, low: float | None = None, optional_none: bool = False) -> None:
-    if key not in meta or (optional_none and meta[key] is None):
-        return
-    value = meta[key]
-    if not _number(value) or (low is not None and value < low):
-        bound = "" if low is None else f" >= {low}"
-        raise ContractError(f"{key}={short_repr(value)} must be a finite number{bound}")
+def _names_to(value: Any, ok: Callable[[Any], bool]) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and ok(v) for k, v in value.items())
 
 
-def _numbers(meta: Mapping, key: str, length: int | None = None) -> None:
-    if key not in meta:
-        return
-    value = meta[key]
-    if not isinstance(value, list) or not all(_number(v) for v in value):
-        raise ContractError(f"{key} must be a list of finite numbers, got {short_repr(value)}")
-    if length is not None and len(value) != length:
-        raise ContractError(f"{key} has {len(value)} numbers; expected {length}")
+def _leaderboard(board: Any) -> bool:
+    return board is None or (
+        isinstance(board, dict)
+        and isinstance(board.get("columns"), list)
+        and isinstance(board.get("rows"), list)
+        and all(isinstance(c, str) for c in board["columns"])
+        and all(
+            isinstance(r, list)
+            and len(r) == len(board["columns"])
+            and all(v is None or type(v) is str or _number(v) for v in r)
+            for r in board["rows"]
+        )
+    )
 
 
-def _str_map(meta: Mapping, key: str, check, what: str) -> None:
-    if key not in meta:
-        return
-    value = meta[key]
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and check(v) for k, v in value.items()
-    ):
-        raise ContractError(f"{key} must map names to {what}, got {short_repr(value)}")
+# What a field of a control message must be: (test, the words of the error when it fails).
+Rule = tuple[Callable[[Any], bool], str]
+COUNT: Rule = (lambda v: type(v) is int and v >= 0, "an int >= 0")
+VERSION: Rule = (lambda v: type(v) is int and v >= -1, "an int >= -1")  # -1: none yet
+NUMBER: Rule = (_number, "a finite number")
+SECONDS: Rule = (lambda v: _number(v) and v >= 0, "a finite number >= 0")
+NUMBER_OR_NONE: Rule = (lambda v: v is None or _number(v), "a finite number or None")
+SECONDS_OR_NONE: Rule = (lambda v: v is None or SECONDS[0](v), "a finite number >= 0 or None")
+NUMBERS: Rule = (lambda v: isinstance(v, list) and all(map(_number, v)), "a list of finite numbers")
+PATHS: Rule = (
+    lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v),
+    "a list of paths",
+)
+
+# The fields of each worker kind's heartbeat (see each worker's `counters()`); any may be left
+# out. `stat_sums` has one number per statistic of the run; paths lie inside the run directory.
+HEARTBEAT_FIELDS: dict[str, dict[str, Rule]] = {
+    "actor": {
+        **dict.fromkeys(("frames", "episodes", "chunks", "queued_chunks"), COUNT),
+        **dict.fromkeys(("physics_warnings", "resent", "rejected"), COUNT),
+        "version_seen": VERSION,
+        "stat_sums": NUMBERS,
+    },
+    "policy": {
+        "version": VERSION,
+        **dict.fromkeys(("rows", "batches", "forwards", "rejected"), COUNT),
+        **dict.fromkeys(("unknown_snapshots", "snapshot_loads"), COUNT),
+        "busy_s": SECONDS,
+    },
+    "trainer": {
+        **dict.fromkeys(("version", "steps", "received", "dropped_stale", "rejected"), COUNT),
+        **dict.fromkeys(("buffer", "skipped_updates", "samples", "new_samples"), COUNT),
+        "update_s": SECONDS,
+        "staleness": NUMBER_OR_NONE,
+        "reuse": SECONDS_OR_NONE,
+        "stats": (lambda v: _names_to(v, _number), "a map of names to finite numbers"),
+        "stat_sums": NUMBERS,
+        # a pod (pod_worker.py) also reports what actors do
+        **dict.fromkeys(("frames", "episodes", "physics_warnings"), COUNT),
+        **dict.fromkeys(("sim_s", "act_s", "learn_s"), SECONDS),
+    },
+    "eval": {
+        "version": VERSION,
+        "matches": COUNT,
+        "rounds": COUNT,
+        "round_s": SECONDS,
+        "rating": (
+            lambda v: _names_to(v, lambda x: isinstance(x, list) and len(x) == 2 and NUMBERS[0](x)),
+            "a map of names to [mu, sigma] pairs of finite numbers",
+        ),
+        "win_rate": (
+            lambda v: _names_to(v, lambda x: _number(x) and 0 <= x <= 1),
+            "a map of names to rates in [0, 1]",
+        ),
+        "new_videos": PATHS,
+        "new_replays": PATHS,
+        "leaderboard": (_leaderboard, "{columns, rows}"),
+    },
+}
+# every heartbeat; cpu_s: process CPU seconds since the previous heartbeat (worker.py)
+HEARTBEAT_COMMON: dict[str, Rule] = {"time": NUMBER, "cpu_s": SECONDS}
+
+
+def check_fields(meta: Mapping, fields: Mapping[str, Rule], required: Sequence[str] = ()) -> None:
+    """Each of `fields` that `meta` holds keeps its rule; the `required` ones are there."""
+    for key in required:
+        if key not in meta:
+            raise ContractError(f"{key!r} is missing")
+    for key, (ok, what) in fields.items():
+        if key in meta and not ok(meta[key]):
+            raise ContractError(f"{key}={short_repr(meta[key])} must be {what}")
 
 
 def check_hello(meta: Mapping) -> None:
-    _int(meta, "pid", 1, required=True)
-    _int(meta, "incarnation", 0)
+    pid: Rule = (lambda v: type(v) is int and v >= 1, "an int >= 1")
+    check_fields(meta, {"pid": pid, "incarnation": COUNT}, required=["pid"])
 
 
 def check_heartbeat(kind: str, meta: Mapping, run_dir: str | Path, n_stats: int) -> None:
-    """The counters of one worker kind's heartbeat (see each worker's `counters()`)."""
-    _num(meta, "time")
-    _num(meta, "cpu_s", 0.0)  # process CPU seconds since the previous heartbeat (worker.py)
-    if kind == "actor":
-        for key in (
-            "frames",
-            "episodes",
-            "chunks",
-            "queued_chunks",
-            "physics_warnings",
-            "resent",
-            "rejected",
-        ):
-            _int(meta, key)
-        _int(meta, "version_seen", -1)
-        _numbers(meta, "stat_sums", n_stats)
-    elif kind == "policy":
-        _int(meta, "version", -1)
-        for key in ("rows", "batches", "forwards", "rejected"):
-            _int(meta, key)
-        for key in ("unknown_snapshots", "snapshot_loads"):
-            _int(meta, key)
-        _num(meta, "busy_s", 0.0)
-    elif kind == "trainer":
-        for key in (
-            "version",
-            "steps",
-            "received",
-            "dropped_stale",
-            "rejected",
-            "buffer",
-            "skipped_updates",
-            "samples",
-            "new_samples",
-        ):
-            _int(meta, key)
-        _num(meta, "update_s", 0.0)
-        _num(meta, "staleness", optional_none=True)
-        _num(meta, "reuse", 0.0, optional_none=True)
-        _str_map(meta, "stats", _number, "finite numbers")
-        _numbers(meta, "stat_sums", n_stats)
-        if "frames" in meta:  # a pod (pod_worker.py) also reports what actors do
-            for key in ("frames", "episodes", "physics_warnings"):
-                _int(meta, key)
-            for key in ("sim_s", "act_s", "learn_s"):
-                _num(meta, key, 0.0)
-    elif kind == "eval":
-        _int(meta, "version", -1)
-        _int(meta, "matches")
-        _int(meta, "rounds")
-        _num(meta, "round_s", 0.0)
-        _str_map(
-            meta,
-            "rating",
-            lambda v: isinstance(v, list) and len(v) == 2 and all(_number(x) for x in v),
-            "[mu, sigma] pairs of finite numbers",
-        )
-        _str_map(meta, "win_rate", lambda v: _number(v) and 0 <= v <= 1, "rates in [0, 1]")
-        _paths(meta, "new_videos", run_dir)
-        _paths(meta, "new_replays", run_dir)
-        board = meta.get("leaderboard")
-        if board is not None and not (
-            isinstance(board, dict)
-            and isinstance(board.get("columns"), list)
-            and isinstance(board.get("rows"), list)
-            and all(isinstance(c, str) for c in board["columns"])
-            and all(
-                isinstance(r, list)
-                and len(r) == len(board["columns"])
-                and all(v is None or type(v) is str or _number(v) for v in r)
-                for r in board["rows"]
-            )
-        ):
-            raise ContractError(f"leaderboard must be {{columns, rows}}, got {short_repr(board)}")
-
-
-def _paths(meta: Mapping, key: str, run_dir: str | Path) -> None:
-    """File paths a worker reports must lie inside the run directory."""
-    if key not in meta:
-        return
-    value = meta[key]
-    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
-        raise ContractError(f"{key} must be a list of paths, got {short_repr(value)}")
+    """The counters of one worker kind's heartbeat (`HEARTBEAT_FIELDS`)."""
+    fields = HEARTBEAT_FIELDS.get(kind, {})
+    check_fields(meta, {**HEARTBEAT_COMMON, **fields})
+    sums = meta.get("stat_sums") if "stat_sums" in fields else None
+    if sums is not None and len(sums) != n_stats:
+        raise ContractError(f"stat_sums has {len(meta['stat_sums'])} numbers; expected {n_stats}")
     root = Path(run_dir).resolve()
-    for p in value:
-        if not Path(p).resolve().is_relative_to(root):
-            raise ContractError(f"{key} names {short_repr(p)}, outside the run directory {root}")
+    for key in [k for k, rule in fields.items() if rule is PATHS]:
+        for p in meta.get(key, []):
+            if not Path(p).resolve().is_relative_to(root):
+                raise ContractError(
+                    f"{key} names {short_repr(p)}, outside the run directory {root}"
+                )
 
 
 def check_counters(meta: Mapping) -> None:
     """The run's counters (controller -> trainer)."""
-    _int(meta, "frames", required=True)
-    _int(meta, "episodes", required=True)
-    if "wall_clock_s" not in meta:
-        raise ContractError("'wall_clock_s' is missing")
-    _num(meta, "wall_clock_s", 0.0)
-    _num(meta, "stop_in_s", optional_none=True)  # None without stop.minutes; < 0 once past it
+    fields = {"frames": COUNT, "episodes": COUNT, "wall_clock_s": SECONDS}
+    # stop_in_s: None without stop.minutes; < 0 once past it
+    check_fields(meta, {**fields, "stop_in_s": NUMBER_OR_NONE}, required=list(fields))
