@@ -23,6 +23,7 @@ naming no snapshot of the pool, or a broken file) are served by the latest polic
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from functools import partial
@@ -123,28 +124,18 @@ class PolicyWorker(Worker):
     def _serve(self, requests) -> None:
         # every request passed `check_request`, which keeps exactly the layout's arrays
         parts = [m.arrays for _, m in requests]
-        sizes = [len(p["code"]) for p in parts]
         batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
         obs = {k[4:]: v for k, v in batch.items() if k.startswith("obs/")}
         codes = batch["code"]
-        n = len(codes)
-        actions, logp, values, state = self._act(obs, batch["state"], batch["episode_start"], codes)
-        self._rows += n
+        out = self._act(obs, batch["state"], batch["episode_start"], codes)
+        self._rows += len(codes)
         self._forwards += len(np.unique(codes[codes >= LATEST]))
-        offset = 0
-        for (client, message), size in zip(requests, sizes, strict=True):
-            part = slice(offset, offset + size)
-            offset += size
+        ends = list(itertools.accumulate(len(p["code"]) for p in parts))
+        for (client, message), start, end in zip(requests, [0, *ends], ends, strict=False):
+            # ActOutput's fields are the reply's arrays (`contract.reply_layout`)
+            reply = {name: rows[start:end] for name, rows in out._asdict().items()}
             self.server.reply(
-                client,
-                "act_result",
-                {
-                    "actions": actions[part],
-                    "logp": logp[part],
-                    "values": values[part],
-                    "state": state[part],
-                },
-                {**message.meta, "version": self.version},
+                client, "act_result", reply, {**message.meta, "version": self.version}
             )
 
     def _act(self, obs, state, starts, codes) -> ActOutput:
