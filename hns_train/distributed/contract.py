@@ -5,9 +5,16 @@ that a well-formed message is also *right* for this run before anything uses it:
 dtypes and shapes the run's config implies (observation layout, LSTM size, chunk length, action
 sizes), finite floats, integer codes and counters in range, and the types of every heartbeat
 field the controller reads. A message that fails raises `ContractError` naming the field and
-what was expected; receivers drop it, count it, and log through a `DropLog` (at most one line
-per `DropLog.every_s` seconds per receiver, with the count of drops since the last line), so a
-flood of bad messages can neither crash a worker nor fill a disk with log lines.
+what was expected; a receiver hands its check to its stream (`streams`, `check=`), which drops
+the message, counts it, and logs through a `DropLog` (at most one line per `DropLog.every_s`
+seconds per receiver, with the count of drops since the last line), so a flood of bad messages
+can neither crash a worker nor fill a disk with log lines.
+
+Each message is described once, and that description is what it is checked against and what
+sizes it before a run starts (`message_sizes.py`): the arrays of a request and a reply by
+`request_layout` and `reply_layout`, of a chunk by `agents.chunks.chunk_layout`, of parameters
+by `param_layout` (all checked by one field check, `_fields`); the fields of control messages
+by a table of rules (`HEARTBEAT_FIELDS`, checked by `check_fields`).
 
 | stream    | receiver       | check                                                        |
 |-----------|----------------|--------------------------------------------------------------|
