@@ -94,6 +94,7 @@ class ActorWorker(Worker):
             spec.endpoints["inference"],
             identity=spec.routing_id,
             check=self._awaited,
+            what=f"{self.name} inference replies",
         )
         # Connected to every trainer rank: chunks go to them in turn (see make_endpoints).
         self.samples = self.open_stream(SampleSender, spec.endpoints["samples"], hwm=4)

@@ -105,6 +105,7 @@ class EvalWorker(Worker):
             ParamSubscriber,
             spec.endpoints["params"],
             check=partial(check_params, layout=param_layout(self.latest)),
+            what=f"{self.name} parameters",
         )
         self.pool = self.resources.enter_context(PolicyPool(pool_dir(spec.run_dir), cfg.pool))
         self.snapshots = SnapshotCache(self.pool, size=2)

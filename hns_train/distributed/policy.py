@@ -72,6 +72,7 @@ class PolicyWorker(Worker):
             ParamSubscriber,
             spec.endpoints["params"],
             check=partial(check_params, layout=param_layout(self.model)),
+            what=f"{self.name} parameters",
         )
         self.snapshots: Snapshots | None = None  # opened when the first snapshot is asked for
         self.unusable = DropLog(f"{self.name} snapshot codes")

@@ -151,11 +151,14 @@ def _identity(identity: str | bytes | None) -> bytes | None:
 class _Stream:
     """One socket, bound or connected, with the shared rejection and closing logic.
 
-    Every stream class takes ``security``, ``max_message_bytes`` and ``check`` as keywords and
-    passes them here as they are (``**settings``). ``check``, when given, is the receiver's
-    contract: it gets each well-formed message and returns what the receiver takes instead
-    (the message, or what it made of it), None to pass over it (no longer wanted, not wrong),
-    or raises ``ContractError``, which drops and counts the message like a malformed one."""
+    Every stream class takes ``security``, ``max_message_bytes``, ``check`` and ``what`` as
+    keywords and passes them here as they are (``**settings``). ``check``, when given, is the
+    receiver's contract: it gets each well-formed message and returns what the receiver takes
+    instead (the message, or what it made of it), None to pass over it (no longer wanted, not
+    wrong), or raises ``ContractError``, which drops and counts the message like a malformed
+    one.
+    ``what`` names the messages in the stream's drop log lines (by default its class and
+    endpoint)."""
 
     def __init__(
         self,
@@ -169,12 +172,13 @@ class _Stream:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         options: Mapping[int, Any] | None = None,
         check: Callable[[Message], Any] | None = None,
+        what: str | None = None,
     ) -> None:
         if (bind is None) == (connect is None):
             raise ValueError("give exactly one of bind or connect")
         self.check = check
         self.max_message_bytes = _positive("max_message_bytes", max_message_bytes)
-        self.drops = DropLog(type(self).__name__)
+        self.drops = DropLog(what or type(self).__name__)
         self.socket: zmq.Socket = zmq.Context.instance().socket(socket_type)
         try:
             self.socket.linger = 0
@@ -203,6 +207,7 @@ class _Stream:
         except BaseException:
             self.socket.close(linger=0)
             raise
+        self.drops.what = what or f"{type(self).__name__} {self.endpoint}"
 
     def close(self) -> None:
         if not self.socket.closed:
@@ -220,7 +225,6 @@ class _Stream:
         return self.drops.total
 
     def _reject(self, reason: str, peer: bytes | None = None) -> None:
-        self.drops.what = f"{type(self).__name__} {getattr(self, 'endpoint', '')}"
         self.drops.drop(reason, peer)
 
     def _decode(self, frames: Sequence[Any], peer: bytes | None = None) -> Message | None:

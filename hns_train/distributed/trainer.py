@@ -47,7 +47,11 @@ class TrainerWorker(LearnerWorker):
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
         self.samples = self.open_stream(
-            SampleReceiver, spec.endpoints["samples"][self.rank], hwm=16, check=self._check
+            SampleReceiver,
+            spec.endpoints["samples"][self.rank],
+            hwm=16,
+            check=self._check,
+            what=f"{self.name} chunks",
         )
         self.buffer: list[Sample] = []
         self._arrivals = 0
