@@ -68,24 +68,20 @@ def shared_folder(base: str | None = None) -> str:
 class RequestLayout:
     """Where each array of an inference request of `rows` rows lies in a slot.
 
-    obs_shapes: observation key -> per-row shape (the contract's, in its order)."""
+    fields: (wire name, dtype, full shape) of every array, in slot order: the request's
+    `contract.request_layout`."""
 
-    obs_shapes: tuple[tuple[str, tuple[int, ...]], ...]
-    lstm_dim: int
+    fields: tuple[tuple[str, np.dtype, tuple[int, ...]], ...]
     rows: int
 
     @classmethod
     def of(cls, obs_shapes: Mapping[str, tuple[int, ...]], lstm_dim: int, rows: int):
         if not 0 < rows <= MAX_ROWS:
             raise ContractError(f"a shared request holds 1..{MAX_ROWS} rows, got {rows}")
-        shapes = tuple((k, tuple(int(d) for d in s)) for k, s in obs_shapes.items())
-        return cls(shapes, int(lstm_dim), int(rows))
-
-    @cached_property
-    def fields(self) -> tuple[tuple[str, np.dtype, tuple[int, ...]], ...]:
-        """(wire name, dtype, full shape) of every array, in slot order."""
-        layout = request_layout(dict(self.obs_shapes), self.lstm_dim, self.rows)
-        return tuple((name, dtype, shape) for name, (dtype, shape) in layout.items())
+        layout = request_layout(obs_shapes, int(lstm_dim), int(rows))
+        return cls(
+            tuple((name, dtype, shape) for name, (dtype, shape) in layout.items()), int(rows)
+        )
 
     @cached_property
     def offsets(self) -> tuple[int, ...]:
