@@ -45,7 +45,7 @@ import numpy as np
 from hns_train.agents.chunks import ChunkRecorder
 from hns_train.agents.opponents import LATEST, code_of
 from hns_train.agents.pool import PolicyPool, TeamControllers
-from hns_train.distributed.contract import ContractError, DropLog, check_reply
+from hns_train.distributed.contract import check_reply
 from hns_train.distributed.shared_rows import SLOTS, RequestLayout, SharedBlock
 from hns_train.distributed.streams import InferenceClient, SampleSender
 from hns_train.distributed.worker import Worker, WorkerSpec, pool_dir
@@ -90,7 +90,11 @@ class ActorWorker(Worker):
         self.game_cfg = cfg.game_config()
         self.stat_keys = stat_keys(self.game_cfg)  # what `stat_sums` sums, in order
         self.inference = self.open_stream(
-            InferenceClient, spec.endpoints["inference"], identity=spec.routing_id
+            InferenceClient,
+            spec.endpoints["inference"],
+            identity=spec.routing_id,
+            check=self._awaited,
+            what=f"{self.name} inference replies",
         )
         # Connected to every trainer rank: chunks go to them in turn (see make_endpoints).
         self.samples = self.open_stream(SampleSender, spec.endpoints["samples"], hwm=4)
@@ -148,7 +152,6 @@ class ActorWorker(Worker):
         self._chunks_sent = 0
         self._latest_version = -1
         self._resent = 0
-        self.bad_replies = DropLog(f"{self.name} inference replies")
 
     def _seed(self, salt: int) -> list[int]:
         return [self.cfg.seed, 1, self.spec.index, self.spec.incarnation, salt]
@@ -164,26 +167,23 @@ class ActorWorker(Worker):
                     self._request(gid, group, "act")
                     worked = True
         self._resend_overdue()
-        message = self.inference.recv(timeout_ms=self.poll_ms)
+        message = self.inference.recv(timeout_ms=self.poll_ms)  # checked by `_awaited`
         while message is not None:
-            gid, seq = message.meta.get("group"), message.meta.get("seq")
-            if type(gid) is int and 0 <= gid < len(self.groups) and seq == self.groups[gid].seq:
-                group = self.groups[gid]
-                try:
-                    check_reply(
-                        message.arrays,
-                        len(group.codes),
-                        self.cfg.agent.network.lstm_dim,
-                        self.cfg.agent.network.action_sizes,
-                    )
-                except ContractError as err:
-                    self.bad_replies.drop(str(err))  # the request is re-sent when overdue
-                else:
-                    self._on_reply(group, message)
-                    worked = True
+            self._on_reply(self.groups[message.meta["group"]], message)
+            worked = True
             message = self.inference.recv(timeout_ms=0)
         self._flush_chunks()
         return worked
+
+    def _awaited(self, message):
+        """The reply to a request a group awaits, when it fits the run's contract (a bad one is
+        dropped, and the request re-sent when overdue); None for a reply to an older request."""
+        gid, seq = message.meta.get("group"), message.meta.get("seq")
+        if not (type(gid) is int and 0 <= gid < len(self.groups) and seq == self.groups[gid].seq):
+            return None
+        net = self.cfg.agent.network
+        check_reply(message.arrays, len(self.groups[gid].codes), net.lstm_dim, net.action_sizes)
+        return message
 
     def _resend_overdue(self) -> None:
         timeout = self.cfg.pipeline.request_timeout_s
@@ -318,7 +318,7 @@ class ActorWorker(Worker):
             "version_seen": self._latest_version,
             "queued_chunks": len(self.pending_chunks),
             "resent": self._resent,
-            "rejected": self.bad_replies.total,
+            "rejected": self.inference.rejected,
             # MuJoCo's bad-state warnings since the actor started (a reset world is corrupted)
             "physics_warnings": sum(g.game.game.physics_warnings_total for g in self.groups),
             "time": time.time(),

@@ -5,9 +5,16 @@ that a well-formed message is also *right* for this run before anything uses it:
 dtypes and shapes the run's config implies (observation layout, LSTM size, chunk length, action
 sizes), finite floats, integer codes and counters in range, and the types of every heartbeat
 field the controller reads. A message that fails raises `ContractError` naming the field and
-what was expected; receivers drop it, count it, and log through a `DropLog` (at most one line
-per `DropLog.every_s` seconds per receiver, with the count of drops since the last line), so a
-flood of bad messages can neither crash a worker nor fill a disk with log lines.
+what was expected; a receiver hands its check to its stream (`streams`, `check=`), which drops
+the message, counts it, and logs through a `DropLog` (at most one line per `DropLog.every_s`
+seconds per receiver, with the count of drops since the last line), so a flood of bad messages
+can neither crash a worker nor fill a disk with log lines.
+
+Each message is described once, and that description is what it is checked against and what
+sizes it before a run starts (`message_sizes.py`): the arrays of a request and a reply by
+`request_layout` and `reply_layout`, of a chunk by `agents.chunks.chunk_layout`, of parameters
+by `param_layout` (all checked by one field check, `_fields`); the fields of control messages
+by a table of rules (`HEARTBEAT_FIELDS`, checked by `check_fields`).
 
 | stream    | receiver       | check                                                        |
 |-----------|----------------|--------------------------------------------------------------|
@@ -25,7 +32,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +89,42 @@ class DropLog:
 
 # ----------------------------------------------------------------------------- arrays
 
+# the dtype kinds an array may have where a layout says float, bool or integer
+_KINDS = {
+    "f": ("f", "a float dtype"),
+    "b": ("b", "bool"),
+    "i": ("iu", "an integer dtype"),
+    "u": ("iu", "an integer dtype"),
+}
+
+
+def request_layout(
+    obs_shapes: Mapping[str, Sequence[int]], lstm_dim: int, rows: int
+) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """(dtype, shape) of every array of an inference request of `rows` agent rows, in the order
+    a shared-memory slot holds them (`shared_rows.RequestLayout`): the observations (float32,
+    per-row shapes `obs_shapes`), the LSTM states, the episode-start flags and the controller
+    codes."""
+    f32 = np.dtype(np.float32)
+    out = {f"obs/{k}": (f32, (rows, *map(int, s))) for k, s in obs_shapes.items()}
+    out["state"] = (f32, (rows, 4, lstm_dim))
+    out["episode_start"] = (np.dtype(np.bool_), (rows,))
+    out["code"] = (np.dtype(np.int64), (rows,))
+    return out
+
+
+def reply_layout(
+    rows: int, lstm_dim: int, n_actions: int
+) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """(dtype, shape) of every array of the reply to an inference request of `rows` rows."""
+    f32 = np.dtype(np.float32)
+    return {
+        "actions": (np.dtype(np.int64), (rows, n_actions)),
+        "logp": (f32, (rows,)),
+        "values": (f32, (rows,)),
+        "state": (f32, (rows, 4, lstm_dim)),
+    }
+
 
 def _kind(name: str, arr: np.ndarray, kinds: str, what: str) -> None:
     if arr.dtype.kind not in kinds:
@@ -93,16 +136,22 @@ def _finite(name: str, arr: np.ndarray) -> None:
         raise ContractError(f"{name} holds non-finite values (NaN or inf)")
 
 
-def _shape(name: str, arr: np.ndarray, shape: tuple) -> None:
-    if tuple(arr.shape) != tuple(shape):
-        raise ContractError(f"{name} has shape {tuple(arr.shape)}; expected {tuple(shape)}")
-
-
-def _float(name: str, arr: np.ndarray, shape: tuple | None = None) -> None:
-    _kind(name, arr, "f", "a float dtype")
-    if shape is not None:
-        _shape(name, arr, shape)
-    _finite(name, arr)
+def _fields(
+    arrays: Mapping[str, np.ndarray],
+    layout: Mapping[str, tuple[np.dtype, tuple]],
+    what: str,
+    prefix: str = "",
+) -> None:
+    """Each array `layout` names is in `arrays` (else `what` lacks it), with the layout's dtype
+    kind and exact shape, and finite where it is float."""
+    for name, (dtype, shape) in layout.items():
+        if name not in arrays:
+            raise ContractError(f"{what} lacks {name!r}")
+        arr, label = arrays[name], prefix + name
+        _kind(label, arr, *_KINDS[dtype.kind])
+        if tuple(arr.shape) != tuple(shape):
+            raise ContractError(f"{label} has shape {tuple(arr.shape)}; expected {tuple(shape)}")
+        _finite(label, arr)
 
 
 def _observations(
@@ -123,11 +172,9 @@ def _observations(
     return batch, kept
 
 
-def _actions(name: str, actions: np.ndarray, shape: tuple, sizes: Sequence[int]) -> None:
-    _kind(name, actions, "iu", "an integer dtype")
-    _shape(name, actions, shape)
+def _action_range(actions: np.ndarray, sizes: Sequence[int]) -> None:
     if actions.size and ((actions < 0).any() or (actions >= np.asarray(sizes)).any()):
-        raise ContractError(f"{name} holds actions outside 0..{[s - 1 for s in sizes]}")
+        raise ContractError(f"actions holds actions outside 0..{[s - 1 for s in sizes]}")
 
 
 def check_request(arrays: Mapping[str, np.ndarray], layout, lstm_dim: int) -> dict[str, np.ndarray]:
@@ -137,16 +184,9 @@ def check_request(arrays: Mapping[str, np.ndarray], layout, lstm_dim: int) -> di
     extra = sorted(set(arrays) - {f"obs/{k}" for k in obs} - {"state", "episode_start", "code"})
     if extra:
         raise ContractError(f"unexpected arrays {extra} in an inference request")
-    for name in ("state", "episode_start", "code"):
-        if name not in arrays:
-            raise ContractError(f"inference request lacks {name!r}")
     (rows,), obs = _observations(obs, layout, 1)
-    _float("state", arrays["state"], (rows, 4, lstm_dim))
-    _kind("episode_start", arrays["episode_start"], "b", "bool")
-    _shape("episode_start", arrays["episode_start"], (rows,))
+    _fields(arrays, request_layout({}, lstm_dim, rows), "inference request")
     code = arrays["code"]
-    _kind("code", code, "iu", "an integer dtype")
-    _shape("code", code, (rows,))
     if code.size and code.min() < MIN_CODE:
         raise ContractError(f"code holds {int(code.min())}; controller codes are >= {MIN_CODE}")
     return {
@@ -159,13 +199,8 @@ def check_reply(
     arrays: Mapping[str, np.ndarray], rows: int, lstm_dim: int, action_sizes: Sequence[int]
 ) -> None:
     """An inference reply (policy worker -> actor) for a request of `rows` rows."""
-    for name in ("actions", "logp", "values", "state"):
-        if name not in arrays:
-            raise ContractError(f"inference reply lacks {name!r}")
-    _actions("actions", arrays["actions"], (rows, len(action_sizes)), action_sizes)
-    _float("logp", arrays["logp"], (rows,))
-    _float("values", arrays["values"], (rows,))
-    _float("state", arrays["state"], (rows, 4, lstm_dim))
+    _fields(arrays, reply_layout(rows, lstm_dim, len(action_sizes)), "inference reply")
+    _action_range(arrays["actions"], action_sizes)
 
 
 def check_chunk(
@@ -178,7 +213,7 @@ def check_chunk(
     action_sizes: Sequence[int],
 ):
     """A sample chunk (actor -> trainer); returns the `Chunk`."""
-    from hns_train.agents.chunks import Chunk
+    from hns_train.agents.chunks import Chunk, chunk_layout
 
     try:
         chunk = Chunk.from_arrays(arrays).validate(len(action_sizes))
@@ -190,40 +225,30 @@ def check_chunk(
     if B < 1:
         raise ContractError("chunk has no agent columns")
     _, chunk.obs = _observations(chunk.obs, layout, 2)
-    _actions("actions", chunk.actions, (steps, B, len(action_sizes)), action_sizes)
-    for name in ("logp", "values", "rewards", "truncated_value"):
-        _float(name, getattr(chunk, name))
-    _float("bootstrap_value", chunk.bootstrap_value)
-    for name in ("episode_start", "truncated"):
-        _kind(name, getattr(chunk, name), "b", "bool")
-    _float("lstm_state", chunk.lstm_state, (steps // bptt_len, B, 4, lstm_dim))
-    _kind("policy_version", chunk.policy_version, "iu", "an integer dtype")
+    expected = chunk_layout({}, steps, B, bptt_len, (4, lstm_dim), len(action_sizes))
+    _fields(chunk.to_arrays(), expected, "chunk")
+    _action_range(chunk.actions, action_sizes)
     if chunk.policy_version.min() < 0:
         raise ContractError("policy_version holds negative versions")
     return chunk
 
 
-def check_params(
-    arrays: Mapping[str, np.ndarray], layout: Mapping[str, tuple[np.dtype, tuple]]
-) -> None:
-    """Parameters (trainer -> policy/eval): exactly the model's names and shapes, finite.
+def check_params(message: Any, layout: Mapping[str, tuple[np.dtype, tuple]]) -> Any:
+    """A parameter message (trainer -> policy/eval), as its stream's `check`: exactly the model's
+    names and shapes, finite; returns the message. Any version passes, older ones too: a
+    restarted trainer publishes from its last checkpoint.
 
-    `layout` is the model's `param_layout`; a float tensor needs float values, any other an
-    integer or bool array."""
+    `layout` is the model's `param_layout`; a float tensor needs float values, an integer one
+    integer values."""
+    arrays = message.arrays
     missing = sorted(set(layout) - set(arrays))
     extra = sorted(set(arrays) - set(layout))
     if missing or extra:
         raise ContractError(
             f"parameters differ from the model: missing {missing[:5]}, unexpected {extra[:5]}"
         )
-    for name, (dtype, shape) in layout.items():
-        arr = arrays[name]
-        _shape(f"parameter {name}", arr, shape)
-        if dtype.kind == "f":
-            _kind(f"parameter {name}", arr, "f", "a float dtype")
-        else:
-            _kind(f"parameter {name}", arr, "iub", "an integer or bool dtype")
-        _finite(f"parameter {name}", arr)
+    _fields(arrays, layout, "parameters", prefix="parameter ")
+    return message
 
 
 def state_dict_to_arrays(state: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
@@ -241,150 +266,125 @@ def param_layout(model: torch.nn.Module) -> dict[str, tuple[np.dtype, tuple[int,
 # ----------------------------------------------------------------------------- control
 
 
-def _int(meta: Mapping, key: str, low: int | None = 0, required: bool = False) -> None:
-    if key not in meta:
-        if required:
-            raise ContractError(f"{key!r} is missing")
-        return
-    value = meta[key]
-    if type(value) is not int or (low is not None and value < low):
-        bound = "" if low is None else f" >= {low}"
-        raise ContractError(f"{key}={short_repr(value)} must be an int{bound}")
-
-
 def _number(value: Any) -> bool:
     return type(value) in (int, float) and math.isfinite(value)
 
 
-def _num(meta: Mapping, key: str, low: float | None = None, optional_none: bool = False) -> None:
-    if key not in meta or (optional_none and meta[key] is None):
-        return
-    value = meta[key]
-    if not _number(value) or (low is not None and value < low):
-        bound = "" if low is None else f" >= {low}"
-        raise ContractError(f"{key}={short_repr(value)} must be a finite number{bound}")
+def _names_to(value: Any, ok: Callable[[Any], bool]) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and ok(v) for k, v in value.items())
 
 
-def _numbers(meta: Mapping, key: str, length: int | None = None) -> None:
-    if key not in meta:
-        return
-    value = meta[key]
-    if not isinstance(value, list) or not all(_number(v) for v in value):
-        raise ContractError(f"{key} must be a list of finite numbers, got {short_repr(value)}")
-    if length is not None and len(value) != length:
-        raise ContractError(f"{key} has {len(value)} numbers; expected {length}")
+def _leaderboard(board: Any) -> bool:
+    return board is None or (
+        isinstance(board, dict)
+        and isinstance(board.get("columns"), list)
+        and isinstance(board.get("rows"), list)
+        and all(isinstance(c, str) for c in board["columns"])
+        and all(
+            isinstance(r, list)
+            and len(r) == len(board["columns"])
+            and all(v is None or type(v) is str or _number(v) for v in r)
+            for r in board["rows"]
+        )
+    )
 
 
-def _str_map(meta: Mapping, key: str, check, what: str) -> None:
-    if key not in meta:
-        return
-    value = meta[key]
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and check(v) for k, v in value.items()
-    ):
-        raise ContractError(f"{key} must map names to {what}, got {short_repr(value)}")
+# What a field of a control message must be: (test, the words of the error when it fails).
+Rule = tuple[Callable[[Any], bool], str]
+COUNT: Rule = (lambda v: type(v) is int and v >= 0, "an int >= 0")
+VERSION: Rule = (lambda v: type(v) is int and v >= -1, "an int >= -1")  # -1: none yet
+NUMBER: Rule = (_number, "a finite number")
+SECONDS: Rule = (lambda v: _number(v) and v >= 0, "a finite number >= 0")
+NUMBER_OR_NONE: Rule = (lambda v: v is None or _number(v), "a finite number or None")
+SECONDS_OR_NONE: Rule = (lambda v: v is None or SECONDS[0](v), "a finite number >= 0 or None")
+NUMBERS: Rule = (lambda v: isinstance(v, list) and all(map(_number, v)), "a list of finite numbers")
+PATHS: Rule = (
+    lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v),
+    "a list of paths",
+)
+
+# The fields of each worker kind's heartbeat (see each worker's `counters()`); any may be left
+# out. `stat_sums` has one number per statistic of the run; paths lie inside the run directory.
+HEARTBEAT_FIELDS: dict[str, dict[str, Rule]] = {
+    "actor": {
+        **dict.fromkeys(("frames", "episodes", "chunks", "queued_chunks"), COUNT),
+        **dict.fromkeys(("physics_warnings", "resent", "rejected"), COUNT),
+        "version_seen": VERSION,
+        "stat_sums": NUMBERS,
+    },
+    "policy": {
+        "version": VERSION,
+        **dict.fromkeys(("rows", "batches", "forwards", "rejected"), COUNT),
+        **dict.fromkeys(("unknown_snapshots", "snapshot_loads"), COUNT),
+        "busy_s": SECONDS,
+    },
+    "trainer": {
+        **dict.fromkeys(("version", "steps", "received", "dropped_stale", "rejected"), COUNT),
+        **dict.fromkeys(("buffer", "skipped_updates", "samples", "new_samples"), COUNT),
+        "update_s": SECONDS,
+        "staleness": NUMBER_OR_NONE,
+        "reuse": SECONDS_OR_NONE,
+        "stats": (lambda v: _names_to(v, _number), "a map of names to finite numbers"),
+        "stat_sums": NUMBERS,
+        # a pod (pod_worker.py) also reports what actors do
+        **dict.fromkeys(("frames", "episodes", "physics_warnings"), COUNT),
+        **dict.fromkeys(("sim_s", "act_s", "learn_s"), SECONDS),
+    },
+    "eval": {
+        "version": VERSION,
+        "matches": COUNT,
+        "rounds": COUNT,
+        "round_s": SECONDS,
+        "rating": (
+            lambda v: _names_to(v, lambda x: isinstance(x, list) and len(x) == 2 and NUMBERS[0](x)),
+            "a map of names to [mu, sigma] pairs of finite numbers",
+        ),
+        "win_rate": (
+            lambda v: _names_to(v, lambda x: _number(x) and 0 <= x <= 1),
+            "a map of names to rates in [0, 1]",
+        ),
+        "new_videos": PATHS,
+        "new_replays": PATHS,
+        "leaderboard": (_leaderboard, "{columns, rows}"),
+    },
+}
+# every heartbeat; cpu_s: process CPU seconds since the previous heartbeat (worker.py)
+HEARTBEAT_COMMON: dict[str, Rule] = {"time": NUMBER, "cpu_s": SECONDS}
+
+
+def check_fields(meta: Mapping, fields: Mapping[str, Rule], required: Sequence[str] = ()) -> None:
+    """Each of `fields` that `meta` holds keeps its rule; the `required` ones are there."""
+    for key in required:
+        if key not in meta:
+            raise ContractError(f"{key!r} is missing")
+    for key, (ok, what) in fields.items():
+        if key in meta and not ok(meta[key]):
+            raise ContractError(f"{key}={short_repr(meta[key])} must be {what}")
 
 
 def check_hello(meta: Mapping) -> None:
-    _int(meta, "pid", 1, required=True)
-    _int(meta, "incarnation", 0)
+    pid: Rule = (lambda v: type(v) is int and v >= 1, "an int >= 1")
+    check_fields(meta, {"pid": pid, "incarnation": COUNT}, required=["pid"])
 
 
 def check_heartbeat(kind: str, meta: Mapping, run_dir: str | Path, n_stats: int) -> None:
-    """The counters of one worker kind's heartbeat (see each worker's `counters()`)."""
-    _num(meta, "time")
-    _num(meta, "cpu_s", 0.0)  # process CPU seconds since the previous heartbeat (worker.py)
-    if kind == "actor":
-        for key in (
-            "frames",
-            "episodes",
-            "chunks",
-            "queued_chunks",
-            "physics_warnings",
-            "resent",
-            "rejected",
-        ):
-            _int(meta, key)
-        _int(meta, "version_seen", -1)
-        _numbers(meta, "stat_sums", n_stats)
-    elif kind == "policy":
-        _int(meta, "version", -1)
-        for key in ("rows", "batches", "forwards", "rejected"):
-            _int(meta, key)
-        for key in ("unknown_snapshots", "snapshot_loads"):
-            _int(meta, key)
-        _num(meta, "busy_s", 0.0)
-    elif kind == "trainer":
-        for key in (
-            "version",
-            "steps",
-            "received",
-            "dropped_stale",
-            "rejected",
-            "buffer",
-            "skipped_updates",
-            "samples",
-            "new_samples",
-        ):
-            _int(meta, key)
-        _num(meta, "update_s", 0.0)
-        _num(meta, "staleness", optional_none=True)
-        _num(meta, "reuse", 0.0, optional_none=True)
-        _str_map(meta, "stats", _number, "finite numbers")
-        _numbers(meta, "stat_sums", n_stats)
-        if "frames" in meta:  # a pod (pod_worker.py) also reports what actors do
-            for key in ("frames", "episodes", "physics_warnings"):
-                _int(meta, key)
-            for key in ("sim_s", "act_s", "learn_s"):
-                _num(meta, key, 0.0)
-    elif kind == "eval":
-        _int(meta, "version", -1)
-        _int(meta, "matches")
-        _int(meta, "rounds")
-        _num(meta, "round_s", 0.0)
-        _str_map(
-            meta,
-            "rating",
-            lambda v: isinstance(v, list) and len(v) == 2 and all(_number(x) for x in v),
-            "[mu, sigma] pairs of finite numbers",
-        )
-        _str_map(meta, "win_rate", lambda v: _number(v) and 0 <= v <= 1, "rates in [0, 1]")
-        _paths(meta, "new_videos", run_dir)
-        _paths(meta, "new_replays", run_dir)
-        board = meta.get("leaderboard")
-        if board is not None and not (
-            isinstance(board, dict)
-            and isinstance(board.get("columns"), list)
-            and isinstance(board.get("rows"), list)
-            and all(isinstance(c, str) for c in board["columns"])
-            and all(
-                isinstance(r, list)
-                and len(r) == len(board["columns"])
-                and all(v is None or type(v) is str or _number(v) for v in r)
-                for r in board["rows"]
-            )
-        ):
-            raise ContractError(f"leaderboard must be {{columns, rows}}, got {short_repr(board)}")
-
-
-def _paths(meta: Mapping, key: str, run_dir: str | Path) -> None:
-    """File paths a worker reports must lie inside the run directory."""
-    if key not in meta:
-        return
-    value = meta[key]
-    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
-        raise ContractError(f"{key} must be a list of paths, got {short_repr(value)}")
+    """The counters of one worker kind's heartbeat (`HEARTBEAT_FIELDS`)."""
+    fields = HEARTBEAT_FIELDS.get(kind, {})
+    check_fields(meta, {**HEARTBEAT_COMMON, **fields})
+    sums = meta.get("stat_sums") if "stat_sums" in fields else None
+    if sums is not None and len(sums) != n_stats:
+        raise ContractError(f"stat_sums has {len(meta['stat_sums'])} numbers; expected {n_stats}")
     root = Path(run_dir).resolve()
-    for p in value:
-        if not Path(p).resolve().is_relative_to(root):
-            raise ContractError(f"{key} names {short_repr(p)}, outside the run directory {root}")
+    for key in [k for k, rule in fields.items() if rule is PATHS]:
+        for p in meta.get(key, []):
+            if not Path(p).resolve().is_relative_to(root):
+                raise ContractError(
+                    f"{key} names {short_repr(p)}, outside the run directory {root}"
+                )
 
 
 def check_counters(meta: Mapping) -> None:
     """The run's counters (controller -> trainer)."""
-    _int(meta, "frames", required=True)
-    _int(meta, "episodes", required=True)
-    if "wall_clock_s" not in meta:
-        raise ContractError("'wall_clock_s' is missing")
-    _num(meta, "wall_clock_s", 0.0)
-    _num(meta, "stop_in_s", optional_none=True)  # None without stop.minutes; < 0 once past it
+    fields = {"frames": COUNT, "episodes": COUNT, "wall_clock_s": SECONDS}
+    # stop_in_s: None without stop.minutes; < 0 once past it
+    check_fields(meta, {**fields, "stop_in_s": NUMBER_OR_NONE}, required=list(fields))

@@ -1,7 +1,7 @@
 """Evaluation worker: the latest policy against pool snapshots and fixed opponents, rated.
 
 Loop: parameters arrive over the parameter stream (newest only) and are checked as they come
-against the run's contract (`policy.checked_params`: a bad message is dropped there); the newest
+against the run's contract (`contract.check_params`: a bad message is dropped there); the newest
 that passed is loaded into the model when a round starts, so versions that arrive between
 rounds, most of them, are never loaded. As soon as the first ones are there, and then every
 `eval.every_s` seconds (start to start), the worker plays one round of `eval.worlds` matches
@@ -51,14 +51,15 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import LATEST, ROLES, PolicyPool, SnapshotCache
-from hns_train.distributed.contract import DropLog, param_layout
-from hns_train.distributed.policy import checked_params, load_params
+from hns_train.distributed.contract import check_params, param_layout
+from hns_train.distributed.policy import load_params
 from hns_train.distributed.streams import ParamSubscriber
 from hns_train.distributed.worker import Worker, WorkerSpec, pool_dir, start_module, wait_or_kill
 from hns_train.envs.contract import observation_shapes
@@ -100,7 +101,12 @@ class EvalWorker(Worker):
         self.latest = ActorCritic(shapes, cfg.agent.network, device="cpu").eval()
         self.opponent = ActorCritic(shapes, cfg.agent.network, device="cpu").eval()
         self.game = HideAndSeekGame(self.game_cfg, n_worlds=e.worlds, seed=self._seed(0))
-        self.params = self.open_stream(ParamSubscriber, spec.endpoints["params"])
+        self.params = self.open_stream(
+            ParamSubscriber,
+            spec.endpoints["params"],
+            check=partial(check_params, layout=param_layout(self.latest)),
+            what=f"{self.name} parameters",
+        )
         self.pool = self.resources.enter_context(PolicyPool(pool_dir(spec.run_dir), cfg.pool))
         self.snapshots = SnapshotCache(self.pool, size=2)
         self.ratings = self.resources.enter_context(Ratings(self.pool))
@@ -109,8 +115,6 @@ class EvalWorker(Worker):
         self.rng = np.random.default_rng([cfg.seed, 4, spec.index])
         self.loaded = -1  # version of the parameters in `latest` (-1: none yet)
         self._arrived = None  # the newest checked parameter message not loaded yet
-        self._reference = param_layout(self.latest)
-        self.bad_params = DropLog(f"{self.name} parameters")
         self.version = -1  # version last evaluated
         self.rounds = 0
         self._next = 0  # index into self.plan
@@ -134,7 +138,6 @@ class EvalWorker(Worker):
         due = time.monotonic() - self._last_round >= self.settings.every_s
         wait = 0 if (due and self._ready()) else min(self.poll_ms * 10, IDLE_WAIT_MS)
         message = self.params.poll_latest(timeout_ms=wait)
-        message = checked_params(message, self._reference, self.bad_params)
         if message is not None:
             self._arrived = message  # loaded when a round starts (`play_round`)
         self._poll_render()

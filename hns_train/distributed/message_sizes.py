@@ -13,8 +13,8 @@ Sizes come from the run's contract, with no worker, game or weights made:
   one actor group (`envs_per_actor / ring_size` worlds x the agents the learning policy can play,
   `PoolConfig.learning_agents`), LSTM states included;
 - inference requests and replies, only where they travel on the wire (the Ray launcher, or
-  `pipeline.shared_memory=false`): `shared_rows.RequestLayout` of one group's rows, and the reply's
-  actions, log-probs, values and states;
+  `pipeline.shared_memory=false`): `contract.request_layout` and `contract.reply_layout` of one
+  group's rows, the layouts the receivers check them against;
 each as `wire.encoded_size` counts it (all frames: the msgpack header with its array
 descriptors, plus the raw arrays), with `META_ALLOWANCE` bytes for a meta dict larger than the
 representative one used here.
@@ -29,12 +29,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from hns_train.agents.chunks import chunk_layout
 from hns_train.config import ConfigError, RunConfig
-from hns_train.distributed.contract import param_layout
-from hns_train.distributed.shared_rows import RequestLayout
+from hns_train.distributed.contract import param_layout, reply_layout, request_layout
 from hns_train.distributed.wire import encoded_size
 from hns_train.envs.contract import N_ACTION_DIMS, observation_shapes
 
@@ -84,20 +81,14 @@ def _chunk(cfg: RunConfig, columns: int) -> int:
 
 def _inference(cfg: RunConfig, rows: int) -> list[MessageSize]:
     lstm = cfg.agent.network.lstm_dim
-    request = RequestLayout.of(observation_shapes(cfg.game_config()), lstm, rows)
-    layout = {name: (dtype, shape) for name, dtype, shape in request.fields}
+    request = request_layout(observation_shapes(cfg.game_config()), lstm, rows)
+    reply = reply_layout(rows, lstm, N_ACTION_DIMS)
     meta = {"group": _BIG_INT, "seq": _BIG_INT, "kind": "value"}
-    reply = {
-        "actions": (np.dtype(np.int64), (rows, N_ACTION_DIMS)),
-        "logp": (np.dtype(np.float32), (rows,)),
-        "values": (np.dtype(np.float32), (rows,)),
-        "state": (np.dtype(np.float32), (rows, 4, lstm)),
-    }
     rows_setting = "fewer rows per group (pipeline.envs_per_actor / pipeline.ring_size)"
     return [
         MessageSize(
             f"an inference request ({rows} agent rows of one actor group)",
-            encoded_size("act", layout, meta) + META_ALLOWANCE,
+            encoded_size("act", request, meta) + META_ALLOWANCE,
             rows_setting,
         ),
         MessageSize(

@@ -15,15 +15,18 @@ Snapshots are loaded from the run's pool on demand and kept in a small LRU cache
 On one host a request's arrays lie in the actor's shared-memory block and the message carries
 only their address (`shared_rows.py`); the worker reads them there, read-only.
 
-Requests and parameters are checked against the run's contract (`contract.py`) and dropped
-when they do not fit. Rows whose snapshot cannot be loaded (a code naming no snapshot of the
-pool, or a broken file) are served by the latest policy, counted in `unknown_snapshots`.
+Requests and parameters are checked against the run's contract (`contract.py`) as their streams
+receive them, and dropped when they do not fit. Rows whose snapshot cannot be loaded (a code
+naming no snapshot of the pool, or a broken file) are served by the latest policy, counted in
+`unknown_snapshots`.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
+from functools import partial
 
 import numpy as np
 import torch
@@ -63,8 +66,14 @@ class PolicyWorker(Worker):
             InferenceServer,
             spec.endpoints["inference"][spec.index],
             max_requests=max(1, self.cfg.pipeline.max_inference_batch),
+            check=self._checked,
         )
-        self.params = self.open_stream(ParamSubscriber, spec.endpoints["params"])
+        self.params = self.open_stream(
+            ParamSubscriber,
+            spec.endpoints["params"],
+            check=partial(check_params, layout=param_layout(self.model)),
+            what=f"{self.name} parameters",
+        )
         self.snapshots: Snapshots | None = None  # opened when the first snapshot is asked for
         self.unusable = DropLog(f"{self.name} snapshot codes")
         self.rng = np.random.default_rng([self.cfg.seed, 2, spec.index])  # fixed opponents
@@ -74,8 +83,6 @@ class PolicyWorker(Worker):
         if self.shared is not None:
             self.resources.callback(self.shared.close)
         self.version = -1
-        self._reference = param_layout(self.model)
-        self.bad_params = DropLog(f"{self.name} parameters")
         self._rows = 0
         self._batches = 0
         self._forwards = 0  # model forward passes: one per controller in a batch
@@ -86,13 +93,12 @@ class PolicyWorker(Worker):
 
     def step(self) -> bool:
         message = self.params.poll_latest(timeout_ms=0)  # newest, or a new publisher's
-        message = checked_params(message, self._reference, self.bad_params)
         if message is not None:
             self.version = load_params(message, self.model, self.device)
         if self.version < 0:
             time.sleep(self.poll_ms / 1000)
             return False
-        requests = [r for r in self.server.recv(timeout_ms=self.poll_ms) if self._valid(*r)]
+        requests = self.server.recv(timeout_ms=self.poll_ms)
         if not requests:
             return False
         start = time.perf_counter()
@@ -101,49 +107,36 @@ class PolicyWorker(Worker):
         self._batches += 1
         return True
 
-    def _valid(self, client: bytes, message) -> bool:
-        """A request that does not fit the observation contract is dropped, never served."""
-        try:
-            lstm = self.cfg.agent.network.lstm_dim
-            arrays = message.arrays
-            if ADDRESS_KEYS[0] in message.meta:
-                if self.shared is None or arrays:
-                    raise ContractError(
-                        "a shared-memory address reached a worker of a run without shared "
-                        "memory, or came with arrays"
-                    )
-                arrays = self.shared.read(message.meta)
-            message.arrays = check_request(arrays, self.model.layout, lstm)
-        except ContractError as err:
-            self.server._reject(f"inference request does not fit the run: {err}", client)
-            return False
-        return True
+    def _checked(self, message):
+        """The request with its arrays (read from shared memory when it carries an address)
+        checked against the run's contract: one that does not fit is dropped, never served."""
+        arrays = message.arrays
+        if ADDRESS_KEYS[0] in message.meta:
+            if self.shared is None or arrays:
+                raise ContractError(
+                    "a shared-memory address reached a worker of a run without shared "
+                    "memory, or came with arrays"
+                )
+            arrays = self.shared.read(message.meta)
+        lstm = self.cfg.agent.network.lstm_dim
+        message.arrays = check_request(arrays, self.model.layout, lstm)
+        return message
 
     def _serve(self, requests) -> None:
         # every request passed `check_request`, which keeps exactly the layout's arrays
         parts = [m.arrays for _, m in requests]
-        sizes = [len(p["code"]) for p in parts]
         batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
         obs = {k[4:]: v for k, v in batch.items() if k.startswith("obs/")}
         codes = batch["code"]
-        n = len(codes)
-        actions, logp, values, state = self._act(obs, batch["state"], batch["episode_start"], codes)
-        self._rows += n
+        out = self._act(obs, batch["state"], batch["episode_start"], codes)
+        self._rows += len(codes)
         self._forwards += len(np.unique(codes[codes >= LATEST]))
-        offset = 0
-        for (client, message), size in zip(requests, sizes, strict=True):
-            part = slice(offset, offset + size)
-            offset += size
+        ends = list(itertools.accumulate(len(p["code"]) for p in parts))
+        for (client, message), start, end in zip(requests, [0, *ends], ends, strict=False):
+            # ActOutput's fields are the reply's arrays (`contract.reply_layout`)
+            reply = {name: rows[start:end] for name, rows in out._asdict().items()}
             self.server.reply(
-                client,
-                "act_result",
-                {
-                    "actions": actions[part],
-                    "logp": logp[part],
-                    "values": values[part],
-                    "state": state[part],
-                },
-                {**message.meta, "version": self.version},
+                client, "act_result", reply, {**message.meta, "version": self.version}
             )
 
     def _act(self, obs, state, starts, codes) -> ActOutput:
@@ -191,7 +184,7 @@ class PolicyWorker(Worker):
             "batches": self._batches,
             "forwards": self._forwards,
             "busy_s": self._busy_s,
-            "rejected": self.server.rejected + self.bad_params.total,
+            "rejected": self.server.rejected + self.params.rejected,
             "unknown_snapshots": self.unusable.total,
             # snapshots read from disk: a cache too small for the pool shows here
             "snapshot_loads": self.snapshots.cache.misses if self.snapshots is not None else 0,
@@ -201,22 +194,8 @@ class PolicyWorker(Worker):
         return out
 
 
-def checked_params(message, reference, bad: DropLog):
-    """`message` when it keeps the run's contract; None when there was no message or it was
-    dropped (and counted in `bad`). Any version passes, older ones too: a restarted trainer
-    publishes from its last checkpoint."""
-    if message is None:
-        return None
-    try:
-        check_params(message.arrays, reference)
-    except ContractError as err:
-        bad.drop(str(err))
-        return None
-    return message
-
-
 def load_params(message, model, device) -> int:
-    """Load a parameter message that passed `checked_params` into `model`; its version."""
+    """Load a parameter message that passed `contract.check_params` into `model`; its version."""
     model.load_state_dict(
         {k: torch.as_tensor(np.array(v), device=device) for k, v in message.arrays.items()}
     )

@@ -109,14 +109,11 @@ class RunKeys:
         socket.curve_serverkey = self.server_public
 
 
-class _KeySet:
+class _KeySet(set):
     """ZAP credentials provider: the client keys allowed in one domain."""
 
-    def __init__(self) -> None:
-        self.keys: set[bytes] = set()
-
     def callback(self, domain: str, key: bytes) -> bool:
-        allowed = key in self.keys
+        allowed = key in self
         if not allowed:
             log.warning("CURVE: refused a client key in ZAP domain %s", domain)
         return allowed
@@ -141,7 +138,7 @@ def _allow(context: zmq.Context, domain: str, client_public: bytes) -> None:
         if keyset is None:
             keyset = domains[domain] = _KeySet()
             auth.configure_curve_callback(domain, credentials_provider=keyset)
-        keyset.keys.add(client_public)
+        keyset.add(client_public)
 
 
 @atexit.register

@@ -2,9 +2,8 @@
 
 An actor group owns one block: a file in the run's shared-memory folder (tmpfs `/dev/shm` where
 the OS has one) holding `SLOTS` slots. A slot holds every array of one inference request, laid
-out by `RequestLayout` from the run's contract (`envs.contract.observation_shapes`, the LSTM
-width): the observations (float32, one field per key), `state` (rows, 4, lstm_dim) float32,
-`episode_start` (rows,) bool and `code` (rows,) int64, each field 64-byte aligned. The game
+out by `RequestLayout` from the request's one description (`contract.request_layout`, of the
+run's `envs.contract.observation_shapes` and LSTM width), each field 64-byte aligned. The game
 writes its observations straight into a slot (`VectorGame.step(out=...)`); the request on the
 ZeroMQ socket carries only the slot's address (`ADDRESS_KEYS` in its meta: block, slot, rows),
 and the policy worker reads the slot in place, so observations and LSTM states are not copied
@@ -43,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hns_train.distributed.contract import ContractError
+from hns_train.distributed.contract import ContractError, request_layout
 from hns_train.distributed.run_lock import owned_folder
 
 SLOTS = 3
@@ -69,28 +68,19 @@ def shared_folder(base: str | None = None) -> str:
 class RequestLayout:
     """Where each array of an inference request of `rows` rows lies in a slot.
 
-    obs_shapes: observation key -> per-row shape (the contract's, in its order)."""
+    fields: (wire name, dtype, full shape) of every array, in slot order: the request's
+    `contract.request_layout`."""
 
-    obs_shapes: tuple[tuple[str, tuple[int, ...]], ...]
-    lstm_dim: int
+    fields: tuple[tuple[str, np.dtype, tuple[int, ...]], ...]
     rows: int
 
     @classmethod
     def of(cls, obs_shapes: Mapping[str, tuple[int, ...]], lstm_dim: int, rows: int):
         if not 0 < rows <= MAX_ROWS:
             raise ContractError(f"a shared request holds 1..{MAX_ROWS} rows, got {rows}")
-        shapes = tuple((k, tuple(int(d) for d in s)) for k, s in obs_shapes.items())
-        return cls(shapes, int(lstm_dim), int(rows))
-
-    @cached_property
-    def fields(self) -> tuple[tuple[str, np.dtype, tuple[int, ...]], ...]:
-        """(wire name, dtype, full shape) of every array, in slot order."""
-        f32 = np.dtype(np.float32)
-        obs = tuple((f"obs/{k}", f32, (self.rows, *s)) for k, s in self.obs_shapes)
-        return obs + (
-            ("state", f32, (self.rows, 4, self.lstm_dim)),
-            ("episode_start", np.dtype(np.bool_), (self.rows,)),
-            ("code", np.dtype(np.int64), (self.rows,)),
+        layout = request_layout(obs_shapes, int(lstm_dim), int(rows))
+        return cls(
+            tuple((name, dtype, shape) for name, (dtype, shape) in layout.items()), int(rows)
         )
 
     @cached_property

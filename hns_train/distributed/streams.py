@@ -12,9 +12,10 @@ Invariants:
 - **Timeouts everywhere.** Every receive waits at most ``timeout_ms`` (0 = just look) and every
   send that could block takes a timeout too; ``None``/negative timeouts are refused. Sockets
   close with linger 0, so ``close()`` never waits for unsent data.
-- **Robust receivers.** A malformed message (see ``wire.decode``) is dropped: the stream's
-  ``rejected`` counter goes up and the reason is logged through a ``contract.DropLog`` (at most
-  one line per 10 s per stream, with the count); nothing raises into the worker loop.
+- **Robust receivers.** A malformed message (see ``wire.decode``), or one its receiver's
+  ``check`` refuses (``contract.py``), is dropped: the stream's ``rejected`` counter goes up
+  and the reason is logged through a ``contract.DropLog`` (at most one line per 10 s per
+  stream, with the count); nothing raises into the worker loop.
   ``max_message_bytes`` (1 GiB by default; the pipeline passes ``pipeline.max_message_mb``)
   caps one *message*, all its frames together: libzmq drops the connection of a peer whose
   single frame exceeds it, before any memory is spent on the frame, and a message whose frames
@@ -67,7 +68,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from hns_train.distributed.contract import DropLog
+from hns_train.distributed.contract import ContractError, DropLog
 from hns_train.distributed.security import RunKeys
 from hns_train.distributed.wire import Message, WireError, decode, encode
 
@@ -150,8 +151,14 @@ def _identity(identity: str | bytes | None) -> bytes | None:
 class _Stream:
     """One socket, bound or connected, with the shared rejection and closing logic.
 
-    Every stream class takes ``security`` and ``max_message_bytes`` as keywords and passes them
-    here as they are (``**settings``)."""
+    Every stream class takes ``security``, ``max_message_bytes``, ``check`` and ``what`` as
+    keywords and passes them here as they are (``**settings``). ``check``, when given, is the
+    receiver's contract: it gets each well-formed message and returns what the receiver takes
+    instead (the message, or what it made of it), None to pass over it (no longer wanted, not
+    wrong), or raises ``ContractError``, which drops and counts the message like a malformed
+    one.
+    ``what`` names the messages in the stream's drop log lines (by default its class and
+    endpoint)."""
 
     def __init__(
         self,
@@ -164,11 +171,14 @@ class _Stream:
         rcvhwm: int | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         options: Mapping[int, Any] | None = None,
+        check: Callable[[Message], Any] | None = None,
+        what: str | None = None,
     ) -> None:
         if (bind is None) == (connect is None):
             raise ValueError("give exactly one of bind or connect")
+        self.check = check
         self.max_message_bytes = _positive("max_message_bytes", max_message_bytes)
-        self.drops = DropLog(type(self).__name__)
+        self.drops = DropLog(what or type(self).__name__)
         self.socket: zmq.Socket = zmq.Context.instance().socket(socket_type)
         try:
             self.socket.linger = 0
@@ -197,6 +207,7 @@ class _Stream:
         except BaseException:
             self.socket.close(linger=0)
             raise
+        self.drops.what = what or f"{type(self).__name__} {self.endpoint}"
 
     def close(self) -> None:
         if not self.socket.closed:
@@ -214,7 +225,6 @@ class _Stream:
         return self.drops.total
 
     def _reject(self, reason: str, peer: bytes | None = None) -> None:
-        self.drops.what = f"{type(self).__name__} {getattr(self, 'endpoint', '')}"
         self.drops.drop(reason, peer)
 
     def _decode(self, frames: Sequence[Any], peer: bytes | None = None) -> Message | None:
@@ -227,8 +237,9 @@ class _Stream:
             )
             return None
         try:
-            return decode(frames)
-        except WireError as exc:
+            message = decode(frames)
+            return message if self.check is None else self.check(message)
+        except (WireError, ContractError) as exc:
             self._reject(str(exc), peer)
             return None
 

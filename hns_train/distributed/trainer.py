@@ -6,11 +6,11 @@ so each chunk is trained on up to `reuse` times (the paper: about 4) before it l
 whose oldest producing version is more than `max_staleness` versions behind the current one is
 dropped, on arrival or when its turn comes.
 
-Chunks are checked against the run's contract on arrival (`contract.check_chunk`: exact
-observation keys and shapes, chunk length, LSTM size, action ranges, finite floats); a chunk
-that does not fit is dropped and counted. Guarded updates, publishing, checkpoints, pool
-snapshots, resume and the run's counters (and the stop on time) are the `Learner`'s this worker
-holds, see learner.py.
+Chunks are checked against the run's contract as the sample stream receives them
+(`contract.check_chunk`: exact observation keys and shapes, chunk length, LSTM size, action
+ranges, finite floats); a chunk that does not fit is dropped and counted. Guarded updates,
+publishing, checkpoints, pool snapshots, resume and the run's counters (and the stop on time)
+are the `Learner`'s this worker holds, see learner.py.
 
 Several trainers (`pipeline.n_trainers` > 1, see ddp.py): trainer i is rank i with its own sample
 endpoint and `batch_chunks / n_trainers` chunks per step; ranks agree every iteration whether to
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hns_train.agents.chunks import Chunk, stack_chunks
-from hns_train.distributed.contract import ContractError, DropLog, check_chunk
+from hns_train.distributed.contract import ContractError, check_chunk
 from hns_train.distributed.learner import LearnerWorker
 from hns_train.distributed.streams import SampleReceiver
 from hns_train.distributed.worker import WorkerSpec
@@ -47,12 +47,15 @@ class TrainerWorker(LearnerWorker):
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
         self.samples = self.open_stream(
-            SampleReceiver, spec.endpoints["samples"][self.rank], hwm=16
+            SampleReceiver,
+            spec.endpoints["samples"][self.rank],
+            hwm=16,
+            check=self._check,
+            what=f"{self.name} chunks",
         )
         self.buffer: list[Sample] = []
         self._arrivals = 0
         self._received = self._dropped_stale = 0
-        self.bad_chunks = DropLog(f"{self.name} chunks")
         self._rejected_reported = 0
         self._staleness: list[float] = []
         self._reuse: list[float] = []
@@ -79,16 +82,11 @@ class TrainerWorker(LearnerWorker):
         count = 0
         timeout = self.poll_ms
         while count < MAX_RECV_PER_STEP:
-            message = self.samples.recv(timeout_ms=timeout)
+            chunk = self.samples.recv(timeout_ms=timeout)  # checked by `_check`
             timeout = 0
-            if message is None:
+            if chunk is None:
                 break
             count += 1
-            try:
-                chunk = self._check(message)
-            except ContractError as err:
-                self.bad_chunks.drop(str(err))
-                continue
             self._received += 1
             if self.cfg.pipeline.discard_samples:
                 continue
@@ -105,11 +103,8 @@ class TrainerWorker(LearnerWorker):
             del self.buffer[:overflow]
         return count
 
-    @property
-    def _rejected(self) -> int:
-        return self.bad_chunks.total + self.samples.rejected
-
     def _check(self, message) -> Chunk:
+        """The chunk a sample message carries, when it fits the run's contract."""
         p, net = self.cfg.pipeline, self.cfg.agent.network
         if message.kind != "chunk":
             raise ContractError(f"a {message.kind!r} message on the sample stream")
@@ -157,12 +152,12 @@ class TrainerWorker(LearnerWorker):
             **self.learner.report(),
             "received": self._received,
             "dropped_stale": self._dropped_stale,
-            "rejected": self._rejected - self._rejected_reported,
+            "rejected": self.samples.rejected - self._rejected_reported,
             "buffer": len(self.buffer),
             "staleness": float(np.mean(self._staleness)) if self._staleness else None,
             "reuse": float(np.mean(self._reuse)) if self._reuse else None,
         }
-        self._rejected_reported = self._rejected
+        self._rejected_reported = self.samples.rejected
         self._received = self._dropped_stale = 0
         self._staleness, self._reuse = [], []
         return out

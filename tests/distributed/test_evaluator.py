@@ -176,7 +176,7 @@ def test_parameters_are_checked_as_they_arrive_and_the_newest_loaded_when_a_roun
             k: np.full_like(a, np.nan) if a.dtype.kind == "f" else a for k, a in versions[7].items()
         }
         publisher.publish(8, broken)
-        wait_for(lambda: worker.step() or worker.bad_params.total == 1, 10, "the drop")
+        wait_for(lambda: worker.step() or worker.params.rejected == 1, 10, "the drop")
         assert worker.rounds == 1 and weights._version == writes  # nothing loaded in between
         worker.play_round()
         assert worker.version == 7 and weights._version == writes + 1

@@ -226,9 +226,9 @@ def test_trainer_drops_stale_and_malformed_chunks(tmp_path):
         assert sender.send("chunk", chunk(version).to_arrays(), timeout_ms=1000)
     assert sender.send("chunk", {"actions": np.zeros((3, 3), np.int64)}, timeout_ms=1000)
     deadline = time.monotonic() + 10
-    while (trainer._received + trainer._rejected) < 6 and time.monotonic() < deadline:
+    while (trainer._received + trainer.samples.rejected) < 6 and time.monotonic() < deadline:
         trainer.step()
-    assert trainer._rejected == 1
+    assert trainer.samples.rejected == 1
     assert sorted(s.version for s in trainer.buffer) == [6, 9, 10]
     assert trainer._dropped_stale == 2  # versions 3 and 5 are more than 4 behind 10
     trainer.learner.ppo.version = 14  # now 6 and 9 are too old as well

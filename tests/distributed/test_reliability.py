@@ -258,8 +258,8 @@ def test_the_trainer_drops_wrong_chunks_and_undoes_non_finite_updates(inproc):
     deadline = time.monotonic() + 30
     while trainer.learner.version < 1 and time.monotonic() < deadline:
         trainer.step()
-    assert trainer.learner.version == 1 and trainer._rejected == len(wrong)
-    assert len(set(trainer.bad_chunks.recent)) == len(wrong)
+    assert trainer.learner.version == 1 and trainer.samples.rejected == len(wrong)
+    assert len(set(trainer.samples.drops.recent)) == len(wrong)
     assert finite(trainer.learner.model)
 
     # Finite but absurd rewards overflow the update: it is undone, nothing non-finite stays.
@@ -306,7 +306,7 @@ def test_the_policy_worker_drops_wrong_requests_and_parameters(inproc, tmp_path)
         ]
         for version, arrays in enumerate(bad, start=1):
             params.publish(version, arrays)
-            wait_for(lambda v=version: policy.step() or policy.bad_params.total == v, 10, "a drop")
+            wait_for(lambda v=version: policy.step() or policy.params.rejected == v, 10, "a drop")
         assert policy.version == 0 and finite(policy.model)
 
         c = synthetic_chunk(policy.model, 10, 4, 10, np.random.default_rng(1))
@@ -417,9 +417,9 @@ def test_an_actor_drops_wrong_replies_and_resends_unanswered_requests(inproc, tm
         for a in wrong:
             assert server.reply(client, "act_result", a, first.meta)
         deadline = time.monotonic() + 5
-        while actor.bad_replies.total < len(wrong) and time.monotonic() < deadline:
+        while actor.inference.rejected < len(wrong) and time.monotonic() < deadline:
             actor.step()
-        assert actor.bad_replies.total == len(wrong) and actor._frames == 0
+        assert actor.inference.rejected == len(wrong) and actor._frames == 0
         # Unanswered for request_timeout_s: both groups ask again, under new numbers.
         again = []
         deadline = time.monotonic() + 10

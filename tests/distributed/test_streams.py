@@ -14,6 +14,7 @@ import pytest
 import zmq
 
 from hns_train.distributed import streams
+from hns_train.distributed.contract import ContractError
 from hns_train.distributed.streams import (
     ControlClient,
     ControlServer,
@@ -216,6 +217,26 @@ def test_garbage_from_a_raw_socket_is_dropped_counted_and_logged(short_dir, capl
     # Logged at a bounded rate: the first drop at once, the next ones summed up later.
     lines = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
     assert len(lines) == 1 and "SampleReceiver" in lines[0]
+
+
+def test_a_receivers_check_takes_passes_over_or_drops_each_message(short_dir):
+    def check(message):
+        n = message.meta["n"]
+        if n == 1:
+            return None  # no longer wanted: passed over, not counted
+        if n == 2:
+            raise ContractError("n=2 does not fit")
+        return n * 10  # what the receiver takes instead of the message
+
+    with (
+        SampleReceiver(f"ipc://{short_dir}/c.sock", check=check) as rx,
+        SampleSender(rx.endpoint) as tx,
+    ):
+        for n in (1, 2, 3):
+            assert tx.send("chunk", meta={"n": n})
+        assert rx.recv(timeout_ms=2000) == 30
+        assert rx.recv(timeout_ms=0) is None
+        assert rx.rejected == 1 and rx.drops.recent[-1] == "n=2 does not fit"
 
 
 def test_garbage_at_the_inference_server_does_not_hide_good_requests(short_dir):
