@@ -78,13 +78,16 @@ def fixed_opponent(name: str) -> FixedOpponent:
     return FIXED_OPPONENTS[name]
 
 
-def fixed_actions(code: int, rows: int, rng: np.random.Generator) -> np.ndarray:
-    """(rows, 5) host actions of the fixed opponent of `code` (RANDOM or NOOP)."""
+def fixed_actions(
+    code: int, rows: int, rng: np.random.Generator, action_bins: int = ACTION_BINS
+) -> np.ndarray:
+    """(rows, 5) host actions of the fixed opponent of `code` (RANDOM or NOOP), in the game's
+    `action_bins` (a no-op is the middle bin, so it moves with them)."""
     names = {RANDOM: "random", NOOP: "noop"}
     if code not in names:
         raise ValueError(f"controller code {code} is not a fixed opponent; allowed: {names}")
     rows_only = {contract.SELF_KEY: np.zeros((rows, 1), np.float32)}  # only its size is read
-    return fixed_opponent(names[code])(rows_only, rng)
+    return fixed_opponent(names[code])(rows_only, rng, action_bins)
 
 
 def code_of(policy_id) -> int:

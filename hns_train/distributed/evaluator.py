@@ -182,7 +182,7 @@ class EvalWorker(Worker):
             theirs = PolicyController(self.opponent, opponent, deterministic=det)
             teams[OTHER_ROLE[role]] = (theirs, team_metadata("snapshot", int(opponent)))
         else:
-            theirs = named_controller(cls, OTHER_ROLE[role], seed=seed)
+            theirs = named_controller(cls, OTHER_ROLE[role], seed, self.game_cfg.action_bins)
             teams[OTHER_ROLE[role]] = (theirs, team_metadata(cls))
         (hiders, hider_meta), (seekers, seeker_meta) = teams["hider"], teams["seeker"]
         meta = {

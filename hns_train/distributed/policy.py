@@ -175,7 +175,8 @@ class PolicyWorker(Worker):
         return model
 
     def _fixed(self, code: int, n: int) -> torch.Tensor:
-        return torch.as_tensor(fixed_actions(code, n, self.rng), device=self.device)
+        actions = fixed_actions(code, n, self.rng, self.cfg.agent.network.move_bins)
+        return torch.as_tensor(actions, device=self.device)
 
     def counters(self) -> dict:
         out = {

@@ -72,7 +72,8 @@ class League:
         `opponent_state`, or an anchor by name) in every world; every match is rated."""
         ours = self._controller(member, member_state)
         if opponent in NAMED_ANCHORS:
-            theirs = named_controller(opponent, OTHER_ROLE[role], seed=self.seed + self.rounds)
+            seed = self.seed + self.rounds
+            theirs = named_controller(opponent, OTHER_ROLE[role], seed, self.game.cfg.action_bins)
         else:
             state = self.untrained if opponent == UNTRAINED else opponent_state
             if state is None:

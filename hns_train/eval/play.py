@@ -60,7 +60,7 @@ class Side:
 
     def controller(self, game_cfg, role: str, deterministic: bool, seed: int):
         if self.source is None:
-            return named_controller(self.arg, role, seed)
+            return named_controller(self.arg, role, seed, game_cfg.action_bins)
         return policy_controller(self.source, game_cfg, self.letter, deterministic)
 
     def metadata(self) -> dict[str, Any]:

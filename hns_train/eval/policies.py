@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hns_train.agents.opponents import FIXED_OPPONENTS
+from hns_train.agents.opponents import ACTION_BINS, FIXED_OPPONENTS
 from hns_train.agents.pool import policy_key
 from hns_train.eval.matches import FixedController, ScriptedSeeker
 
@@ -98,15 +98,16 @@ def policy_controller(
         ) from None
 
 
-def named_controller(name: str, role: str, seed: int = 0) -> Any:
-    """The fixed controller `name` (one of NAMED) for a team playing `role`."""
+def named_controller(name: str, role: str, seed: int = 0, action_bins: int = ACTION_BINS) -> Any:
+    """The fixed controller `name` (one of NAMED) for a team playing `role`, acting in the
+    game's `action_bins`."""
     if name not in NAMED:
         raise ValueError(f"unknown controller {name!r}; allowed: {NAMED} or a checkpoint file")
     if name in SEEKER_ONLY and role != "seeker":
         raise ValueError(f"{name!r} can only play the seekers (it chases hiders)")
     if name in SEEKER_ONLY:
-        return ScriptedSeeker()
-    return FixedController(name, seed)
+        return ScriptedSeeker(action_bins=action_bins)
+    return FixedController(name, seed, action_bins)
 
 
 def label(policy_id: str) -> str:

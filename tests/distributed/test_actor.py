@@ -4,6 +4,7 @@ import numpy as np
 import torch
 
 from hns_train.agents.chunks import Chunk
+from hns_train.agents.opponents import NOOP, RANDOM
 from hns_train.config import CONFIG_DIR, load_config
 from hns_train.distributed.actor import MAX_PENDING_CHUNKS, ActorWorker
 from hns_train.distributed.contract import state_dict_to_arrays
@@ -141,5 +142,23 @@ def test_an_actor_stops_simulating_when_the_trainer_takes_nothing(tmp_path):
         policy.step()
         actor.step()
     assert actor._frames > frames[-1]
+    for closable in (actor, policy, samples, params, control):
+        closable.close()
+
+
+def test_fixed_opponents_act_in_the_games_own_action_bins(tmp_path):
+    # Every opponent episode is a random or no-op team, on a game with 7 bins instead of 11.
+    bins = ["game.action_bins=7", "agent.network.move_bins=7"]
+    fixed = ["pool.p_latest=0", "pool.p_random=0.5", "pool.p_noop=0.5"]
+    cfg = small_chase(tmp_path, *bins, *fixed)
+    policy, actor, samples, params, control = start_workers(cfg, tmp_path)
+    random = policy._fixed(RANDOM, 500).cpu().numpy()
+    assert random.min() >= 0 and random[:, :3].max() == 6  # all 7 move bins, none beyond
+    np.testing.assert_array_equal(policy._fixed(NOOP, 2).cpu().numpy()[:, :3], 3)  # the middle
+    for _ in range(300):  # a whole episode of each group against fixed teams, no refused action
+        policy.step()
+        actor.step()
+    counters = actor.counters()
+    assert counters["frames"] >= 300 and counters["rejected"] == 0
     for closable in (actor, policy, samples, params, control):
         closable.close()

@@ -17,6 +17,7 @@ from hns_train.eval.matches import (
     play_matches,
     team_observations,
 )
+from hns_train.eval.policies import named_controller
 from hns_train.eval.recorder import ReplayRecorder
 
 CFG = make_config("chase")
@@ -151,3 +152,16 @@ def test_replay_recorder_plugs_into_the_step_hook(game):
     replay = recorder.to_replay()
     assert replay.n_steps == CFG.horizon
     assert replay.header["episode_stats"]["hidden_fraction"] == results[1].hidden_fraction
+
+
+def test_named_controllers_act_in_the_games_own_action_bins():
+    # 7 bins: the middle is 3, and a random team draws each move bin from 0..6, never beyond.
+    game = HideAndSeekGame(make_config("chase", action_bins=7, horizon=40), n_worlds=2, seed=0)
+    for hider in ("random", "noop"):
+        hiders = named_controller(hider, "hider", seed=1, action_bins=7)
+        seekers = named_controller("scripted_seeker", "seeker", action_bins=7)
+        results = play_matches(game, hiders, seekers, seed=0)
+        assert len(results) == 2
+    obs = {"observation_self": np.zeros((300, 10), np.float32)}
+    random = named_controller("random", "hider", action_bins=7).act(obs, None, None)[0]
+    assert random[:, :3].max() == 6
