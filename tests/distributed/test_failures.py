@@ -199,11 +199,29 @@ def test_an_unusable_device_is_refused_at_start(tmp_path):
     )
     assert out.returncode == 2, out.stdout + out.stderr
     assert out.stderr.strip().splitlines() == [
-        "error: this machine cannot run these settings: pipeline.device='cuda' but no CUDA "
-        "device is available (this machine has 0 CUDA devices); use pipeline.device=cpu or auto"
+        "error: this machine cannot run these settings: pipeline.device='cuda' but this "
+        "machine has 0 CUDA devices; use pipeline.device=cpu or auto"
     ]
     assert not (tmp_path / "cuda").exists()
     assert time.monotonic() - start < 60
+
+
+def test_a_device_this_machine_lacks_or_a_malformed_one_is_named_in_the_error():
+    # The workers resolve the device with the same function: on the code before, a GPU index
+    # past this machine's went to torch (its own error, in every worker), and a malformed name
+    # on a machine without CUDA was reported as "no CUDA device is available".
+    from hns_train.distributed.devices import resolve_device
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    machine = f"this machine has {n} CUDA device{'' if n == 1 else 's'}"
+    for name in (f"cuda:{n}", f"cuda:{n + 7}"):  # on this CPU-only machine: cuda:0 and cuda:7
+        with pytest.raises(ValueError) as err:
+            resolve_device(name)
+        assert str(err.value) == f"pipeline.device='{name}' but {machine}"
+    for name in ("cuda:x", "cuda:-1", "cuda:", "gpu", "cpu:0"):
+        with pytest.raises(ValueError, match="allowed: auto, cpu, cuda, cuda:N"):
+            resolve_device(name)
+    assert resolve_device("cpu") == torch.device("cpu")
 
 
 def test_warp_physics_without_mujoco_warp_is_refused_by_the_device_check(monkeypatch):
