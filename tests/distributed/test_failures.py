@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -180,6 +181,31 @@ def test_a_run_lock_is_refused_while_held_and_free_once_released_or_dropped(tmp_
     with pytest.raises(ValueError, match="already exists; pass --resume"):
         claim(tmp_path, resume=False)
     claim(tmp_path, resume=True).release()
+
+
+def test_a_start_that_fails_after_taking_the_run_lets_go_of_all_it_took(tmp_path):
+    # A host no port binds on fails the start once the run directory, its files and the
+    # socket folder are taken. On the code before, the run directory kept its files and its
+    # lock (held while the failed start was still referenced, as by this traceback), and the
+    # socket folder stayed until the process ended: the same name could not start again.
+    from hns_train.config import load_config
+    from hns_train.distributed.controller import Controller
+    from hns_train.distributed.run_lock import LOCK_NAME, SOCKETS_PREFIX
+
+    def socket_folders():
+        return set(Path(tempfile.gettempdir()).glob(f"{SOCKETS_PREFIX}{os.getpid()}-*"))
+
+    where = [f"runs_dir={tmp_path}", "name=again", "pipeline.launcher=local", *QUIET]
+    before = socket_folders()
+    bad_host = load_config("smoke", [*where, "pipeline.transport=tcp", "pipeline.host=192.0.2.1"])
+    with pytest.raises(ValueError, match="pipeline.host='192.0.2.1': no port can be bound"):
+        Controller(bad_host)
+    assert [p.name for p in (tmp_path / "again").iterdir()] == [LOCK_NAME]
+    assert socket_folders() == before
+    again = Controller(load_config("smoke", where))  # the same run directory, a new run
+    again._stop_workers()  # none started: lets go of the lock, sockets and folders
+    assert (tmp_path / "again" / "config.yaml").is_file()
+    assert socket_folders() == before
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
