@@ -382,6 +382,39 @@ gc.collect()
 """
 
 
+def test_an_exploit_without_room_for_the_copy_keeps_the_members_own_checkpoint(small_disk):
+    # On the code before, the copy was written past the room check of every other checkpoint:
+    # it took the last room on the disk, the member was restarted into a run that could
+    # write nothing, and its own checkpoints were left in `replaced/`.
+    from hns_train.agents.checkpoint import NoRoomError
+    from hns_train.config import load_config
+    from hns_train.distributed.population import MemberRun, PopulationController
+
+    where = [f"runs_dir={small_disk}", "name=pop", "population.members=2", *QUIET]
+    pop = PopulationController(load_config("smoke", where))
+    try:
+        folders = {}
+        for member, tensor_bytes in zip((pop.join(), pop.join()), (1 << 20, 64), strict=True):
+            pop.runs[member.name] = MemberRun(pop.run_dir, member)
+            folders[member.name] = CheckpointDir(pop.runs[member.name].dir / "checkpoints")
+            version = 4 if member.name == "m0" else 2
+            state = {"ppo": {"version": version, "model": {"w": torch.zeros(tensor_bytes // 4)}}}
+            meta = {"kind": "training", "counters": {"version": version}}
+            folders[member.name].save(version, state, meta)
+        fill(small_disk, leave_bytes=3 << 19)  # 1.5 MiB: room for one copy of m0's, not two
+        hyper = dict(pop.members["m1"].hyper)
+        with pytest.raises(NoRoomError, match="no room for checkpoints in .*m1/checkpoints"):
+            pop.exploit("m1", "m0", win_probability=0.95)
+        assert folders["m1"].steps() == [2]
+        assert pop.members["m1"].hyper == hyper and pop.members["m1"].exploits == 0
+        assert pop.runs["m1"].process is None  # not restarted into a disk without room
+    finally:
+        for run in pop.runs.values():
+            if run.process is not None:
+                run.process.kill()
+        pop.close()
+
+
 def test_the_rendezvous_store_closes_quietly():
     # On the code before, every clean stop of a run with several trainers printed
     # "OSError: [Errno 9] Bad file descriptor" with a traceback: the socket was closed twice.
