@@ -655,12 +655,10 @@ def _token() -> str:
 
 def _empty_run_dir(run_dir: Path) -> None:
     """Remove all that a start of a new run made in `run_dir`, but the lock file."""
-    for path in run_dir.iterdir():
-        if path.name == LOCK_NAME:
-            continue
-        if path.is_dir() and not path.is_symlink():
+    for path in run_dir.iterdir():  # all made by this controller: no links among them
+        if path.is_dir():
             shutil.rmtree(path)
-        else:
+        elif path.name != LOCK_NAME:
             path.unlink()
 
 
