@@ -190,7 +190,7 @@ def test_a_start_that_fails_after_taking_the_run_lets_go_of_all_it_took(tmp_path
     # socket folder stayed until the process ended: the same name could not start again.
     from hns_train.config import load_config
     from hns_train.distributed.controller import Controller
-    from hns_train.distributed.run_lock import LOCK_NAME, SOCKETS_PREFIX
+    from hns_train.distributed.run_lock import LOCK_NAME, SOCKETS_PREFIX, RunLock
 
     def socket_folders():
         return set(Path(tempfile.gettempdir()).glob(f"{SOCKETS_PREFIX}{os.getpid()}-*"))
@@ -198,14 +198,17 @@ def test_a_start_that_fails_after_taking_the_run_lets_go_of_all_it_took(tmp_path
     where = [f"runs_dir={tmp_path}", "name=again", "pipeline.launcher=local", *QUIET]
     before = socket_folders()
     bad_host = load_config("smoke", [*where, "pipeline.transport=tcp", "pipeline.host=192.0.2.1"])
-    with pytest.raises(ValueError, match="pipeline.host='192.0.2.1': no port can be bound"):
+    refused = "pipeline.host='192.0.2.1': no port can be bound"
+    with pytest.raises(ValueError, match=refused) as failed:  # kept: it references the start
         Controller(bad_host)
     assert [p.name for p in (tmp_path / "again").iterdir()] == [LOCK_NAME]
     assert socket_folders() == before
+    RunLock(tmp_path / "again").release()  # free, while the failed start is still referenced
     again = Controller(load_config("smoke", where))  # the same run directory, a new run
     again._stop_workers()  # none started: lets go of the lock, sockets and folders
     assert (tmp_path / "again" / "config.yaml").is_file()
     assert socket_folders() == before
+    assert failed.value.__traceback__ is not None  # (held to here)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
