@@ -69,7 +69,7 @@ from hns_train.distributed.devices import check_devices
 from hns_train.distributed.launchers import make_endpoints, make_launcher, run_keys
 from hns_train.distributed.message_sizes import MessageSize, check_message_sizes
 from hns_train.distributed.reporting import RunLog, by_kind
-from hns_train.distributed.run_lock import SOCKETS_PREFIX, claim, owned_folder
+from hns_train.distributed.run_lock import LOCK_NAME, SOCKETS_PREFIX, claim, owned_folder
 from hns_train.distributed.shared_rows import shared_folder
 from hns_train.distributed.streams import ControlServer
 from hns_train.distributed.worker import NO_ROOM_EXIT, WorkerSpec, pool_dir, worker_plan
@@ -170,34 +170,51 @@ class Controller(Stoppable):
         self.run_dir = cfg.run_dir
         check_devices(cfg)  # what a worker would refuse on this machine, refused here
         self.owner = claim(self.run_dir, resume)  # one owner per run directory
+        # What the run holds, let go of at its end (`_stop_workers`), the last taken first
+        self._held = contextlib.ExitStack()
+        self._held.callback(self.owner.release)
         try:
-            self._prepare_run_dir(resume)
-        except BaseException:
-            self.owner.release()
+            self._open(resume)
+        except BaseException:  # a failed start holds nothing, and a new run leaves no trace
+            self._held.close()
+            if not resume:  # the directory held nothing but the lock (`claim`)
+                _empty_run_dir(self.run_dir)
             raise
+
+    # ------------------------------------------------------------------ setup
+    def _open(self, resume: bool) -> None:
+        """The start, once the run directory is this controller's: its folders and files, the
+        launcher, the sockets and the counters; each thing held is handed to `_held`."""
+        cfg = self.cfg
+        self._prepare_run_dir(resume)
         save_config(cfg, self.run_dir / "config.yaml")
         self.hardware = hardware_info()
         (self.run_dir / "hardware.yaml").write_text(yaml.safe_dump(self.hardware))
+        # the sockets and their folders go once the workers are gone (the launcher's join)
+        sockets = self._held.enter_context(contextlib.ExitStack())
         self.launcher = make_launcher(cfg)
+        self._held.callback(self.launcher.join, timeout_s=10.0)
         # short ipc paths (the OS limits their length); folders of killed controllers go
-        self._tmp = str(owned_folder(SOCKETS_PREFIX))
+        folder = owned_folder(SOCKETS_PREFIX)
+        sockets.callback(shutil.rmtree, folder, ignore_errors=True)
         scheme = cfg.pipeline.transport if self.launcher.scheme != "inproc" else "inproc"
         # Cluster runs: CURVE keys made here, per run, handed to workers in their specs.
         self.security = run_keys(cfg)
         place = getattr(self.launcher, "addresses", None)  # Ray: on the nodes it placed workers
-        self.endpoints = make_endpoints(cfg, scheme, Path(self._tmp), place)
+        self.endpoints = make_endpoints(cfg, scheme, folder, place)
         # One host: inference requests travel through shared memory (shared_rows.py).
-        self._shared_rows = None
         if cfg.pipeline.launcher != "ray" and cfg.pipeline.shared_memory:
-            self._shared_rows = shared_folder()
-            self.endpoints["shared_rows"] = self._shared_rows
+            self.endpoints["shared_rows"] = shared_folder()
+            sockets.callback(shutil.rmtree, self.endpoints["shared_rows"], ignore_errors=True)
         self.control = ControlServer(
             self.endpoints["control"],
             security=self.security,
             max_message_bytes=cfg.pipeline.max_message_mb << 20,
         )
+        sockets.enter_context(self.control)
         # Several trainers find each other through a store this controller hosts (ddp.py).
         self._ddp_store = None
+        sockets.callback(setattr, self, "_ddp_store", None)  # dropping the store closes it
         self._ddp_generation = 0
         if cfg.pipeline.n_trainers > 1:
             self._open_rendezvous()
@@ -215,7 +232,6 @@ class Controller(Stoppable):
         self._last_bar_refresh = 0.0
         self.log = RunLog(cfg, self.run_dir, self.hardware)
 
-    # ------------------------------------------------------------------ setup
     def _prepare_run_dir(self, resume: bool) -> None:
         """The run directory's folders, after the checks that may refuse the run: the pool
         index, the checkpoint to resume from, and room on the disk for two checkpoints."""
@@ -539,13 +555,7 @@ class Controller(Stoppable):
             for name, state in self.workers.items():
                 if not state.connected:  # still starting: nothing of it to wait for
                     self.launcher.kill(name)
-            self.launcher.join(timeout_s=10.0)
-            self.control.close()
-            self._ddp_store = None
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            if self._shared_rows:
-                shutil.rmtree(self._shared_rows, ignore_errors=True)
-            self.owner.release()
+            self._held.close()  # the workers joined, then the sockets, then the directory
 
     def _ask_to_stop(self) -> None:
         """Stop every worker that is connected and wait for it; the rest are killed.
@@ -641,6 +651,15 @@ def _rid(state: WorkerState) -> bytes:
 
 def _token() -> str:
     return secrets.token_hex(16)
+
+
+def _empty_run_dir(run_dir: Path) -> None:
+    """Remove all that a start of a new run made in `run_dir`, but the lock file."""
+    for path in run_dir.iterdir():  # all made by this controller: no links among them
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.name != LOCK_NAME:
+            path.unlink()
 
 
 def _resume_checkpoint(run_dir: Path) -> Checkpoint:

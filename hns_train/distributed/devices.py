@@ -16,6 +16,7 @@ depend on the machine is checked (the config's own rules), the rest by the worke
 from __future__ import annotations
 
 import importlib
+import re
 
 import torch
 
@@ -25,19 +26,19 @@ from hns_train.distributed.ddp import choose_backend
 
 
 def resolve_device(name: str) -> torch.device:
-    """`auto` is CUDA when present, else CPU; an explicit name is checked."""
+    """`auto` is CUDA when present, else CPU; an explicit name must be well formed and name a
+    device this machine has (a ValueError naming the device asked for and what there is)."""
     if name == "auto":
         return default_device()
-    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", name):
         raise ValueError(f"pipeline.device={name!r}; allowed: auto, cpu, cuda, cuda:N")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"pipeline.device={name!r} but no CUDA device is available")
-    return torch.device(name)
-
-
-def _machine() -> str:
+    device = torch.device(name)
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return f"this machine has {n} CUDA device{'' if n == 1 else 's'}"
+    # `cuda` is GPU 0 here; several ranks spread it over the GPUs there are (`ddp.rank_device`)
+    if device.type == "cuda" and (device.index or 0) >= n:
+        machine = f"this machine has {n} CUDA device{'' if n == 1 else 's'}"
+        raise ValueError(f"pipeline.device={name!r} but {machine}")
+    return device
 
 
 def device_problems(cfg: RunConfig) -> list[str]:
@@ -49,11 +50,7 @@ def device_problems(cfg: RunConfig) -> list[str]:
     try:
         device = resolve_device(p.device)
     except ValueError as err:
-        return [f"{err} ({_machine()}); use pipeline.device=cpu or auto"]
-    # Ranks share an explicit index, and spread `cuda` over the GPUs there are
-    # (`ddp.rank_device`): only an explicit index can name a GPU this machine lacks.
-    if device.index is not None and device.index >= torch.cuda.device_count():
-        problems.append(f"pipeline.device={p.device!r} but {_machine()}")
+        return [f"{err}; use pipeline.device=cpu or auto"]
     if p.n_trainers > 1:
         try:
             choose_backend(p.ddp_backend, device)

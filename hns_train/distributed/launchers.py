@@ -70,7 +70,13 @@ def make_endpoints(
         addr = {n: f"ipc://{folder / n}" for n in owners}
     else:  # tcp: the config allows no other transport
         host = cfg.pipeline.host
-        ports = free_tcp_ports(host, len(owners))
+        try:
+            ports = free_tcp_ports(host, len(owners))
+        except OSError as err:  # not an address of this machine, or not an address at all
+            raise ValueError(
+                f"pipeline.host={host!r}: no port can be bound there ({err.strerror or err}); "
+                "use an address of this machine (127.0.0.1 for one host)"
+            ) from None
         addr = {n: f"tcp://{host}:{port}" for n, port in zip(owners, ports, strict=True)}
     # a socket's owner binds the address its peers connect to
     return {

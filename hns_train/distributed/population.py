@@ -57,6 +57,7 @@ import yaml
 
 from hns_train.agents.checkpoint import (
     CheckpointDir,
+    NoRoomError,
     atomic_write_bytes,
     load_checkpoint,
     save_checkpoint,
@@ -513,7 +514,13 @@ class PopulationController(Stoppable):
         member.hyper = hyper
         meta = {**latest.meta, "counters": {**counters, "version": version}}
         meta["config"] = self.member_config(member).to_dict()
-        save_checkpoint(own.path_for(version), latest.state, meta)
+        try:  # the one save path: room for this copy and the next checkpoint, or none written
+            own.save(version, latest.state, meta)
+        except NoRoomError:  # the member keeps its own; the population stops, saying why
+            member.hyper = before
+            for path in replaced.iterdir():
+                path.replace(own.folder / path.name)
+            raise
         self.league.ratings.copy_rating(source, name)
         member.version = version
         member.changed_at_version = version

@@ -114,7 +114,7 @@ class RayLauncher:
         p = self.cfg.pipeline
         has_gpus = self.ray.cluster_resources().get("GPU", 0) > 0
         out = {}
-        for kind in ("trainer", "policy", "actor", "eval"):
+        for kind in worker_plan(self.cfg):  # every kind, none started included
             gpus = getattr(p, f"ray_{kind}_gpus", 0.0)
             if gpus == AUTO:
                 gpus = AUTO_GPUS.get(kind, 0.0) if has_gpus and p.device != "cpu" else 0.0

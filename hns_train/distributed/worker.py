@@ -54,8 +54,6 @@ POLL_MS = 5
 PARENT_CHECK_S = 1.0
 PR_SET_PDEATHSIG = 1
 
-WORKER_KINDS = ("actor", "policy", "trainer", "eval")
-
 
 @dataclass
 class WorkerSpec:
@@ -222,7 +220,9 @@ def build_worker(spec: WorkerSpec) -> Worker:
     elif spec.kind == "eval":
         from hns_train.distributed.evaluator import EvalWorker as cls
     else:
-        raise ValueError(f"unknown worker kind {spec.kind!r}; allowed: {WORKER_KINDS}")
+        raise ValueError(
+            f"unknown worker kind {spec.kind!r}; allowed: {tuple(worker_plan(RunConfig()))}"
+        )
     worker = cls(spec)
     # Hello once built: heartbeats are due from here on, not during start-up.
     worker.control.send("hello", meta={"pid": os.getpid(), "incarnation": spec.incarnation})

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -182,6 +183,34 @@ def test_a_run_lock_is_refused_while_held_and_free_once_released_or_dropped(tmp_
     claim(tmp_path, resume=True).release()
 
 
+def test_a_start_that_fails_after_taking_the_run_lets_go_of_all_it_took(tmp_path):
+    # A host no port binds on fails the start once the run directory, its files and the
+    # socket folder are taken. On the code before, the run directory kept its files and its
+    # lock (held while the failed start was still referenced, as by this traceback), and the
+    # socket folder stayed until the process ended: the same name could not start again.
+    from hns_train.config import load_config
+    from hns_train.distributed.controller import Controller
+    from hns_train.distributed.run_lock import LOCK_NAME, SOCKETS_PREFIX, RunLock
+
+    def socket_folders():
+        return set(Path(tempfile.gettempdir()).glob(f"{SOCKETS_PREFIX}{os.getpid()}-*"))
+
+    where = [f"runs_dir={tmp_path}", "name=again", "pipeline.launcher=local", *QUIET]
+    before = socket_folders()
+    bad_host = load_config("smoke", [*where, "pipeline.transport=tcp", "pipeline.host=192.0.2.1"])
+    refused = "pipeline.host='192.0.2.1': no port can be bound"
+    with pytest.raises(ValueError, match=refused) as failed:  # kept: it references the start
+        Controller(bad_host)
+    assert [p.name for p in (tmp_path / "again").iterdir()] == [LOCK_NAME]
+    assert socket_folders() == before
+    RunLock(tmp_path / "again").release()  # free, while the failed start is still referenced
+    again = Controller(load_config("smoke", where))  # the same run directory, a new run
+    again._stop_workers()  # none started: lets go of the lock, sockets and folders
+    assert (tmp_path / "again" / "config.yaml").is_file()
+    assert socket_folders() == before
+    assert failed.value.__traceback__ is not None  # (held to here)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
 def test_an_unusable_device_is_refused_at_start(tmp_path):
     # On the code before: every pod crashed ("no CUDA device is available"), restarted,
@@ -199,11 +228,29 @@ def test_an_unusable_device_is_refused_at_start(tmp_path):
     )
     assert out.returncode == 2, out.stdout + out.stderr
     assert out.stderr.strip().splitlines() == [
-        "error: this machine cannot run these settings: pipeline.device='cuda' but no CUDA "
-        "device is available (this machine has 0 CUDA devices); use pipeline.device=cpu or auto"
+        "error: this machine cannot run these settings: pipeline.device='cuda' but this "
+        "machine has 0 CUDA devices; use pipeline.device=cpu or auto"
     ]
     assert not (tmp_path / "cuda").exists()
     assert time.monotonic() - start < 60
+
+
+def test_a_device_this_machine_lacks_or_a_malformed_one_is_named_in_the_error():
+    # The workers resolve the device with the same function: on the code before, a GPU index
+    # past this machine's went to torch (its own error, in every worker), and a malformed name
+    # on a machine without CUDA was reported as "no CUDA device is available".
+    from hns_train.distributed.devices import resolve_device
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    machine = f"this machine has {n} CUDA device{'' if n == 1 else 's'}"
+    for name in (f"cuda:{n}", f"cuda:{n + 7}"):  # on this CPU-only machine: cuda:0 and cuda:7
+        with pytest.raises(ValueError) as err:
+            resolve_device(name)
+        assert str(err.value) == f"pipeline.device='{name}' but {machine}"
+    for name in ("cuda:x", "cuda:-1", "cuda:", "gpu", "cpu:0"):
+        with pytest.raises(ValueError, match="allowed: auto, cpu, cuda, cuda:N"):
+            resolve_device(name)
+    assert resolve_device("cpu") == torch.device("cpu")
 
 
 def test_warp_physics_without_mujoco_warp_is_refused_by_the_device_check(monkeypatch):
@@ -336,6 +383,39 @@ store, port = make_store("127.0.0.1", 5.0)
 del store  # what a controller's clean stop does with its rendezvous store
 gc.collect()
 """
+
+
+def test_an_exploit_without_room_for_the_copy_keeps_the_members_own_checkpoint(small_disk):
+    # On the code before, the copy was written past the room check of every other checkpoint:
+    # it took the last room on the disk, the member was restarted into a run that could
+    # write nothing, and its own checkpoints were left in `replaced/`.
+    from hns_train.agents.checkpoint import NoRoomError
+    from hns_train.config import load_config
+    from hns_train.distributed.population import MemberRun, PopulationController
+
+    where = [f"runs_dir={small_disk}", "name=pop", "population.members=2", *QUIET]
+    pop = PopulationController(load_config("smoke", where))
+    try:
+        folders = {}
+        for member, tensor_bytes in zip((pop.join(), pop.join()), (1 << 20, 64), strict=True):
+            pop.runs[member.name] = MemberRun(pop.run_dir, member)
+            folders[member.name] = CheckpointDir(pop.runs[member.name].dir / "checkpoints")
+            version = 4 if member.name == "m0" else 2
+            state = {"ppo": {"version": version, "model": {"w": torch.zeros(tensor_bytes // 4)}}}
+            meta = {"kind": "training", "counters": {"version": version}}
+            folders[member.name].save(version, state, meta)
+        fill(small_disk, leave_bytes=3 << 19)  # 1.5 MiB: room for one copy of m0's, not two
+        hyper = dict(pop.members["m1"].hyper)
+        with pytest.raises(NoRoomError, match="no room for checkpoints in .*m1/checkpoints"):
+            pop.exploit("m1", "m0", win_probability=0.95)
+        assert folders["m1"].steps() == [2]
+        assert pop.members["m1"].hyper == hyper and pop.members["m1"].exploits == 0
+        assert pop.runs["m1"].process is None  # not restarted into a disk without room
+    finally:
+        for run in pop.runs.values():
+            if run.process is not None:
+                run.process.kill()
+        pop.close()
 
 
 def test_the_rendezvous_store_closes_quietly():
