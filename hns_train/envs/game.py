@@ -609,7 +609,7 @@ class HideAndSeekGame:
         self._ray_geom = np.zeros((W, A * self._nray), dtype=np.int32)
         # mujoco.batch's C ray call with preallocated outputs; Batch.ray validates and allocates
         # on every call (tens of microseconds at one world). Same call, same results.
-        self._ray_c = getattr(getattr(self.batch, "_b", None), "ray", None)
+        self._ray_c = self.batch._b.ray
         # one thread: the compiled ray loop of rays.py (same results, a fraction of the time);
         # more threads: the batch's C call, which runs the worlds' rays on its threads
         self._ray_fns = rays.FUNCTIONS if self.threads == 1 else None
@@ -746,17 +746,16 @@ class HideAndSeekGame:
 
     def _cast_rays(self, worlds) -> None:
         """Lidar and line of sight for the given worlds: one call for all of them (rays.cast with
-        one thread, the batch's C ray call with more)."""
-        full = worlds is self._all_worlds
-        if not full:
-            worlds = np.unique(np.asarray(worlds, dtype=np.int64))  # the batch takes sorted ids
-            full = len(worlds) == self.n_worlds
+        one thread; with more, the batch's C ray call, which casts every world's rays: a world
+        whose state did not change gets the same sight again)."""
+        if self._ray_fns is None:
+            worlds = self._all_worlds
+        else:
+            worlds = np.unique(np.asarray(worlds, dtype=np.int64))  # the entries' argument type
         self._compiled(K.aim_rays, worlds, self._poses, self._sight)
         if self._ray_fns is not None:
-            dist, geomid = self._ray_dist, self._ray_geom
             self._compiled(rays.cast, worlds, self._scene, self._sight)
-        elif full and self._ray_c is not None:
-            dist, geomid = self._ray_dist, self._ray_geom
+        else:
             nfail = self._ray_c(
                 None,
                 self._ray_pnt_rows,
@@ -764,26 +763,13 @@ class HideAndSeekGame:
                 self._ray_groups,
                 True,
                 self._ray_exclude,
-                dist,
-                geomid,
+                self._ray_dist,
+                self._ray_geom,
                 None,
             )
             if nfail:
                 raise RuntimeError(f"mujoco.batch ray failed in {nfail} worlds")
-        else:
-            n = len(worlds)
-            dist, geomid = self.batch.ray(
-                self._ray_pnt_rows[worlds] if not full else self._ray_pnt_rows,
-                self._ray_vec_rows[worlds] if not full else self._ray_vec_rows,
-                self._ray_groups,
-                True,
-                self._ray_exclude[:n],
-                ids=None if full else worlds,
-            )
-        if dist is self._ray_dist:
-            self._compiled(K.read_rays, worlds, dist, geomid, self._sight)
-        else:  # the batch's new arrays: the dispatcher checks their types
-            K.read_rays(worlds, dist, geomid, self._sight)
+        self._compiled(K.read_rays, worlds, self._ray_dist, self._ray_geom, self._sight)
 
     def _pin(self, pins) -> None:
         """A task's entities at their x, y and yaw for the end of the step, at rest (tasks.Pins);

@@ -114,6 +114,8 @@ def test_results_do_not_depend_on_threads():
         for _ in range(cfg.horizon + 3):
             out = vec.step(_actions(rng, vec.action_nvec, 4, vec.n_agents))
             frames += [out.obs["lidar"], out.obs["box_obs"], out.rewards]
+        obs = vec.game.reset([3, 1])  # some worlds only: the rays of those, or of every world
+        frames += [obs["lidar"], obs["mask_aa_obs"], obs["mask_ab_obs"]]
         runs.append(frames)
     for a, b in zip(*runs, strict=True):
         np.testing.assert_array_equal(a, b)
