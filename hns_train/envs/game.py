@@ -25,7 +25,7 @@ reach, only the rays someone reads); with more, one C call of the batch casts th
 threads; both give `mj_ray`'s results. Each world
 keeps its own MjModel (`set_models`), because locks edit `jnt_range` and grabs edit `eq_data`;
 the batch reads those edits in place. Per-world state lives in the batch's state rows (no
-MjData per world); `datas[w]` is a `WorldState` of views into them for the lock/grab code, and
+MjData per world: `batch.bind("qvel")[w]` is world w's qvel, which the lock/grab code edits), and
 `data` is world 0 as a live MjData for rendering and single-world tools. Body poses are
 computed from qpos (`_read_state`): every movable body hangs off the world by slide x/y/z +
 hinge z with an identity frame, so its position is body_pos + qpos[xyz] (bit-identical to
@@ -64,7 +64,6 @@ world, kind, DOF and body. Actors and tools log them; tests/envs/test_stability.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import mujoco
 import mujoco.batch
@@ -101,18 +100,6 @@ log = logging.getLogger(__name__)
 _INT64 = np.dtype(np.int64)  # the native one: `actions.dtype is _INT64`
 
 
-@dataclass
-class WorldState:
-    """One world's slice of the batch, with MjData's field names: views, so writes to qpos, qvel
-    and eq_active are the world's state at its next step; xpos/xquat are read-only poses."""
-
-    qpos: np.ndarray
-    qvel: np.ndarray
-    eq_active: np.ndarray  # mjtNum in the batch's rows (MjData's is uint8)
-    xpos: np.ndarray
-    xquat: np.ndarray
-
-
 class HideAndSeekGame:
     def __init__(
         self, cfg: GameConfig, n_worlds: int = 1, seed: int | None = None, threads: int = 1
@@ -129,7 +116,6 @@ class HideAndSeekGame:
         self.cache = ModelCache(cfg)
         self._seed_rngs(seed)
         self.models: list[mujoco.MjModel | None] = [None] * W
-        self.datas: list[WorldState] = []
         self.layouts: list = [None] * W
         self.batch: mujoco.batch.Batch | None = None
         self._live: mujoco.MjData | None = None  # world 0 as an MjData, once `data` was used
@@ -172,7 +158,7 @@ class HideAndSeekGame:
         self._bad_seen = np.zeros((W, len(BAD_STATE_NAMES)), dtype=np.int64)  # counters read
         # State read from MuJoCo after each step, per entity (agents, then boxes and ramps).
         # Bodies 1..E are the entities (world.py builds them in that order), so entity poses are
-        # a slice of the per-body poses `datas[w].xpos` / `xquat`; agent_* / object_* are views.
+        # a slice of the per-body poses `_xpos` / `_xquat`; agent_* / object_* are views.
         E = A + Ob
         self._xpos = np.zeros((W, 1 + E, 3))
         self._xquat = np.zeros((W, 1 + E, 4))
@@ -586,12 +572,6 @@ class HideAndSeekGame:
         self._geom_pos = np.zeros((W, E, 3))
         self._geom_xy_a = np.zeros((W, E, 2))  # (g_x, g_x) and (-g_y, g_y): see kernels.kinematics
         self._geom_xy_b = np.zeros((W, E, 2))
-        self.datas = [
-            WorldState(
-                self._qpos[w], self._qvel[w], self._eq_active[w], self._xpos[w], self._xquat[w]
-            )
-            for w in range(W)
-        ]
         # rays per agent: the lidar fan, then one towards each entity centre
         L = self.cfg.n_lidar
         self._nray = L + E
@@ -799,12 +779,12 @@ class HideAndSeekGame:
     def _apply_locks(self, locked: np.ndarray) -> None:
         idx = self.index
         for w, o in np.argwhere(locked != self.locked):
-            m, d = self.models[w], self.datas[w]
+            m = self.models[w]
             jnt = idx.object_jnt[o]
             if locked[w, o]:
-                q = d.qpos[idx.object_qpos[o]]
+                q = self._qpos[w, idx.object_qpos[o]]
                 m.jnt_range[jnt] = np.stack([q, q], axis=-1)
-                d.qvel[idx.object_qvel[o]] = 0.0
+                self._qvel[w, idx.object_qvel[o]] = 0.0
             else:
                 m.jnt_range[jnt] = (-FREE_RANGE, FREE_RANGE)
             set_locked_highlight(m, idx.object_geom[o], bool(locked[w, o]))
@@ -812,14 +792,15 @@ class HideAndSeekGame:
     def _apply_grabs(self, grabbed: np.ndarray) -> None:
         idx = self.index
         for w, a in np.argwhere(grabbed != self.grabbed):
-            m, d = self.models[w], self.datas[w]
+            m, eq_active = self.models[w], self._eq_active[w]
             old, new = self.grabbed[w, a], grabbed[w, a]
             if old >= 0:
-                d.eq_active[idx.weld[a, old]] = 0
+                eq_active[idx.weld[a, old]] = 0
             if new >= 0:
                 eq = idx.weld[a, new]
-                m.eq_data[eq] = weld_data(d, idx.agent_body[a], idx.object_body[new])
-                d.eq_active[eq] = 1
+                poses = (self._xpos[w], self._xquat[w])
+                m.eq_data[eq] = weld_data(*poses, idx.agent_body[a], idx.object_body[new])
+                eq_active[eq] = 1
         self.grabbed = grabbed
 
     def _observe(self, worlds=None) -> None:
@@ -862,13 +843,14 @@ def _entry_point(kernel, args: tuple):
     return getattr(kernel.overloads.get(sig), "entry_point", None) or kernel
 
 
-def weld_data(d: mujoco.MjData, body1: int, body2: int) -> np.ndarray:
-    """Weld `eq_data` row holding body2's current pose relative to body1 (spec: freeze at grab)."""
+def weld_data(xpos: np.ndarray, xquat: np.ndarray, body1: int, body2: int) -> np.ndarray:
+    """Weld `eq_data` row holding body2's current pose relative to body1 (spec: freeze at grab),
+    from the bodies' positions `xpos` and orientations `xquat` (MjData's names)."""
     q1_inv = np.empty(4)
-    mujoco.mju_negQuat(q1_inv, d.xquat[body1])
+    mujoco.mju_negQuat(q1_inv, xquat[body1])
     rel_pos = np.empty(3)
-    mujoco.mju_rotVecQuat(rel_pos, d.xpos[body2] - d.xpos[body1], q1_inv)
+    mujoco.mju_rotVecQuat(rel_pos, xpos[body2] - xpos[body1], q1_inv)
     rel_quat = np.empty(4)
-    mujoco.mju_mulQuat(rel_quat, q1_inv, d.xquat[body2])
+    mujoco.mju_mulQuat(rel_quat, q1_inv, xquat[body2])
     # anchor (3) at body2's origin, relative pose (7), torque scale 1, flag 0: keep our pose
     return np.concatenate([np.zeros(3), rel_pos, rel_quat, [1.0, 0.0]])

@@ -212,8 +212,8 @@ def test_poses_from_qpos_match_mujoco_kinematics():
     for w in range(2):
         d = game.batch.get_data(w)  # world w's state as a fresh MjData, through mj_kinematics
         mujoco.mj_kinematics(game.models[w], d)
-        np.testing.assert_array_equal(game.datas[w].xpos[bodies], d.xpos[bodies])
-        np.testing.assert_allclose(game.datas[w].xquat[bodies], d.xquat[bodies], atol=1e-15)
+        np.testing.assert_array_equal(game._xpos[w, bodies], d.xpos[bodies])
+        np.testing.assert_allclose(game._xquat[w, bodies], d.xquat[bodies], atol=1e-15)
         np.testing.assert_allclose(game.entity_centre[w], d.geom_xpos[geoms], atol=1e-12)
 
 
