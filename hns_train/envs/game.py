@@ -336,7 +336,9 @@ class HideAndSeekGame:
             self._push_live()
             self._read_state()
             self._cast_rays(self._all_worlds)
-            flags = self._score(reward, truncated)
+            flags = self._compiled(
+                K.rewards_and_stats, self._rules, self._sees, self._ent_pos, reward, truncated
+            )
             self._observe()
         stats = self.stats
         if flags & K.LIFTED:  # a seeker off the floor: box surfing is possible
@@ -359,12 +361,6 @@ class HideAndSeekGame:
             if self.task is not None:
                 self.task.finish(done, infos)
         return self.obs, reward, truncated, infos
-
-    def _score(self, reward, truncated) -> int:
-        """Rewards, running statistics, t += 1 and truncation (kernels.rewards_and_stats)."""
-        return self._compiled(
-            K.rewards_and_stats, self._rules, self._sees, self._ent_pos, reward, truncated
-        )
 
     def _sense_and_score(self, reward, truncated) -> int:
         """One thread: what follows the physics up to the observations in one compiled call
