@@ -114,7 +114,8 @@ class HideAndSeekGame:
         self.n_objects = Ob = cfg.max_boxes + cfg.n_ramps
         self.threads = threads
         self.cache = ModelCache(cfg)
-        self._seed_rngs(seed)
+        seqs = np.random.SeedSequence(seed).spawn(W)  # one generator per world (module docstring)
+        self.rngs = [np.random.default_rng(s) for s in seqs]
         self.models: list[mujoco.MjModel | None] = [None] * W
         self.layouts: list = [None] * W
         self.batch: mujoco.batch.Batch | None = None
@@ -493,10 +494,6 @@ class HideAndSeekGame:
         return C.check_actions(actions, self.n_worlds, self.n_agents, self.action_nvec)
 
     # ------------------------------------------------------------------ MuJoCo edges
-    def _seed_rngs(self, seed):
-        seqs = np.random.SeedSequence(seed).spawn(self.n_worlds)
-        self.rngs = [np.random.default_rng(s) for s in seqs]
-
     def _reset_physics(self, worlds: np.ndarray) -> None:
         """Fresh physics state for `worlds` (their models are already in self.models)."""
         if self.batch is None:
