@@ -723,7 +723,7 @@ class HideAndSeekGame:
         whose state did not change gets the same sight again)."""
         if self._ray_fns is None:
             worlds = self._all_worlds
-        else:
+        elif worlds is not self._all_worlds:
             worlds = np.unique(np.asarray(worlds, dtype=np.int64))  # the entries' argument type
         self._compiled(K.aim_rays, worlds, self._poses, self._sight)
         if self._ray_fns is not None:
