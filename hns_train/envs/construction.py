@@ -205,10 +205,6 @@ class Shelter(Task, name="shelter", stat_names=("rays_hitting",)):
         self.hitting = np.zeros(W, dtype=np.int64)  # rays reaching the cylinder, latest step
         self.cylinder_geom = -1
 
-    @property
-    def n_rays(self) -> int:
-        return len(self.starts)
-
     def reset(self, worlds: np.ndarray) -> None:
         super().reset(worlds)
         g, h = self.game, self.cfg.cylinder_height
@@ -229,7 +225,7 @@ class Shelter(Task, name="shelter", stat_names=("rays_hitting",)):
         reward[...] = r[:, None].astype(reward.dtype)
 
     def score(self, worlds: np.ndarray) -> np.ndarray:
-        return 1.0 - self.hitting[worlds] / self.n_rays
+        return 1.0 - self.hitting[worlds] / len(self.starts)
 
     def extra_stats(self, worlds: np.ndarray) -> dict[str, np.ndarray]:
         return {"rays_hitting": self.hitting[worlds].astype(np.float64)}

@@ -25,7 +25,7 @@ reach, only the rays someone reads); with more, one C call of the batch casts th
 threads; both give `mj_ray`'s results. Each world
 keeps its own MjModel (`set_models`), because locks edit `jnt_range` and grabs edit `eq_data`;
 the batch reads those edits in place. Per-world state lives in the batch's state rows (no
-MjData per world); `datas[w]` is a `WorldState` of views into them for the lock/grab code, and
+MjData per world: `batch.bind("qvel")[w]` is world w's qvel, which the lock/grab code edits), and
 `data` is world 0 as a live MjData for rendering and single-world tools. Body poses are
 computed from qpos (`_read_state`): every movable body hangs off the world by slide x/y/z +
 hinge z with an identity frame, so its position is body_pos + qpos[xyz] (bit-identical to
@@ -64,7 +64,6 @@ world, kind, DOF and body. Actors and tools log them; tests/envs/test_stability.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import mujoco
 import mujoco.batch
@@ -101,18 +100,6 @@ log = logging.getLogger(__name__)
 _INT64 = np.dtype(np.int64)  # the native one: `actions.dtype is _INT64`
 
 
-@dataclass
-class WorldState:
-    """One world's slice of the batch, with MjData's field names: views, so writes to qpos, qvel
-    and eq_active are the world's state at its next step; xpos/xquat are read-only poses."""
-
-    qpos: np.ndarray
-    qvel: np.ndarray
-    eq_active: np.ndarray  # mjtNum in the batch's rows (MjData's is uint8)
-    xpos: np.ndarray
-    xquat: np.ndarray
-
-
 class HideAndSeekGame:
     def __init__(
         self, cfg: GameConfig, n_worlds: int = 1, seed: int | None = None, threads: int = 1
@@ -127,9 +114,9 @@ class HideAndSeekGame:
         self.n_objects = Ob = cfg.max_boxes + cfg.n_ramps
         self.threads = threads
         self.cache = ModelCache(cfg)
-        self._seed_rngs(seed)
+        seqs = np.random.SeedSequence(seed).spawn(W)  # one generator per world (module docstring)
+        self.rngs = [np.random.default_rng(s) for s in seqs]
         self.models: list[mujoco.MjModel | None] = [None] * W
-        self.datas: list[WorldState] = []
         self.layouts: list = [None] * W
         self.batch: mujoco.batch.Batch | None = None
         self._live: mujoco.MjData | None = None  # world 0 as an MjData, once `data` was used
@@ -172,7 +159,7 @@ class HideAndSeekGame:
         self._bad_seen = np.zeros((W, len(BAD_STATE_NAMES)), dtype=np.int64)  # counters read
         # State read from MuJoCo after each step, per entity (agents, then boxes and ramps).
         # Bodies 1..E are the entities (world.py builds them in that order), so entity poses are
-        # a slice of the per-body poses `datas[w].xpos` / `xquat`; agent_* / object_* are views.
+        # a slice of the per-body poses `_xpos` / `_xquat`; agent_* / object_* are views.
         E = A + Ob
         self._xpos = np.zeros((W, 1 + E, 3))
         self._xquat = np.zeros((W, 1 + E, 4))
@@ -350,7 +337,9 @@ class HideAndSeekGame:
             self._push_live()
             self._read_state()
             self._cast_rays(self._all_worlds)
-            flags = self._score(reward, truncated)
+            flags = self._compiled(
+                K.rewards_and_stats, self._rules, self._sees, self._ent_pos, reward, truncated
+            )
             self._observe()
         stats = self.stats
         if flags & K.LIFTED:  # a seeker off the floor: box surfing is possible
@@ -373,12 +362,6 @@ class HideAndSeekGame:
             if self.task is not None:
                 self.task.finish(done, infos)
         return self.obs, reward, truncated, infos
-
-    def _score(self, reward, truncated) -> int:
-        """Rewards, running statistics, t += 1 and truncation (kernels.rewards_and_stats)."""
-        return self._compiled(
-            K.rewards_and_stats, self._rules, self._sees, self._ent_pos, reward, truncated
-        )
 
     def _sense_and_score(self, reward, truncated) -> int:
         """One thread: what follows the physics up to the observations in one compiled call
@@ -511,10 +494,6 @@ class HideAndSeekGame:
         return C.check_actions(actions, self.n_worlds, self.n_agents, self.action_nvec)
 
     # ------------------------------------------------------------------ MuJoCo edges
-    def _seed_rngs(self, seed):
-        seqs = np.random.SeedSequence(seed).spawn(self.n_worlds)
-        self.rngs = [np.random.default_rng(s) for s in seqs]
-
     def _reset_physics(self, worlds: np.ndarray) -> None:
         """Fresh physics state for `worlds` (their models are already in self.models)."""
         if self.batch is None:
@@ -586,12 +565,6 @@ class HideAndSeekGame:
         self._geom_pos = np.zeros((W, E, 3))
         self._geom_xy_a = np.zeros((W, E, 2))  # (g_x, g_x) and (-g_y, g_y): see kernels.kinematics
         self._geom_xy_b = np.zeros((W, E, 2))
-        self.datas = [
-            WorldState(
-                self._qpos[w], self._qvel[w], self._eq_active[w], self._xpos[w], self._xquat[w]
-            )
-            for w in range(W)
-        ]
         # rays per agent: the lidar fan, then one towards each entity centre
         L = self.cfg.n_lidar
         self._nray = L + E
@@ -609,7 +582,7 @@ class HideAndSeekGame:
         self._ray_geom = np.zeros((W, A * self._nray), dtype=np.int32)
         # mujoco.batch's C ray call with preallocated outputs; Batch.ray validates and allocates
         # on every call (tens of microseconds at one world). Same call, same results.
-        self._ray_c = getattr(getattr(self.batch, "_b", None), "ray", None)
+        self._ray_c = self.batch._b.ray
         # one thread: the compiled ray loop of rays.py (same results, a fraction of the time);
         # more threads: the batch's C call, which runs the worlds' rays on its threads
         self._ray_fns = rays.FUNCTIONS if self.threads == 1 else None
@@ -746,17 +719,16 @@ class HideAndSeekGame:
 
     def _cast_rays(self, worlds) -> None:
         """Lidar and line of sight for the given worlds: one call for all of them (rays.cast with
-        one thread, the batch's C ray call with more)."""
-        full = worlds is self._all_worlds
-        if not full:
-            worlds = np.unique(np.asarray(worlds, dtype=np.int64))  # the batch takes sorted ids
-            full = len(worlds) == self.n_worlds
+        one thread; with more, the batch's C ray call, which casts every world's rays: a world
+        whose state did not change gets the same sight again)."""
+        if self._ray_fns is None:
+            worlds = self._all_worlds
+        elif worlds is not self._all_worlds:
+            worlds = np.unique(np.asarray(worlds, dtype=np.int64))  # the entries' argument type
         self._compiled(K.aim_rays, worlds, self._poses, self._sight)
         if self._ray_fns is not None:
-            dist, geomid = self._ray_dist, self._ray_geom
             self._compiled(rays.cast, worlds, self._scene, self._sight)
-        elif full and self._ray_c is not None:
-            dist, geomid = self._ray_dist, self._ray_geom
+        else:
             nfail = self._ray_c(
                 None,
                 self._ray_pnt_rows,
@@ -764,26 +736,13 @@ class HideAndSeekGame:
                 self._ray_groups,
                 True,
                 self._ray_exclude,
-                dist,
-                geomid,
+                self._ray_dist,
+                self._ray_geom,
                 None,
             )
             if nfail:
                 raise RuntimeError(f"mujoco.batch ray failed in {nfail} worlds")
-        else:
-            n = len(worlds)
-            dist, geomid = self.batch.ray(
-                self._ray_pnt_rows[worlds] if not full else self._ray_pnt_rows,
-                self._ray_vec_rows[worlds] if not full else self._ray_vec_rows,
-                self._ray_groups,
-                True,
-                self._ray_exclude[:n],
-                ids=None if full else worlds,
-            )
-        if dist is self._ray_dist:
-            self._compiled(K.read_rays, worlds, dist, geomid, self._sight)
-        else:  # the batch's new arrays: the dispatcher checks their types
-            K.read_rays(worlds, dist, geomid, self._sight)
+        self._compiled(K.read_rays, worlds, self._ray_dist, self._ray_geom, self._sight)
 
     def _pin(self, pins) -> None:
         """A task's entities at their x, y and yaw for the end of the step, at rest (tasks.Pins);
@@ -813,12 +772,12 @@ class HideAndSeekGame:
     def _apply_locks(self, locked: np.ndarray) -> None:
         idx = self.index
         for w, o in np.argwhere(locked != self.locked):
-            m, d = self.models[w], self.datas[w]
+            m = self.models[w]
             jnt = idx.object_jnt[o]
             if locked[w, o]:
-                q = d.qpos[idx.object_qpos[o]]
+                q = self._qpos[w, idx.object_qpos[o]]
                 m.jnt_range[jnt] = np.stack([q, q], axis=-1)
-                d.qvel[idx.object_qvel[o]] = 0.0
+                self._qvel[w, idx.object_qvel[o]] = 0.0
             else:
                 m.jnt_range[jnt] = (-FREE_RANGE, FREE_RANGE)
             set_locked_highlight(m, idx.object_geom[o], bool(locked[w, o]))
@@ -826,14 +785,15 @@ class HideAndSeekGame:
     def _apply_grabs(self, grabbed: np.ndarray) -> None:
         idx = self.index
         for w, a in np.argwhere(grabbed != self.grabbed):
-            m, d = self.models[w], self.datas[w]
+            m, eq_active = self.models[w], self._eq_active[w]
             old, new = self.grabbed[w, a], grabbed[w, a]
             if old >= 0:
-                d.eq_active[idx.weld[a, old]] = 0
+                eq_active[idx.weld[a, old]] = 0
             if new >= 0:
                 eq = idx.weld[a, new]
-                m.eq_data[eq] = weld_data(d, idx.agent_body[a], idx.object_body[new])
-                d.eq_active[eq] = 1
+                poses = (self._xpos[w], self._xquat[w])
+                m.eq_data[eq] = weld_data(*poses, idx.agent_body[a], idx.object_body[new])
+                eq_active[eq] = 1
         self.grabbed = grabbed
 
     def _observe(self, worlds=None) -> None:
@@ -876,13 +836,14 @@ def _entry_point(kernel, args: tuple):
     return getattr(kernel.overloads.get(sig), "entry_point", None) or kernel
 
 
-def weld_data(d: mujoco.MjData, body1: int, body2: int) -> np.ndarray:
-    """Weld `eq_data` row holding body2's current pose relative to body1 (spec: freeze at grab)."""
+def weld_data(xpos: np.ndarray, xquat: np.ndarray, body1: int, body2: int) -> np.ndarray:
+    """Weld `eq_data` row holding body2's current pose relative to body1 (spec: freeze at grab),
+    from the bodies' positions `xpos` and orientations `xquat` (MjData's names)."""
     q1_inv = np.empty(4)
-    mujoco.mju_negQuat(q1_inv, d.xquat[body1])
+    mujoco.mju_negQuat(q1_inv, xquat[body1])
     rel_pos = np.empty(3)
-    mujoco.mju_rotVecQuat(rel_pos, d.xpos[body2] - d.xpos[body1], q1_inv)
+    mujoco.mju_rotVecQuat(rel_pos, xpos[body2] - xpos[body1], q1_inv)
     rel_quat = np.empty(4)
-    mujoco.mju_mulQuat(rel_quat, q1_inv, d.xquat[body2])
+    mujoco.mju_mulQuat(rel_quat, q1_inv, xquat[body2])
     # anchor (3) at body2's origin, relative pose (7), torque scale 1, flag 0: keep our pose
     return np.concatenate([np.zeros(3), rel_pos, rel_quat, [1.0, 0.0]])

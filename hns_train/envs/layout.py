@@ -279,21 +279,14 @@ def _add_segment(cfg, walls: _Walls, slot, axis, line, a, b, height, span=None):
     # Segments ending at a wall end reach half a thickness further, closing the corner.
     lo -= t / 2 if _isclose(lo, (a + 0.5) * c) else 0.0
     hi += t / 2 if _isclose(hi, (b + 0.5) * c) else 0.0
-    across = (line + 0.5) * c
-    along = (lo + hi) / 2
-    if axis == 0:
-        walls.pos[slot] = (across, along, height / 2)
-        walls.half[slot] = (t / 2, (hi - lo) / 2, height / 2)
-    else:
-        walls.pos[slot] = (along, across, height / 2)
-        walls.half[slot] = ((hi - lo) / 2, t / 2, height / 2)
+    # (across the wall, along it): x then y for axis 0, the other way round for axis 1
+    order = slice(None, None, 1 - 2 * axis)
+    walls.pos[slot] = (*((line + 0.5) * c, (lo + hi) / 2)[order], height / 2)
+    walls.half[slot] = (*(t / 2, (hi - lo) / 2)[order], height / 2)
     walls.present[slot] = True
     centres = (np.arange(a, b + 1) + 0.5) * c
     rows = np.arange(a, b + 1)[(centres >= lo - c / 2) & (centres <= hi + c / 2)]
-    if axis == 0:
-        walls.occupancy[line, rows] = True
-    else:
-        walls.occupancy[rows, line] = True
+    walls.occupancy[(line, rows)[order]] = True
 
 
 # ----------------------------------------------------------------------

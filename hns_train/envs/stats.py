@@ -164,29 +164,13 @@ def box_surfing(
 
     agent_pos (W, A, 3) centres; is_seeker (W, A) present seekers; box_pos (W, B, 3) centres,
     box_yaw (W, B), box_vel (W, B, >=2) with xy velocity first, box_half (W, B, 3) half sizes in
-    the box frame; grabbed (W, A) object index held by each agent or -1.
+    the box frame; grabbed (W, A) object index held by each agent or -1. An agent stands on a
+    box's top face when it is over it, less `SURF_EDGE_MARGIN` from its edges, and resting on it
+    (`SURF_MAX_GAP`, `SURF_MIN_HEIGHT`).
     """
     xp = array_namespace(agent_pos)
-    standing = on_box_top(
-        agent_pos, box_pos, xp.cos(box_yaw), xp.sin(box_yaw), box_half, agent_radius
-    )
-    moving = xp.linalg.vector_norm(box_vel[..., :2], axis=-1) > SURF_MIN_SPEED  # (W, B)
-    boxes = xp.arange(box_pos.shape[1], device=device(box_pos))
-    driving = moving[:, None, :] | (grabbed[:, :, None] == boxes)
-    surf = standing & driving & is_seeker[:, :, None] & box_present[:, None, :]
-    # one axis: array-api-compat reduces a tuple of torch axes one at a time
-    return xp.any(xp.reshape(surf, (surf.shape[0], -1)), axis=1)
-
-
-def on_box_top(agent_pos, box_pos, cos_yaw, sin_yaw, box_half, agent_radius):
-    """(W, A, B) whether each agent stands on each box's top face: over it, less
-    `SURF_EDGE_MARGIN` from its edges, and resting on it (`SURF_MAX_GAP`, `SURF_MIN_HEIGHT`).
-
-    Arrays or tensors alike (only operators and ``abs``); the caller takes cos_yaw and sin_yaw
-    (W, B) of the boxes' yaw in its library.
-    """
     rel = agent_pos[:, :, None, :2] - box_pos[:, None, :, :2]  # (W, A, B, 2)
-    c, s = cos_yaw[:, None, :], sin_yaw[:, None, :]
+    c, s = xp.cos(box_yaw)[:, None, :], xp.sin(box_yaw)[:, None, :]
     local_x = c * rel[..., 0] + s * rel[..., 1]
     local_y = -s * rel[..., 0] + c * rel[..., 1]
     hx = box_half[:, None, :, 0] - SURF_EDGE_MARGIN
@@ -195,4 +179,9 @@ def on_box_top(agent_pos, box_pos, cos_yaw, sin_yaw, box_half, agent_radius):
     top = box_pos[:, None, :, 2] + box_half[:, None, :, 2]
     z = agent_pos[:, :, None, 2]
     on_top = (abs(z - (top + agent_radius)) <= SURF_MAX_GAP) & (z >= agent_radius + SURF_MIN_HEIGHT)
-    return over & on_top
+    moving = xp.linalg.vector_norm(box_vel[..., :2], axis=-1) > SURF_MIN_SPEED  # (W, B)
+    boxes = xp.arange(box_pos.shape[1], device=device(box_pos))
+    driving = moving[:, None, :] | (grabbed[:, :, None] == boxes)
+    surf = over & on_top & driving & is_seeker[:, :, None] & box_present[:, None, :]
+    # one axis: array-api-compat reduces a tuple of torch axes one at a time
+    return xp.any(xp.reshape(surf, (surf.shape[0], -1)), axis=1)

@@ -151,7 +151,7 @@ def test_step_matches_the_reference_rules_and_observations(preset, seed):
         dropped += int(((held >= 0) & (game.grabbed != held) & (actions[..., 3] == 1)).sum())
         for name, value in zip(NAMES, decided, strict=True):
             np.testing.assert_array_equal(getattr(game, name), value, err_msg=name)
-        welds = np.array([d.eq_active[game.index.weld] for d in game.datas])
+        welds = game.batch.bind("eq_active")[:, game.index.weld]
         np.testing.assert_array_equal(welds, game.grabbed[..., None] == np.arange(game.n_objects))
         want, _ = _reference_rewards(game, in_prep)
         np.testing.assert_array_equal(reward, want)

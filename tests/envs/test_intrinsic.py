@@ -42,16 +42,16 @@ def test_a_repeated_state_earns_scale_over_root_of_its_visits():
 def test_a_moved_box_is_a_new_state_and_old_ones_keep_their_counts():
     game = HideAndSeekGame(make_config("count_based", horizon=10), seed=1)
     game.reset()
-    idx, d = game.index, game.datas[0]
+    idx, qpos = game.index, game.batch.bind("qpos")[0]
     x = idx.object_qpos[0, 0]
-    home = d.qpos[x]
+    home = qpos[x]
     game.step(_noop(game))  # state A: N(A) = 1
-    d.qpos[x] = home + 1.0  # two cells to the right
+    qpos[x] = home + 1.0  # two cells to the right
     _, reward, _, _ = game.step(_noop(game))  # state B: N(B) = 1
     np.testing.assert_allclose(reward, 1.0)
     # start positions are odd multiples of 0.1 m, at least 0.05 m from a cell edge (odd
     # multiples of 0.25 m): 4 cm further is still A's cell
-    d.qpos[x] = home + 0.04
+    qpos[x] = home + 0.04
     _, reward, _, _ = game.step(_noop(game))  # N(A) = 2
     np.testing.assert_allclose(reward, 1 / np.sqrt(2), rtol=1e-6)
     assert len(game.task.counts) == 2 and game.task.new_states[0] == 2

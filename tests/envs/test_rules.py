@@ -294,7 +294,7 @@ def test_a_held_box_stretched_out_of_range_is_dropped_for_the_next_eligible_one(
     assert dist(1) <= game.cfg.grab_range
     S.run(game, 1, a0=pull_west, a1=pull_east)
     assert game.grabbed[0].tolist() == [1, 0]  # A released, B taken; the seeker keeps A
-    eq = game.datas[0].eq_active
+    eq = game.batch.bind("eq_active")[0]
     assert eq[game.index.weld[0, 0]] == 0 and eq[game.index.weld[0, 1]] == 1
 
 

@@ -94,12 +94,12 @@ def test_a_physics_failure_is_counted_logged_and_cleared_by_reset(caplog):
     assert game.physics_warnings.tolist() == [0, 0, 0] and game.physics_warnings_total == 0
     # a non-finite velocity in world 1: MuJoCo warns (bad QVEL) and resets that world's state
     box = game.index.object_qvel[0, 0]
-    game.datas[1].qvel[box] = np.inf
+    game.batch.bind("qvel")[1, box] = np.inf
     with caplog.at_level(logging.WARNING, logger="hns_train.envs.game"):
         game.step(noop)
     assert game.physics_warnings.tolist() == [0, 1, 0]
     assert game.physics_warnings_total == 1
-    assert np.isfinite(game.datas[1].qvel).all()
+    assert np.isfinite(game.batch.bind("qvel")[1]).all()
     (record,) = [r for r in caplog.records if r.name == "hns_train.envs.game"]
     message = record.getMessage()
     assert "QVEL of world 1" in message and f"DOF {box} " in message
@@ -110,6 +110,6 @@ def test_a_physics_failure_is_counted_logged_and_cleared_by_reset(caplog):
     # a new episode in world 1 starts at 0; the total keeps the history
     game.reset([1])
     assert game.physics_warnings.tolist() == [0, 0, 0] and game.physics_warnings_total == 1
-    game.datas[2].qvel[box] = np.nan
+    game.batch.bind("qvel")[2, box] = np.nan
     game.step(noop)
     assert game.physics_warnings.tolist() == [0, 0, 1] and game.physics_warnings_total == 2

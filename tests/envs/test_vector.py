@@ -114,6 +114,8 @@ def test_results_do_not_depend_on_threads():
         for _ in range(cfg.horizon + 3):
             out = vec.step(_actions(rng, vec.action_nvec, 4, vec.n_agents))
             frames += [out.obs["lidar"], out.obs["box_obs"], out.rewards]
+        obs = vec.game.reset([3, 1])  # some worlds only: the rays of those, or of every world
+        frames += [obs["lidar"], obs["mask_aa_obs"], obs["mask_ab_obs"]]
         runs.append(frames)
     for a, b in zip(*runs, strict=True):
         np.testing.assert_array_equal(a, b)
@@ -210,8 +212,8 @@ def test_poses_from_qpos_match_mujoco_kinematics():
     for w in range(2):
         d = game.batch.get_data(w)  # world w's state as a fresh MjData, through mj_kinematics
         mujoco.mj_kinematics(game.models[w], d)
-        np.testing.assert_array_equal(game.datas[w].xpos[bodies], d.xpos[bodies])
-        np.testing.assert_allclose(game.datas[w].xquat[bodies], d.xquat[bodies], atol=1e-15)
+        np.testing.assert_array_equal(game._xpos[w, bodies], d.xpos[bodies])
+        np.testing.assert_allclose(game._xquat[w, bodies], d.xquat[bodies], atol=1e-15)
         np.testing.assert_allclose(game.entity_centre[w], d.geom_xpos[geoms], atol=1e-12)
 
 

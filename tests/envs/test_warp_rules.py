@@ -40,20 +40,16 @@ def test_lock_flags_on_tensors_match_arrays(rng):
 
 
 def test_weld_data_matches_mujocos_quaternion_arithmetic(rng):
-    class Poses:  # the two fields game.weld_data reads
-        pass
-
     apos, opos = rng.uniform(0, 5, (2, A, 3)), rng.uniform(0, 5, (2, OB, 3))
     ayaw, oyaw = rng.uniform(-7, 7, (2, A)), rng.uniform(-7, 7, (2, OB))
     got = TR.weld_data(_t(apos), _t(ayaw), _t(opos), _t(oyaw)).numpy()
     for w in range(2):
         for a in range(A):
             for o in range(OB):
-                d = Poses()
                 yaws = (ayaw[w, a], oyaw[w, o])
-                d.xpos = np.stack([apos[w, a], opos[w, o]])
-                d.xquat = np.array([[math.cos(y / 2), 0, 0, math.sin(y / 2)] for y in yaws])
-                np.testing.assert_allclose(got[w, a, o], weld_data(d, 0, 1), atol=1e-12)
+                xpos = np.stack([apos[w, a], opos[w, o]])
+                xquat = np.array([[math.cos(y / 2), 0, 0, math.sin(y / 2)] for y in yaws])
+                np.testing.assert_allclose(got[w, a, o], weld_data(xpos, xquat, 0, 1), atol=1e-12)
 
 
 def test_box_surfing_on_tensors_matches_arrays(rng):

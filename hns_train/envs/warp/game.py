@@ -242,9 +242,22 @@ class WarpGame:
         self._note_overflow()
         self._read_state()
         self._cast_rays()
-        reward, hiders_seen = self._rewards(in_prep)
+        reward, hiders_seen = TR.rewards(
+            cfg,
+            self.sees[:, :, : self.n_agents],
+            self._seeker_sees_hider,
+            self.is_hider,
+            self.agent_present,
+            self.ent_pos[..., :2],
+            self.object_present,
+            in_prep,
+        )
         self.t = self.t + 1
-        self._stats_step(in_prep, reward, hiders_seen)
+        self.stats.add_surfing(in_prep, self._seeker_present, self, cfg.agent_radius)
+        self.stats.add_step(in_prep, reward, self._team_masks, hiders_seen)
+        self.stats.mark_prep_end(
+            self.t, cfg.prep_steps, self.object_pos[..., :2], self.object_present, self.locked
+        )
         self._observe()
         truncated = self.t >= cfg.horizon
         final_obs, final_present = self.obs, self.agent_present
@@ -463,26 +476,6 @@ class WarpGame:
         cur = eqd[:, self._weld].reshape(W, A, Ob, -1)
         eqd[:, self._weld] = torch.where(newly[..., None], data, cur).reshape(W, A * Ob, -1)
         self.grabbed = grabbed
-
-    def _rewards(self, in_prep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return TR.rewards(
-            self.cfg,
-            self.sees[:, :, : self.n_agents],
-            self._seeker_sees_hider,
-            self.is_hider,
-            self.agent_present,
-            self.ent_pos[..., :2],
-            self.object_present,
-            in_prep,
-        )
-
-    def _stats_step(self, in_prep, reward, hiders_seen) -> None:
-        cfg, stats = self.cfg, self.stats
-        stats.add_surfing(in_prep, self._seeker_present, self, cfg.agent_radius)
-        stats.add_step(in_prep, reward, self._team_masks, hiders_seen)
-        stats.mark_prep_end(
-            self.t, cfg.prep_steps, self.object_pos[..., :2], self.object_present, self.locked
-        )
 
     def _observe(self) -> None:
         """The observation dictionary (warp/rules.observe)."""
