@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         from hns_train.distributed.controller import Controller
 
         controller = Controller(cfg, resume=args.resume is not None)
-    except (ConfigError, ValueError) as err:
+    except (ConfigError, OSError, ValueError) as err:  # an OSError names its path
         print(f"error: {err}", file=sys.stderr)
         return 2
     return _run(controller, lambda summary: summary.lines())

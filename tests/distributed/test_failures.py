@@ -211,6 +211,27 @@ def test_a_start_that_fails_after_taking_the_run_lets_go_of_all_it_took(tmp_path
     assert failed.value.__traceback__ is not None  # (held to here)
 
 
+@pytest.mark.parametrize("runs_dir", ["read_only", "a_file"])
+def test_a_runs_dir_that_cannot_be_written_is_named_in_one_line(runs_dir, tmp_path, capsys):
+    # On the code before: a raw traceback ending in PermissionError or NotADirectoryError.
+    from hns_train import train as train_module
+
+    runs = tmp_path / "runs"
+    if runs_dir == "read_only":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into a read-only folder: permissions do not apply")
+        runs.mkdir(mode=0o500)
+        problem = "Permission denied"
+    else:
+        runs.write_text("not a folder")
+        problem = "Not a directory"
+    code = train_module.main(["--config", "smoke", f"runs_dir={runs}", "name=new", *QUIET])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert problem in err and str(runs / "new") in err, err
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
 def test_an_unusable_device_is_refused_at_start(tmp_path):
     # On the code before: every pod crashed ("no CUDA device is available"), restarted,
