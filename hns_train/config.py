@@ -61,7 +61,7 @@ LAUNCHERS = ("serial", "local", "ray")
 BACKENDS = ("c", "pod")
 POD_PHYSICS = ("auto", "c", "warp")
 WANDB_MODES = ("offline", "online", "disabled")
-# Ray's CPU and GPU shares: -1 is "auto" (see the fields)
+# Ray's GPU shares: -1 is "auto" (see the fields); its CPU shares are plain numbers >= 0
 AutoOrNonNegative = Annotated[float, Bounds(-1)]
 COMMAND_LINE = "command line"  # where an override's problem is said to come from
 
