@@ -42,6 +42,7 @@ cluster named by `pipeline.ray_address`; the members' controllers run beside thi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
@@ -82,7 +83,7 @@ from hns_train.agents.population import (
     save_manifest,
 )
 from hns_train.config import RunConfig, apply_override, config_from_dict, flat_settings, save_config
-from hns_train.distributed.controller import Stoppable, stop_signals
+from hns_train.distributed.controller import Stoppable, _empty_run_dir, stop_signals
 from hns_train.distributed.reporting import ProgressBar
 from hns_train.distributed.run_lock import claim
 from hns_train.distributed.wandb_logger import open_run
@@ -183,6 +184,22 @@ class PopulationController(Stoppable):
         self.p = cfg.population
         self.run_dir = cfg.run_dir
         self.owner = claim(self.run_dir, resume)  # one population per run directory
+        # What the population holds, let go of at its end (`close`), the last taken first
+        self._held = contextlib.ExitStack()
+        self._held.callback(self.owner.release)
+        try:
+            self._open(resume)
+        except BaseException:  # a failed start holds nothing, and a new one leaves no trace
+            self._held.close()
+            if not resume:  # the directory held nothing but the lock (`claim`)
+                _empty_run_dir(self.run_dir)
+            raise
+
+    def _open(self, resume: bool) -> None:
+        """The start, once the run directory is this population's: its folders and config, the
+        manifest of a resumed one, the league and the wandb run; each thing held is handed to
+        `_held`."""
+        cfg = self.cfg
         for sub in ("members", LEAGUE, REQUESTS):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         save_config(cfg, self.run_dir / "config.yaml")
@@ -205,6 +222,7 @@ class PopulationController(Stoppable):
         # spinning OpenMP threads on a busy host made a round 5x slower (3.1 s against 0.6 s).
         torch.set_num_threads(1)
         self.league = League(self.run_dir / LEAGUE, cfg, seed=cfg.seed)
+        self._held.callback(self.league.ratings.close)
         if resume:
             self._check_league()
         # The population's own wandb run, in the group of its members' runs, and the reference
@@ -336,10 +354,9 @@ class PopulationController(Stoppable):
         return summary
 
     def close(self) -> None:
-        """The league database, the wandb run (after `shutdown`) and the run directory."""
-        self.league.ratings.close()
+        """The wandb run (after `shutdown`), the league database and the run directory."""
         self.wandb.finish(1 if self.error else 0)
-        self.owner.release()
+        self._held.close()
 
     def start_ray(self) -> None:
         """On `pipeline.launcher=ray` without `ray_address`: one local Ray for every member (each

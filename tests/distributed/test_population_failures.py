@@ -104,3 +104,41 @@ def test_a_member_start_moves_an_unfinished_folder_aside(tmp_path):
     run.process.wait(timeout=120)
     kept = tmp_path / "members" / "m0.aside-1" / "replaced" / "ckpt_0000000004.pt"
     assert kept.read_bytes() == b"kept"
+
+
+def test_a_failed_start_lets_go_of_the_run_directory(tmp_path):
+    # On the code before, a population whose start failed after taking the run directory kept
+    # its lock and the folders it had made: the next start in this process was refused as
+    # "in use", a new start after a failed one as "already exists".
+    from hns_train.distributed import population
+    from hns_train.distributed.population import PopulationController
+
+    broken = manifest()
+    del broken["next_index"]
+    run = population_dir(tmp_path, broken)
+    cfg = load_config(run / "config.yaml")
+    with pytest.raises(ValueError, match="lacks next_index") as first:
+        PopulationController(cfg, resume=True)
+    # while the first refusal is kept (its traceback holds its controller), the same refusal
+    # again, not "in use by process ..."
+    with pytest.raises(ValueError, match="lacks next_index"):
+        PopulationController(cfg, resume=True)
+    assert first.value
+
+    fresh = load_config(
+        "smoke",
+        [f"runs_dir={tmp_path}", "name=new", "population.members=2", "logging.wandb=disabled"],
+    )
+
+    def no_league(*args, **kwargs):
+        raise OSError("league database unavailable")
+
+    original, population.League = population.League, no_league
+    try:
+        with pytest.raises(OSError, match="league database unavailable"):
+            PopulationController(fresh)
+    finally:
+        population.League = original
+    assert [p.name for p in fresh.run_dir.iterdir()] == [".owner"]
+    controller = PopulationController(fresh)  # starts as in a new directory
+    controller.close()
