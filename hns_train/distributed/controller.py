@@ -132,9 +132,10 @@ class Summary:
 
 
 class Stoppable:
-    """What a run's and a population's controller share about stopping: the first reason
-    asked for is the one kept (`stop_reason`), and an error stops with its message; and the
-    run time the stop limits and records count (`elapsed_s`)."""
+    """What a run's and a population's controller share about starting and stopping: the
+    run directory taken and let go of (`_claim_and_open`); the first reason asked for to stop
+    is the one kept (`stop_reason`), and an error stops with its message; and the run time the
+    stop limits and records count (`elapsed_s`)."""
 
     stop_reason = ""
     error = ""
@@ -161,6 +162,21 @@ class Stoppable:
         elif stop.minutes and elapsed_s >= stop.minutes * 60:
             self.request_stop(f"reached stop.minutes={stop.minutes}")
 
+    def _claim_and_open(self, resume: bool) -> None:
+        """Take `run_dir` (one owner per run directory), then `_open` the rest of the start,
+        which hands each thing it holds to `_held`: let go of at the end, the last taken first.
+        A failed start holds nothing, and a new run's directory is left as `claim` found it."""
+        self.owner = claim(self.run_dir, resume)
+        self._held = contextlib.ExitStack()
+        self._held.callback(self.owner.release)
+        try:
+            self._open(resume)
+        except BaseException:
+            self._held.close()
+            if not resume:  # the directory held nothing but the lock (`claim`)
+                _empty_run_dir(self.run_dir)
+            raise
+
 
 class Controller(Stoppable):
     def __init__(self, cfg: RunConfig, resume: bool = False) -> None:
@@ -169,17 +185,7 @@ class Controller(Stoppable):
         self.cfg = cfg
         self.run_dir = cfg.run_dir
         check_devices(cfg)  # what a worker would refuse on this machine, refused here
-        self.owner = claim(self.run_dir, resume)  # one owner per run directory
-        # What the run holds, let go of at its end (`_stop_workers`), the last taken first
-        self._held = contextlib.ExitStack()
-        self._held.callback(self.owner.release)
-        try:
-            self._open(resume)
-        except BaseException:  # a failed start holds nothing, and a new run leaves no trace
-            self._held.close()
-            if not resume:  # the directory held nothing but the lock (`claim`)
-                _empty_run_dir(self.run_dir)
-            raise
+        self._claim_and_open(resume)  # what it holds is let go of by `_stop_workers`
 
     # ------------------------------------------------------------------ setup
     def _open(self, resume: bool) -> None:

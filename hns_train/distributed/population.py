@@ -42,7 +42,6 @@ cluster named by `pipeline.ray_address`; the members' controllers run beside thi
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import signal
@@ -83,9 +82,8 @@ from hns_train.agents.population import (
     save_manifest,
 )
 from hns_train.config import RunConfig, apply_override, config_from_dict, flat_settings, save_config
-from hns_train.distributed.controller import Stoppable, _empty_run_dir, stop_signals
+from hns_train.distributed.controller import Stoppable, stop_signals
 from hns_train.distributed.reporting import ProgressBar
-from hns_train.distributed.run_lock import claim
 from hns_train.distributed.wandb_logger import open_run
 from hns_train.distributed.worker import pool_dir, start_module, wait_or_kill
 from hns_train.eval.league import League
@@ -183,17 +181,7 @@ class PopulationController(Stoppable):
         self.cfg = cfg
         self.p = cfg.population
         self.run_dir = cfg.run_dir
-        self.owner = claim(self.run_dir, resume)  # one population per run directory
-        # What the population holds, let go of at its end (`close`), the last taken first
-        self._held = contextlib.ExitStack()
-        self._held.callback(self.owner.release)
-        try:
-            self._open(resume)
-        except BaseException:  # a failed start holds nothing, and a new one leaves no trace
-            self._held.close()
-            if not resume:  # the directory held nothing but the lock (`claim`)
-                _empty_run_dir(self.run_dir)
-            raise
+        self._claim_and_open(resume)  # what it holds is let go of by `close`
 
     def _open(self, resume: bool) -> None:
         """The start, once the run directory is this population's: its folders and config, the
