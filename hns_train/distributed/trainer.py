@@ -79,14 +79,13 @@ class TrainerWorker(LearnerWorker):
         return self.cfg.pipeline.batch_chunks // self.cfg.pipeline.n_trainers
 
     def _receive(self) -> int:
-        count = 0
+        before = self._received
         timeout = self.poll_ms
-        while count < MAX_RECV_PER_STEP:
+        while self._received - before < MAX_RECV_PER_STEP:
             chunk = self.samples.recv(timeout_ms=timeout)  # checked by `_check`
             timeout = 0
             if chunk is None:
                 break
-            count += 1
             self._received += 1
             if self.cfg.pipeline.discard_samples:
                 continue
@@ -101,7 +100,7 @@ class TrainerWorker(LearnerWorker):
             self.buffer.sort(key=lambda s: s.arrival)
             self._reuse.extend(s.uses for s in self.buffer[:overflow])
             del self.buffer[:overflow]
-        return count
+        return self._received - before
 
     def _check(self, message) -> Chunk:
         """The chunk a sample message carries, when it fits the run's contract."""
