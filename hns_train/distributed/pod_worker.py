@@ -55,7 +55,6 @@ class PodWorker(LearnerWorker):
         )
         self._env_steps = 0
         self._iteration = None  # the pod's iteration under way
-        learner.publish()
 
     def _seed(self, salt: int) -> list[int]:
         return [self.cfg.seed, 4, self.rank, self.spec.incarnation, salt]

@@ -59,7 +59,6 @@ class TrainerWorker(LearnerWorker):
         self._rejected_reported = 0
         self._staleness: list[float] = []
         self._reuse: list[float] = []
-        self.learner.publish()
 
     # ------------------------------------------------------------------ loop
     def step(self) -> bool:
