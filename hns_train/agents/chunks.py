@@ -2,7 +2,8 @@
 
 A `Chunk` holds T consecutive steps of B agent streams, TIME-MAJOR: every per-step array is
 (T, B, ...). Stacking chunks concatenates along B (`stack_chunks`), so a training batch is
-itself a `Chunk`. T must be a multiple of the BPTT length L (80 = 8 x 10 by default).
+itself a `Chunk`. T must be a multiple of the BPTT length L (80 = 8 x 10 by default). PPO's
+batch, `ppo.Rollout`, is a `Chunk` of device tensors (a pod's rollouts are made as one).
 
 field            shape            meaning
 obs[key]         (T, B, ...)      raw observation o_t, keys and shapes as in observations.py
@@ -125,10 +126,10 @@ class Chunk:
             raise ValueError("episode_start[t+1] must equal truncated[t] inside a chunk")
         return self
 
-    def select(self, columns: np.ndarray) -> Chunk:
-        """The chunk restricted to agent streams `columns` (indices along B)."""
-        arrays = self.to_arrays().items()
-        return Chunk.from_arrays({k: np.take(v, columns, stream_axis(k)) for k, v in arrays})
+    def select(self, columns: Any) -> Chunk:
+        """The chunk restricted to agent streams `columns` (indices along B: an index array,
+        or an index tensor on the device of a `ppo.Rollout`'s tensors)."""
+        return take_streams(self, columns, stream_axis)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Flat name -> array dict (observations as 'obs/<key>') for the wire format."""
@@ -171,6 +172,22 @@ def stream_axis(name: str) -> int:
     """The axis of the agent streams in a chunk's array `name` (as `Chunk.to_arrays` names
     it): 0 for the per-stream fields, 1 for the per-step ones (T, B, ...) and lstm_state."""
     return 0 if name in PER_STREAM_FIELDS else 1
+
+
+def take_streams(batch: Any, index: Any, axis: Callable[[str], int]) -> Any:
+    """A copy of `batch` (a dataclass of arrays or tensors: a `Chunk`, a `ppo.Rollout` or
+    `ppo.Segments`) holding only the columns `index` of every array, along the axis
+    `axis(field name)` gives (1 for time-major fields)."""
+
+    def take(name: str, x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: take(name, v) for k, v in x.items()}
+        if x is None:
+            return None
+        select = getattr(x, "index_select", None)  # a tensor
+        return np.take(x, index, axis(name)) if select is None else select(axis(name), index)
+
+    return type(batch)(**{f.name: take(f.name, getattr(batch, f.name)) for f in fields(batch)})
 
 
 class ChunkRecorder:

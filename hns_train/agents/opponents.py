@@ -22,12 +22,11 @@ The action layout (5 int64 columns: x force, y force, z torque bins in [0, actio
 lock; the no-op) is the contract's, `hns_train/envs/contract.py`; `noop_action` and
 `ACTION_BINS` here are its own.
 
-Each fixed opponent is a function `(obs, rng, action_bins=11) -> actions (B, 5)` where `obs` is
-a (B, ...) batch dict of the controlled agents' observations (only its batch size is used) and
-`rng` a `numpy.random.Generator`:
-- `random_actions`: every column uniformly over its range (the untrained policy's behaviour);
-- `noop_actions`: the contract's no-op (middle bins, no grab, no lock: a team that stands still).
-`FIXED_OPPONENTS` maps the pool's names ("random", "noop") to them.
+`fixed_actions(code, rows, rng, action_bins=11) -> actions (rows, 5)` acts a fixed opponent on
+the host, drawing from `rng` (a `numpy.random.Generator`):
+- RANDOM: every column uniformly over its range (the untrained policy's behaviour);
+- NOOP: the contract's no-op (middle bins, no grab, no lock: a team that stands still).
+`FIXED_OPPONENTS` maps the pool's names ("random", "noop") to their codes.
 """
 
 from __future__ import annotations
@@ -44,38 +43,12 @@ from hns_train.envs import contract
 from hns_train.envs.contract import noop_action as noop_action  # the fixed controllers' no-op
 
 LATEST, RANDOM, NOOP = -1, -2, -3
-_NAMED = {LATEST_ID: LATEST, "random": RANDOM, "noop": NOOP}
+FIXED_OPPONENTS = {"random": RANDOM, "noop": NOOP}  # the pool's names of the fixed opponents
+_NAMED = {LATEST_ID: LATEST, **FIXED_OPPONENTS}
 SNAPSHOT_ERRORS = (OSError, ValueError, RuntimeError)  # no such snapshot, a broken file
 MAX_BAD_CODES = 10_000  # snapshot codes remembered as unusable (not looked up on disk again)
 
 ACTION_BINS = contract.DEFAULT_ACTION_BINS
-
-
-def random_actions(
-    obs: Mapping[str, np.ndarray], rng: np.random.Generator, action_bins: int = ACTION_BINS
-) -> np.ndarray:
-    """(B, 5) actions drawn uniformly per column."""
-    nvec = contract.action_nvec(action_bins)
-    rows = len(obs[contract.SELF_KEY])
-    return rng.integers(0, nvec, size=(rows, len(nvec)), dtype=contract.ACTION_DTYPE)
-
-
-def noop_actions(
-    obs: Mapping[str, np.ndarray], rng: np.random.Generator, action_bins: int = ACTION_BINS
-) -> np.ndarray:
-    """(B, 5) no-op actions (rng unused; kept for the common signature)."""
-    noop = np.array(noop_action(action_bins), contract.ACTION_DTYPE)
-    return np.tile(noop, (len(obs[contract.SELF_KEY]), 1))
-
-
-FixedOpponent = Callable[..., np.ndarray]
-FIXED_OPPONENTS: dict[str, FixedOpponent] = {"random": random_actions, "noop": noop_actions}
-
-
-def fixed_opponent(name: str) -> FixedOpponent:
-    if name not in FIXED_OPPONENTS:
-        raise ValueError(f"unknown fixed opponent {name!r}; known: {sorted(FIXED_OPPONENTS)}")
-    return FIXED_OPPONENTS[name]
 
 
 def fixed_actions(
@@ -83,11 +56,12 @@ def fixed_actions(
 ) -> np.ndarray:
     """(rows, 5) host actions of the fixed opponent of `code` (RANDOM or NOOP), in the game's
     `action_bins` (a no-op is the middle bin, so it moves with them)."""
-    names = {RANDOM: "random", NOOP: "noop"}
-    if code not in names:
-        raise ValueError(f"controller code {code} is not a fixed opponent; allowed: {names}")
-    rows_only = {contract.SELF_KEY: np.zeros((rows, 1), np.float32)}  # only its size is read
-    return fixed_opponent(names[code])(rows_only, rng, action_bins)
+    if code == RANDOM:  # every column uniformly over its range
+        nvec = contract.action_nvec(action_bins)
+        return rng.integers(0, nvec, size=(rows, len(nvec)), dtype=contract.ACTION_DTYPE)
+    if code == NOOP:  # rng unused
+        return np.tile(np.array(noop_action(action_bins), contract.ACTION_DTYPE), (rows, 1))
+    raise ValueError(f"controller code {code} is not a fixed opponent; allowed: {FIXED_OPPONENTS}")
 
 
 def code_of(policy_id) -> int:

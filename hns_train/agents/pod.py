@@ -363,7 +363,7 @@ class Pod:
         start = time.perf_counter()
         rollout = self.rollout()
         if not self._learned.all():  # opponents' rows cost nothing in the update
-            rollout = rollout.columns(
+            rollout = rollout.select(
                 torch.as_tensor(np.flatnonzero(self._learned), device=self.device)
             )
         self.new_rollout()  # whatever happens to the update, the next rollout starts afresh

@@ -36,7 +36,7 @@ parts included), so no rank can wait for a collective another rank skips.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hns_train.agents.chunks import FIELD_DTYPES, Chunk, stack_chunks, stream_axis
+from hns_train.agents.chunks import FIELD_DTYPES, Chunk, stack_chunks, take_streams
 from hns_train.agents.config import PPOConfig
 from hns_train.agents.normalizers import popart_update
 from hns_train.agents.policy import ActorCritic
@@ -107,33 +107,17 @@ def explained_variance(
 
 
 @dataclass
-class Rollout:
-    """A training batch as time-major tensors on the learner's device: the `Chunk` layout
-    (chunks.py) plus `learn`, the steps the loss and the statistics count.
+class Rollout(Chunk):
+    """A training batch as time-major tensors on the learner's device: a `Chunk`'s fields
+    (chunks.py) without `policy_version`, plus `learn`, the steps the loss and the statistics
+    count.
 
     The pipeline's chunks hold only the learning policy's steps (`learn` None = every step);
     a pod's rollout holds every agent row of every world, and `learn` marks the rows the
     learning policy played while the agent was present."""
 
-    obs: dict[str, torch.Tensor]  # (T, B, ...)
-    actions: torch.Tensor  # (T, B, 5) int64
-    logp: torch.Tensor  # (T, B)
-    values: torch.Tensor  # (T, B), de-normalised
-    rewards: torch.Tensor  # (T, B)
-    episode_start: torch.Tensor  # (T, B) bool
-    truncated: torch.Tensor  # (T, B) bool
-    truncated_value: torch.Tensor  # (T, B)
-    bootstrap_value: torch.Tensor  # (B,)
-    lstm_state: torch.Tensor  # (T/L, B, 4, H)
+    policy_version: None = None  # the learner reads no version off its batch
     learn: torch.Tensor | None = None  # (T, B) bool
-
-    @property
-    def segment_len(self) -> int:
-        return self.actions.shape[0] // self.lstm_state.shape[0]
-
-    def columns(self, index: torch.Tensor) -> Rollout:
-        """The rollout restricted to the agent streams `index` (along B)."""
-        return _take(self, index, stream_axis)
 
     @classmethod
     def from_chunk(cls, chunk: Chunk, model: ActorCritic) -> Rollout:
@@ -142,7 +126,7 @@ class Rollout:
         arrays = {
             f.name: np.asarray(getattr(chunk, f.name), FIELD_DTYPES[f.name])
             for f in fields(cls)
-            if f.name not in ("obs", "learn")
+            if f.name not in ("obs", "policy_version", "learn")
         }
         return cls(
             obs=model.obs_to_tensors(chunk.obs, 2),
@@ -168,7 +152,7 @@ class Segments:
         return self.state.shape[0]
 
     def select(self, index: torch.Tensor) -> Segments:
-        return _take(self, index, lambda name: 0 if name == "state" else 1)
+        return take_streams(self, index, lambda name: 0 if name == "state" else 1)
 
 
 class RankSync(Protocol):
@@ -434,15 +418,3 @@ def _advantage_moments(seg: Segments) -> torch.Tensor:
     adv = seg.advantages.to(torch.float64)
     m = torch.ones_like(adv) if seg.learn is None else seg.learn.to(torch.float64)
     return torch.stack([m.sum(), (m * adv).sum(), (m * adv.square()).sum()])
-
-
-def _take(batch: Any, index: torch.Tensor, axis: Callable[[str], int]) -> Any:
-    """A copy of `batch` (a `Rollout` or `Segments`) holding only the columns `index` of every
-    tensor, along the dim `axis(field name)` gives (1 for time-major fields)."""
-
-    def take(name: str, x: Any) -> Any:
-        if isinstance(x, dict):
-            return {k: take(name, v) for k, v in x.items()}
-        return None if x is None else x.index_select(axis(name), index)
-
-    return type(batch)(**{f.name: take(f.name, getattr(batch, f.name)) for f in fields(batch)})

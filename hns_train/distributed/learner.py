@@ -123,6 +123,7 @@ class Learner:
         self._stop_at: float | None = None  # monotonic time the run stops at (stop.minutes)
         self.last_stats: dict[str, float] = {}  # the newest kept update's statistics
         self._reset_window()
+        self.publish()
 
     def _reset_window(self) -> None:
         """The per-heartbeat update counters (deltas since the last report)."""

@@ -41,8 +41,8 @@ class PodWorker(LearnerWorker):
         close_game = getattr(self.game, "close", None)  # the Warp game's layout-bank thread
         if callable(close_game):
             self.resources.callback(close_game)
-        opponents = None  # the pool is open only when it can draw an opponent
-        if cfg.pool.draws_opponents:
+        opponents = learner.pool if cfg.pool.draws_opponents else None  # rank 0's: one handle
+        if cfg.pool.draws_opponents and opponents is None:  # open only when it can draw one
             opponents = self.resources.enter_context(PolicyPool(pool_dir(spec.run_dir), cfg.pool))
         self.pod = Pod(
             self.game,
@@ -55,7 +55,6 @@ class PodWorker(LearnerWorker):
         )
         self._env_steps = 0
         self._iteration = None  # the pod's iteration under way
-        learner.publish()
 
     def _seed(self, salt: int) -> list[int]:
         return [self.cfg.seed, 4, self.rank, self.spec.incarnation, salt]

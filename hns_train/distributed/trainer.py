@@ -59,7 +59,6 @@ class TrainerWorker(LearnerWorker):
         self._rejected_reported = 0
         self._staleness: list[float] = []
         self._reuse: list[float] = []
-        self.learner.publish()
 
     # ------------------------------------------------------------------ loop
     def step(self) -> bool:
@@ -79,14 +78,13 @@ class TrainerWorker(LearnerWorker):
         return self.cfg.pipeline.batch_chunks // self.cfg.pipeline.n_trainers
 
     def _receive(self) -> int:
-        count = 0
+        before = self._received
         timeout = self.poll_ms
-        while count < MAX_RECV_PER_STEP:
+        while self._received - before < MAX_RECV_PER_STEP:
             chunk = self.samples.recv(timeout_ms=timeout)  # checked by `_check`
             timeout = 0
             if chunk is None:
                 break
-            count += 1
             self._received += 1
             if self.cfg.pipeline.discard_samples:
                 continue
@@ -101,7 +99,7 @@ class TrainerWorker(LearnerWorker):
             self.buffer.sort(key=lambda s: s.arrival)
             self._reuse.extend(s.uses for s in self.buffer[:overflow])
             del self.buffer[:overflow]
-        return count
+        return self._received - before
 
     def _check(self, message) -> Chunk:
         """The chunk a sample message carries, when it fits the run's contract."""

@@ -81,7 +81,13 @@ class Message:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def _wire_dtype(name: str, dt: np.dtype) -> np.dtype:
+def _describe(name: Any, dtype: Any, shape: Sequence[int]) -> tuple[dict, np.dtype]:
+    """The header's descriptor of one array and the dtype it travels as."""
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
+        raise WireError(
+            f"array name {name!r} must be a non-empty str of at most {MAX_NAME_CHARS} chars"
+        )
+    dt = np.dtype(dtype)
     plain = dt.kind in "biuf" and dt.fields is None and dt.subdtype is None
     wire = dt.newbyteorder("<") if dt.byteorder != "|" else dt
     if not plain or wire.str not in ALLOWED_DTYPES:
@@ -89,7 +95,9 @@ def _wire_dtype(name: str, dt: np.dtype) -> np.dtype:
             f"array {name!r} has dtype {dt} which cannot travel; allowed: "
             f"{', '.join(str(d) for d in ALLOWED_DTYPES.values())}"
         )
-    return ALLOWED_DTYPES[wire.str]
+    if len(shape) > MAX_NDIM:
+        raise WireError(f"array {name!r} has {len(shape)} dims; at most {MAX_NDIM} allowed")
+    return {"name": name, "dtype": wire.str, "shape": [int(n) for n in shape]}, wire
 
 
 def _meta_default(obj: Any) -> Any:
@@ -120,17 +128,11 @@ def encode(
     descriptors = []
     frames: list = [b""]
     for name, value in arrays.items():
-        if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
-            raise WireError(
-                f"array name {name!r} must be a non-empty str of at most {MAX_NAME_CHARS} chars"
-            )
         arr = np.asarray(value)
-        dt = _wire_dtype(name, arr.dtype)
-        if arr.ndim > MAX_NDIM:
-            raise WireError(f"array {name!r} has {arr.ndim} dims; at most {MAX_NDIM} allowed")
-        arr = arr.astype(dt, order="C", copy=False)  # ascontiguousarray would make 0-d 1-d
-        descriptors.append({"name": name, "dtype": dt.str, "shape": list(arr.shape)})
-        frames.append(arr)
+        descriptor, dt = _describe(name, arr.dtype, arr.shape)
+        descriptors.append(descriptor)
+        # ascontiguousarray would make 0-d 1-d
+        frames.append(arr.astype(dt, order="C", copy=False))
     frames[0] = _pack_header(kind, descriptors, meta)
     # Unpack once with the receiver's rules (a few microseconds for a small header) so that a
     # message that encodes always decodes, e.g. meta with int keys fails here, not remotely.
@@ -168,10 +170,9 @@ def encoded_size(
     before it starts (`message_sizes.py`)."""
     descriptors, data = [], 0
     for name, (dtype, shape) in layout.items():
-        wire = _wire_dtype(name, np.dtype(dtype))
-        shape = [int(n) for n in shape]
-        descriptors.append({"name": name, "dtype": wire.str, "shape": shape})
-        data += math.prod(shape) * wire.itemsize
+        descriptor, wire = _describe(name, dtype, shape)
+        descriptors.append(descriptor)
+        data += math.prod(descriptor["shape"]) * wire.itemsize
     return len(_pack_header(kind, descriptors, meta)) + data
 
 

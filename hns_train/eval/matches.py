@@ -42,7 +42,7 @@ from typing import Any, Protocol
 import numpy as np
 from tqdm import tqdm
 
-from hns_train.agents.opponents import ACTION_BINS, fixed_opponent, noop_action
+from hns_train.agents.opponents import ACTION_BINS, FIXED_OPPONENTS, fixed_actions, noop_action
 from hns_train.agents.pool import policy_key
 from hns_train.envs import contract
 
@@ -100,7 +100,9 @@ class FixedController:
     """ "random" or "noop" from `agents/opponents.py`."""
 
     def __init__(self, name: str, seed: int | None = 0, action_bins: int = ACTION_BINS) -> None:
-        self.fn = fixed_opponent(name)
+        if name not in FIXED_OPPONENTS:
+            raise ValueError(f"unknown fixed opponent {name!r}; known: {sorted(FIXED_OPPONENTS)}")
+        self.code = FIXED_OPPONENTS[name]
         self.policy_id = name
         self.rng = np.random.default_rng(seed)
         self.action_bins = action_bins
@@ -109,7 +111,8 @@ class FixedController:
         return None
 
     def act(self, obs, state, episode_start):
-        return self.fn(obs, self.rng, self.action_bins), None
+        rows = len(obs[contract.SELF_KEY])
+        return fixed_actions(self.code, rows, self.rng, self.action_bins), None
 
 
 @dataclass

@@ -260,8 +260,8 @@ def random_actions(cfg: GameConfig, seed: int | None = None) -> Callable[[dict],
 
     def act(obs: dict) -> np.ndarray:
         W, A = obs[contract.SELF_KEY].shape[:2]
-        rows = {contract.SELF_KEY: obs[contract.SELF_KEY].reshape(W * A, -1)}
-        return opponents.random_actions(rows, rng, cfg.action_bins).reshape(W, A, -1)
+        actions = opponents.fixed_actions(opponents.RANDOM, W * A, rng, cfg.action_bins)
+        return actions.reshape(W, A, -1)
 
     return act
 

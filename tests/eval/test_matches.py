@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from hns_train.agents import ActorCritic, NetworkConfig
-from hns_train.agents.opponents import noop_actions, random_actions
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
 from hns_train.envs.game import HideAndSeekGame
@@ -126,10 +125,12 @@ def test_team_observations_are_world_major():
 
 def test_fixed_opponents_follow_the_action_layout():
     obs = {"observation_self": np.zeros((500, 10))}
-    acts = random_actions(obs, np.random.default_rng(0))
+    acts, _ = FixedController("random").act(obs, None, None)
     assert acts.shape == (500, 5) and acts.dtype == np.int64
     assert acts[:, :3].max() == 10 and acts[:, 3:].max() == 1 and acts.min() == 0
-    np.testing.assert_array_equal(noop_actions(obs, None)[0], [5, 5, 5, 0, 0])
+    np.testing.assert_array_equal(
+        FixedController("noop").act(obs, None, None)[0][0], [5, 5, 5, 0, 0]
+    )
     with pytest.raises(ValueError, match="unknown fixed opponent"):
         FixedController("idle")
 
