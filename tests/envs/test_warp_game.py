@@ -385,6 +385,38 @@ def test_bad_actions_get_a_clear_error(warp_game):
         warp_game.step(np.full(shape, 0.5))
 
 
+def test_a_world_whose_physics_goes_nan_gets_its_state_back_and_is_counted(warp_game):
+    """A NaN inertia in one world makes its accelerations, then its qpos / qvel, NaN in the
+    physics; that world gets its state from before the step back, its episode goes on, the
+    warning is counted once, and the other worlds step as they would have without it."""
+    act = np.broadcast_to(PUSH_PX, (W, warp_game.n_agents, 5))
+    ww, bad = warp_game.worlds, 3
+    warp_game.reset(seed=SEED)
+    want = warp_game.step(act)
+    want_qpos = ww.qpos.clone()
+    warp_game.reset(seed=SEED)
+    before = warp_game.read_warnings()
+    qpos = ww.qpos.clone()
+    inertia = ww.field["body_inertia"]
+    saved = inertia[bad].clone()
+    inertia[bad, warp_game.index.agent_body[0]] = math.nan
+    try:
+        got = warp_game.step(act)
+    finally:
+        inertia[bad] = saved
+    for key, value in got.obs.items():
+        assert torch.isfinite(value).all(), key
+    assert torch.isfinite(got.rewards).all()
+    assert not got.truncated.any()
+    torch.testing.assert_close(ww.qpos[bad], qpos[bad], rtol=0, atol=0)
+    assert int(warp_game.t[bad]) == 1
+    assert warp_game.read_warnings() - before == 1
+    assert int(warp_game.physics_warnings[bad]) == 1
+    others = np.arange(W) != bad
+    torch.testing.assert_close(ww.qpos[others], want_qpos[others], rtol=0, atol=0)
+    torch.testing.assert_close(got.rewards[others], want.rewards[others], rtol=0, atol=0)
+
+
 def test_auto_reset_takes_bank_layouts_and_the_first_episode_matches_vectorgame():
     """The first episode of every world is `VectorGame`'s (same layouts from the same seed, so
     the same final observations and statistics); the auto-reset then gives each world a bank

@@ -173,6 +173,9 @@ class WarpGame:
         self._overflow_total = z((), dtype=long, device=dev)
         self._overflow_bits = z(W, dtype=torch.int32, device=dev)  # since the last read
         self._overflow_reported = 0
+        self._bad_state_total = z((), dtype=long, device=dev)
+        self._bad_state_worlds = z(W, dtype=torch.bool, device=dev)  # since the last read
+        self._bad_state_reported = 0
         self._bad_count = z((), dtype=long, device=dev)
         self._bad_first = z(4, dtype=long, device=dev)  # world, agent slot, dimension, value
 
@@ -238,8 +241,10 @@ class WarpGame:
 
         ww = self.worlds
         ww.ctrl[:, self._ctrl_adr] = self.ctrl_levels[a[..., :3]].reshape(self.n_worlds, -1)
+        before = ww.qpos.clone(), ww.qvel.clone()
         ww.step(cfg.substeps)
         self._note_overflow()
+        self._note_bad_state(*before)
         self._read_state()
         self._cast_rays()
         reward, hiders_seen = TR.rewards(
@@ -309,11 +314,29 @@ class WarpGame:
 
     def read_warnings(self) -> int:
         """What the device accumulated since the last call, read once (a host sync: call it at
-        heartbeat time, not per step). Logs the worlds whose physics overflowed; raises a
-        ValueError for actions out of range that an unchecked step clamped. Returns the
-        contact / constraint overflows since the game was made (`physics_warnings_total`)."""
-        flags = torch.cat([self._bad_count[None], self._bad_first, self._overflow_total[None]])
-        bad, w, ag, k, value, total = flags.cpu().tolist()
+        heartbeat time, not per step). Logs the worlds whose physics overflowed or went bad;
+        raises a ValueError for actions out of range that an unchecked step clamped. Returns the
+        physics warnings since the game was made (`physics_warnings_total`)."""
+        flags = torch.cat(
+            [
+                self._bad_count[None],
+                self._bad_first,
+                self._overflow_total[None],
+                self._bad_state_total[None],
+            ]
+        )
+        bad, w, ag, k, value, total, bad_states = flags.cpu().tolist()
+        if bad_states > self._bad_state_reported:
+            worlds = np.flatnonzero(self._bad_state_worlds.cpu().numpy())
+            log.warning(
+                "MuJoCo Warp's physics gave a NaN, Inf or huge qpos, qvel or qacc in worlds %s "
+                "(%d times since the game was made): each got its state from before that step "
+                "back and its episode went on",
+                worlds[:10].tolist(),
+                bad_states,
+            )
+            self._bad_state_worlds.zero_()
+            self._bad_state_reported = bad_states
         if total > self._overflow_reported:
             bits = self._overflow_bits.cpu().numpy()
             worlds = np.flatnonzero(bits)
@@ -335,12 +358,13 @@ class WarpGame:
                 f"{bad} action entries were out of range since the last check; the first: "
                 + C.bad_action_message(value, w, ag, k, self.action_nvec)
             )
-        return total
+        return total + bad_states
 
     @property
     def physics_warnings_total(self) -> int:
-        """Contact / constraint overflows since the game was made (a host read)."""
-        return int(self._overflow_total)
+        """Contact / constraint overflows and bad physics states since the game was made (a
+        host read)."""
+        return int(self._overflow_total + self._bad_state_total)
 
     def close(self) -> None:
         """Stop the layout bank's thread."""
@@ -382,6 +406,16 @@ class WarpGame:
         self._overflow_total = self._overflow_total + hit.sum()
         self._overflow_bits = self._overflow_bits | bits
         ov.zero_()
+
+    def _note_bad_state(self, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
+        """Worlds whose physics went bad in this step (`WarpWorlds.bad_state`) get `qpos` /
+        `qvel`, their state from before the step, back, and are counted (on the device;
+        `read_warnings` logs them); their episodes go on."""
+        bad = self.worlds.bad_state()
+        self.worlds.restore_where(bad, qpos, qvel)
+        self.physics_warnings = self.physics_warnings + bad
+        self._bad_state_total = self._bad_state_total + bad.sum()
+        self._bad_state_worlds = self._bad_state_worlds | bad
 
     def _tables(self) -> None:
         """Per-episode masks and gather indices, from who is present (every world: cheap)."""

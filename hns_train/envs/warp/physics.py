@@ -39,6 +39,7 @@ import logging
 from dataclasses import dataclass
 from typing import Annotated
 
+import mujoco
 import numpy as np
 import torch
 
@@ -216,6 +217,7 @@ class WarpWorlds:
         self.torch_device = view(self.d.qpos).device
         self.qpos = view(self.d.qpos)
         self.qvel = view(self.d.qvel)
+        self.qacc = view(self.d.qacc)
         self.ctrl = view(self.d.ctrl)
         self.eq_active = view(self.d.eq_active)
         self.overflow = view(self.d.overflow)  # (W,) sticky bitmask of mujoco_warp.OverflowType
@@ -277,11 +279,30 @@ class WarpWorlds:
         st = self._static_geoms
         xpos = self.geom_xpos[:, st]
         self.geom_xpos[:, st] = torch.where(mask[:, None, None], src["geom_pos"][:, st], xpos)
+        self._clear_where(mask)
+        self.eq_active.copy_(torch.where(mask[:, None], self._eq_active0, self.eq_active))
+        self.qpos.copy_(torch.where(mask[:, None], src["qpos"], self.qpos))
+
+    def bad_state(self) -> torch.Tensor:
+        """(W,) bool: the worlds whose qpos, qvel or qacc hold a NaN, an Inf or a value beyond
+        `mujoco.mjMAXVAL`, the rule by which the C engine resets a world's state (its bad
+        qpos / qvel / qacc warnings). No host read."""
+        ok = [(x.abs() <= mujoco.mjMAXVAL).all(dim=1) for x in (self.qpos, self.qvel, self.qacc)]
+        return ~(ok[0] & ok[1] & ok[2])
+
+    def restore_where(self, mask: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> None:
+        """Put `qpos` / `qvel` (W, nq) / (W, nv) back in the worlds where `mask` (W,) bool and
+        clear the rest of their state as `reset_where` does (`RESET_ZERO`: the solver's warm
+        start among it); layout fields and welds stay. Masked writes: no host read."""
+        self._clear_where(mask)
+        self.qpos.copy_(torch.where(mask[:, None], qpos, self.qpos))
+        self.qvel.copy_(torch.where(mask[:, None], qvel, self.qvel))
+
+    def _clear_where(self, mask: torch.Tensor) -> None:
+        """Zero the `RESET_ZERO` arrays of the worlds where `mask` (W,) bool."""
         for x in self._cleared:
             m = mask.reshape(-1, *([1] * (x.dim() - 1)))
             x.copy_(torch.where(m, torch.zeros((), dtype=x.dtype, device=x.device), x))
-        self.eq_active.copy_(torch.where(mask[:, None], self._eq_active0, self.eq_active))
-        self.qpos.copy_(torch.where(mask[:, None], src["qpos"], self.qpos))
 
     # ------------------------------------------------------------------ physics
     def step(self, nstep: int) -> None:
