@@ -19,6 +19,9 @@ What differs from the C worlds, and why:
   plane and never reach the parked row; observations zero absent rows as before.
 - Warp computes in float32 (C: float64), so trajectories agree closely for a few steps and then
   drift apart chaotically (tests/envs/test_warp_game.py measures how long they hold).
+- MuJoCo Warp does not check the state it computes, where the C engine resets a world whose
+  qpos, qvel or qacc went bad; `bad_state` and `restore_where` let the game do it
+  (warp/game.py's docstring).
 
 Every array the game reads or writes is a zero-copy `torch` view of the Warp array (`wp.to_torch`),
 on the Warp device (`"cpu"` here; `"cuda:0"` on a GPU), so the rules and observations in
