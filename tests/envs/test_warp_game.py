@@ -24,6 +24,7 @@ Every test here needs Warp's kernels: the first test of a run on a fresh machine
 share one Warp game per module.
 """
 
+import logging
 import math
 
 import numpy as np
@@ -385,10 +386,11 @@ def test_bad_actions_get_a_clear_error(warp_game):
         warp_game.step(np.full(shape, 0.5))
 
 
-def test_a_world_whose_physics_goes_nan_gets_its_state_back_and_is_counted(warp_game):
+def test_a_world_whose_physics_goes_nan_gets_its_state_back_and_is_counted(warp_game, caplog):
     """A NaN inertia in one world makes its accelerations, then its qpos / qvel, NaN in the
     physics; that world gets its state from before the step back, its episode goes on, the
-    warning is counted once, and the other worlds step as they would have without it."""
+    warning is counted once and logged at the read, and the other worlds step as they would
+    have without it."""
     act = np.broadcast_to(PUSH_PX, (W, warp_game.n_agents, 5))
     ww, bad = warp_game.worlds, 3
     warp_game.reset(seed=SEED)
@@ -396,7 +398,7 @@ def test_a_world_whose_physics_goes_nan_gets_its_state_back_and_is_counted(warp_
     want_qpos = ww.qpos.clone()
     warp_game.reset(seed=SEED)
     before = warp_game.read_warnings()
-    qpos = ww.qpos.clone()
+    qpos, qvel = ww.qpos.clone(), ww.qvel.clone()
     inertia = ww.field["body_inertia"]
     saved = inertia[bad].clone()
     inertia[bad, warp_game.index.agent_body[0]] = math.nan
@@ -409,12 +411,18 @@ def test_a_world_whose_physics_goes_nan_gets_its_state_back_and_is_counted(warp_
     assert torch.isfinite(got.rewards).all()
     assert not got.truncated.any()
     torch.testing.assert_close(ww.qpos[bad], qpos[bad], rtol=0, atol=0)
+    torch.testing.assert_close(ww.qvel[bad], qvel[bad], rtol=0, atol=0)
     assert int(warp_game.t[bad]) == 1
-    assert warp_game.read_warnings() - before == 1
+    with caplog.at_level(logging.WARNING, logger="hns_train.envs.warp.game"):
+        assert warp_game.read_warnings() - before == 1
+    assert f"in worlds [{bad}]" in caplog.text
     assert int(warp_game.physics_warnings[bad]) == 1
     others = np.arange(W) != bad
     torch.testing.assert_close(ww.qpos[others], want_qpos[others], rtol=0, atol=0)
     torch.testing.assert_close(got.rewards[others], want.rewards[others], rtol=0, atol=0)
+    warp_game.step(act)  # its inertia back, the world steps on from the state put back
+    assert not torch.equal(ww.qpos[bad], qpos[bad])
+    assert warp_game.read_warnings() - before == 1
 
 
 def test_auto_reset_takes_bank_layouts_and_the_first_episode_matches_vectorgame():
