@@ -340,8 +340,8 @@ class WarpGame:
             worlds = np.flatnonzero(self._bad_state_worlds.cpu().numpy())
             log.warning(
                 "MuJoCo Warp's physics gave a NaN, Inf or huge qpos, qvel or qacc in worlds %s "
-                "(%d times since the game was made): each got its state from before that step "
-                "back and its episode went on",
+                "(%d since the game was made): each got its state from before that step back and "
+                "its episode went on",
                 worlds[:10].tolist(),
                 bad_states,
             )
