@@ -131,8 +131,8 @@ class PolicyWorker(Worker):
         out = self._act(obs, batch["state"], batch["episode_start"], codes)
         self._rows += len(codes)
         self._forwards += len(np.unique(codes[codes >= LATEST]))
-        ends = list(itertools.accumulate(len(p["code"]) for p in parts))
-        for (client, message), start, end in zip(requests, [0, *ends], ends, strict=False):
+        bounds = itertools.pairwise([0, *itertools.accumulate(len(p["code"]) for p in parts)])
+        for (client, message), (start, end) in zip(requests, bounds, strict=True):
             # ActOutput's fields are the reply's arrays (`contract.reply_layout`)
             reply = {name: rows[start:end] for name, rows in out._asdict().items()}
             self.server.reply(
