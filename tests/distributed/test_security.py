@@ -3,6 +3,7 @@ messages through."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -42,7 +43,8 @@ def test_keys_are_valid_pairs_and_secrets_stay_out_of_repr(keys):
 
 def _intruders(endpoint: str, keys: RunKeys) -> list[zmq.Socket]:
     """PUSH sockets that must not get through: no CURVE, another run's keys, and a client that
-    knows the server's public key but has its own keypair."""
+    knows the server's public key but has its own keypair. Their sends time out rather than
+    block: a PUSH socket whose handshake was refused may have no pipe left to queue on."""
     ctx = zmq.Context.instance()
     plain = ctx.socket(zmq.PUSH)
     other_run = ctx.socket(zmq.PUSH)
@@ -54,6 +56,7 @@ def _intruders(endpoint: str, keys: RunKeys) -> list[zmq.Socket]:
     socks = [plain, other_run, impostor]
     for s in socks:
         s.linger = 0
+        s.sndtimeo = 1000
         s.connect(endpoint)
     return socks
 
@@ -67,7 +70,9 @@ def test_only_the_runs_client_gets_samples_through(keys, address):
             try:
                 assert tx.send("chunk", {"x": np.arange(3)}, {"who": "legit", "n": 0})
                 for i, s in enumerate(intruders):
-                    s.send_multipart(encode("chunk", {"x": np.arange(3)}, {"who": f"bad{i}"}))
+                    # zmq.Again: refused before it could even queue, also kept out
+                    with contextlib.suppress(zmq.Again):
+                        s.send_multipart(encode("chunk", {"x": np.arange(3)}, {"who": f"bad{i}"}))
                 time.sleep(0.3)  # handshakes fail, the legit stream goes on
                 assert tx.send("chunk", {"x": np.arange(3)}, {"who": "legit", "n": 1})
                 got = []
