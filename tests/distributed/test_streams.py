@@ -55,6 +55,7 @@ def _wait_until(predicate, timeout_s=5.0):
 def _raw(socket_type) -> zmq.Socket:
     sock = zmq.Context.instance().socket(socket_type)
     sock.linger = 0
+    sock.sndtimeo = 5000  # a send with no peer to queue on fails the test instead of hanging it
     return sock
 
 
