@@ -319,7 +319,7 @@ class ActorWorker(Worker):
             "queued_chunks": len(self.pending_chunks),
             "resent": self._resent,
             "rejected": self.inference.rejected,
-            # MuJoCo's bad-state warnings since the actor started (a reset world is corrupted)
+            # MuJoCo's bad-state warnings since the actor started (each world's step put back)
             "physics_warnings": sum(g.game.game.physics_warnings_total for g in self.groups),
             "time": time.time(),
         }

@@ -54,11 +54,15 @@ given to `reset` for that world); physics is deterministic, so equal seeds give 
 
 Physics failures are counted, never silent: when MuJoCo finds a NaN, Inf or huge value in a
 world's qpos, qvel or qacc it warns and resets that world's state to the model's defaults
-(every entity at its qpos0) and the episode goes on from there. After every step the game reads
-the batch's warning counters (`mujoco.batch.Batch.warning`, cleared by each world's reset):
-`physics_warnings` (W,) holds each world's count in its current episode and
-`physics_warnings_total` the count over the game's life, and each new one is logged with its
-world, kind, DOF and body. Actors and tools log them; tests/envs/test_stability.py requires 0.
+(every entity at its qpos0, every weld off, so grabs the game holds would hold nothing). After
+every step the game reads the batch's warning counters (`mujoco.batch.Batch.warning`, cleared
+by each world's reset) and puts back such a world's state from before the step (poses,
+velocities, welds: what the episode's locks and grabs agree with, as the Warp game does); the
+episode goes on from there. A state that was already bad before the step (written from
+outside) is not put back: MuJoCo's reset stands. `physics_warnings` (W,) holds each world's
+count in its current episode and `physics_warnings_total` the count over the game's life, and
+each new one is logged with its world, kind, DOF and body. Actors and tools log them;
+tests/envs/test_stability.py requires 0.
 """
 
 from __future__ import annotations
@@ -322,18 +326,17 @@ class HideAndSeekGame:
         elif work:  # nothing within reach, something held: every grab ends
             self._apply_grabs(np.full_like(self.grabbed, -1))
 
+        np.copyto(self._state_before, self._state)
         self.batch.step(nstep=cfg.substeps)
+        if (self._bad_counts != self._bad_seen).any():
+            self._put_back_bad_worlds()
         reward = np.empty((self.n_worlds, self.n_agents), dtype=np.float32)
         truncated = np.empty(self.n_worlds, dtype=bool)
         if self._ray_fns is not None:
             if self._live is not None:
                 self._push_live()
             flags = self._sense_and_score(reward, truncated)
-            if flags & K.BAD_STATE:
-                self._report_physics()
         else:
-            if (self._bad_counts != self._bad_seen).any():
-                self._report_physics()
             self._push_live()
             self._read_state()
             self._cast_rays(self._all_worlds)
@@ -377,8 +380,6 @@ class HideAndSeekGame:
             self._sight,
             self._rules,
             self._views,
-            self._bad_counts,
-            self._bad_seen,
             reward,
             truncated,
         )
@@ -551,7 +552,9 @@ class HideAndSeekGame:
         self._eq_active = self.batch.bind("eq_active")
         # live (W, 3) view of the bad-state warning counters (mjWarningStat.number)
         self._bad_counts = self.batch.warning[:, BAD_STATE, 1]
-        self._state0 = self.batch.state[0]
+        self._state = self.batch.state  # (W, nstate) rows that qpos, qvel, eq_active view
+        self._state_before = np.empty_like(self._state)  # the rows before a step's physics
+        self._state0 = self._state[0]
         self._ctrl_adr = idx.agent_ctrl.ravel()
         # entities: agents then objects (boxes, ramps), their state a view of the batch rows
         idx.check_entity_rows(model.nbody)
@@ -626,22 +629,33 @@ class HideAndSeekGame:
         self._buffer_kinds: tuple = ()  # the buffers' types that `_entries` were resolved for
         self._entries: dict = {}  # kernel -> its compiled entry (`_compiled`)
 
-    def _report_physics(self) -> None:
-        """Count and log the bad-state warnings MuJoCo raised in this step's physics."""
+    def _put_back_bad_worlds(self) -> None:
+        """Count and log the bad-state warnings MuJoCo raised in this step's physics, and give
+        those worlds their state from before the step back where it was sound (module
+        docstring)."""
         counts = self._bad_counts.astype(np.int64)
-        for w, k in np.argwhere(counts != self._bad_seen):
+        new = counts != self._bad_seen
+        bad = np.flatnonzero(new.any(axis=1))
+        sound = bad[(np.abs(self._state_before[bad]) <= mujoco.mjMAXVAL).all(axis=1)]  # NaN: no
+        if len(sound):
+            self._state[sound] = self._state_before[sound]
+            self.batch.forward(sound)
+        for w, k in np.argwhere(new):
             # lastinfo: the index of the bad qpos / qvel / qacc element; every joint here is a
             # slide or a hinge, so qpos and DOF indices agree
             m, dof = self.models[w], int(self.batch.warning[w, BAD_STATE.start + k, 0])
             body = m.body(int(m.dof_bodyid[dof])).name if 0 <= dof < m.nv else "?"
             log.warning(
                 "MuJoCo found a NaN, Inf or huge value in %s of world %d at DOF %d (body %s) in "
-                "env step %d and reset the world's state to the model's defaults (%d this episode)",
+                "env step %d and %s (%d this episode)",
                 BAD_STATE_NAMES[k],
                 w,
                 dof,
                 body,
                 int(self.t[w]),
+                "put back the world's state from before the step"
+                if w in sound
+                else "reset the world's state to the model's defaults",
                 int(counts[w].sum()),
             )
         self.physics_warnings_total += int((counts - self._bad_seen).sum())

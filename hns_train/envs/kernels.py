@@ -248,7 +248,6 @@ def _sees(sight):
 
 
 LIFTED, PREP_END, TRUNCATED = 1, 2, 4  # flags returned by rewards_and_stats
-BAD_STATE = 8  # after_physics: MuJoCo counted a new bad-state warning
 
 
 class Rules(NamedTuple):
@@ -515,22 +514,14 @@ def decide_locks_and_grabs(
 
 
 @njit(**_OPTS)
-def after_physics(
-    worlds, poses, scene, sight, rules, views, bad_counts, bad_seen, reward, truncated
-):
+def after_physics(worlds, poses, scene, sight, rules, views, reward, truncated):
     """A one-thread step after its physics and trigonometry, in one call: kinematics,
     aim_rays, rays.cast, read_rays, rewards_and_stats and observe, in game.step's order.
-    bad_counts: MuJoCo's bad-state warning counters (W, 3), bad_seen: those already reported.
-    Returns rewards_and_stats' flags, and BAD_STATE where a bad-state counter differs from the
-    reported one."""
+    Returns rewards_and_stats' flags."""
     kinematics(poses)
     aim_rays(worlds, poses, sight)
     rays.cast(worlds, scene, sight)
     read_rays(worlds, sight.dist, sight.geomid, sight)
     flags = rewards_and_stats(rules, _sees(sight), poses.pos, reward, truncated)
     observe(rules, poses, sight, views)
-    for w in range(bad_counts.shape[0]):
-        for k in range(bad_counts.shape[1]):
-            if bad_counts[w, k] != bad_seen[w, k]:
-                flags |= BAD_STATE
     return flags

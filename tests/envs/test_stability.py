@@ -13,6 +13,7 @@ about 25 m/s or rad/s; 60 is a broken solver, not a hard push.
 
 import logging
 
+import hns_scene as S
 import mujoco
 import numpy as np
 import pytest
@@ -104,6 +105,7 @@ def test_a_physics_failure_is_counted_logged_and_cleared_by_reset(caplog):
     message = record.getMessage()
     assert "QVEL of world 1" in message and f"DOF {box} " in message
     assert "box0" in message
+    assert "reset the world's state" in message  # its state was bad before the step: not put back
     # counted once: later steps without a new failure add nothing
     game.step(noop)
     assert game.physics_warnings.tolist() == [0, 1, 0] and game.physics_warnings_total == 1
@@ -113,3 +115,37 @@ def test_a_physics_failure_is_counted_logged_and_cleared_by_reset(caplog):
     game.batch.bind("qvel")[2, box] = np.nan
     game.step(noop)
     assert game.physics_warnings.tolist() == [0, 0, 1] and game.physics_warnings_total == 2
+
+
+@pytest.mark.parametrize("threads", [1, 2])  # the one-call step after physics, and the C rays
+def test_a_world_whose_physics_goes_bad_gets_its_state_and_grab_back(threads, caplog):
+    """A NaN inertia makes the physics of a step go bad (bad QACC): MuJoCo resets the world to
+    qpos0 and drops its welds; the game puts back the state from before the step, the held
+    box's weld among it, so the grab table and the physics agree and the drag goes on."""
+    cfg = make_config("quadrant", n_hiders=(1, 1), n_seekers=(1, 1))
+    game = HideAndSeekGame(cfg, n_worlds=1, seed=0, threads=threads)
+    game.reset()
+    S.place(
+        game, agents={0: (4.38, 4.2, S.FACE_PX), 1: (5.5, 5.0, 0.0)}, objects={0: (4.8, 4.2, 0)}
+    )
+    S.run(game, 3, a0=[0, 5, 5, 1, 0])  # grab the box and pull it west
+    weld = game.index.weld[0, 0]
+    assert game.grabbed[0, 0] == 0 and game.data.eq_active[weld] == 1
+    qpos, qvel = game.data.qpos.copy(), game.data.qvel.copy()
+    gap = S.object_xy(game, 0) - S.agent_xy(game, 0)
+    inertia, seeker = game.models[0].body_inertia, game.index.agent_body[1]
+    saved = inertia[seeker].copy()
+    inertia[seeker] = np.nan
+    try:
+        with caplog.at_level(logging.WARNING, logger="hns_train.envs.game"):
+            S.run(game, 1, a0=[0, 5, 5, 1, 0])
+    finally:
+        inertia[seeker] = saved
+    assert game.physics_warnings[0] >= 1 and game.physics_warnings_total >= 1
+    assert "put back the world's state from before the step" in caplog.text
+    np.testing.assert_array_equal(game.data.qpos, qpos)
+    np.testing.assert_array_equal(game.data.qvel, qvel)
+    assert game.grabbed[0, 0] == 0 and game.data.eq_active[weld] == 1
+    assert all(np.isfinite(v).all() for v in game.obs.values())
+    S.run(game, 3, a0=[0, 5, 5, 1, 0])  # still held: the box follows the agent
+    np.testing.assert_allclose(S.object_xy(game, 0) - S.agent_xy(game, 0), gap, atol=0.02)

@@ -42,17 +42,15 @@ accumulated on the device and read by `read_warnings()`, which a worker calls at
   a per-world overflow bit; after every env step the game adds those bits (`CAPACITY_OVERFLOWS`)
   to `physics_warnings` (W,) for the current episode and to a running total, and clears them;
   `read_warnings` logs the worlds that overflowed since its last call;
-- bad physics states are put back, as the C game resets them: MuJoCo Warp 4.0.0's Newton
+- bad physics states are put back, as the C game puts them back: MuJoCo Warp 4.0.0's Newton
   solver factorises in float32 without a floor on the pivots, and on a stiff contact (a ramp
   pressed against a wall) one world's qacc, qpos and qvel can turn NaN within one substep
   (mujoco_warp issue #1415). After the substeps, the worlds whose qpos, qvel or qacc hold a NaN,
   an Inf or a value beyond `mujoco.mjMAXVAL` (the C engine's rule) get their state from before
   the step back (`WarpWorlds.restore_where`, the solver's warm start cleared) and their
-  episodes go on, with no truncation flag, as after the C game's reset of a world's state.
-  That step's rewards and observations come from the state put back, so no non-finite value
-  leaves the step. Each one counts in `physics_warnings` and the running total, and
-  `read_warnings` logs the worlds. Where the C game puts every entity at its qpos0, the Warp
-  game puts back the previous step's poses, which agree with the episode's locks and grabs.
+  episodes go on, with no truncation flag. That step's rewards and observations come from the
+  state put back, so no non-finite value leaves the step. Each one counts in
+  `physics_warnings` and the running total, and `read_warnings` logs the worlds.
 Rendering stays with the C game.
 """
 
