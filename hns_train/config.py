@@ -189,6 +189,8 @@ class StopConfig:
 
     versions: NonNegativeInt = 0
     frames: NonNegativeInt = 0
+    # the run's wall-clock time from its controller's start, start-up included; a resumed run
+    # (or population) counts on from where it stopped, as its records' hours do
     minutes: NonNegative = 0.0
 
 

@@ -153,19 +153,24 @@ class Stoppable:
         self.error = f"{type(err).__name__}: {err}"
         self.request_stop(f"error: {self.error}")
 
-    def _stop_at_limits(self, stop, version: int, frames: int, elapsed_s: float) -> None:
-        """Ask to stop at the first limit of the `stop` settings that is reached."""
+    def _stop_at_limits(self, stop, version: int, frames: int) -> None:
+        """Ask to stop at the first limit of the `stop` settings that is reached; the minutes
+        are the run's time (`elapsed_s`), as its records' hours count it."""
         if stop.versions and version >= stop.versions:
             self.request_stop(f"reached stop.versions={stop.versions}")
         elif stop.frames and frames >= stop.frames:
             self.request_stop(f"reached stop.frames={stop.frames}")
-        elif stop.minutes and elapsed_s >= stop.minutes * 60:
+        elif stop.minutes and self.elapsed_s() >= stop.minutes * 60:
             self.request_stop(f"reached stop.minutes={stop.minutes}")
 
     def _claim_and_open(self, resume: bool) -> None:
         """Take `run_dir` (one owner per run directory), then `_open` the rest of the start,
         which hands each thing it holds to `_held`: let go of at the end, the last taken first.
-        A failed start holds nothing, and a new run's directory is left as `claim` found it."""
+        A failed start holds nothing, and a new run's directory is left as `claim` found it.
+
+        The run's clock starts here, with the command: its start-up (the launcher, Ray, the
+        sockets, the league) counts towards `stop.minutes`, as the user waiting on it sees."""
+        self.start = time.monotonic()
         self.owner = claim(self.run_dir, resume)
         self._held = contextlib.ExitStack()
         self._held.callback(self.owner.release)
@@ -232,7 +237,6 @@ class Controller(Stoppable):
         if resume:
             self._restore_counters()
         self.frames_at_start = self.frames
-        self.start = time.monotonic()
         self._last_record_time = self.start
         self._last_counters_sent = 0.0
         self._last_bar_refresh = 0.0
@@ -371,7 +375,8 @@ class Controller(Stoppable):
         """A run that trained nothing never ends as a success."""
         if self.error or self.frames > self.frames_at_start:
             return
-        if self.stop_reason.startswith(("reached stop.frames", "reached stop.versions")):
+        spent = self.cfg.stop.minutes and self.prior_s >= self.cfg.stop.minutes * 60
+        if spent or self.stop_reason.startswith(("reached stop.frames", "reached stop.versions")):
             return  # resumed at its limit: nothing was left to do
         waited = time.monotonic() - self.start
         self.error = (
@@ -391,7 +396,7 @@ class Controller(Stoppable):
         self._watch(now)
         if now - self._last_record_time >= self.cfg.logging.every_s:
             self._record()
-        self._stop_at_limits(self.cfg.stop, self.version, self.frames, now - self.start)
+        self._stop_at_limits(self.cfg.stop, self.version, self.frames)
         if now - self._last_bar_refresh >= BAR_REFRESH_S:
             self._last_bar_refresh = now
             self._refresh_bar()
@@ -552,7 +557,7 @@ class Controller(Stoppable):
         counters and start no PPO update they expect to end after it."""
         if not self.cfg.stop.minutes:
             return None
-        return self.cfg.stop.minutes * 60 - (time.monotonic() - self.start)
+        return self.cfg.stop.minutes * 60 - self.elapsed_s()
 
     def _stop_workers(self) -> None:
         try:

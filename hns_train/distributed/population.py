@@ -205,7 +205,6 @@ class PopulationController(Stoppable):
         self._league_reset = 0  # rated games the league database lost (see _check_league)
         if resume:
             self._restore()
-        self.start = time.monotonic()
         # The league plays on this process's one thread: members own the cores, and torch's
         # spinning OpenMP threads on a busy host made a round 5x slower (3.1 s against 0.6 s).
         torch.set_num_threads(1)
@@ -630,7 +629,7 @@ class PopulationController(Stoppable):
                 f"population add {self.run_dir}` after --resume"
             )
         version = max((m.version for m in self.members.values()), default=0)
-        self._stop_at_limits(self.cfg.stop, version, self.total_frames(), self.elapsed_s())
+        self._stop_at_limits(self.cfg.stop, version, self.total_frames())
 
     def manifest(self) -> dict[str, Any]:
         return {

@@ -1,6 +1,6 @@
 """`python -m hns_train.train` in a pseudo-terminal (`script`): the progress bar shows env frames
 and episodes from the start and is redrawn while the run goes, worker log lines do not run into
-it, and the run stops close to `stop.minutes`."""
+it, and the run stops close to `stop.minutes`, which a run and a population count alike."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 
 from hns_train.config import load_config
+from hns_train.distributed import controller, population
+from hns_train.distributed.controller import Controller
+from hns_train.distributed.population import PopulationController
 from hns_train.distributed.reporting import ProgressBar
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,3 +67,43 @@ def test_the_population_bar_is_the_runs_bar(capsys):
     quiet.show(500, "members 2 exploits 0")
     quiet.close()
     assert capsys.readouterr().err == ""
+
+
+def slowed(function, delay_s):
+    def slow(*args, **kwargs):
+        time.sleep(delay_s)
+        return function(*args, **kwargs)
+
+    return slow
+
+
+def test_a_run_and_a_population_count_stop_minutes_from_their_start_and_on_after_a_resume(
+    tmp_path, monkeypatch
+):
+    # On the code before, the run's clock started after its start-up (hardware, launcher,
+    # sockets) and began again at each resume; the population's counted the resumed time.
+    delay = 1.0
+    quiet = ["logging.wandb=disabled", "logging.progress=false", "stop.versions=0"]
+    monkeypatch.setattr(controller, "hardware_info", slowed(controller.hardware_info, delay))
+    cfg = load_config("smoke", [f"runs_dir={tmp_path}", "name=run", "stop.minutes=1", *quiet])
+    run = Controller(cfg)
+    try:
+        assert run.elapsed_s() >= delay
+        assert run._stop_in_s() <= 60 - delay
+        run.tick()
+        assert not run.stop_reason
+        run.prior_s = 60  # as a resume restores it: a run resumed with its minute spent
+        run.tick()
+        assert run.stop_reason == "reached stop.minutes=1.0"
+        run._check_made_frames()  # nothing was left to do: no error for want of frames
+        assert not run.error
+    finally:
+        run._stop_workers()
+
+    monkeypatch.setattr(population, "parse_ranges", slowed(population.parse_ranges, delay))
+    members = ["population.members=2", "eval.n_workers=0", "stop.minutes=1", *quiet]
+    pop = PopulationController(load_config("chase", [f"runs_dir={tmp_path}", *members]))
+    try:
+        assert pop.elapsed_s() >= delay  # the time its stop limits and records count
+    finally:
+        pop.close()
