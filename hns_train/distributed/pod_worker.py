@@ -12,9 +12,11 @@ first.
 Several pods train one policy as DDP ranks (each its own worlds, gradients averaged as for
 trainers) and agree at every rollout's end whether to stop.
 
-Heartbeats carry a trainer's counters plus what actors report (frames, episodes, episode
-statistic sums, physics warnings) and the pod's wall time split into simulation, acting and
-learning (`sim_s`, `act_s`, `learn_s`).
+Heartbeats carry a learner's counters (`Learner.report`) plus what actors report (frames,
+episodes, episode statistic sums, physics warnings) and the pod's wall time split into
+simulation, acting and learning (`sim_s`, `act_s`, `learn_s`). A trainer's own figures about the
+chunks it receives, drops and reuses are left out: a pod receives none, and trains on each
+rollout once, as it comes.
 """
 
 from __future__ import annotations
@@ -53,7 +55,6 @@ class PodWorker(LearnerWorker):
             snapshot_cache=cfg.pool.snapshot_cache,
             seed=self._seed(2),
         )
-        self._env_steps = 0
         self._iteration = None  # the pod's iteration under way
 
     def _seed(self, salt: int) -> list[int]:
@@ -67,7 +68,6 @@ class PodWorker(LearnerWorker):
             self._iteration = self.pod.iteration(hook=self.update)
         try:
             next(self._iteration)  # one env step
-            self._env_steps += 1
         except StopIteration as done:  # the rollout's update (or its skip) is over
             self._iteration = None
             stats = done.value
@@ -85,21 +85,12 @@ class PodWorker(LearnerWorker):
 
     # ------------------------------------------------------------------ control
     def counters(self) -> dict:
-        out = {
-            # what a trainer reports
+        return {
             **self.learner.report(),
-            "received": self._env_steps,
-            "dropped_stale": 0,
-            "rejected": 0,
-            "buffer": self.pod.t,
-            "staleness": 0.0,
-            "reuse": float(self.cfg.agent.ppo.epochs),
             # what an actor reports, and where the pod's time went (sim_s, act_s, learn_s)
             **self.pod.take_counters(),
             "physics_warnings": self.pod.game.physics_warnings(),
         }
-        self._env_steps = 0
-        return out
 
 
 def make_game(cfg, device: torch.device, seed, threads: int = 1):

@@ -48,6 +48,11 @@ def test_a_pod_run_counts_checkpoints_snapshots_and_resumes(tmp_path):
     assert any("episode/hider_return" in r for r in train)
     assert any(r.get("throughput/trained_fps", 0) > 0 for r in train)
     assert any("pod/sim_ms_per_frame" in r and "loss/approx_kl" in r for r in train)
+    # A pod receives no chunks and trains on each rollout once: the pipeline trainer's buffer,
+    # staleness and reuse are left out, not filled with constants.
+    assert all(
+        {"queue/trainer_buffer", "staleness/mean", "reuse/mean"}.isdisjoint(r) for r in train
+    )
 
     resumed = load_config(run / "config.yaml", ["stop.versions=6"])
     summary = Controller(resumed, resume=True).run()
