@@ -35,7 +35,8 @@ def json_number(value: Any) -> Any:
 def append_record(path: str | os.PathLike, record: Mapping[str, Any]) -> None:
     """Append `record` as one line; a file left without its final newline is ended first."""
     line = (json.dumps(dict(record), default=json_number) + "\n").encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    # 0666 less the umask, as open() and atomic_file give a new file
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":

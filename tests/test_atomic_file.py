@@ -1,5 +1,6 @@
 """`atomic_file`: a write that fails leaves the old file and no temporary behind; a written
-file has the permissions the process umask gives a new file."""
+file has the permissions the process umask gives a new file, as have JSON-lines logs and the
+run lock."""
 
 import json
 import os
@@ -34,13 +35,19 @@ UMASK_CHILD = """
 import json, os, sys
 from pathlib import Path
 from hns_train.atomic_file import atomic_write, atomic_write_bytes
+from hns_train.distributed.run_lock import RunLock
+from hns_train.jsonl import append_record
 
 out, modes = Path(sys.argv[1]), {}
-for umask in (0o027, 0o022, 0o077):
+for umask in (0o027, 0o022, 0o077, 0o002):
     os.umask(umask)
     a = atomic_write_bytes(out / f"{umask:o}" / "a.bin", b"x")
     b = atomic_write(out / f"{umask:o}" / "b.png", lambda tmp: Path(tmp).write_bytes(b"y"), ".png")
-    modes[f"{umask:o}"] = [oct(p.stat().st_mode & 0o777) for p in (a, b)]
+    append_record(out / f"{umask:o}" / "c.jsonl", {"x": 1})
+    lock = RunLock(out / f"{umask:o}")
+    lock.release()
+    files = (a, b, out / f"{umask:o}" / "c.jsonl", lock.path)
+    modes[f"{umask:o}"] = [oct(p.stat().st_mode & 0o777) for p in files]
 print(json.dumps(modes))
 """
 
@@ -56,4 +63,6 @@ def test_written_files_follow_the_umask(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     modes = json.loads(done.stdout)
-    assert modes == {"27": ["0o640"] * 2, "22": ["0o644"] * 2, "77": ["0o600"] * 2}
+    # a group that shares runs (umask 002) can append to their logs too
+    expected = {"27": "0o640", "22": "0o644", "77": "0o600", "2": "0o664"}
+    assert modes == {umask: [mode] * 4 for umask, mode in expected.items()}
