@@ -89,7 +89,10 @@ def load_run(run_dir: str | Path) -> RunSummary:
         if not isinstance(config, dict):
             raise ValueError(f"{run_dir / 'config.yaml'} is not a mapping")
     records, recorded = read_metrics(metrics)
-    detector = PhaseDetector.from_metrics(metrics)
+    detector = PhaseDetector()  # replays the records read above: the file is read once
+    detector.restore(recorded)
+    for record in records:
+        detector.update(record)
     game = config.get("game") if isinstance(config.get("game"), dict) else {}
     hardware_file = run_dir / "hardware.yaml"  # written by the controller
     hardware = yaml.safe_load(hardware_file.read_text()) if hardware_file.is_file() else None
