@@ -189,3 +189,12 @@ def test_a_damaged_metrics_line_is_skipped_and_said_once(tmp_path, caplog):
     assert len(run.records) == 29  # the cut line costs its record, not the comparison
     warnings = [r.getMessage() for r in caplog.records if "damaged line" in r.getMessage()]
     assert len(warnings) == 1, warnings  # the file is read once
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "hardware.yaml"])
+def test_a_damaged_yaml_file_is_refused_naming_it(tmp_path, capsys, name):
+    path = S.write_run(tmp_path / "r", S.records({}, 1e5, n_records=10))
+    (path / name).write_text("name: [cut sho")  # a write cut short
+    assert cli_main(["compare", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path / name}: not valid YAML" in err and "Traceback" not in err, err
