@@ -9,7 +9,7 @@ This run's onsets are its `phase` records in metrics.jsonl; phases without a rec
 in by running the detector (`phases.PhaseDetector`) over its training records, so a run made
 before detection was switched on still compares. The run directory contract: `config.yaml`
 (name, game.preset), `hardware.yaml` (cpus, gpus, gpu_name; missing keys are shown as unknown)
-and `metrics.jsonl`.
+and `metrics.jsonl`; a YAML file of these that cannot be read is refused with its path.
 """
 
 from __future__ import annotations
@@ -78,21 +78,34 @@ class RunSummary:
         return self.records[-1] if self.records else {}
 
 
+def _read_yaml(path: Path) -> object:
+    """What the YAML file `path` holds, None where there is no such file; ValueError naming the
+    file where it cannot be read or is not valid YAML (a write cut short, an edit gone wrong)."""
+    if not path.is_file():
+        return None
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise ValueError(f"{path}: cannot be read: {err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML: {err}") from None
+
+
 def load_run(run_dir: str | Path) -> RunSummary:
     run_dir = Path(run_dir)
     metrics = run_dir / "metrics.jsonl"
     if not metrics.is_file():
         raise ValueError(f"{run_dir} has no metrics.jsonl (is it a run directory?)")
-    config = {}
-    if (run_dir / "config.yaml").is_file():
-        config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
-        if not isinstance(config, dict):
-            raise ValueError(f"{run_dir / 'config.yaml'} is not a mapping")
+    config = _read_yaml(run_dir / "config.yaml") or {}
+    if not isinstance(config, dict):
+        raise ValueError(f"{run_dir / 'config.yaml'} is not a mapping")
     records, recorded = read_metrics(metrics)
-    detector = PhaseDetector.from_metrics(metrics)
+    detector = PhaseDetector()  # replays the records read above: the file is read once
+    detector.restore(recorded)
+    for record in records:
+        detector.update(record)
     game = config.get("game") if isinstance(config.get("game"), dict) else {}
-    hardware_file = run_dir / "hardware.yaml"  # written by the controller
-    hardware = yaml.safe_load(hardware_file.read_text()) if hardware_file.is_file() else None
+    hardware = _read_yaml(run_dir / "hardware.yaml")  # written by the controller
     return RunSummary(
         path=run_dir,
         name=str(config.get("name") or run_dir.name),

@@ -175,3 +175,26 @@ def test_plot_zooms_to_the_run_and_lists_later_onsets(tmp_path):
     assert all(f"≈{human(ep)}" in note for _, ep in marks)  # all of Rapid's onsets lie beyond
     assert note.index("fort building") < note.index("box surfing")  # in episode order
     assert beyond_note(marks, 1e9) == ""
+
+
+def test_a_damaged_metrics_line_is_skipped_and_said_once(tmp_path, caplog):
+    from hns_train.eval.compare import load_run
+
+    recs = S.records({}, 2e5, n_records=30)
+    path = S.write_run(tmp_path / "cut", recs)
+    lines = (path / "metrics.jsonl").read_text().splitlines()
+    (path / "metrics.jsonl").write_text("\n".join([lines[0], lines[1][:20], *lines[2:]]) + "\n")
+    caplog.clear()
+    run = load_run(path)
+    assert len(run.records) == 29  # the cut line costs its record, not the comparison
+    warnings = [r.getMessage() for r in caplog.records if "damaged line" in r.getMessage()]
+    assert len(warnings) == 1, warnings  # the file is read once
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "hardware.yaml"])
+def test_a_damaged_yaml_file_is_refused_naming_it(tmp_path, capsys, name):
+    path = S.write_run(tmp_path / "r", S.records({}, 1e5, n_records=10))
+    (path / name).write_text("name: [cut sho")  # a write cut short
+    assert cli_main(["compare", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path / name}: not valid YAML" in err and "Traceback" not in err, err
