@@ -118,12 +118,17 @@ def in_process(cfg, device: torch.device, rollouts: int, run_dir: Path) -> dict:
     """The pod in this process: per-frame wall and CPU times, their split, syncs per step."""
     threads = cfg.pod.threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
+    # the run's seed decides the network's initial weights and the sampled actions too, so
+    # two runs with one seed time the same work
+    torch.manual_seed(cfg.seed)
     game = make_game(cfg, device, seed=[cfg.seed, 9], threads=threads)
     model = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network, device=device)
     ppo = PPO(model, cfg.agent.ppo)
     pool = PolicyPool(run_dir / "pool", cfg.pool)
     pool.maybe_add(0, model.state_dict())  # the untrained policy, as a run has it
-    pod = Pod(game, ppo, cfg.pipeline.chunk_len, pool=pool, profile=device.type == "cuda")
+    pod = Pod(
+        game, ppo, cfg.pipeline.chunk_len, pool=pool, seed=cfg.seed, profile=device.type == "cuda"
+    )
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     while not pod.step():  # warm-up: a rollout and an update
@@ -258,7 +263,11 @@ def main() -> None:
     parser.add_argument(
         "--pods", type=int, default=0, help="pods in the run (0: one per core on a CPU, else 1)"
     )
-    parser.add_argument("overrides", nargs="*")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="config overrides, key=value; seed=N seeds the games, the networks and the draws",
+    )
     args = parser.parse_args()
     device = torch.device(args.device)
     runs = Path(tempfile.mkdtemp(prefix="hns-pod-speed-"))

@@ -95,8 +95,6 @@ class RayLauncher:
         self._host_cls = self.ray.remote(_WorkerHost)
         self.actors: dict[str, Any] = {}
         self.runs: dict[str, Any] = {}
-        self._where: dict[str, Any] = {}  # name -> reference to (pid, node id)
-        self.final_placement: dict[str, tuple[int, str]] = {}
         self._finished: set[str] = set()
         self._groups: list[Any] = []
         self._slots: dict[str, tuple[Any, int]] = {}
@@ -197,8 +195,6 @@ class RayLauncher:
             ),
         ).remote(env)
         self.actors[spec.name] = actor
-        # Asked before `run` (an actor serves its calls in order, and `run` lasts the whole run).
-        self._where[spec.name] = actor.where.remote()
         self.runs[spec.name] = actor.run.remote(dataclasses.asdict(spec))
         self._finished.discard(spec.name)
 
@@ -218,20 +214,9 @@ class RayLauncher:
                     log.warning("%s: Ray actor ended with %s", name, type(err).__name__)
         return sorted(self._finished & set(self.runs))
 
-    def placement(self) -> dict[str, tuple[int, str]]:
-        """Worker name -> (process id, Ray node id) of its current actor."""
-        out = {}
-        for name, ref in list(self._where.items()):
-            try:
-                out[name] = tuple(self.ray.get(ref, timeout=RESERVE_TIMEOUT_S))
-            except Exception as err:  # it died before answering: dead() reports it
-                log.warning("%s: Ray actor did not start: %s", name, err)
-        return out
-
     def kill(self, name: str) -> None:
         actor = self.actors.pop(name, None)
         self.runs.pop(name, None)
-        self._where.pop(name, None)
         self._finished.discard(name)
         if actor is not None:
             self.ray.kill(actor, no_restart=True)
@@ -241,7 +226,6 @@ class RayLauncher:
             refs = list(self.runs.values())
             if refs:
                 self.ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-            self.final_placement = self.placement()  # for reports and tests: who ran where
             actors = list(self.actors.values())
             for name in list(self.actors):
                 self.kill(name)

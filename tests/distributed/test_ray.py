@@ -30,12 +30,17 @@ def smoke(tmp_path, *overrides):
     )
 
 
+def parent(pid: int) -> int:
+    """The parent of process `pid`: for a Ray worker, the raylet of its node."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def ray_processes() -> list[int]:
     """Live Ray daemons (gcs_server, raylet) started by this test process."""
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            ppid = parent(int(stat.parent.name))
             exe = (stat.parent / "cmdline").read_bytes().split(b"\0")[0]
         except (OSError, IndexError, ValueError):
             continue
@@ -63,11 +68,11 @@ def test_smoke_run_on_a_local_ray_instance(tmp_path):
     summary = controller.run()
     assert summary.reason == "reached stop.versions=4", summary.reason
     check_trained(controller, summary, tmp_path / "ray")
-    placement = controller.launcher.final_placement
-    assert set(placement) == {"trainer0", "policy0", "actor0"}
+    pids = {name: worker.pid for name, worker in controller.workers.items()}
+    assert set(pids) == {"trainer0", "policy0", "actor0"} and None not in pids.values()
     # Clean shutdown: the worker actors and the Ray instance this run started are gone.
     assert not ray.is_initialized()
-    wait_for(lambda: not any(alive(pid) for pid, _ in placement.values()), 30, "workers to exit")
+    wait_for(lambda: not any(alive(pid) for pid in pids.values()), 30, "workers to exit")
     wait_for(lambda: not ray_processes(), 30, "Ray daemons to exit")
 
 
@@ -112,6 +117,8 @@ def test_two_node_cluster_packs_trainers_restarts_a_worker_and_releases_everythi
         wait_for(lambda: controller.workers["actor0"].connected, 120, "the new actor's hello")
         before = controller.version
         wait_for(lambda: controller.version >= max(before, 4) + 1, 240, "training to go on")
+        # each worker's node as the machine shows it: its process is a child of that node's raylet
+        nodes = {name: parent(worker.pid) for name, worker in list(controller.workers.items())}
     finally:
         controller.request_stop("test over")
         thread.join(180)
@@ -119,12 +126,11 @@ def test_two_node_cluster_packs_trainers_restarts_a_worker_and_releases_everythi
     assert controller.stop_reason == "test over" and not controller.error
     summary = controller.summary()
     check_trained(controller, summary, tmp_path / "cluster")
-    nodes = {name: node for name, (_, node) in controller.launcher.final_placement.items()}
     # PACK: both ranks share a node; SPREAD: the run used both nodes.
     assert nodes["trainer0"] == nodes["trainer1"]
     assert len(set(nodes.values())) == 2
-    assert controller.launcher.final_placement["actor0"][0] != killed
+    assert controller.workers["actor0"].pid != killed
     # Nothing left running or reserved on a cluster the run did not start.
-    pids = [pid for pid, _ in controller.launcher.final_placement.values()] + [killed]
+    pids = [worker.pid for worker in controller.workers.values()] + [killed]
     wait_for(lambda: not any(alive(p) for p in pids), 30, "workers to exit")
     wait_for(lambda: ray.available_resources().get("CPU", 0) == 2.0, 30, "reservations released")

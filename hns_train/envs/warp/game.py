@@ -120,7 +120,6 @@ class WarpGame:
         self.bank_config = bank or BankConfig()
         self.bank: LayoutBank | None = None
         self.world_seeds: tuple[np.random.SeedSequence, ...] = ()
-        self._root = np.random.SeedSequence(seed)
         self.rngs: list[np.random.Generator] = []
         self._started = False
 
