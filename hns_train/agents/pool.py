@@ -381,10 +381,15 @@ class PolicyPool(IndexHolder):
             ).fetchone()
             if row is None:
                 raise ValueError(f"no guest with id {version} in {self.folder}")
-            return load_checkpoint(self.folder / row[0], map_location).state["model"]
-        if int(version) not in self.versions():
+            path = self.folder / row[0]
+        elif int(version) not in self.versions():
             raise ValueError(f"no snapshot of version {version} in {self.folder}")
-        return load_checkpoint(self.path_for(version), map_location).state["model"]
+        else:
+            path = self.path_for(version)
+        state = load_checkpoint(path, map_location).state
+        if "model" not in state:  # e.g. a training checkpoint copied into the pool's folder
+            raise CheckpointError(f"checkpoint {path} holds no policy weights ('model')")
+        return state["model"]
 
     # ----- guests -----
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from hns_train.agents import ActorCritic, NetworkConfig
+from hns_train.agents.checkpoint import save_checkpoint
 from hns_train.agents.opponents import LATEST as WIRE_LATEST
 from hns_train.agents.opponents import (
     NOOP,
@@ -248,15 +249,18 @@ def test_snapshot_cache_builds_once_per_load(tmp_path):
 
 def test_a_missing_or_broken_snapshot_is_counted_and_not_read_again(tmp_path):
     """The pod's and the policy worker's rule: the caller lets the latest play such a code."""
-    pool = pool_with(tmp_path, 3)
+    pool = pool_with(tmp_path, 4)
     pool.path_for(20).write_bytes(b"not a checkpoint")
+    # a sound checkpoint file without weights to play: a training checkpoint copied in
+    save_checkpoint(pool.path_for(40), {"optimizer": {"step": 3}}, {"version": 40})
     snapshots = Snapshots(SnapshotCache(pool, size=2))
     assert torch.equal(snapshots.get(10)["w"], torch.full((2,), 1.0))
     assert snapshots.get(20) is None and snapshots.get(99) is None
+    assert snapshots.get(40) is None and "no policy weights" in snapshots.why(40)
     assert "99" in snapshots.why(99) and snapshots.why(20)
     misses = snapshots.cache.misses
     assert snapshots.get(20) is None and snapshots.get(99) is None
-    assert snapshots.unusable == 4 and snapshots.cache.misses == misses
+    assert snapshots.unusable == 5 and snapshots.cache.misses == misses
     assert torch.equal(snapshots.get(30)["w"], torch.full((2,), 3.0))
 
 
