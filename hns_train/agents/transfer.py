@@ -2,11 +2,12 @@
 
 `agent.init` names a checkpoint: a training checkpoint file (`ckpt_<version>.pt`) or a run
 directory (its newest checkpoint); "" (the default) or "scratch" trains from scratch. Before
-the run starts, `resolve_init` reads the checkpoint's metadata (no weights) and sets the task's
-observation-only game settings so that every entity row the source network embeds has the width
-it was trained on (`match_observations`): box rows carry box sizes only if the source's did
-(`box_size_obs`), ramp rows carry lock flags only if the source's did (`ramp_lock_obs`). The
-settings go into the run's config, so a resume and every worker see the same layout.
+the run starts, `resolve_init` reads the checkpoint (of which it uses the metadata) and sets the
+task's observation-only game settings so that every entity row the source network embeds has
+the width it was trained on (`match_observations`): box rows carry box sizes only if the
+source's did (`box_size_obs`), ramp rows carry lock flags only if the source's did
+(`ramp_lock_obs`). The settings go into the run's config, so a resume and every worker see the
+same layout.
 
 What the learner then loads (`load_pretrained`), before its first update:
 - both networks (policy and value) and the observation normaliser, parameter by parameter;

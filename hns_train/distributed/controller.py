@@ -63,6 +63,7 @@ from hns_train.agents.checkpoint import (
     room_problem,
 )
 from hns_train.agents.pool import PolicyPool
+from hns_train.atomic_file import atomic_write_bytes
 from hns_train.config import RunConfig, save_config
 from hns_train.distributed.contract import ContractError, DropLog, check_heartbeat, check_hello
 from hns_train.distributed.devices import check_devices
@@ -200,7 +201,7 @@ class Controller(Stoppable):
         self._prepare_run_dir(resume)
         save_config(cfg, self.run_dir / "config.yaml")
         self.hardware = hardware_info()
-        (self.run_dir / "hardware.yaml").write_text(yaml.safe_dump(self.hardware))
+        atomic_write_bytes(self.run_dir / "hardware.yaml", yaml.safe_dump(self.hardware).encode())
         # the sockets and their folders go once the workers are gone (the launcher's join)
         sockets = self._held.enter_context(contextlib.ExitStack())
         self.launcher = make_launcher(cfg)

@@ -55,10 +55,9 @@ class _WorkerHost:
     def __init__(self, env: dict[str, str]) -> None:
         os.environ.update(env)  # before the worker imports mujoco
 
-    def where(self) -> tuple[int, str]:
-        import ray
-
-        return os.getpid(), ray.get_runtime_context().get_node_id()
+    def pid(self) -> int:
+        """Its process id: an answer says the actor still lives (`_wait_gone`)."""
+        return os.getpid()
 
     def run(self, spec: dict[str, Any]) -> None:
         run_worker(WorkerSpec(**spec))
@@ -239,7 +238,7 @@ class RayLauncher:
         for actor in actors:
             while time.monotonic() < deadline:
                 try:
-                    self.ray.get(actor.where.remote(), timeout=1)
+                    self.ray.get(actor.pid.remote(), timeout=1)
                 except self.ray.exceptions.GetTimeoutError:
                     continue
                 except Exception:

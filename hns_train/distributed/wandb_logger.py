@@ -42,6 +42,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from hns_train.atomic_file import atomic_write_bytes
 from hns_train.config import WANDB_MODES
 from hns_train.eval.baselines import load_baselines
 from hns_train.eval.phases import PHASES, PhaseOnset
@@ -101,7 +102,7 @@ class WandbLogger:
             self.run_id = id_file.read_text().strip()
         else:
             self.run_id = secrets.token_hex(4)  # wandb's form: lowercase letters and digits
-            id_file.write_text(self.run_id + "\n")
+            atomic_write_bytes(id_file, (self.run_id + "\n").encode())
         self.run = wandb.init(
             project=project,
             dir=str(self.run_dir),  # wandb adds the `wandb/` level itself
