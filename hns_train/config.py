@@ -415,11 +415,14 @@ def shipped_configs() -> list[str]:
 def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if not path.is_file():
         shipped = ", ".join(shipped_configs())
-        raise ConfigError(f"config file {path} does not exist (shipped configs: {shipped})")
+        what = "is a folder, not a YAML file" if path.is_dir() else "does not exist"
+        raise ConfigError(f"config file {path} {what} (shipped configs: {shipped})")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+        # PyYAML's message spans lines with a caret drawing; the error is said in one line
+        said = " ".join(line.strip() for line in str(err).splitlines() if line.strip(" ^"))
+        raise ConfigError(f"{path}: not valid YAML: {said}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
     base = data.pop("base", None)

@@ -210,3 +210,13 @@ def test_league_names_are_checked_against_the_names_allowed():
         load_config(CONFIG_DIR / "smoke.yaml", ["population.league_opponents=[members, champions]"])
     with pytest.raises(ConfigError, match=r"population\.league_roles=.*\['both'\] not among"):
         load_config(CONFIG_DIR / "smoke.yaml", ["population.league_roles=[hider, both]"])
+
+
+def test_a_folder_or_broken_yaml_as_config_is_said_in_one_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"config file \S+ is a folder, not a YAML file"):
+        load_config(tmp_path)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("pipeline: [\n")
+    with pytest.raises(ConfigError, match="broken.yaml: not valid YAML: while parsing") as err:
+        load_config(broken)
+    assert "\n" not in str(err.value) and "line 2, column 1" in str(err.value)
