@@ -112,6 +112,18 @@ def population_request(argv: list[str]) -> int:
     return 0
 
 
+def check_run_name(cfg: config.RunConfig) -> None:
+    """The run's folder is one inside `runs_dir`: an empty name would make `runs_dir` itself
+    the run, and `..` or a leading `/` would put it outside."""
+    name = Path(cfg.name)
+    if not name.parts or ".." in name.parts or name.is_absolute():
+        raise ConfigError(
+            f"name={cfg.name!r} cannot name a run: its folder must lie inside runs_dir "
+            f"({cfg.runs_dir}); give a folder name (such as name=chase1), without '..' or a "
+            "leading '/'"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["population"]:
@@ -123,10 +135,13 @@ def main(argv: list[str] | None = None) -> int:
             saved = args.resume / "config.yaml"
             if not saved.is_file():
                 raise ConfigError(f"--resume {args.resume}: no config.yaml there (not a run dir)")
-            where = [f"runs_dir={args.resume.parent}", f"name={args.resume.name}"]
+            # `--resume .` (or `..`) names its folder by its full path
+            run = args.resume if args.resume.name not in ("", "..") else args.resume.resolve()
+            where = [f"runs_dir={run.parent}", f"name={run.name}"]
             cfg = load_config(args.config or saved, [*args.overrides, *where])
         else:
             cfg = load_config(args.config, args.overrides)
+        check_run_name(cfg)
         cfg = resolve_init(cfg)  # a fine-tuning run: the task's rows fit the source network
         if cfg.population.members > 1:
             from hns_train.distributed.population import PopulationController, summary_lines

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from hns_train import train
 from hns_train.config import CONFIG_DIR, ConfigError, config_from_dict, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -220,3 +221,25 @@ def test_a_folder_or_broken_yaml_as_config_is_said_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="broken.yaml: not valid YAML: while parsing") as err:
         load_config(broken)
     assert "\n" not in str(err.value) and "line 2, column 1" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["", "..", "../elsewhere", "/absolute"])
+def test_a_run_name_that_is_no_folder_inside_runs_dir_is_refused(tmp_path, capsys, name):
+    (tmp_path / "earlier").mkdir()  # runs_dir holds another run
+    name = name.replace("/absolute", str(tmp_path.parent / "absolute"))
+    code = train.main(
+        ["--config", str(CONFIG_DIR / "smoke.yaml"), f"runs_dir={tmp_path}", f"name={name}"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and f"error: name={name!r} cannot name a run" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["earlier"]  # nothing written
+
+
+def test_resume_of_the_current_folder_names_the_run_by_its_folder(tmp_path, capsys, monkeypatch):
+    run = tmp_path / "mine"
+    run.mkdir()
+    (run / "config.yaml").write_text("base: smoke.yaml\n")
+    monkeypatch.chdir(run)
+    assert train.main(["--resume", "."]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to resume from" in err and "cannot name a run" not in err, err
