@@ -419,6 +419,8 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConfigError(f"config file {path} {what} (shipped configs: {shipped})")
     try:
         data = yaml.safe_load(path.read_text()) or {}
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a YAML file (not UTF-8 text)") from None
     except yaml.YAMLError as err:
         # PyYAML's message spans lines with a caret drawing; the error is said in one line
         said = " ".join(line.strip() for line in str(err).splitlines() if line.strip(" ^"))
@@ -428,11 +430,18 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     base = data.pop("base", None)
     if base is None:
         return data
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"{path}: base={base!r} must name a YAML file (e.g. base: quadrant.yaml)")
     base_path = (path.parent / base).resolve()
     if not base_path.is_file() and Path(base).parent == Path("."):
         base_path = find_config(base).resolve()  # a shipped config
     if base_path in seen:
         raise ConfigError(f"{path}: base {base!r} includes itself")
+    if not base_path.is_file():  # said with the file that names it
+        raise ConfigError(
+            f"{path}: base {base!r}: no such file beside it or among the shipped "
+            f"configs ({', '.join(shipped_configs())})"
+        )
     return _merge(_read_yaml(base_path, (*seen, path.resolve())), data)
 
 

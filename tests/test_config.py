@@ -243,3 +243,20 @@ def test_resume_of_the_current_folder_names_the_run_by_its_folder(tmp_path, caps
     assert train.main(["--resume", "."]) == 2
     err = capsys.readouterr().err
     assert "nothing to resume from" in err and "cannot name a run" not in err, err
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        (b"base: 3\n", "base=3 must name a YAML file"),
+        (b"base: [quadrant.yaml]\n", "base=['quadrant.yaml'] must name a YAML file"),
+        (b"base: gone.yaml\n", "base 'gone.yaml': no such file beside it or among the shipped"),
+        (b"\xff\xfe\x00name: x\n", "not a YAML file (not UTF-8 text)"),
+    ],
+)
+def test_a_bad_base_or_a_binary_file_is_blamed_on_the_file(tmp_path, text, said):
+    path = tmp_path / "mine.yaml"
+    path.write_bytes(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value).startswith(f"{path}: ") and said in str(err.value), err.value
