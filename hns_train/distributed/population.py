@@ -757,10 +757,15 @@ def request(run_dir: str | Path, action: str, member: str | None = None) -> Path
         raise ValueError(f"{run_dir} is not a population run (no {MANIFEST})")
     if action not in ("add", "retire"):
         raise ValueError(f"action {action!r} is not 'add' or 'retire'")
+    if action == "add" and member is not None:
+        raise ValueError(f"add takes no MEMBER (got {member!r}): the population names new members")
     if action == "retire":
-        names = set(load_manifest(run_dir / MANIFEST)["members"])
+        members = load_manifest(run_dir / MANIFEST).get("members")
+        names = sorted(members) if isinstance(members, dict) else []
+        if member is None:
+            raise ValueError(f"retire needs the MEMBER to retire; members of {run_dir}: {names}")
         if member not in names:
-            raise ValueError(f"no member {member!r} in {run_dir}; members: {sorted(names)}")
+            raise ValueError(f"no member {member!r} in {run_dir}; members: {names}")
     path = run_dir / REQUESTS / f"{time.time_ns()}.json"
     return atomic_write_bytes(path, json.dumps({"action": action, "member": member}).encode())
 

@@ -343,6 +343,22 @@ def test_population_requests_refuse_what_is_not_a_population(tmp_path, capsys):
     assert "not a population run" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "manifest, argv, said",
+    [
+        ({"m1": {}}, ["retire"], "retire needs the MEMBER to retire; members of RUN: ['m1']"),
+        ({"m1": {}}, ["add", "m1"], "add takes no MEMBER (got 'm1')"),
+        (None, ["retire", "m1"], "no member 'm1' in RUN; members: []"),
+    ],
+)
+def test_population_requests_say_what_a_request_lacks(tmp_path, capsys, manifest, argv, said):
+    data = {"format": 1} if manifest is None else {"format": 1, "members": manifest}
+    (tmp_path / "population.json").write_text(json.dumps(data))
+    assert train.main(["population", argv[0], str(tmp_path), *argv[1:]]) == 2
+    assert f"error: {said.replace('RUN', str(tmp_path))}" in capsys.readouterr().err
+    assert not (tmp_path / "requests").exists()  # nothing asked of the population
+
+
 @pytest.mark.slow
 def test_population_on_ray_gives_each_member_its_own_placement_group(tmp_path):
     ray = pytest.importorskip("ray")
