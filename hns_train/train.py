@@ -112,15 +112,21 @@ def population_request(argv: list[str]) -> int:
     return 0
 
 
-def check_run_name(cfg: config.RunConfig) -> None:
-    """The run's folder is one inside `runs_dir`: an empty name would make `runs_dir` itself
-    the run, and `..` or a leading `/` would put it outside."""
+def check_run_folder(cfg: config.RunConfig) -> None:
+    """The run's folder is one inside `runs_dir` (an empty name would make `runs_dir` itself
+    the run, and `..` or a leading `/` would put it outside) where a folder can be."""
     name = Path(cfg.name)
     if not name.parts or ".." in name.parts or name.is_absolute():
         raise ConfigError(
             f"name={cfg.name!r} cannot name a run: its folder must lie inside runs_dir "
             f"({cfg.runs_dir}); give a folder name (such as name=chase1), without '..' or a "
             "leading '/'"
+        )
+    there = next((p for p in (cfg.run_dir, *cfg.run_dir.parents) if p.exists()), None)
+    if there is not None and not there.is_dir():
+        raise ConfigError(
+            f"{there} is a file, so the run's folder {cfg.run_dir} (runs_dir/name) cannot be "
+            "made; choose another runs_dir or name"
         )
 
 
@@ -141,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = load_config(args.config or saved, [*args.overrides, *where])
         else:
             cfg = load_config(args.config, args.overrides)
-        check_run_name(cfg)
+        check_run_folder(cfg)
         cfg = resolve_init(cfg)  # a fine-tuning run: the task's rows fit the source network
         if cfg.population.members > 1:
             from hns_train.distributed.population import PopulationController, summary_lines

@@ -260,3 +260,15 @@ def test_a_bad_base_or_a_binary_file_is_blamed_on_the_file(tmp_path, text, said)
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert str(err.value).startswith(f"{path}: ") and said in str(err.value), err.value
+
+
+@pytest.mark.parametrize("runs_dir, name", [("a_file", "smoke"), ("runs", "a_file")])
+def test_a_run_folder_where_a_file_is_is_refused(tmp_path, capsys, runs_dir, name):
+    (tmp_path / "runs").mkdir()
+    file = tmp_path / runs_dir / name if runs_dir == "runs" else tmp_path / runs_dir
+    file.write_text("mine\\n")
+    argv = [f"runs_dir={tmp_path / runs_dir}", f"name={name}"]
+    code = train.main(["--config", str(CONFIG_DIR / "smoke.yaml"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and f"error: {file} is a file, so the run's folder" in err, err
+    assert file.read_text() == "mine\\n"

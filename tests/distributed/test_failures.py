@@ -224,7 +224,7 @@ def test_a_runs_dir_that_cannot_be_written_is_named_in_one_line(runs_dir, tmp_pa
         problem = "Permission denied"
     else:
         runs.write_text("not a folder")
-        problem = "Not a directory"
+        problem = f"{runs} is a file, so the run's folder"
     code = train_module.main(["--config", "smoke", f"runs_dir={runs}", "name=new", *QUIET])
     assert code == 2
     err = capsys.readouterr().err
