@@ -214,7 +214,7 @@ class PodConfig:
 
 @dataclass
 class RunConfig:
-    name: str = "default"
+    name: str = "default"  # the run's folder inside runs_dir (not empty, no '..', not absolute)
     # worlds, layouts and draws of every worker; the initial networks and a pod's sampled actions
     # (learner.py); a pod run on the serial launcher repeats itself exactly
     seed: NonNegativeInt = 0
