@@ -74,6 +74,7 @@ from hns_train.distributed.run_lock import LOCK_NAME, SOCKETS_PREFIX, claim, own
 from hns_train.distributed.shared_rows import shared_folder
 from hns_train.distributed.streams import ControlServer
 from hns_train.distributed.worker import NO_ROOM_EXIT, WorkerSpec, pool_dir, worker_plan
+from hns_train.envs.contract import observation_shapes
 from hns_train.jsonl import append_record, read_records
 
 log = logging.getLogger(__name__)
@@ -248,7 +249,7 @@ class Controller(Stoppable):
         index, the checkpoint to resume from, and room on the disk for two checkpoints."""
         if pool_dir(self.run_dir).is_dir():  # a pool index that cannot be read stops the run
             PolicyPool(pool_dir(self.run_dir)).close()
-        self._resume_from = _resume_checkpoint(self.run_dir) if resume else None
+        self._resume_from = _resume_checkpoint(self.run_dir, self.cfg) if resume else None
         checkpoints = self.run_dir / "checkpoints"
         newest = CheckpointDir(checkpoints).newest_size() if checkpoints.is_dir() else None
         self.checkpoint_bytes = newest or checkpoint_bytes_estimate(self.message_sizes)
@@ -674,15 +675,35 @@ def _empty_run_dir(run_dir: Path) -> None:
             path.unlink()
 
 
-def _resume_checkpoint(run_dir: Path) -> Checkpoint:
-    """The newest checkpoint of a run to resume, loaded; an error naming what was found."""
+def _resume_checkpoint(run_dir: Path, cfg: RunConfig) -> Checkpoint:
+    """The newest checkpoint of a run to resume, loaded and fitting the run's network; an error
+    naming what was found."""
     try:
-        return load_checkpoint(resolve_checkpoint(run_dir / "checkpoints"))
+        checkpoint = load_checkpoint(resolve_checkpoint(run_dir / "checkpoints"))
     except ValueError as err:  # a CheckpointError too: a file that verifies but does not load
         raise ValueError(
             f"--resume {run_dir}: nothing to resume from ({err}); start a new run with another "
             "name=..., or restore a checkpoint into that folder"
         ) from None
+    weights = checkpoint.state.get("ppo", {}).get("model")  # (else the trainer says what it is)
+    if weights is not None:
+        # Refused here, before any worker starts: a trainer could not load it, and each
+        # restart would fail the same way.
+        from hns_train.agents.policy import ActorCritic
+
+        model = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network, "cpu")
+        try:
+            model.load_state_dict(weights)
+        except RuntimeError as err:  # missing keys or size mismatches, one per line
+            lines = str(err).splitlines()
+            first = lines[min(1, len(lines) - 1)].strip().rstrip(".")
+            raise ValueError(
+                f"--resume {run_dir}: {Path(checkpoint.path).name} does not fit this run's "
+                f"network and game ({first}); a run resumes with the agent.network and game "
+                "settings it was trained with: drop the overrides that change them, or start a "
+                "new run (another name=...)"
+            ) from None
+    return checkpoint
 
 
 def checkpoint_bytes_estimate(sizes: list[MessageSize]) -> int:

@@ -109,6 +109,24 @@ def test_a_resume_continues_the_counts_where_the_run_stopped(stopped_run, tmp_pa
         assert values == sorted(values), (key, values)
 
 
+@pytest.mark.parametrize("change", ["agent.network.embed_dim=64", "game.n_lidar=5"])
+def test_a_resume_whose_checkpoint_does_not_fit_is_refused_before_a_worker(
+    stopped_run, tmp_path, capsys, change
+):
+    # On the code before: the trainer's load_state_dict traceback (a restart loop on the local
+    # launcher, each restart failing the same way).
+    from hns_train import train as train_module
+
+    run = tmp_path / "run"
+    shutil.copytree(stopped_run, run)
+    checkpoints = sorted((run / "checkpoints").iterdir())
+    assert train_module.main(["--resume", str(run), change, *QUIET]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --resume {run}: {checkpoints[-1].name} does not fit"), err
+    assert "size mismatch for" in err and err.count("\n") == 1, err
+    assert sorted((run / "checkpoints").iterdir()) == checkpoints
+
+
 def test_a_writer_ends_a_line_cut_short_before_the_next_record(tmp_path):
     from hns_train.jsonl import append_record, read_records
 
