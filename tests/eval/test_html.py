@@ -126,6 +126,12 @@ def test_an_output_path_under_a_file_is_an_error_naming_it(replay, tmp_path, cap
         assert sorted(p.name for p in tmp_path.iterdir()) == ["ep.npz"]
 
 
+def test_record_refuses_a_negative_seed_by_its_flag(tmp_path, capsys):
+    assert cli.main(["record", str(tmp_path / "r.npz"), "--seed", "-1"]) == 2
+    assert "--seed must be >= 0" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
 def _browser() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
         found = shutil.which(name)
