@@ -139,6 +139,7 @@ class HideAndSeekParallelEnv(ParallelEnv):
             raise FieldError(f"seed={seed!r} has type {type(seed).__name__}; expected int | None")
         if problem := Bounds(0).problem("seed", seed):
             raise FieldError(problem)
+        max_cycles = check_value(max_cycles, int | None, "max_cycles")
         if max_cycles is not None:
             if "horizon" in game_params and game_params["horizon"] != max_cycles:
                 raise ValueError(

@@ -236,6 +236,7 @@ def test_bad_construction_raises():
         ({"pad_absent": 1}, "pad_absent=1 has type int; expected bool"),
         ({"seed": "x"}, "seed='x' has type str; expected int | None"),
         ({"seed": -1}, "seed=-1 is not allowed; it must be >= 0"),
+        ({"max_cycles": "80"}, "max_cycles='80' has type str; expected int | None"),
     ],
 )
 def test_ill_typed_env_keywords_are_refused_by_name(keyword, message):
