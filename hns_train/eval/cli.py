@@ -14,8 +14,8 @@ Adding a command: write an entry point `fn(argv: list[str]) -> int` (its own arg
 `prog="python -m hns_train.eval NAME"`) in its own module and add one entry to `SUBCOMMANDS`.
 Modules are imported only when their command runs, so one command's imports never slow or
 break another.
-Errors a user can fix (bad file, bad option) print `error: ...` and exit with status 2, no
-traceback. A render stopped with SIGTERM or Ctrl-C leaves no partial output file (an evaluation
+Errors a user can fix (bad file, bad option, an output path that cannot be written) print
+`error: ...` and exit with status 2, no traceback. A render stopped with SIGTERM or Ctrl-C leaves no partial output file (an evaluation
 worker that stops terminates its render this way).
 """
 
