@@ -15,8 +15,8 @@ Adding a command: write an entry point `fn(argv: list[str]) -> int` (its own arg
 Modules are imported only when their command runs, so one command's imports never slow or
 break another.
 Errors a user can fix (bad file, bad option, an output path that cannot be written) print
-`error: ...` and exit with status 2, no traceback. A render stopped with SIGTERM or Ctrl-C leaves no partial output file (an evaluation
-worker that stops terminates its render this way).
+`error: ...` and exit with status 2, no traceback. A render stopped with SIGTERM or Ctrl-C
+leaves no partial output file (an evaluation worker that stops terminates its render this way).
 """
 
 from __future__ import annotations
