@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import fields, is_dataclass
+from numbers import Integral
 from operator import itemgetter
 
 import numpy as np
@@ -53,7 +54,7 @@ from hns_train.envs.config import PRESETS, GameConfig, make_config
 from hns_train.envs.contract import first_out_of_range, integral
 from hns_train.envs.game import HideAndSeekGame
 from hns_train.envs.observations import observation_space
-from hns_train.typed_config import field_docs
+from hns_train.typed_config import Bounds, FieldError, check_value, field_docs
 
 RENDER_MODES = ("rgb_array", "human")
 FLAT_DTYPE = np.float32
@@ -131,6 +132,14 @@ class HideAndSeekParallelEnv(ParallelEnv):
                 "render_mode='rgb_array' on a headless machine, or render a replay to a file "
                 "(python -m hns_train.eval REPLAY)"
             )
+        flatten = check_value(flatten, bool, "flatten")
+        pad_absent = check_value(pad_absent, bool, "pad_absent")
+        # numpy's integers are seeds too (numpy takes them); a bool is not
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, Integral)):
+            raise FieldError(f"seed={seed!r} has type {type(seed).__name__}; expected int | None")
+        if problem := Bounds(0).problem("seed", seed):
+            raise FieldError(problem)
+        max_cycles = check_value(max_cycles, int | None, "max_cycles")
         if max_cycles is not None:
             if "horizon" in game_params and game_params["horizon"] != max_cycles:
                 raise ValueError(
@@ -139,8 +148,8 @@ class HideAndSeekParallelEnv(ParallelEnv):
                 )
             game_params["horizon"] = max_cycles
         self.cfg = make_config(preset, **game_params)
-        self.flatten = bool(flatten)
-        self.pad_absent = bool(pad_absent)
+        self.flatten = flatten
+        self.pad_absent = pad_absent
         self.game = HideAndSeekGame(self.cfg, n_worlds=1, seed=seed)
         self.render_mode = render_mode
         cfg = self.cfg

@@ -14,9 +14,9 @@ Adding a command: write an entry point `fn(argv: list[str]) -> int` (its own arg
 `prog="python -m hns_train.eval NAME"`) in its own module and add one entry to `SUBCOMMANDS`.
 Modules are imported only when their command runs, so one command's imports never slow or
 break another.
-Errors a user can fix (bad file, bad option) print `error: ...` and exit with status 2, no
-traceback. A render stopped with SIGTERM or Ctrl-C leaves no partial output file (an evaluation
-worker that stops terminates its render this way).
+Errors a user can fix (bad file, bad option, an output path that cannot be written) print
+`error: ...` and exit with status 2, no traceback. A render stopped with SIGTERM or Ctrl-C
+leaves no partial output file (an evaluation worker that stops terminates its render this way).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from hns_train.eval.rundirs import (
     FRAME_PX,
@@ -107,9 +108,22 @@ def main(argv: list[str] | None = None) -> int:
             replay_parser().print_help()
             return 2
         return _render(args)
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
+    except (ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        print(f"error: {_os_error(e)}", file=sys.stderr)
+        return 2
+
+
+def _os_error(e: OSError) -> str:
+    """A file that could not be read or written: its path and why, in words."""
+    if isinstance(e, FileExistsError | NotADirectoryError) and e.filename:
+        # making an output's folder met a file on the way: name that file
+        path = Path(e.filename)
+        file = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
+        return f"{file} is a file, not a folder: an output path must lie in a folder"
+    return f"{e.filename}: {e.strerror}" if e.filename else str(e)
 
 
 def _subcommand(name: str, argv: list[str]) -> int:

@@ -395,8 +395,10 @@ def run_compare(
     baselines: Baselines | None = None,
 ) -> str:
     """Table text for `run_dir`; also writes the plot (default RUN_DIR/compare.png)."""
-    from hns_train.eval.rundirs import resolve_run_dir
+    from hns_train.eval.rundirs import output_format, resolve_run_dir
 
+    if out is not None:  # a folder given for the plot is refused before any work
+        output_format(out, "png", ("png",))
     run = load_run(resolve_run_dir(run_dir))
     baselines = baselines or load_baselines()
     path = plot_run(run, baselines, out or run.path / "compare.png", width, height)

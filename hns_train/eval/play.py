@@ -134,7 +134,7 @@ def _game_config(args, sides: list[Side]):
 
 def play_main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    for name, least in (("matches", 1), ("worlds", 1), ("record", 0), ("videos", 0)):
+    for name, least in (("matches", 1), ("worlds", 1), ("record", 0), ("videos", 0), ("seed", 0)):
         value = getattr(args, name)
         if value is not None and value < least:
             raise ValueError(f"--{name} must be >= {least}")

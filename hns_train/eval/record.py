@@ -29,6 +29,8 @@ def record_main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--steps", type=int, default=None, help="default: the preset's horizon")
     args = parser.parse_args(argv)
+    if args.seed < 0:  # numpy's own refusal names no option
+        raise ValueError("--seed must be >= 0")
     cfg = make_config(args.preset)
     act = ACTION_SOURCES[args.actions](cfg, args.seed)
     meta = {team: {"name": f"{args.actions} actions"} for team in ("hiders", "seekers")}

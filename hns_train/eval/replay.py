@@ -286,6 +286,8 @@ def load(path) -> Replay:
     """Read and validate a replay; any problem raises `ReplayError` naming it."""
     path = Path(path)
     where = f"replay {str(path)!r}"
+    if path.is_dir():
+        raise ReplayError(f"{where}: a directory, not a replay file (.npz)")
     if not path.is_file():
         raise ReplayError(f"{where}: no such file")
     if not zipfile.is_zipfile(path):

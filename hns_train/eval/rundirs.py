@@ -48,7 +48,12 @@ def output_format(
     out: str | os.PathLike | None, fmt: str | None = None, allowed: tuple = RENDER_FORMATS
 ) -> str:
     """The format of a render to `out`: `fmt` where given, else `out`'s extension, else mp4;
-    ValueError names the formats `allowed`."""
+    ValueError names the formats `allowed`, or says that `out` is a folder."""
+    if out is not None and Path(out).is_dir():
+        raise ValueError(
+            f"cannot render to {str(out)!r}: it is a folder; give a file in it "
+            f"({str(Path(out) / 'NAME')}.{fmt or 'mp4'})"
+        )
     fmt = fmt or (Path(out).suffix.lstrip(".").lower() if out else "mp4")
     if fmt not in allowed:
         raise ValueError(
@@ -78,6 +83,8 @@ def resolve_run_dir(arg: str | os.PathLike, runs_dir: str | os.PathLike = RUNS_D
             )
         return max(runs, key=_last_change)
     path = Path(arg)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"run directory {path}: a file, not a directory")
     if not path.is_dir():
         raise ValueError(f"run directory {path}: no such directory")
     return path

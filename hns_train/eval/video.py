@@ -70,13 +70,16 @@ GRAB_RGBA = (1.0, 1.0, 1.0, 0.9)
 TEAM_RGBA = (np.array(HIDER_RGBA), np.array(SEEKER_RGBA))
 TEAM_NAMES = ("hiders", "seekers")
 MIN_FRAME_PX = 16  # a frame's least width and height
+# a frame's largest width and height: half the 16384-pixel render buffer OpenGL 4 promises, so
+# no driver fails to allocate the frame (a larger one stopped MuJoCo with a FatalError)
+MAX_FRAME_PX = 8192
 STRIP_RGB = (30, 32, 36)  # the text strip, the html page's background
 
 
 @dataclass(frozen=True)
 class VideoOptions:
-    width: Annotated[int, Bounds(MIN_FRAME_PX)] = FRAME_PX
-    height: Annotated[int, Bounds(MIN_FRAME_PX)] = FRAME_PX
+    width: Annotated[int, Bounds(MIN_FRAME_PX, MAX_FRAME_PX)] = FRAME_PX
+    height: Annotated[int, Bounds(MIN_FRAME_PX, MAX_FRAME_PX)] = FRAME_PX
     camera: str = "top"  # "top" | "follow:AGENT"
     fps: Annotated[float | None, Bounds(0, inclusive=False)] = None  # None: real time
     sight_lines: bool = True

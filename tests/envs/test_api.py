@@ -1,5 +1,7 @@
 """The PettingZoo interfaces: PettingZoo's own test suites, determinism, episode end, bad input."""
 
+import re
+
 import mujoco
 import numpy as np
 import pytest
@@ -225,6 +227,22 @@ def test_bad_construction_raises():
         E.parallel_env("quadrant", render_mode="ansi")
     with pytest.raises(ValueError, match="unknown agent"):
         E.parallel_env("quadrant").observation_space("seeker_9")
+
+
+@pytest.mark.parametrize(
+    "keyword, message",
+    [
+        ({"flatten": "no"}, "flatten='no' has type str; expected bool"),
+        ({"pad_absent": 1}, "pad_absent=1 has type int; expected bool"),
+        ({"seed": "x"}, "seed='x' has type str; expected int | None"),
+        ({"seed": -1}, "seed=-1 is not allowed; it must be >= 0"),
+        ({"max_cycles": "80"}, "max_cycles='80' has type str; expected int | None"),
+    ],
+)
+def test_ill_typed_env_keywords_are_refused_by_name(keyword, message):
+    # flatten="no" used to flatten (any truthy value did); a bad seed failed in numpy unnamed
+    with pytest.raises(ValueError, match=re.escape(message)):
+        E.parallel_env("quadrant", **keyword)
 
 
 def test_out_of_range_int64_action_raises_naming_agent(live_env):

@@ -122,6 +122,8 @@ def test_bad_input(tmp_path, capsys):
     path = S.write_run(tmp_path / "r", S.records({}, 1e5, n_records=10))
     assert cli_main(["compare", str(path), "--width", "50"]) == 2
     assert "width=50" in capsys.readouterr().err
+    assert cli_main(["compare", str(path), "--out", str(tmp_path)]) == 2
+    assert f"cannot render to '{tmp_path}': it is a folder" in capsys.readouterr().err
 
 
 def test_baseline_file_is_typed_and_sourced(tmp_path):

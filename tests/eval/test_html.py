@@ -112,6 +112,26 @@ def test_cli_writes_html_and_dispatches_subcommands(replay, tmp_path, capsys, mo
     assert cli.main([]) == 2  # no replay, no run: usage
 
 
+def test_an_output_path_under_a_file_is_an_error_naming_it(replay, tmp_path, capsys):
+    """A file where the output's folder should be: one line and status 2, for a render and for
+    `record`, not a traceback."""
+    path = R.save(replay, tmp_path / "ep.npz")
+    for argv in (
+        [str(path), "--out", str(path / "ep.html")],
+        ["record", str(path / "sub" / "rec.npz"), "--steps", "1", "--actions", "random"],
+    ):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(path) in err and "not a folder" in err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ep.npz"]
+
+
+def test_record_refuses_a_negative_seed_by_its_flag(tmp_path, capsys):
+    assert cli.main(["record", str(tmp_path / "r.npz"), "--seed", "-1"]) == 2
+    assert "--seed must be >= 0" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
 def _browser() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
         found = shutil.which(name)

@@ -93,6 +93,7 @@ def test_snapshot_hides_from_scripted_seeker_only_one_way(run, tmp_path, capsys)
         (["play", "random", "noop"], "CHECKPOINT_A must be a checkpoint"),
         (["play", "CKPT", "bots"], "give a checkpoint"),
         (["play", "CKPT", "random", "--matches", "0"], "--matches must be >= 1"),
+        (["play", "CKPT", "random", "--seed", "-1"], "--seed must be >= 0"),
         (["play", "CKPT", "random", "--width", "8"], "width=8 is not allowed"),
         (["play", "CKPT", "random", "--width", "63"], "mp4 needs even frame sizes"),
     ],

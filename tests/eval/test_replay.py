@@ -186,6 +186,7 @@ def _set(name, where, value):
 
 BAD_FILES = {
     "missing": (lambda src, d: d / "missing.npz", "no such file"),
+    "directory": (lambda src, d: d, "a directory, not a replay file"),
     "truncated": (_truncated, "truncated or corrupt"),
     "text": (_text, "not a replay"),
     "foreign-npz": (_foreign, "no 'header'"),

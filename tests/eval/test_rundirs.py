@@ -54,6 +54,9 @@ def test_bad_names_say_what_is_allowed(tmp_path):
     (tmp_path / "empty" / "checkpoints").mkdir(parents=True)
     with pytest.raises(ValueError, match="no usable checkpoint"):
         resolve_checkpoint(tmp_path / "empty")
+    (tmp_path / "notes.txt").write_text("a file\n")
+    with pytest.raises(ValueError, match="notes.txt: a file, not a directory"):
+        resolve_run_dir(tmp_path / "notes.txt")
 
 
 def test_a_render_format_comes_from_format_then_the_extension_then_mp4():
@@ -64,3 +67,8 @@ def test_a_render_format_comes_from_format_then_the_extension_then_mp4():
         output_format("runs/a.avi")
     with pytest.raises(ValueError, match=r"'html'.*\('mp4', 'gif', 'png'\)"):
         output_format("runs/a.html", allowed=VIDEO_FORMATS)
+
+
+def test_a_folder_is_no_render_path(tmp_path):
+    with pytest.raises(ValueError, match=r"it is a folder; give a file in it \(.*NAME\.html\)"):
+        output_format(tmp_path, "html")

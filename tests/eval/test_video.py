@@ -147,8 +147,18 @@ def test_gif_mp4_and_png_files(replay, tmp_path):
         V.write_video(short, tmp_path / "odd.mp4", V.VideoOptions(width=63, height=48))
     with pytest.raises(ValueError, match="format"):
         V.write_video(short, tmp_path / "a.avi", opts)
-    with pytest.raises(ValueError, match=r"^width=8 is not allowed; it must be >= 16; fps=0"):
+    with pytest.raises(ValueError, match=r"^width=8 is not allowed; it must be >= 16 and <= "):
         V.VideoOptions(width=8, fps=0.0)
+
+
+def test_a_frame_larger_than_a_render_buffer_is_refused_before_rendering(replay, tmp_path, capsys):
+    with pytest.raises(ValueError, match="height=100000 is not allowed; it must be >= 16 and <="):
+        V.VideoOptions(height=100000)
+    path = R.save(replay, tmp_path / "ep.npz")
+    argv = [str(path), "--width", "100000", "--format", "png", "--out", str(tmp_path / "a.png")]
+    assert main(argv) == 2  # MuJoCo used to stop with "Offscreen framebuffer is not complete"
+    assert "width=100000 is not allowed" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ep.npz"]
 
 
 def test_renders_go_into_the_run_or_runs_renders_never_beside_a_replay_of_no_run(
