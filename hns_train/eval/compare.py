@@ -100,10 +100,7 @@ def load_run(run_dir: str | Path) -> RunSummary:
     if not isinstance(config, dict):
         raise ValueError(f"{run_dir / 'config.yaml'} is not a mapping")
     records, recorded = read_metrics(metrics)
-    detector = PhaseDetector()  # replays the records read above: the file is read once
-    detector.restore(recorded)
-    for record in records:
-        detector.update(record)
+    detector = PhaseDetector.from_records(records, recorded)  # the file is read once
     game = config.get("game") if isinstance(config.get("game"), dict) else {}
     hardware = _read_yaml(run_dir / "hardware.yaml")  # written by the controller
     return RunSummary(

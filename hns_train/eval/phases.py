@@ -158,6 +158,14 @@ class PhaseDetector:
         phases recorded there (recorded onsets win over re-detected ones); a fresh one where
         the file is not written yet (a new run)."""
         train, onsets = read_metrics(path) if Path(path).is_file() else ([], [])
+        return cls.from_records(train, onsets, config)
+
+    @classmethod
+    def from_records(
+        cls, train: list[dict], onsets: list[PhaseOnset], config: PhaseConfig | None = None
+    ):
+        """A detector that has seen the training records `train` and knows the recorded
+        `onsets` (`read_metrics`' two lists), for a caller that has read them already."""
         det = cls(config)
         det.restore(onsets)
         for record in train:
