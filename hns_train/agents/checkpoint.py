@@ -30,8 +30,9 @@ Public API:
   for `ROOM_FOR` checkpoints of its size (else `NoRoomError`, an OSError with errno ENOSPC, and
   nothing is written: a full disk never costs the newest good checkpoint); `room_problem(folder,
   size)` is that check; `latest()` returns the newest checkpoint that loads, skipping (with a
-  logged warning) any that is truncated or corrupt; `steps()` lists the numbered files (the
-  pool lists its `snapshot_<version>.pt` files with one).
+  logged warning) any that is truncated or corrupt; `steps()` lists the numbered files, named
+  as `path_for` names them (ten digits; the pool lists its `snapshot_<version>.pt` files with
+  one).
 - `resolve_checkpoint(path) -> Path`: the checkpoint a file, a checkpoints folder or a run
   directory names (every command that takes one goes through it); ValueError says why none.
 """
@@ -346,7 +347,8 @@ class CheckpointDir:
         self.folder = Path(folder)
         self.keep = keep
         self.prefix = prefix
-        self._name = re.compile(rf"{re.escape(prefix)}(\d+)\.pt")
+        # only the names `path_for` writes: ten digits, more without leading zeros
+        self._name = re.compile(rf"{re.escape(prefix)}(\d{{10}}|[1-9]\d{{10,}})\.pt")
         self.skipped: list[str] = []
         self.folder.mkdir(parents=True, exist_ok=True)
 
@@ -356,7 +358,9 @@ class CheckpointDir:
         return self.folder / f"{self.prefix}{int(step):010d}.pt"
 
     def steps(self) -> list[int]:
-        """Steps of the numbered files present, oldest first (validity not checked)."""
+        """Steps of the numbered files present, oldest first (validity not checked). A file
+        named at another width (`ckpt_2.pt`) is not listed: it would be opened as `path_for`'s
+        name, which is not there (or is another file)."""
         found = (self._name.fullmatch(p.name) for p in self.folder.iterdir())
         return sorted(int(m.group(1)) for m in found if m)
 
@@ -432,7 +436,7 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
     found = CheckpointDir(folder)
     step = found.newest_valid(found.steps())
     if step is None:
-        why = "; ".join(found.skipped) or "no checkpoint files ckpt_*.pt"
+        why = "; ".join(found.skipped) or "no checkpoint files named ckpt_<10-digit step>.pt"
         raise ValueError(f"{folder}: no usable checkpoint: {why}")
     if found.skipped:
         log.warning("skipping unusable checkpoints newer than %s", found.path_for(step))

@@ -190,6 +190,32 @@ def test_a_path_with_no_usable_checkpoint_says_what_is_there(tmp_path):
         resolve_checkpoint(folder.folder)
 
 
+def test_only_the_names_it_writes_are_listed(tmp_path):
+    folder = CheckpointDir(tmp_path / "checkpoints", keep=1)
+    folder.save(1, {"w": torch.ones(1)})
+    # Copied in by hand at another width: listed as step 2, it would be opened as the
+    # ten-digit name, which is not there.
+    save_checkpoint(folder.folder / "ckpt_00000002.pt", {"w": torch.full((1,), 2.0)})
+    assert folder.steps() == [1]
+    assert folder.newest_size() == folder.path_for(1).stat().st_size
+    assert folder.latest().meta["step"] == 1
+    assert resolve_checkpoint(folder.folder) == folder.path_for(1)
+    folder.save(3, {"w": torch.ones(1)})  # prunes
+    assert folder.steps() == [3]
+    assert (folder.folder / "ckpt_00000002.pt").exists()  # not its file to delete
+    big = 12_345_678_901  # more than ten digits: the width path_for writes, no leading zeros
+    folder.path_for(big).write_bytes(b"listed")
+    assert folder.path_for(big).name == "ckpt_12345678901.pt" and folder.steps() == [3, big]
+    snapshots = CheckpointDir(tmp_path / "pool", prefix="snapshot_")
+    save_checkpoint(snapshots.path_for(40), {"model": {}})
+    save_checkpoint(snapshots.folder / "snapshot_50.pt", {"model": {}})
+    assert snapshots.steps() == [40]
+    only_odd = CheckpointDir(tmp_path / "odd")
+    save_checkpoint(only_odd.folder / "ckpt_7.pt", {"w": torch.ones(1)})
+    with pytest.raises(ValueError, match=r"no checkpoint files named ckpt_<10-digit step>\.pt"):
+        resolve_checkpoint(only_odd.folder)
+
+
 def test_prune_never_deletes_the_last_valid_checkpoint(tmp_path):
     folder = CheckpointDir(tmp_path, keep=1)
     folder.save(1, {"w": torch.ones(1)})
