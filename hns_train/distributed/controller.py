@@ -339,8 +339,11 @@ class Controller(Stoppable):
             try:
                 self.log.open(self.frames)
                 self._refresh_bar()
-                for spec in self.specs():
-                    self._start(spec)
+                # a run resumed at its limits has nothing left to do: no worker starts
+                self._stop_at_limits(self.cfg.stop, self.version, self.frames)
+                if not self.stop_reason:
+                    for spec in self.specs():
+                        self._start(spec)
                 while not self.stop_reason:
                     self.launcher.step()
                     self.tick()
@@ -377,9 +380,8 @@ class Controller(Stoppable):
         """A run that trained nothing never ends as a success."""
         if self.error or self.frames > self.frames_at_start:
             return
-        spent = self.cfg.stop.minutes and self.prior_s >= self.cfg.stop.minutes * 60
-        if spent or self.stop_reason.startswith(("reached stop.frames", "reached stop.versions")):
-            return  # resumed at its limit: nothing was left to do
+        if not self.workers:
+            return  # resumed at its limits (`run`): nothing was left to do
         waited = time.monotonic() - self.start
         self.error = (
             f"no worker made a frame in {waited:.0f} s ({self.restarts} restarts); "

@@ -127,6 +127,28 @@ def test_a_resume_whose_checkpoint_does_not_fit_is_refused_before_a_worker(
     assert sorted((run / "checkpoints").iterdir()) == checkpoints
 
 
+@pytest.mark.parametrize("limit", ["versions", "frames", "minutes"])
+def test_a_run_resumed_at_its_limit_stops_before_a_worker_starts(
+    stopped_run, tmp_path, capsys, limit
+):
+    # On the code before: every worker started (the trainer loaded its checkpoint and wrote it
+    # again on the stop) before the first tick found the limit reached.
+    from hns_train import train as train_module
+
+    run = tmp_path / "run"
+    shutil.copytree(stopped_run, run)
+    frames = last_frames(run)
+    setting = {"versions": "1", "frames": str(frames), "minutes": "0.001"}[limit]
+    others = [f"stop.{k}=0" for k in ("versions", "frames", "minutes") if k != limit]
+    checkpoints = {p.name: p.read_bytes() for p in (run / "checkpoints").iterdir()}
+    assert train_module.main(["--resume", str(run), f"stop.{limit}={setting}", *others]) == 0
+    shown = capsys.readouterr().out
+    assert f"stopped         reached stop.{limit}=" in shown, shown
+    assert "optimisation    1 steps" in shown and f"env frames      {frames:,} " in shown, shown
+    assert {p.name: p.read_bytes() for p in (run / "checkpoints").iterdir()} == checkpoints
+    assert [r["kind"] for r in records(run)][-2:] == ["resume", "train"]
+
+
 def test_a_writer_ends_a_line_cut_short_before_the_next_record(tmp_path):
     from hns_train.jsonl import append_record, read_records
 
