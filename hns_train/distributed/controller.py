@@ -75,7 +75,7 @@ from hns_train.distributed.shared_rows import shared_folder
 from hns_train.distributed.streams import ControlServer
 from hns_train.distributed.worker import NO_ROOM_EXIT, WorkerSpec, pool_dir, worker_plan
 from hns_train.envs.contract import observation_shapes
-from hns_train.jsonl import append_record, read_records
+from hns_train.jsonl import append_record, read_logged
 
 log = logging.getLogger(__name__)
 STOP_GRACE_S = 60.0
@@ -236,13 +236,12 @@ class Controller(Stoppable):
         self.restarts = 0
 
         self.version = self.frames = self.episodes = 0
-        if resume:
-            self._restore_counters()
+        earlier = self._restore_counters() if resume else []
         self.frames_at_start = self.frames
         self._last_record_time = self.start
         self._last_counters_sent = 0.0
         self._last_bar_refresh = 0.0
-        self.log = RunLog(cfg, self.run_dir, self.hardware)
+        self.log = RunLog(cfg, self.run_dir, self.hardware, earlier)
 
     def _prepare_run_dir(self, resume: bool) -> None:
         """The run directory's folders, after the checks that may refuse the run: the pool
@@ -259,10 +258,11 @@ class Controller(Stoppable):
         for sub in ("checkpoints", "pool", "replays"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
 
-    def _restore_counters(self) -> None:
+    def _restore_counters(self) -> list[dict]:
         """The run's counters where it stopped: the version of the newest checkpoint (the
         networks go back to it), frames, episodes and hours of the run's last record when it
         has one beyond the checkpoint's (those frames were played; counts never go back).
+        Returns the run's records, read once: the run log replays them.
 
         A `resume` record marks the point in metrics.jsonl where the run continues."""
         latest = self._resume_from
@@ -271,8 +271,8 @@ class Controller(Stoppable):
         self.frames = int(counters.get("frames", 0))
         self.episodes = int(counters.get("episodes", 0))
         self.prior_s = float(counters.get("wall_clock_s", 0.0))
-        # damaged lines are skipped here and said once when the run log reads the file
-        for record in reversed(read_records(self.run_dir / "metrics.jsonl")[0]):
+        earlier = read_logged(self.run_dir / "metrics.jsonl")  # damaged lines said once
+        for record in reversed(earlier):
             if record.get("kind") in ("train", "resume"):
                 self.frames = max(self.frames, int(record.get("frames", 0)))
                 self.episodes = max(self.episodes, int(record.get("episodes", 0)))
@@ -288,6 +288,7 @@ class Controller(Stoppable):
             "hours": self.prior_s / 3600,
         }
         append_record(self.run_dir / "metrics.jsonl", mark)
+        return earlier
 
     def _open_rendezvous(self) -> None:
         from hns_train.distributed.ddp import make_store, rendezvous_info

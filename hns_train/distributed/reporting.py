@@ -6,7 +6,7 @@ when it is on) on the paper's axes (episodes, env frames, wall-clock hours, opti
 with the window's mean episode statistics, the trainer's loss statistics, queue depths, CPU cost
 per unit of work (`WorkCosts`) and the eval workers' ratings. Each record goes through the phase
 detector (`hns_train.eval.phases`); an onset is written as a `"kind": "phase"` record. On resume
-the detector replays the run's records, so the phases already reached carry over.
+the detector replays the records the controller read, so the phases already reached carry over.
 
 The progress bar counts env frames from the start and is redrawn by the controller every few
 seconds, so it moves in a terminal before the first optimisation step.
@@ -34,16 +34,19 @@ POD_PHASES = ("sim", "act", "learn")
 class RunLog:
     """Metrics records, wandb, phase onsets and the progress bar of one run."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, hardware: dict) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: Path, hardware: dict, earlier: list[dict]) -> None:
+        from hns_train.eval.phases import PhaseDetector, PhaseOnset
+
         self.cfg = cfg
         self.run_dir = run_dir
         self.hardware = hardware
         self.metrics_path = run_dir / "metrics.jsonl"
         self.last: dict = {}  # the newest record
-        self.phases_reached: list[str] = []
+        onsets = [PhaseOnset.from_record(r) for r in earlier if r.get("kind") == "phase"]
+        self.phases = PhaseDetector.from_records(earlier, onsets)
+        self.phases_reached = list(self.phases.fired)
         self.bar = None
         self.logger = None
-        self.phases = None
         self.costs = WorkCosts(cfg.game_config().max_agents)
         self.stat_keys = stat_keys(cfg.game_config())  # heartbeats' `stat_sums`, in this order
         self.eval_matches = 0  # rated matches reported by eval workers
@@ -60,10 +63,6 @@ class RunLog:
 
             config = {**self.cfg.to_dict(), "hardware": self.hardware}
             self.logger = open_run(lg, self.run_dir, config, group=lg.group)
-        from hns_train.eval.phases import PhaseDetector
-
-        self.phases = PhaseDetector.from_metrics(self.metrics_path)
-        self.phases_reached = list(self.phases.fired)
 
     # ------------------------------------------------------------------ heartbeats
     def absorb(self, kind: str, meta: dict) -> None:
@@ -111,7 +110,7 @@ class RunLog:
         append_record(self.metrics_path, record)
         if self.logger is not None:
             self.logger.log(record)
-        if self.phases is not None and "episode/hider_return" in record:
+        if "episode/hider_return" in record:
             for onset in self.phases.update(record):
                 self._log_phase(onset)
 

@@ -141,9 +141,12 @@ def test_a_run_resumed_at_its_limit_stops_before_a_worker_starts(
     setting = {"versions": "1", "frames": str(frames), "minutes": "0.001"}[limit]
     others = [f"stop.{k}=0" for k in ("versions", "frames", "minutes") if k != limit]
     checkpoints = {p.name: p.read_bytes() for p in (run / "checkpoints").iterdir()}
+    with (run / "metrics.jsonl").open("a") as f:  # the phases recorded carry over
+        f.write(json.dumps({"kind": "phase", "phase": "running_and_chasing", "frames": 9}) + "\n")
     assert train_module.main(["--resume", str(run), f"stop.{limit}={setting}", *others]) == 0
     shown = capsys.readouterr().out
     assert f"stopped         reached stop.{limit}=" in shown, shown
+    assert "phases reached  running_and_chasing" in shown, shown
     assert "optimisation    1 steps" in shown and f"env frames      {frames:,} " in shown, shown
     assert {p.name: p.read_bytes() for p in (run / "checkpoints").iterdir()} == checkpoints
     assert [r["kind"] for r in records(run)][-2:] == ["resume", "train"]
