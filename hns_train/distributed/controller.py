@@ -62,6 +62,7 @@ from hns_train.agents.checkpoint import (
     resolve_checkpoint,
     room_problem,
 )
+from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import PolicyPool
 from hns_train.atomic_file import atomic_write_bytes
 from hns_train.config import RunConfig, save_config
@@ -187,8 +188,12 @@ class Stoppable:
 
 class Controller(Stoppable):
     def __init__(self, cfg: RunConfig, resume: bool = False) -> None:
+        # The run's network, built once on the CPU (tens of ms, a few MB; torch's meta-device
+        # mode would skip the initialisation but costs seconds on its first use in a process):
+        # its parameters are a message, and a checkpoint to resume from must fit it.
+        self._network = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network, "cpu")
         # A message every socket would refuse is a config error, found before anything starts.
-        self.message_sizes = check_message_sizes(cfg)
+        self.message_sizes = check_message_sizes(cfg, self._network)
         self.cfg = cfg
         self.run_dir = cfg.run_dir
         check_devices(cfg)  # what a worker would refuse on this machine, refused here
@@ -248,7 +253,8 @@ class Controller(Stoppable):
         index, the checkpoint to resume from, and room on the disk for two checkpoints."""
         if pool_dir(self.run_dir).is_dir():  # a pool index that cannot be read stops the run
             PolicyPool(pool_dir(self.run_dir)).close()
-        self._resume_from = _resume_checkpoint(self.run_dir, self.cfg) if resume else None
+        self._resume_from = _resume_checkpoint(self.run_dir, self._network) if resume else None
+        del self._network  # a few MB the run has no more use for
         checkpoints = self.run_dir / "checkpoints"
         newest = CheckpointDir(checkpoints).newest_size() if checkpoints.is_dir() else None
         self.checkpoint_bytes = newest or checkpoint_bytes_estimate(self.message_sizes)
@@ -678,9 +684,9 @@ def _empty_run_dir(run_dir: Path) -> None:
             path.unlink()
 
 
-def _resume_checkpoint(run_dir: Path, cfg: RunConfig) -> Checkpoint:
-    """The newest checkpoint of a run to resume, loaded and fitting the run's network; an error
-    naming what was found."""
+def _resume_checkpoint(run_dir: Path, model: ActorCritic) -> Checkpoint:
+    """The newest checkpoint of a run to resume, loaded and fitting `model`, the run's network;
+    an error naming what was found."""
     try:
         checkpoint = load_checkpoint(resolve_checkpoint(run_dir / "checkpoints"))
     except ValueError as err:  # a CheckpointError too: a file that verifies but does not load
@@ -692,9 +698,6 @@ def _resume_checkpoint(run_dir: Path, cfg: RunConfig) -> Checkpoint:
     if weights is not None:
         # Refused here, before any worker starts: a trainer could not load it, and each
         # restart would fail the same way.
-        from hns_train.agents.policy import ActorCritic
-
-        model = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network, "cpu")
         try:
             model.load_state_dict(weights)
         except RuntimeError as err:  # missing keys or size mismatches, one per line

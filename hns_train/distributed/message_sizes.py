@@ -7,8 +7,8 @@ so `check_message_sizes` turns such a config into a `ConfigError` before any wor
 (`Controller.__init__`), naming the message, its size and the settings that change it.
 
 Sizes come from the run's contract, with no worker, game or weights made:
-- parameters: the state dict of the configured `ActorCritic` (built once on the CPU), as
-  `contract.state_dict_to_arrays` sends it;
+- parameters: the state dict of the configured `ActorCritic` (the controller builds it once, on
+  the CPU, for this and for its resume check), as `contract.state_dict_to_arrays` sends it;
 - a sample chunk: `chunks.chunk_layout` of T = `chunk_len` steps and B = the learning columns of
   one actor group (`envs_per_actor / ring_size` worlds x the agents the learning policy can play,
   `PoolConfig.learning_agents`), LSTM states included;
@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 
 from hns_train.agents.chunks import chunk_layout
+from hns_train.agents.policy import ActorCritic
 from hns_train.config import ConfigError, RunConfig
 from hns_train.distributed.contract import param_layout, reply_layout, request_layout
 from hns_train.distributed.wire import encoded_size
@@ -49,12 +50,7 @@ class MessageSize:
     smaller: str  # settings that make it smaller, besides raising pipeline.max_message_mb
 
 
-def _parameters(cfg: RunConfig) -> MessageSize:
-    from hns_train.agents.policy import ActorCritic
-
-    # Built on the CPU (tens of ms, a few MB): torch's meta-device mode would skip the
-    # initialisation but costs seconds on its first use in a process.
-    model = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network, device="cpu")
+def _parameters(model: ActorCritic) -> MessageSize:
     meta = {"version": _BIG_INT, "publisher": "0" * 16}
     size = encoded_size("params", param_layout(model), meta)
     return MessageSize(
@@ -99,16 +95,16 @@ def _inference(cfg: RunConfig, rows: int) -> list[MessageSize]:
     ]
 
 
-def message_sizes(cfg: RunConfig) -> list[MessageSize]:
-    """The largest message of each kind the run `cfg` sends, the parameters first."""
+def message_sizes(cfg: RunConfig, model: ActorCritic) -> list[MessageSize]:
+    """The largest message of each kind the run `cfg` (network `model`) sends, parameters first."""
     if cfg.pipeline.backend == "pod":
-        return [_parameters(cfg)]
+        return [_parameters(model)]
     p = cfg.pipeline
     game = cfg.game_config()
     worlds = p.envs_per_actor // p.ring_size  # of one actor group
     columns = worlds * cfg.pool.learning_agents(game.max_hiders, game.max_seekers)
     out = [
-        _parameters(cfg),
+        _parameters(model),
         MessageSize(
             f"a sample chunk (one per actor group: {columns} agent columns x {p.chunk_len} steps)",
             _chunk(cfg, columns),
@@ -121,11 +117,11 @@ def message_sizes(cfg: RunConfig) -> list[MessageSize]:
     return out
 
 
-def check_message_sizes(cfg: RunConfig) -> list[MessageSize]:
+def check_message_sizes(cfg: RunConfig, model: ActorCritic) -> list[MessageSize]:
     """The run's messages; ConfigError naming each one larger than `pipeline.max_message_mb`."""
     cap_mb = cfg.pipeline.max_message_mb
     cap = cap_mb * _MiB
-    sizes = message_sizes(cfg)
+    sizes = message_sizes(cfg, model)
     over = [m for m in sizes if m.nbytes > cap]
     if over:
         need = max(math.ceil(m.nbytes / _MiB) for m in over)

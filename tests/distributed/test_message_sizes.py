@@ -27,6 +27,15 @@ def nbytes(frames: list) -> int:
     return sum(len(f) if isinstance(f, bytes) else f.nbytes for f in frames)
 
 
+def network(cfg) -> ActorCritic:
+    """The run's network, as the controller builds it."""
+    return ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network, device="cpu")
+
+
+def checked(cfg):
+    return check_message_sizes(cfg, network(cfg))
+
+
 def sizes_by_kind(cfg) -> dict[str, int]:
     starts = {
         "parameters": "parameters",
@@ -36,7 +45,7 @@ def sizes_by_kind(cfg) -> dict[str, int]:
         "an inference reply": "reply",
     }
     out = {}
-    for m in message_sizes(cfg):
+    for m in message_sizes(cfg, network(cfg)):
         out[next(kind for start, kind in starts.items() if m.name.startswith(start))] = m.nbytes
     return out
 
@@ -59,14 +68,14 @@ def test_a_chunk_over_the_cap_names_the_settings_that_make_it_smaller():
         ["pipeline.max_message_mb=1", "pipeline.envs_per_actor=256", "pipeline.ring_size=1"],
     )
     with pytest.raises(ConfigError) as err:
-        check_message_sizes(cfg)
+        checked(cfg)
     text = str(err.value)
     assert "sample chunk" in text and "512 agent columns x 20 steps" in text
     for setting in ("pipeline.envs_per_actor", "pipeline.ring_size", "pipeline.chunk_len"):
         assert setting in text
     assert "parameters" not in text  # only what is too large is named
     # four groups of 64 worlds: each chunk is a quarter and fits
-    check_message_sizes(
+    checked(
         load_config(
             "smoke",
             ["pipeline.max_message_mb=1", "pipeline.envs_per_actor=256", "pipeline.ring_size=4"],
@@ -77,7 +86,7 @@ def test_a_chunk_over_the_cap_names_the_settings_that_make_it_smaller():
 def test_the_default_and_shipped_configs_pass():
     for name in ("default", "chase", "quadrant", "randomwalls", "smoke"):
         cfg = load_config(name)
-        sizes = check_message_sizes(cfg)
+        sizes = checked(cfg)
         assert all(0 < m.nbytes <= cfg.pipeline.max_message_mb << 20 for m in sizes)
 
 
@@ -95,8 +104,7 @@ def within(computed: int, real: int, share: float = 0.03) -> bool:
 @pytest.mark.parametrize("name", ["chase", "smoke", "default"])
 def test_parameter_size_agrees_with_a_real_parameter_message(name):
     cfg = load_config(name)
-    model = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network, device="cpu")
-    arrays = state_dict_to_arrays(model.state_dict())
+    arrays = state_dict_to_arrays(network(cfg).state_dict())
     meta = {"version": 12345, "publisher": os.urandom(8).hex()}
     real = nbytes(encode("params", arrays, meta))
     assert within(sizes_by_kind(cfg)["parameters"], real), (sizes_by_kind(cfg), real)
@@ -137,7 +145,7 @@ def test_chase_chunks_count_only_the_learning_seekers():
     # chase: the hider is always the random opponent, so a group ships its seekers' columns only
     cfg = load_config("chase")
     worlds = cfg.pipeline.envs_per_actor // cfg.pipeline.ring_size
-    text = next(m.name for m in message_sizes(cfg) if "chunk" in m.name)
+    text = next(m.name for m in message_sizes(cfg, network(cfg)) if "chunk" in m.name)
     assert f"{worlds} agent columns" in text
     assert (
         cfg.pool.learning_agents(1, 1) == 1
@@ -172,7 +180,7 @@ def test_inference_sizes_agree_with_real_request_and_reply_messages():
 def test_a_pod_publishes_parameters_and_sends_no_chunks():
     cfg = load_config("smoke", ["pipeline.backend=pod", "pipeline.max_message_mb=1"])
     assert set(sizes_by_kind(cfg)) == {"parameters"}
-    check_message_sizes(cfg)
+    checked(cfg)
     paper = load_config("chase", ["pipeline.backend=pod", "pipeline.max_message_mb=1"])
     with pytest.raises(ConfigError, match="parameters"):
-        check_message_sizes(paper)
+        checked(paper)
