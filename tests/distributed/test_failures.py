@@ -131,8 +131,8 @@ def test_a_resume_whose_checkpoint_does_not_fit_is_refused_before_a_worker(
 def test_a_run_resumed_at_its_limit_stops_before_a_worker_starts(
     stopped_run, tmp_path, capsys, limit
 ):
-    # On the code before: every worker started (the trainer loaded its checkpoint and wrote it
-    # again on the stop) before the first tick found the limit reached.
+    # On the code before: every worker started (the trainer loaded its checkpoint, the actors
+    # played their first steps: a few more frames) before the first tick found the limit reached.
     from hns_train import train as train_module
 
     run = tmp_path / "run"
