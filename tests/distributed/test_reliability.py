@@ -1,6 +1,6 @@
-"""No single process or message can end or poison a run: killed workers and controllers,
-well-formed but wrong messages on every stream, impostors on the control channel, resumes
-without a checkpoint. Real processes, real ZeroMQ sockets, kill -9."""
+"""No single process or message can end or poison a run: killed or hung workers, killed
+controllers, well-formed but wrong messages on every stream, impostors on the control channel,
+resumes without a checkpoint. Real processes, real ZeroMQ sockets, kill -9, SIGSTOP."""
 
 from __future__ import annotations
 
