@@ -463,7 +463,9 @@ class Controller(Stoppable):
         if kind == "policy":  # has parameters, or no trainer could have sent them yet
             trainer = self.workers.get("trainer0")
             return meta.get("version", -1) >= 0 or trainer is None or not trainer.connected
-        if kind == "trainer":  # takes chunks, or none wait for it (a pod: none ever do)
+        # a trainer takes chunks, or none wait for it; none ever wait for a pod, which
+        # heartbeats only between env steps (pod_worker.py): one that stops stepping falls silent
+        if kind == "trainer":
             if meta.get("steps", 0) > 0 or meta.get("received", 0) > 0:
                 return True
             return not any(a.get("queued_chunks", 0) > 0 for a in last["actor"])

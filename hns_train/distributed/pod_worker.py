@@ -17,6 +17,13 @@ episodes, episode statistic sums, physics warnings) and the pod's wall time spli
 simulation, acting and learning (`sim_s`, `act_s`, `learn_s`). A trainer's own figures about the
 chunks it receives, drops and reuses are left out: a pod receives none, and trains on each
 rollout once, as it comes.
+
+A pod never heartbeats without progress: its heartbeats come only from the worker's loop,
+between calls of `step` (worker.py; no thread beats for it), and each call steps every world,
+runs or skips the rollout's update, or, once the ranks agreed to stop, waits for its own stop.
+A step that hangs leaves the pod silent, and the controller restarts it from the newest
+checkpoint after `pipeline.heartbeat_timeout_s`. An update is announced (`busy`, learner.py) and
+watched through the process alone until the next heartbeat.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""No single process or message can end or poison a run: killed workers and controllers,
-well-formed but wrong messages on every stream, impostors on the control channel, resumes
-without a checkpoint. Real processes, real ZeroMQ sockets, kill -9."""
+"""No single process or message can end or poison a run: killed or hung workers, killed
+controllers, well-formed but wrong messages on every stream, impostors on the control channel,
+resumes without a checkpoint. Real processes, real ZeroMQ sockets, kill -9, SIGSTOP."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -130,6 +131,43 @@ def test_the_controller_restarts_a_worker_that_heartbeats_without_progress(tmp_p
         assert not controller.error
     finally:
         stop(controller, thread)
+
+
+@pytest.mark.slow
+def test_a_pod_whose_step_hangs_is_restarted_from_its_checkpoint(tmp_path, caplog):
+    # A pod heartbeats only from its loop, between env steps (pod_worker.py): a step that never
+    # returns leaves it silent, never heartbeating without progress. A stopped process is that
+    # hang as the controller sees it.
+    caplog.set_level(logging.WARNING, logger="hns_train.distributed.controller")
+    timeout_s = 5
+    cfg = local(
+        tmp_path, "frozen", "pipeline.backend=pod", "pod.worlds=4", "agent.ppo.epochs=1",
+        "agent.ppo.minibatches=1", "pipeline.checkpoint_every=1",
+        f"pipeline.heartbeat_timeout_s={timeout_s}",
+    )  # fmt: skip
+    controller = Controller(cfg)
+    thread = run_in_thread(controller)
+    pod, pid = controller.workers, None
+    try:
+        wait_for(lambda: controller.version >= 1, 240, "a first optimisation step")
+        pid = pod["trainer0"].pid
+        for _ in range(20):  # stopped in a step, not in an update (`busy`: no heartbeats due)
+            wait_for(lambda: not pod["trainer0"].busy, 60, "the pod between updates")
+            os.kill(pid, signal.SIGSTOP)
+            stopped_at = time.monotonic()
+            time.sleep(1.0)  # a `busy` sent just before the stop has arrived by now
+            if not pod["trainer0"].busy:
+                break
+            os.kill(pid, signal.SIGCONT)
+        saved = CheckpointDir(tmp_path / "frozen" / "checkpoints").steps()[-1]
+        wait_for(lambda: pod["trainer0"].restarts == 1, 60, "the hung pod's restart")
+        assert time.monotonic() - stopped_at < timeout_s + 10
+        assert any("trainer0 silent for" in r.getMessage() for r in caplog.records)
+        wait_for(lambda: controller.version > saved, 240, "training after the restart")
+        assert pod["trainer0"].pid != pid and not controller.error
+    finally:
+        stop(controller, thread)
+    assert no_worker_left(controller) and not alive(pid)
 
 
 # ----------------------------------------------------------------------------- 2. parent watch
@@ -622,8 +660,6 @@ def test_one_message_is_capped_with_all_its_frames(tmp_path):
 
 
 def test_dropped_messages_are_logged_at_a_bounded_rate(tmp_path, caplog):
-    import logging
-
     import zmq
 
     caplog.set_level(logging.WARNING, logger="hns_train.distributed.contract")
