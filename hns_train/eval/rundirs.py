@@ -47,14 +47,22 @@ def render_path(replay: str | os.PathLike, fmt: str) -> Path:
 def output_format(
     out: str | os.PathLike | None, fmt: str | None = None, allowed: tuple = RENDER_FORMATS
 ) -> str:
-    """The format of a render to `out`: `fmt` where given, else `out`'s extension, else mp4;
-    ValueError names the formats `allowed`, or says that `out` is a folder."""
+    """The format of a render to `out`: `out`'s extension, else `fmt`, else mp4; ValueError
+    names the formats `allowed`, says that `out` is a folder, or that its extension is not
+    `fmt` (a file's name says what it holds)."""
     if out is not None and Path(out).is_dir():
         raise ValueError(
             f"cannot render to {str(out)!r}: it is a folder; give a file in it "
             f"({str(Path(out) / 'NAME')}.{fmt or 'mp4'})"
         )
-    fmt = fmt or (Path(out).suffix.lstrip(".").lower() if out else "mp4")
+    suffix = Path(out).suffix.lstrip(".").lower() if out else ""
+    if fmt and suffix and suffix != fmt:
+        raise ValueError(
+            f"cannot render {str(out)!r} as format {fmt!r}: its extension says {suffix!r}; "
+            f"give a file ending in .{fmt}, or leave the format to the extension "
+            f"(one of {allowed})"
+        )
+    fmt = fmt or suffix or "mp4"
     if fmt not in allowed:
         raise ValueError(
             f"cannot render {str(out)!r} as format {fmt!r}: the formats are {allowed} "
