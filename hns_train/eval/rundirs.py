@@ -12,7 +12,7 @@ A render of a replay without `--out` (`render_path`) goes into the run the repla
 (next to it, in the run's `replays/`); a replay that is not a run's (the repository's shipped
 examples, a file from elsewhere) renders into `runs/renders/`, never beside it.
 
-Public API: `resolve_run_dir(arg, runs_dir="runs") -> Path`,
+Public API: `resolve_run_dir(arg, runs_dir="runs") -> Path`, `is_run_dir(path) -> bool`,
 `resolve_checkpoint(arg, runs_dir="runs") -> Path`, `render_path(replay, fmt) -> Path`,
 `output_format(out, fmt=None, allowed=RENDER_FORMATS) -> str`, `LATEST`, `RENDERS`,
 `FRAME_PX`.
@@ -32,14 +32,14 @@ RENDER_FORMATS = (*VIDEO_FORMATS, "html")
 FRAME_PX = 480  # a rendered frame's default width and height (VideoOptions, --width, --height)
 
 
-def _is_run_dir(path: Path) -> bool:
+def is_run_dir(path: Path) -> bool:
     return path.is_dir() and (path / "config.yaml").is_file()
 
 
 def render_path(replay: str | os.PathLike, fmt: str) -> Path:
     """Where a render of the replay file goes by default (see the module docstring)."""
     replay = Path(replay)
-    if _is_run_dir(replay.parent) or _is_run_dir(replay.parent.parent):
+    if is_run_dir(replay.parent) or is_run_dir(replay.parent.parent):
         return replay.with_suffix(f".{fmt}")
     return Path(RUNS_DIR) / RENDERS / f"{replay.stem}.{fmt}"
 
@@ -83,7 +83,7 @@ def resolve_run_dir(arg: str | os.PathLike, runs_dir: str | os.PathLike = RUNS_D
     """The run directory `arg` names: `latest` or a path; ValueError says what is missing."""
     if str(arg) == LATEST:
         root = Path(runs_dir)
-        runs = [p for p in root.iterdir() if _is_run_dir(p)] if root.is_dir() else []
+        runs = [p for p in root.iterdir() if is_run_dir(p)] if root.is_dir() else []
         if not runs:
             raise ValueError(
                 f"'latest': no run directory under {root}/ (start one with "
