@@ -2,8 +2,8 @@
 target's folder is written, fsync'ed, given the permissions a plain `open()` would give a new
 file (0666 less the process umask; mkstemp makes 0600 files) and renamed over the target, so
 readers see the old file or the new one, never half of one; a write that fails or is
-interrupted deletes its temporary file. Nothing heavy is imported here, so a render does not
-pay for torch.
+interrupted deletes its temporary file, and its error (writing, renaming) names the target.
+Nothing heavy is imported here, so a render does not pay for torch.
 """
 
 from __future__ import annotations
@@ -48,8 +48,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None], suffix: 
             os.fsync(f.fileno())
         os.chmod(tmp, _new_file_mode())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno is not None and e.filename in (None, tmp):
+            # the hidden temporary means nothing to the user: name the file they asked for
+            raise OSError(e.errno, e.strerror, str(path)) from e  # the same subclass, by errno
         raise
     _fsync_dir(path.parent)
     return path
