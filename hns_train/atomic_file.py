@@ -3,7 +3,7 @@ target's folder is written, fsync'ed, given the permissions a plain `open()` wou
 file (0666 less the process umask; mkstemp makes 0600 files) and renamed over the target, so
 readers see the old file or the new one, never half of one; a write that fails or is
 interrupted deletes its temporary file, and its error (writing, renaming) names the target.
-Nothing heavy is imported here, so a render does not pay for torch.
+Nothing heavy is imported here: a render, or a read of a run's YAML, does not pay for torch.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+import yaml
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -61,3 +63,19 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None], suffix: 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write `data` to `path` atomically."""
     return atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
+
+
+def read_yaml(path: Path, error: type[ValueError] = ValueError) -> object:
+    """What the YAML file `path` holds, None where there is no such file; `error` naming the
+    file where it is not UTF-8 text or not valid YAML (a write cut short, an edit gone wrong).
+    An OSError names its file itself."""
+    if not path.is_file():
+        return None
+    try:
+        return yaml.safe_load(path.read_text())
+    except UnicodeDecodeError:
+        raise error(f"{path}: not a YAML file (not UTF-8 text)") from None
+    except yaml.YAMLError as err:
+        # PyYAML's message spans lines with a caret drawing; the error is said in one line
+        said = " ".join(line.strip() for line in str(err).splitlines() if line.strip(" ^"))
+        raise error(f"{path}: not valid YAML: {said}") from None
