@@ -285,6 +285,11 @@ def object_seeking_actions(
     """A scripted action source that exercises grabs and locks: each agent walks to the nearest
     existing box or ramp (with `noise` of its moves random), turns at random so its vision cone
     sweeps the object, holds grab, and presses lock with probability `p_lock`."""
+    if cfg.max_boxes + cfg.n_ramps == 0:  # nothing to walk to: refused before a step is played
+        raise ValueError(
+            f"object-seeking actions need boxes or ramps; the {cfg.preset} preset has none "
+            "(random actions need none)"
+        )
     rng = np.random.default_rng(seed)
     mid = cfg.action_bins // 2
 

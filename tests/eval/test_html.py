@@ -154,6 +154,14 @@ def test_record_refuses_steps_beyond_the_horizon_by_its_flag(tmp_path, capsys, e
     assert not any(tmp_path.iterdir())
 
 
+def test_record_refuses_object_play_in_a_game_without_objects(tmp_path, capsys):
+    # the scripted source used to stop on numpy's "argmin of an empty sequence"
+    assert cli.main(["record", str(tmp_path / "r.npz"), "--preset", "chase"]) == 2
+    err = capsys.readouterr().err
+    assert "need boxes or ramps; the chase preset has none" in err
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.skipif(
     _browser() is None and not os.environ.get("CI"),
     reason="no Chromium on this machine to screenshot the page (make browser installs it)",
