@@ -124,6 +124,9 @@ def test_bad_input(tmp_path, capsys):
     assert "width=50" in capsys.readouterr().err
     assert cli_main(["compare", str(path), "--out", str(tmp_path)]) == 2
     assert f"cannot render to '{tmp_path}': it is a folder" in capsys.readouterr().err
+    assert cli_main(["compare", str(path), "--out", str(tmp_path / "plot.svg")]) == 2
+    assert "its extension says 'svg'" in capsys.readouterr().err  # the plot is a PNG
+    assert not (tmp_path / "plot.svg").exists()
 
 
 def test_baseline_file_is_typed_and_sourced(tmp_path):
