@@ -2,8 +2,8 @@
 target's folder is written, fsync'ed, given the permissions a plain `open()` would give a new
 file (0666 less the process umask; mkstemp makes 0600 files) and renamed over the target, so
 readers see the old file or the new one, never half of one; a write that fails or is
-interrupted deletes its temporary file. Nothing heavy is imported here, so a render does not
-pay for torch.
+interrupted deletes its temporary file, and its error (writing, renaming) names the target.
+Nothing heavy is imported here: a render, or a read of a run's YAML, does not pay for torch.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+import yaml
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -48,8 +50,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None], suffix: 
             os.fsync(f.fileno())
         os.chmod(tmp, _new_file_mode())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno is not None and e.filename in (None, tmp):
+            # the hidden temporary means nothing to the user: name the file they asked for
+            raise OSError(e.errno, e.strerror, str(path)) from e  # the same subclass, by errno
         raise
     _fsync_dir(path.parent)
     return path
@@ -58,3 +63,19 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None], suffix: 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write `data` to `path` atomically."""
     return atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
+
+
+def read_yaml(path: Path, error: type[ValueError] = ValueError) -> object:
+    """What the YAML file `path` holds, None where there is no such file; `error` naming the
+    file where it is not UTF-8 text or not valid YAML (a write cut short, an edit gone wrong).
+    An OSError names its file itself."""
+    if not path.is_file():
+        return None
+    try:
+        return yaml.safe_load(path.read_text())
+    except UnicodeDecodeError:
+        raise error(f"{path}: not a YAML file (not UTF-8 text)") from None
+    except yaml.YAMLError as err:
+        # PyYAML's message spans lines with a caret drawing; the error is said in one line
+        said = " ".join(line.strip() for line in str(err).splitlines() if line.strip(" ^"))
+        raise error(f"{path}: not valid YAML: {said}") from None

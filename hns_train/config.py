@@ -35,6 +35,7 @@ from hns_train.agents.checkpoint import atomic_write_bytes
 from hns_train.agents.config import AgentConfig
 from hns_train.agents.pool import PoolConfig
 from hns_train.agents.population import PopulationConfig, parse_ranges
+from hns_train.atomic_file import read_yaml
 from hns_train.envs import contract
 from hns_train.envs.config import GameConfig, make_config
 from hns_train.typed_config import (
@@ -417,14 +418,7 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         shipped = ", ".join(shipped_configs())
         what = "is a folder, not a YAML file" if path.is_dir() else "does not exist"
         raise ConfigError(f"config file {path} {what} (shipped configs: {shipped})")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a YAML file (not UTF-8 text)") from None
-    except yaml.YAMLError as err:
-        # PyYAML's message spans lines with a caret drawing; the error is said in one line
-        said = " ".join(line.strip() for line in str(err).splitlines() if line.strip(" ^"))
-        raise ConfigError(f"{path}: not valid YAML: {said}") from None
+    data = read_yaml(path, ConfigError) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
     base = data.pop("base", None)

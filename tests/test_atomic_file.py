@@ -30,6 +30,14 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
     assert path.read_text() == "new"
 
 
+def test_a_failed_write_names_the_file_asked_for_not_its_temporary(tmp_path):
+    (tmp_path / "a.png").mkdir()  # the rename over it fails
+    with pytest.raises(IsADirectoryError) as err:
+        atomic_write_bytes(tmp_path / "a.png", b"x")
+    assert err.value.filename == str(tmp_path / "a.png") and ".tmp" not in str(err.value)
+    assert [p.name for p in tmp_path.iterdir()] == ["a.png"]
+
+
 # The umask is process-wide: it is set in a child process, never in the one running the tests.
 UMASK_CHILD = """
 import json, os, sys

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import yaml
 
+from hns_train.atomic_file import read_yaml
 from hns_train.eval.baselines import Baselines, load_baselines
 from hns_train.eval.figure import panels, save_png, side_legend
 from hns_train.eval.phases import (
@@ -78,31 +78,18 @@ class RunSummary:
         return self.records[-1] if self.records else {}
 
 
-def _read_yaml(path: Path) -> object:
-    """What the YAML file `path` holds, None where there is no such file; ValueError naming the
-    file where it cannot be read or is not valid YAML (a write cut short, an edit gone wrong)."""
-    if not path.is_file():
-        return None
-    try:
-        return yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise ValueError(f"{path}: cannot be read: {err.strerror or err}") from None
-    except yaml.YAMLError as err:
-        raise ValueError(f"{path}: not valid YAML: {err}") from None
-
-
 def load_run(run_dir: str | Path) -> RunSummary:
     run_dir = Path(run_dir)
     metrics = run_dir / "metrics.jsonl"
     if not metrics.is_file():
         raise ValueError(f"{run_dir} has no metrics.jsonl (is it a run directory?)")
-    config = _read_yaml(run_dir / "config.yaml") or {}
+    config = read_yaml(run_dir / "config.yaml") or {}
     if not isinstance(config, dict):
         raise ValueError(f"{run_dir / 'config.yaml'} is not a mapping")
     records, recorded = read_metrics(metrics)
     detector = PhaseDetector.from_records(records, recorded)  # the file is read once
     game = config.get("game") if isinstance(config.get("game"), dict) else {}
-    hardware = _read_yaml(run_dir / "hardware.yaml")  # written by the controller
+    hardware = read_yaml(run_dir / "hardware.yaml")  # written by the controller
     return RunSummary(
         path=run_dir,
         name=str(config.get("name") or run_dir.name),

@@ -222,6 +222,20 @@ def play_recorded(
     return results, paths
 
 
+def episode_steps(cfg: GameConfig, n_steps: int | None, name: str = "n_steps") -> int:
+    """The steps an episode of `cfg` is recorded for: `n_steps`, None for all of it. The game
+    ends every episode at its horizon, so more is refused (`name` is what the caller calls it)
+    rather than cut short without a word."""
+    if n_steps is None:
+        return cfg.horizon
+    if not 0 <= n_steps <= cfg.horizon:
+        raise ValueError(
+            f"{name} must be in 0..{cfg.horizon} (the {cfg.preset} preset's horizon, where its "
+            f"episodes end; default: all of it), got {n_steps}"
+        )
+    return n_steps
+
+
 def record_episode(
     cfg: GameConfig,
     act: Callable[[dict[str, np.ndarray]], np.ndarray],
@@ -236,13 +250,12 @@ def record_episode(
     """
     from hns_train.envs.game import HideAndSeekGame  # the game pulls in all of envs/
 
-    if n_steps is not None and n_steps < 0:
-        raise ValueError(f"n_steps must be >= 0 (None: the horizon), got {n_steps}")
+    n_steps = episode_steps(cfg, n_steps)
     game = HideAndSeekGame(cfg, n_worlds=1, seed=seed)
     obs = game.reset(seeds=[seed])
     rec = ReplayRecorder(game, 0, metadata)
     rec.record_reset(seed)
-    for _ in range(cfg.horizon if n_steps is None else n_steps):
+    for _ in range(n_steps):
         actions = np.asarray(act(obs))
         obs, rewards, truncated, infos = game.step(actions)
         rec.record_step(rewards, actions, infos[0])
@@ -272,6 +285,11 @@ def object_seeking_actions(
     """A scripted action source that exercises grabs and locks: each agent walks to the nearest
     existing box or ramp (with `noise` of its moves random), turns at random so its vision cone
     sweeps the object, holds grab, and presses lock with probability `p_lock`."""
+    if cfg.max_boxes + cfg.n_ramps == 0:  # nothing to walk to: refused before a step is played
+        raise ValueError(
+            f"object-seeking actions need boxes or ramps; the {cfg.preset} preset has none "
+            "(random actions need none)"
+        )
     rng = np.random.default_rng(seed)
     mid = cfg.action_bins // 2
 

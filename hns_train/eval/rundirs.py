@@ -12,7 +12,7 @@ A render of a replay without `--out` (`render_path`) goes into the run the repla
 (next to it, in the run's `replays/`); a replay that is not a run's (the repository's shipped
 examples, a file from elsewhere) renders into `runs/renders/`, never beside it.
 
-Public API: `resolve_run_dir(arg, runs_dir="runs") -> Path`,
+Public API: `resolve_run_dir(arg, runs_dir="runs") -> Path`, `is_run_dir(path) -> bool`,
 `resolve_checkpoint(arg, runs_dir="runs") -> Path`, `render_path(replay, fmt) -> Path`,
 `output_format(out, fmt=None, allowed=RENDER_FORMATS) -> str`, `LATEST`, `RENDERS`,
 `FRAME_PX`.
@@ -32,14 +32,14 @@ RENDER_FORMATS = (*VIDEO_FORMATS, "html")
 FRAME_PX = 480  # a rendered frame's default width and height (VideoOptions, --width, --height)
 
 
-def _is_run_dir(path: Path) -> bool:
+def is_run_dir(path: Path) -> bool:
     return path.is_dir() and (path / "config.yaml").is_file()
 
 
 def render_path(replay: str | os.PathLike, fmt: str) -> Path:
     """Where a render of the replay file goes by default (see the module docstring)."""
     replay = Path(replay)
-    if _is_run_dir(replay.parent) or _is_run_dir(replay.parent.parent):
+    if is_run_dir(replay.parent) or is_run_dir(replay.parent.parent):
         return replay.with_suffix(f".{fmt}")
     return Path(RUNS_DIR) / RENDERS / f"{replay.stem}.{fmt}"
 
@@ -47,14 +47,22 @@ def render_path(replay: str | os.PathLike, fmt: str) -> Path:
 def output_format(
     out: str | os.PathLike | None, fmt: str | None = None, allowed: tuple = RENDER_FORMATS
 ) -> str:
-    """The format of a render to `out`: `fmt` where given, else `out`'s extension, else mp4;
-    ValueError names the formats `allowed`, or says that `out` is a folder."""
+    """The format of a render to `out`: `out`'s extension, else `fmt`, else mp4; ValueError
+    names the formats `allowed`, says that `out` is a folder, or that its extension is not
+    `fmt` (a file's name says what it holds)."""
     if out is not None and Path(out).is_dir():
         raise ValueError(
             f"cannot render to {str(out)!r}: it is a folder; give a file in it "
             f"({str(Path(out) / 'NAME')}.{fmt or 'mp4'})"
         )
-    fmt = fmt or (Path(out).suffix.lstrip(".").lower() if out else "mp4")
+    suffix = Path(out).suffix.lstrip(".").lower() if out else ""
+    if fmt and suffix and suffix != fmt:
+        raise ValueError(
+            f"cannot render {str(out)!r} as format {fmt!r}: its extension says {suffix!r}; "
+            f"give a file ending in .{fmt}, or leave the format to the extension "
+            f"(one of {allowed})"
+        )
+    fmt = fmt or suffix or "mp4"
     if fmt not in allowed:
         raise ValueError(
             f"cannot render {str(out)!r} as format {fmt!r}: the formats are {allowed} "
@@ -75,7 +83,7 @@ def resolve_run_dir(arg: str | os.PathLike, runs_dir: str | os.PathLike = RUNS_D
     """The run directory `arg` names: `latest` or a path; ValueError says what is missing."""
     if str(arg) == LATEST:
         root = Path(runs_dir)
-        runs = [p for p in root.iterdir() if _is_run_dir(p)] if root.is_dir() else []
+        runs = [p for p in root.iterdir() if is_run_dir(p)] if root.is_dir() else []
         if not runs:
             raise ValueError(
                 f"'latest': no run directory under {root}/ (start one with "

@@ -28,6 +28,7 @@ from hns_train.agents.pool_index import DB_NAME
 from hns_train.eval.phases import read_metrics
 from hns_train.eval.population_view import MANIFEST, population_view
 from hns_train.eval.ratings import Ratings
+from hns_train.eval.rundirs import is_run_dir
 
 WINDOW = 200  # newest rated matches per opponent class behind a win rate
 N_REPLAYS = 10
@@ -110,6 +111,11 @@ def run_view(run_dir: str | Path) -> int:
         return population_view(run_dir)
     db = run_dir / "pool" / DB_NAME
     if not db.is_file():
+        if is_run_dir(run_dir):  # a run that has only just started
+            raise ValueError(
+                f"--run {run_dir}: no evaluation yet (no pool/{DB_NAME}: the run's workers "
+                "make it when they start); look again once the run is under way"
+            )
         raise ValueError(
             f"--run {run_dir}: not a run directory (no pool/{DB_NAME}); runs are made by "
             "python -m hns_train.train and live in runs/<name>/"

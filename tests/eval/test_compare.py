@@ -124,6 +124,9 @@ def test_bad_input(tmp_path, capsys):
     assert "width=50" in capsys.readouterr().err
     assert cli_main(["compare", str(path), "--out", str(tmp_path)]) == 2
     assert f"cannot render to '{tmp_path}': it is a folder" in capsys.readouterr().err
+    assert cli_main(["compare", str(path), "--out", str(tmp_path / "plot.svg")]) == 2
+    assert "its extension says 'svg'" in capsys.readouterr().err  # the plot is a PNG
+    assert not (tmp_path / "plot.svg").exists()
 
 
 def test_baseline_file_is_typed_and_sourced(tmp_path):
@@ -194,9 +197,13 @@ def test_a_damaged_metrics_line_is_skipped_and_said_once(tmp_path, caplog):
 
 
 @pytest.mark.parametrize("name", ["config.yaml", "hardware.yaml"])
-def test_a_damaged_yaml_file_is_refused_naming_it(tmp_path, capsys, name):
+@pytest.mark.parametrize(
+    "data, said",
+    [(b"name: [cut sho", "not valid YAML"), (b"\xff\xfe\x00name: x\n", "not UTF-8 text")],
+)
+def test_a_damaged_yaml_file_is_refused_naming_it(tmp_path, capsys, name, data, said):
     path = S.write_run(tmp_path / "r", S.records({}, 1e5, n_records=10))
-    (path / name).write_text("name: [cut sho")  # a write cut short
+    (path / name).write_bytes(data)  # a write cut short; a file that is not text
     assert cli_main(["compare", str(path)]) == 2
     err = capsys.readouterr().err
-    assert f"{path / name}: not valid YAML" in err and "Traceback" not in err, err
+    assert f"{path / name}: " in err and said in err and err.count("\n") == 1, err

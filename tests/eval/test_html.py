@@ -141,6 +141,27 @@ def _browser() -> str | None:
 
 
 # CI installs Chromium (`make browser`), so there a missing browser fails instead of skipping.
+@pytest.mark.parametrize("extra", [1, -41])
+def test_record_refuses_steps_beyond_the_horizon_by_its_flag(tmp_path, capsys, extra):
+    # an episode ends at its horizon: more steps were cut short, and -1 was blamed on n_steps
+    horizon = make_config("chase").horizon
+    steps = str(horizon + extra)
+    argv = ["record", str(tmp_path / "r.npz"), "--preset", "chase", "--actions", "random"]
+    argv += ["--steps", steps]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--steps must be in 0..{horizon}" in err and f"got {steps}" in err
+    assert not any(tmp_path.iterdir())
+
+
+def test_record_refuses_object_play_in_a_game_without_objects(tmp_path, capsys):
+    # the scripted source used to stop on numpy's "argmin of an empty sequence"
+    assert cli.main(["record", str(tmp_path / "r.npz"), "--preset", "chase"]) == 2
+    err = capsys.readouterr().err
+    assert "need boxes or ramps; the chase preset has none" in err
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.skipif(
     _browser() is None and not os.environ.get("CI"),
     reason="no Chromium on this machine to screenshot the page (make browser installs it)",

@@ -59,10 +59,15 @@ def test_bad_names_say_what_is_allowed(tmp_path):
         resolve_run_dir(tmp_path / "notes.txt")
 
 
-def test_a_render_format_comes_from_format_then_the_extension_then_mp4():
+def test_a_render_format_comes_from_the_extension_or_format_then_mp4():
     assert output_format(None) == "mp4"
     assert output_format("runs/a.GIF") == "gif"
-    assert output_format("runs/a.gif", "html") == "html"
+    assert output_format("runs/a.GIF", "gif") == "gif"
+    assert output_format("runs/a", "html") == "html"
+    with pytest.raises(
+        ValueError, match=r"'runs/a.gif' as format 'html': its extension says 'gif'"
+    ):
+        output_format("runs/a.gif", "html")
     with pytest.raises(ValueError, match=r"'avi'.*\('mp4', 'gif', 'png', 'html'\)"):
         output_format("runs/a.avi")
     with pytest.raises(ValueError, match=r"'html'.*\('mp4', 'gif', 'png'\)"):

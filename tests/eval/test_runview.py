@@ -115,4 +115,8 @@ def test_run_view_refuses_what_is_not_a_run(tmp_path, capsys):
     assert "no such directory" in capsys.readouterr().err
     assert main(["--run", str(tmp_path)]) == 2
     assert "not a run directory" in capsys.readouterr().err
+    (tmp_path / "config.yaml").write_text("name: new\n")  # a run that has only just started
+    assert main(["--run", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no evaluation yet" in err and "not a run directory" not in err
     assert not (tmp_path / "pool").exists()  # looking does not create a pool

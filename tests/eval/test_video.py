@@ -189,6 +189,10 @@ def test_cli_renders_a_png_and_prints_its_path(replay, tmp_path, capsys, monkeyp
     assert capsys.readouterr().out.strip() == str(out)
     assert iio.imread(out).shape == (48, 64, 3)
     # errors a user can fix: a message and status 2, no traceback
+    assert main([*argv, "--out", str(tmp_path / "o.gif")]) == 2  # was a PNG named .gif
+    err = capsys.readouterr().err
+    assert "o.gif" in err and "format 'png'" in err and "extension says 'gif'" in err
+    assert not (tmp_path / "o.gif").exists()
     assert main([str(tmp_path / "nope.npz")]) == 2
     assert "no such file" in capsys.readouterr().err
     assert main([str(path), "--camera", "follow:seeker_9", "--out", str(out)]) == 2
