@@ -11,7 +11,8 @@ Responsibilities:
 - endpoints for every worker, and their start through a launcher (serial, local, ray);
 - heartbeats: a worker whose process died, or that was silent for `heartbeat_timeout_s`, is
   restarted (a trainer from the newest checkpoint; with `restart_trainer=false` a dead trainer
-  stops the run with an error instead);
+  stops the run with an error instead); a learner in a PPO update (`busy`) may be silent for
+  `update_timeout_s`;
 - progress, not only liveness: a worker that heartbeats but makes no progress for
   `stall_timeout_s` is restarted too. Progress per kind: an actor steps worlds, or holds
   chunks the trainer does not take (then it waits on the trainer, not stuck); a policy worker
@@ -548,19 +549,22 @@ class Controller(Stoppable):
         """Why a worker must restart: it exited, was silent or made no progress ("" if none).
 
         In one process (serial) every worker waits while another works: silence says nothing.
-        A worker that announced a long computation (`busy`) is watched through its process
-        alone until it speaks again. Before its hello a worker is still starting (spawn,
-        imports): a longer grace."""
+        A worker that announced a long computation (`busy`, a PPO update) may be silent until
+        it speaks again, for `update_timeout_s` at most (0: as long as its process lives).
+        Before its hello a worker is still starting (spawn, imports): a longer grace."""
         p = self.cfg.pipeline
         if exited:
             return "exited"
+        silent = now - state.last_seen
         if state.busy:
+            if self.launcher.scheme != "inproc" and 0 < p.update_timeout_s < silent:
+                return f"silent in an update for {silent:.0f} s, past pipeline.update_timeout_s"
             return ""
         limit = p.heartbeat_timeout_s
         if not state.connected:
             limit = max(limit, STARTUP_GRACE_S)
-        if self.launcher.scheme != "inproc" and now - state.last_seen > limit:
-            return f"silent for {now - state.last_seen:.0f} s"
+        if self.launcher.scheme != "inproc" and silent > limit:
+            return f"silent for {silent:.0f} s"
         if state.connected and 0 < p.stall_timeout_s < now - state.progress_at:
             return f"made no progress for {now - state.progress_at:.0f} s"
         return ""

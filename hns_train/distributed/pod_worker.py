@@ -23,7 +23,7 @@ between calls of `step` (worker.py; no thread beats for it), and each call steps
 runs or skips the rollout's update, or, once the ranks agreed to stop, waits for its own stop.
 A step that hangs leaves the pod silent, and the controller restarts it from the newest
 checkpoint after `pipeline.heartbeat_timeout_s`. An update is announced (`busy`, learner.py) and
-watched through the process alone until the next heartbeat.
+may be silent until the next heartbeat for `pipeline.update_timeout_s`, then restarts the same.
 """
 
 from __future__ import annotations

@@ -134,40 +134,53 @@ def test_the_controller_restarts_a_worker_that_heartbeats_without_progress(tmp_p
 
 
 @pytest.mark.slow
-def test_a_pod_whose_step_hangs_is_restarted_from_its_checkpoint(tmp_path, caplog):
+def test_a_pod_whose_step_or_update_hangs_is_restarted_from_its_checkpoint(tmp_path, caplog):
     # A pod heartbeats only from its loop, between env steps (pod_worker.py): a step that never
-    # returns leaves it silent, never heartbeating without progress. A stopped process is that
-    # hang as the controller sees it.
+    # returns leaves it silent, never heartbeating without progress. An update it announced
+    # (`busy`) may be silent for pipeline.update_timeout_s. A stopped process is either hang as
+    # the controller sees it.
     caplog.set_level(logging.WARNING, logger="hns_train.distributed.controller")
-    timeout_s = 5
+    timeout_s = 5  # for heartbeats and updates alike: no healthy one here comes near
     cfg = local(
         tmp_path, "frozen", "pipeline.backend=pod", "pod.worlds=4", "agent.ppo.epochs=1",
         "agent.ppo.minibatches=1", "pipeline.checkpoint_every=1",
         f"pipeline.heartbeat_timeout_s={timeout_s}",
+        f"pipeline.update_timeout_s={timeout_s}",
     )  # fmt: skip
     controller = Controller(cfg)
     thread = run_in_thread(controller)
-    pod, pid = controller.workers, None
+    pod, pids = controller.workers, []
+
+    def freeze(in_update: bool) -> float:
+        """Stop the pod in an update (after its `busy`, before the heartbeat that ends it) or
+        in a step; when it was stopped."""
+        pids.append(pod["trainer0"].pid)
+        for _ in range(20):
+            wait_for(lambda: pod["trainer0"].busy == in_update, 60, f"busy={in_update}")
+            os.kill(pids[-1], signal.SIGSTOP)
+            stopped_at = time.monotonic()
+            time.sleep(1.0)  # a message sent just before the stop has arrived by now
+            if pod["trainer0"].busy == in_update:
+                return stopped_at
+            os.kill(pids[-1], signal.SIGCONT)
+        raise AssertionError(f"the pod was never stopped with busy={in_update}")
+
     try:
         wait_for(lambda: controller.version >= 1, 240, "a first optimisation step")
-        pid = pod["trainer0"].pid
-        for _ in range(20):  # stopped in a step, not in an update (`busy`: no heartbeats due)
-            wait_for(lambda: not pod["trainer0"].busy, 60, "the pod between updates")
-            os.kill(pid, signal.SIGSTOP)
-            stopped_at = time.monotonic()
-            time.sleep(1.0)  # a `busy` sent just before the stop has arrived by now
-            if not pod["trainer0"].busy:
-                break
-            os.kill(pid, signal.SIGCONT)
-        saved = CheckpointDir(tmp_path / "frozen" / "checkpoints").steps()[-1]
-        wait_for(lambda: pod["trainer0"].restarts == 1, 60, "the hung pod's restart")
-        assert time.monotonic() - stopped_at < timeout_s + 10
-        assert any("trainer0 silent for" in r.getMessage() for r in caplog.records)
-        wait_for(lambda: controller.version > saved, 240, "training after the restart")
-        assert pod["trainer0"].pid != pid and not controller.error
+        for restarts, in_update, said in [
+            (1, False, "trainer0 silent for"),
+            (2, True, "trainer0 silent in an update for"),
+        ]:
+            stopped_at = freeze(in_update)
+            saved = CheckpointDir(tmp_path / "frozen" / "checkpoints").steps()[-1]
+            wait_for(lambda n=restarts: pod["trainer0"].restarts == n, 60, "the hung pod's restart")
+            assert time.monotonic() - stopped_at < timeout_s + 10
+            assert any(said in r.getMessage() for r in caplog.records)
+            wait_for(lambda v=saved: controller.version > v, 240, "training after the restart")
+        assert pod["trainer0"].pid not in pids and not controller.error
     finally:
         stop(controller, thread)
-    assert no_worker_left(controller) and not alive(pid)
+    assert no_worker_left(controller) and not any(alive(pid) for pid in pids)
 
 
 # ----------------------------------------------------------------------------- 2. parent watch
@@ -690,6 +703,7 @@ def test_dropped_messages_are_logged_at_a_bounded_rate(tmp_path, caplog):
         ("pipeline.heartbeat_timeout_s=-1", "pipeline.heartbeat_timeout_s"),
         ("pipeline.heartbeat_s=0", "pipeline.heartbeat_s"),
         ("pipeline.request_timeout_s=-2", "pipeline.request_timeout_s"),
+        ("pipeline.update_timeout_s=-1", "pipeline.update_timeout_s"),
         ("pipeline.checkpoint_every_s=-1", "pipeline.checkpoint_every_s"),
         ("pipeline.max_staleness=-1", "pipeline.max_staleness"),
         ("pipeline.reuse=0", "pipeline.reuse"),
