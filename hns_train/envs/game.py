@@ -68,6 +68,7 @@ tests/envs/test_stability.py requires 0.
 from __future__ import annotations
 
 import logging
+from numbers import Integral
 
 import mujoco
 import mujoco.batch
@@ -91,6 +92,7 @@ from hns_train.envs.world import (
     object_half_extents,
     set_locked_highlight,
 )
+from hns_train.typed_config import Bounds
 
 STATE = mujoco.mjtState.mjSTATE_INTEGRATION  # the rows of mujoco.batch.Batch.state
 # MuJoCo's warnings that come with a reset of the world's state: bad qpos, qvel, qacc (adjacent
@@ -232,6 +234,10 @@ class HideAndSeekGame:
         if seeds is not None:
             if len(seeds) != len(worlds):
                 raise ValueError(f"got {len(seeds)} seeds for {len(worlds)} worlds")
+            for i, s in enumerate(seeds):  # before any world is reseeded
+                problem = isinstance(s, Integral) and Bounds(0).problem(f"seeds[{i}]", int(s))
+                if problem:
+                    raise ValueError(f"reset: {problem} (or None, or a numpy SeedSequence)")
             for w, s in zip(worlds, seeds, strict=True):
                 if s is not None:
                     self.rngs[w] = np.random.default_rng(s)

@@ -245,6 +245,15 @@ def test_ill_typed_env_keywords_are_refused_by_name(keyword, message):
         E.parallel_env("quadrant", **keyword)
 
 
+def test_a_negative_reset_seed_is_refused_naming_seeds(live_env):
+    # numpy refused it unnamed: "expected non-negative integer"
+    allowed = "is not allowed; it must be >= 0"
+    with pytest.raises(ValueError, match=re.escape(f"reset: seeds[0]=-1 {allowed}")):
+        live_env.reset(seed=-1)
+    with pytest.raises(ValueError, match=re.escape(f"reset: seeds[0]=-2 {allowed}")):
+        live_env.game.reset(seeds=[np.int64(-2)])
+
+
 def test_out_of_range_int64_action_raises_naming_agent(live_env):
     actions = _noop_actions(live_env)  # int64 arrays: checked together, then named one by one
     actions["seeker_1"] = np.array([5, 11, 5, 0, 0], dtype=np.int64)
