@@ -592,8 +592,13 @@ class Controller(Stoppable):
         `SERVERS_STOP_S`): a policy worker still serving when an actor has left would answer a
         request of that actor, and its socket would report the reply as dropped. In this order
         a normal stop drops nothing, and a drop warning always means a real loss."""
-        # a trainer in a PPO update finishes it first: say so
-        self.log.show(self.frames, f"stopping ({self.stop_reason}): final checkpoint")
+        # a trainer in a PPO update finishes it first: say so, where one runs to write it
+        writing = any(
+            s.spec.kind == "trainer" and s.connected and not s.stopped
+            for s in self.workers.values()
+        )
+        then = ": final checkpoint" if writing else ""
+        self.log.show(self.frames, f"stopping ({self.stop_reason}){then}")
         deadline = time.monotonic() + STOP_GRACE_S
         servers = [s for s in self.workers.values() if s.spec.kind == "policy"]
         self._send_stop(servers)

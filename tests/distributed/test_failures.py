@@ -143,8 +143,11 @@ def test_a_run_resumed_at_its_limit_stops_before_a_worker_starts(
     checkpoints = {p.name: p.read_bytes() for p in (run / "checkpoints").iterdir()}
     with (run / "metrics.jsonl").open("a") as f:  # the phases recorded carry over
         f.write(json.dumps({"kind": "phase", "phase": "running_and_chasing", "frames": 9}) + "\n")
-    assert train_module.main(["--resume", str(run), f"stop.{limit}={setting}", *others]) == 0
-    shown = capsys.readouterr().out
+    args = ["--resume", str(run), f"stop.{limit}={setting}", *others, "logging.progress=true"]
+    assert train_module.main(args) == 0
+    shown, bar = capsys.readouterr()
+    # no worker ran, so no trainer wrote a final checkpoint: the bar used to say it did
+    assert f"stopping (reached stop.{limit}=" in bar and "final checkpoint" not in bar, bar
     assert f"stopped         reached stop.{limit}=" in shown, shown
     assert "phases reached  running_and_chasing" in shown, shown
     assert "optimisation    1 steps" in shown and f"env frames      {frames:,} " in shown, shown
