@@ -549,8 +549,9 @@ class Controller(Stoppable):
         """Why a worker must restart: it exited, was silent or made no progress ("" if none).
 
         In one process (serial) every worker waits while another works: silence says nothing.
-        A worker that announced a long computation (`busy`, a PPO update) may be silent until
-        it speaks again, for `update_timeout_s` at most (0: as long as its process lives).
+        A worker that announced a long computation (`busy`: a PPO update, a DDP rank's wait for
+        its peers) may be silent until it speaks again, for `update_timeout_s` at most (0: as
+        long as its process lives).
         Before its hello a worker is still starting (spawn, imports): a longer grace."""
         p = self.cfg.pipeline
         if exited:

@@ -12,6 +12,8 @@ Collectives:
 
 Every collective is bounded by `pipeline.ddp_timeout_s` (the process group's timeout): a rank whose
 peer died or hangs raises instead of waiting forever, its process exits and the controller sees it.
+A rank waiting for a slower peer is alive but silent: before such a wait (an update, or the first
+agreement after a start, an update or a rollout) it says `busy` to the controller (learner.py).
 
 Stop without a hang: a rank never leaves on its own. Each loop iteration every rank all-reduces
 (MAX) two flags, [stop requested, not enough samples]; a stop requested on any rank stops every

@@ -8,6 +8,8 @@ through ddp.py when there are several), on `pipeline.device`. Its `Learner` owns
   on start from the newest valid checkpoint (`--resume` and a restarted learner continue with
   counters intact), else initialised from `agent.init` (a fine-tuning run,
   agents/transfer.py); every rank starts from rank 0's weights;
+- the agreement of the ranks (`agree`): whether to train and whether to stop; a rank that may
+  wait there for a slower peer says `busy` first, as before an update;
 - guarded updates: an update that raises or leaves a non-finite weight, normaliser or optimiser
   moment is undone (the state before it is restored, the batch dropped, `skipped_updates`
   counted), so nothing non-finite is ever published, checkpointed or snapshotted;
@@ -71,6 +73,9 @@ class Learner:
         # Several ranks (DDP, ddp.py): rank = index; rank 0 alone publishes and writes.
         self.rank, self.ddp = spec.index, None
         self.agreed_stop = False
+        # The next agreement may wait for a peer longer than heartbeats allow (`agree`): a peer
+        # still starting, still in its update or still simulating its rollout.
+        self.peers_may_lag = True
         if cfg.pipeline.n_trainers > 1:
             from hns_train.distributed.ddp import DataParallel, rank_device
 
@@ -144,10 +149,14 @@ class Learner:
     def agree(self, stop: bool, ready: bool) -> bool:
         """Whether to train now: this rank is `ready` and an update now would not go past the
         run's end (`would_end_late`); with several ranks, every rank must be so, and a stop
-        asked by one is agreed by all (`agreed_stop`: no further update)."""
+        asked by one is agreed by all (`agreed_stop`: no further update). Where a peer may be
+        late (`peers_may_lag`) the rank says `busy` before it waits, once, not every step."""
         ready = ready and not self.would_end_late()
         if self.ddp is None:
             return ready
+        if self.peers_may_lag:  # the wait is silent: the controller tolerates it as an update
+            self.busy()
+            self.peers_may_lag = False
         self.agreed_stop, ready = self.ddp.agree(stop=stop, ready=ready)
         return ready and not self.agreed_stop
 
@@ -166,6 +175,7 @@ class Learner:
         the device), undone when it raises or leaves anything non-finite; its statistics, read
         from the device once. After a kept update: `after_update`."""
         self.busy()
+        self.peers_may_lag = True  # a peer's update may end after this one
         start = time.perf_counter()
         before = copy.deepcopy(self.ppo.state_dict())
         try:

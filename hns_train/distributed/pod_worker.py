@@ -23,7 +23,8 @@ between calls of `step` (worker.py; no thread beats for it), and each call steps
 runs or skips the rollout's update, or, once the ranks agreed to stop, waits for its own stop.
 A step that hangs leaves the pod silent, and the controller restarts it from the newest
 checkpoint after `pipeline.heartbeat_timeout_s`. An update is announced (`busy`, learner.py) and
-may be silent until the next heartbeat for `pipeline.update_timeout_s`, then restarts the same.
+may be silent until the next heartbeat for `pipeline.update_timeout_s`, then restarts the same;
+so is a DDP rank's wait at its rollout's end for a slower peer (the ranks' agreement).
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ class PodWorker(LearnerWorker):
 
     def update(self, learn: Callable[[], dict], agent_steps: int) -> dict | None:
         # every rank ends its rollout here: stop together, or train together unless the run
-        # would end before this update could
+        # would end before this update could; a peer may still be simulating its rollout
+        self.learner.peers_may_lag = True
         if not self.learner.agree(stop=self.stopping, ready=True):
             return None
         return self.learner.guarded_update(learn, agent_steps)

@@ -9,11 +9,11 @@ a timeout, so a stop request or a heartbeat is never more than ~`POLL_MS` away.
 
 Control protocol (worker -> controller): `hello` once built, `heartbeat` every `heartbeat_s` seconds
 with the worker's counters in `meta`, `busy` before a computation that may outlast the heartbeat
-timeout (the trainer's PPO update; the next heartbeat ends it, within `update_timeout_s`),
-`stopped` when it has cleaned up (the trainer sends it after its final checkpoint). Controller
--> worker: `stop`, `counters`, and `alive` every `heartbeat_s`. Every message a worker sends
-carries its `token` (made by the controller for this incarnation of this worker); the controller
-drops messages without it.
+timeout (a learner's PPO update, a DDP rank's wait for its peers; the next heartbeat ends it,
+within `update_timeout_s`), `stopped` when it has cleaned up (the trainer sends it after its
+final checkpoint). Controller -> worker: `stop`, `counters`, and `alive` every `heartbeat_s`.
+Every message a worker sends carries its `token` (made by the controller for this incarnation
+of this worker); the controller drops messages without it.
 
 CPU cost: a worker in its own process adds `cpu_s` to every heartbeat, the process CPU time
 (all its threads: MuJoCo's, torch's, ZeroMQ's) since the previous one; the controller divides

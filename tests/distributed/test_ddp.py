@@ -201,6 +201,64 @@ def test_a_dead_rank_restarts_the_whole_group_from_the_checkpoint(tmp_path):
     assert last[0] == last[1] >= target
 
 
+@pytest.mark.slow
+def test_a_rank_waiting_for_a_slow_peer_is_not_taken_for_a_silent_one(tmp_path, caplog):
+    """Two pods: the one that ends its rollout first waits in the ranks' agreement for the other.
+    The other is made slow while alive (stopped again and again, each time for less than the
+    heartbeat timeout, and let go until it heartbeats); the waiting rank says it is busy before
+    the wait, so neither is restarted as silent."""
+    import contextlib
+    import logging
+    import os
+    import signal
+    import threading
+    import time
+
+    from waiting import wait_for
+
+    from hns_train.config import CONFIG_DIR, load_config
+    from hns_train.distributed.controller import Controller
+
+    caplog.set_level(logging.WARNING, logger="hns_train.distributed.controller")
+    timeout_s = 5
+    # Heartbeats between nearly all steps: a rollout of this tiny run is shorter than a second,
+    # and without them the update's `busy` would still stand when the wait begins; with the
+    # rollouts and updates of real runs, which take seconds, a heartbeat always comes between.
+    cfg = load_config(
+        CONFIG_DIR / "smoke.yaml",
+        [f"runs_dir={tmp_path}", "name=slow", "pipeline.launcher=local", "pipeline.backend=pod",
+         "pipeline.n_trainers=2", "pod.worlds=4", "agent.ppo.epochs=1", "agent.ppo.minibatches=1",
+         "stop.versions=0", "pipeline.heartbeat_s=0.02",
+         f"pipeline.heartbeat_timeout_s={timeout_s}"],
+    )  # fmt: skip
+    controller = Controller(cfg)
+    thread = threading.Thread(target=controller.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: controller.version >= 1, 240, "a first update")
+        slow = controller.workers["trainer1"]
+        pid, version = slow.pid, controller.version
+        end = time.monotonic() + 3 * timeout_s
+        while time.monotonic() < end and not controller.restarts:
+            seen = slow.last_seen
+            with contextlib.suppress(ProcessLookupError):  # restarted: the loop ends
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(timeout_s - 2)
+                seen = slow.last_seen  # what it sent before the stop has arrived by now
+                os.kill(pid, signal.SIGCONT)
+            # let go only until its next message: a step or two, so its rollout takes long
+            deadline = time.monotonic() + 60
+            while slow.last_seen == seen and time.monotonic() < deadline:
+                time.sleep(0.002)
+        silent = [r.getMessage() for r in caplog.records if " silent " in r.getMessage()]
+        assert controller.restarts == 0 and not silent, silent
+        wait_for(lambda: controller.version > version + 1, 120, "training to go on")
+    finally:
+        controller.request_stop("test over")
+        thread.join(120)
+    assert not thread.is_alive() and not controller.error
+
+
 def test_mixed_precision_step_stays_close_to_the_float32_step():
     """bf16 autocast (what trainers use on GPUs) changes the step only by rounding; the weights,
     optimiser and statistics stay float32/float64. Checked here on CPU autocast."""
