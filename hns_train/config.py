@@ -112,8 +112,8 @@ class PipelineConfig:
     request_timeout_s: NonNegative = 10.0  # an actor re-sends an unanswered request (0 = never)
     stall_timeout_s: NonNegative = 180.0  # a worker that heartbeats without progress this long is
     # restarted (0 = never); see controller.py for what counts as progress per kind
-    update_timeout_s: NonNegative = 1800.0  # a learner silent in one PPO update this long is
-    # restarted (0 = never): a hung collective or device call (docs/benchmarks.md: 15 s at most)
+    update_timeout_s: NonNegative = 1800.0  # a learner silent in one PPO update (or one DDP wait
+    # for its peers) this long is restarted (0 = never): a hung collective or device call
     controller_timeout_s: NonNegative = 60.0  # a worker that hears nothing from the controller for
     # this long exits (0 = never): the parent watch for workers that are not its children
     max_message_mb: AtLeast1 = 256  # largest message a socket of the run accepts, frames together

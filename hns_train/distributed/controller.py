@@ -11,8 +11,8 @@ Responsibilities:
 - endpoints for every worker, and their start through a launcher (serial, local, ray);
 - heartbeats: a worker whose process died, or that was silent for `heartbeat_timeout_s`, is
   restarted (a trainer from the newest checkpoint; with `restart_trainer=false` a dead trainer
-  stops the run with an error instead); a learner in a PPO update (`busy`) may be silent for
-  `update_timeout_s`;
+  stops the run with an error instead); a learner in a PPO update or a DDP rank waiting for its
+  peers (`busy`) may be silent for `update_timeout_s`;
 - progress, not only liveness: a worker that heartbeats but makes no progress for
   `stall_timeout_s` is restarted too. Progress per kind: an actor steps worlds, or holds
   chunks the trainer does not take (then it waits on the trainer, not stuck); a policy worker
