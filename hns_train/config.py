@@ -31,11 +31,10 @@ from typing import Annotated, Any
 import yaml
 
 from hns_train import typed_config
-from hns_train.agents.checkpoint import atomic_write_bytes
 from hns_train.agents.config import AgentConfig
 from hns_train.agents.pool import PoolConfig
 from hns_train.agents.population import PopulationConfig, parse_ranges
-from hns_train.atomic_file import read_yaml
+from hns_train.atomic_file import atomic_write_bytes, read_yaml
 from hns_train.envs import contract
 from hns_train.envs.config import GameConfig, make_config
 from hns_train.typed_config import (

@@ -164,8 +164,9 @@ class PhaseDetector:
     def from_records(
         cls, train: list[dict], onsets: list[PhaseOnset], config: PhaseConfig | None = None
     ):
-        """A detector that has seen the training records `train` and knows the recorded
-        `onsets` (`read_metrics`' two lists), for a caller that has read them already."""
+        """A detector that has seen the records `train` and knows the recorded `onsets`
+        (`read_metrics`' two lists), for a caller that has read them already. Records of other
+        kinds may be among them: `update` passes over all but training records."""
         det = cls(config)
         det.restore(onsets)
         for record in train:
