@@ -35,14 +35,14 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-def run(paths: str, threads: int, log: Path, pytest_args: list[str]) -> float:
+def run(paths: str, threads: int, log: Path, pytest_args: list[str]) -> tuple[float, bool]:
     env = {**os.environ, **environment(paths), LOG_ENV: str(log), "HNS_TEST_THREADS": str(threads)}
     start = time.perf_counter()
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "numerics"]
     done = subprocess.run([*cmd, *pytest_args], cwd=ROOT, env=env)
-    if done.returncode != 0:
-        sys.exit(f"the numerical tests failed with {paths} code paths on {threads} thread(s)")
-    return time.perf_counter() - start
+    if done.returncode != 0:  # the other runs still say how close the passing checks came
+        print(f"FAILED: the numerical tests with {paths} code paths on {threads} thread(s)")
+    return time.perf_counter() - start, done.returncode == 0
 
 
 def main() -> None:
@@ -54,11 +54,13 @@ def main() -> None:
 
     runs = [(p, t) for p in args.paths for t in args.threads]
     worst: dict[tuple[str, str], dict] = defaultdict(dict)  # (test, check) -> run -> record
+    failed = []
     with tempfile.TemporaryDirectory() as tmp:
         for paths, threads in runs:
             log = Path(tmp) / f"{paths}-{threads}.jsonl"
             log.touch()
-            seconds = run(paths, threads, log, args.pytest_args)
+            seconds, ok = run(paths, threads, log, args.pytest_args)
+            failed += [] if ok else [f"{paths}/{threads}"]
             print(f"{paths} code paths, {threads} thread(s): {seconds:.0f} s", flush=True)
             for line in log.read_text().splitlines():
                 rec = json.loads(line)
@@ -83,6 +85,7 @@ def main() -> None:
     out = {
         "cpu": cpu_name(),
         "runs": names,
+        "failed_runs": failed,
         "checks": len(summary),
         "largest_share": top["share"] if top else 0.0,
         "largest_share_check": f"{top['test']} :: {top['check']}" if top else "",
