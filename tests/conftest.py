@@ -1,8 +1,9 @@
 """Test-wide settings.
 
-Headless rendering must be chosen before MuJoCo is first imported. Torch uses one thread:
-tests act on small batches, where more threads only contend with each other and with the
-worker processes that pipeline tests start on the same two cores. Ctrl-C and SIGTERM stop the
+Headless rendering must be chosen before MuJoCo is first imported. Torch uses one thread
+(`HNS_TEST_THREADS` to measure the numerical tests with more, `bench/tolerances.py`): tests act
+on small batches, where more threads only contend with each other and with the worker processes
+that pipeline tests start on the same two cores. Ctrl-C and SIGTERM stop the
 whole suite (below).
 """
 
@@ -21,7 +22,9 @@ os.environ.setdefault("WANDB_SILENT", "true")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-torch.set_num_threads(1)
+from tests.tolerances import TEST_THREADS  # noqa: E402
+
+torch.set_num_threads(TEST_THREADS)
 
 
 # ---------------------------------------------------------------- stopping the suite on a signal

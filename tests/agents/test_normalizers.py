@@ -12,6 +12,9 @@ from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
 from hns_train.typed_config import from_dict, range_problems
 from tests.synthetic import random_observations as random_obs
+from tests.tolerances import MOMENTS, POPART, assert_close
+
+pytestmark = pytest.mark.numerics
 
 SHAPES = observation_shapes(make_config("quadrant"))
 
@@ -26,8 +29,8 @@ def test_debiased_ema_equals_mean_of_batch_statistics_early():
         stat.fold(stat.sums(x))
     everything = torch.cat(batches)  # equal batch sizes: mean of batch means = overall mean
     mean, std = stat.mean_std()
-    torch.testing.assert_close(mean, everything.mean(0), atol=1e-5, rtol=0)
-    torch.testing.assert_close(std, everything.std(0, unbiased=False), atol=1e-4, rtol=0)
+    assert_close(mean, everything.mean(0), MOMENTS, "mean")
+    assert_close(std, everything.std(0, unbiased=False), MOMENTS, "std")
 
 
 def test_obs_normalizer_clips_skips_masks_and_absent_rows():
@@ -62,7 +65,7 @@ def test_popart_update_preserves_denormalized_values():
     for targets in (torch.randn(100) * 30 + 50, torch.randn(100) * 0.5 - 4, torch.randn(7)):
         before = denormalized().detach()
         popart_update(stats, head, targets)
-        torch.testing.assert_close(denormalized().detach(), before, atol=1e-4, rtol=1e-5)
+        assert_close(denormalized(), before, POPART, "de-normalised values")
     mean, std = stats.mean_std()
     assert mean != 0 and std != 1  # the statistics did move
 
@@ -76,7 +79,7 @@ def test_value_normalizer_update_keeps_model_values():
         model.value_norm, model.value_net.head, torch.as_tensor(rng.normal(20.0, 5.0, 256))
     )
     after = model.act(obs, deterministic=True).values
-    np.testing.assert_allclose(after, before, atol=1e-4)
+    assert_close(after, before, POPART, "values")
     assert float(model.value_norm.mean_std()[0]) == pytest.approx(20.0, abs=1.0)
 
 
