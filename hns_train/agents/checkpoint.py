@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hns_train.agents.network_kinds import network_record
 from hns_train.atomic_file import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -314,7 +315,7 @@ def training_state(
         "counters": asdict(counters),
         "config": None if config is None else dict(config),
         # the network the weights belong to (kind and settings): what a loader builds
-        "network": asdict(ppo.model.config),
+        "network": network_record(ppo.model.config),
     }
     return state, meta
 

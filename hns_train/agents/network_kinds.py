@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -51,7 +51,6 @@ from hns_train.typed_config import from_dict, import_class
 SHOWN = 3  # parameters named per kind of mismatch in an error
 
 
-@runtime_checkable
 class Network(Protocol):
     """What `ActorCritic` and PPO use of a policy or value network (see the module docstring)."""
 
@@ -67,7 +66,7 @@ def network_class(kind: str) -> type[nn.Module]:
     return import_class(NETWORK_KINDS.get(kind, kind), nn.Module, "agent.network.kind")
 
 
-def build_network(layout: ObsLayout, config: NetworkConfig, n_outputs: int, mask: str) -> nn.Module:
+def build_network(layout: ObsLayout, config: NetworkConfig, n_outputs: int, mask: str) -> Network:
     """A network of `config.kind`, checked against the interface (ValueError naming what is
     missing or of the wrong shape)."""
     cls = network_class(config.kind)
