@@ -228,3 +228,16 @@ def test_task_numbers_live_in_their_sections_and_old_names_still_read():
         make_config("count_based", count_cell=0.25, count_based={"cell": 0.5})
     with pytest.raises(ValueError, match=r"unknown CountingConfig fields \['counting.show'\]"):
         make_config("object_counting", counting={"show": 5})
+
+
+def test_the_warp_game_refuses_a_task_saying_where_tasks_run():
+    from hns_train.config import CONFIG_DIR, ConfigError, load_config
+
+    asked = ["game.task=lock_and_return", "pipeline.backend=pod", "pod.physics=warp"]
+    with pytest.raises(ConfigError, match="the Warp game .* plays hide-and-seek only; tasks run"):
+        load_config(CONFIG_DIR / "smoke.yaml", asked)
+    pytest.importorskip("mujoco_warp")
+    from hns_train.envs.warp.game import WarpGame
+
+    with pytest.raises(ValueError, match="the Warp game plays hide-and-seek only .* tasks run on"):
+        WarpGame(make_config("lock_and_return"), n_worlds=1, device="cpu")
