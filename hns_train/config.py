@@ -255,8 +255,9 @@ class RunConfig:
             problems.append(f"pipeline.backend={p.backend!r} is not one of {BACKENDS}")
         if game.task != "hide_and_seek" and p.backend == "pod" and self.pod.physics == "warp":
             problems.append(
-                f"game task {game.task!r} runs on the C game only: pipeline.backend 'c', or "
-                "'pod' with pod.physics 'c' or 'auto'"
+                f"game task {game.task!r}: the Warp game (pod.physics 'warp') plays "
+                "hide-and-seek only; tasks run on the C game: pipeline.backend 'c', or 'pod' "
+                "with pod.physics 'c' or 'auto' (docs/extending.md)"
             )
         problems += _cluster_problems(p)
         problems += _range_problems(self)

@@ -24,7 +24,11 @@ Ranges: a numeric field typed `Annotated[int, Bounds(1)]` (or one of the aliases
 where it is declared (either end open or closed, odd numbers only where asked); a `(low, high)`
 tuple field typed `Annotated[tuple[int, int], Bounds(0)]` holds two such values, low <= high;
 a text field typed `Annotated[str, OneOf(names)]` names the values it takes (a tuple field
-`Annotated[tuple[str, ...], OneOf(names)]` the values its items take).
+`Annotated[tuple[str, ...], OneOf(names)]` the values its items take); a field typed
+`Annotated[str, OneOfOrClass(names, base)]` also takes an import path `package.module:Class`
+naming a subclass of `base` in the user's own code (`game.task`, `agent.network.kind`):
+`import_class(path, base, key)` resolves one, and its error names the module or class that is
+missing or the class that is not a `base`, in one line.
 `range_problems(obj)` checks every such field of a config, nested sections included, and says
 for each one out of range what it must be; a float must also be finite. The run config reports
 them all at once; a section that stands alone (`PoolConfig`, the Warp game's `BankConfig` and
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import inspect
 import itertools
 import linecache
@@ -111,6 +116,71 @@ class OneOf:
         if isinstance(value, tuple):
             return f"{key}={value!r}: {bad} not among the allowed {self.values}"
         return f"{key}={value!r} is not one of {self.values}"
+
+
+IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+def is_import_path(text: object) -> bool:
+    """Whether `text` has the form `package.module:Class`."""
+    return isinstance(text, str) and IMPORT_PATH.fullmatch(text) is not None
+
+
+def import_class(path: str, base: type | str, key: str) -> type:
+    """The class the import path `path` (`package.module:Class`) names, a subclass of `base`
+    (a class, or itself an import path, resolved first); ValueError in one line naming the
+    setting `key`, and the module or class that is missing or of the wrong kind."""
+    if isinstance(base, str):
+        base = import_class(base, object, "base")
+    if not is_import_path(path):
+        raise ValueError(f"{key}={path!r} is not an import path of the form package.module:Class")
+    module_name, class_name = path.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name and module_name.startswith(err.name):
+            raise ValueError(
+                f"{key}={path!r}: no module named {err.name!r} (is its folder on PYTHONPATH, "
+                "or its package installed?)"
+            ) from None
+        raise ValueError(f"{key}={path!r}: importing {module_name} failed: {err}") from None
+    except Exception as err:  # the user's module raised while it was imported
+        raise ValueError(
+            f"{key}={path!r}: importing {module_name} failed: {type(err).__name__}: {err}"
+        ) from None
+    found = getattr(module, class_name, None)
+    if found is None:
+        where = getattr(module, "__file__", None) or module_name
+        raise ValueError(f"{key}={path!r}: module {module_name} ({where}) has no {class_name!r}")
+    if not (isinstance(found, type) and issubclass(found, base)):
+        what = "" if isinstance(found, type) else f"a {type(found).__name__}, "
+        raise ValueError(
+            f"{key}={path!r}: {class_name} is {what}not a subclass of "
+            f"{base.__module__}.{base.__qualname__}"
+        )
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class OneOfOrClass(OneOf):
+    """A text field that takes one of `values` or the import path of a subclass of `base` (an
+    import path itself, resolved when a value is checked: the config loads without it)."""
+
+    base: str = ""
+
+    def problem(self, key: str, value: str | tuple[str, ...]) -> str | None:
+        if value in self.values:
+            return None
+        if not is_import_path(value):
+            return (
+                f"{key}={value!r} is not one of {self.values} or an import path "
+                "package.module:Class"
+            )
+        try:
+            import_class(value, self.base, key)
+        except ValueError as err:
+            return str(err)
+        return None
 
 
 AtLeast1 = Annotated[int, Bounds(1)]

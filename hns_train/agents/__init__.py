@@ -2,7 +2,8 @@
 
 Public API (no processes, no sockets; numpy at the edges):
 - `ActorCritic(shapes, NetworkConfig())` with `act(obs, state, episode_start, deterministic)`;
-  `shapes` is the env contract's `observation_shapes(game)`
+  `shapes` is the env contract's `observation_shapes(game)`; its networks are of the kind
+  `NetworkConfig.kind` names (`network_kinds.py`: the kinds and the interface they offer)
 - `PPO(model, PPOConfig())` with `update(chunks)`, `state_dict()`, `load_state_dict()`
 - `Chunk`, `ChunkRecorder`, `stack_chunks`: the one sample-chunk format
 - `AgentConfig`, `NetworkConfig`, `PPOConfig`: typed configuration with the paper's numbers

@@ -23,7 +23,8 @@ Public API:
   (global and an optional Generator) and torch (CPU and CUDA) RNG states as tensors + JSON.
 - `training_state(ppo, counters, config=None, np_rng=None) -> (state, meta)` and
   `restore_training(checkpoint, ppo, np_rng=None) -> Counters` (the config is `meta["config"]`):
-  weights, optimiser moments, normalisers (buffers of `ActorCritic`), counters, RNG states and
+  weights, optimiser moments, normalisers (buffers of `ActorCritic`), counters, RNG states, the
+  network's kind and settings (`meta["network"]`, read by `network_kinds.network_config`) and
   the resolved config in one checkpoint.
 - `CheckpointDir(folder, keep=3, prefix="ckpt_")`: `save(step, state, meta)` writes
   `<prefix><step>.pt` and prunes to the newest `keep`, after checking that the disk has room
@@ -57,6 +58,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hns_train.agents.network_kinds import network_record
 from hns_train.atomic_file import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -312,6 +314,8 @@ def training_state(
         "kind": "training",
         "counters": asdict(counters),
         "config": None if config is None else dict(config),
+        # the network the weights belong to (kind and settings): what a loader builds
+        "network": network_record(ppo.model.config),
     }
     return state, meta
 

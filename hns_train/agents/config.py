@@ -13,16 +13,26 @@ from typing import Annotated
 
 from hns_train.envs import contract
 from hns_train.envs.config import ACTION_BINS
-from hns_train.typed_config import AtLeast1, Bounds, NonNegative, Positive, Unit
+from hns_train.typed_config import AtLeast1, Bounds, NonNegative, OneOfOrClass, Positive, Unit
 
 # The factor of an exponential moving average: in (0, 1]
 Decay = Annotated[float, Bounds(0, 1, inclusive=False)]
+
+# the shipped network kinds and their classes (agents/network_kinds.py; a kind may also be the
+# import path of a network of the user's own code)
+NETWORK_KINDS = {
+    "entity": "hns_train.agents.networks:EntityNetwork",
+    "mlp": "hns_train.agents.mlp:MLPNetwork",
+}
 
 
 @dataclass
 class NetworkConfig:
     """Shape of the policy and value networks (both use the same shape, separate weights)."""
 
+    # entity (the paper's attention + LSTM), mlp (feed-forward, no memory: mlp_* below) or the
+    # import path package.module:Class of a network of your own (docs/extending.md)
+    kind: Annotated[str, OneOfOrClass(tuple(NETWORK_KINDS), "torch.nn:Module")] = "entity"
     lidar_filters: AtLeast1 = 9
     # odd: circular 'same' padding keeps the 30 rays a ring of 30
     lidar_kernel: Annotated[int, Bounds(1, odd=True)] = 3
@@ -32,6 +42,8 @@ class NetworkConfig:
     lstm_dim: AtLeast1 = 256
     # x force, y force, z torque; grab, lock: 2
     move_bins: Annotated[int, ACTION_BINS] = contract.DEFAULT_ACTION_BINS
+    mlp_layers: AtLeast1 = 2  # hidden layers of the mlp kind
+    mlp_dim: AtLeast1 = 256  # width of each of them
     head_init_std: NonNegative = 0.01  # every output head starts near uniform / near zero
     obs_norm_beta: Decay = 0.99999
     obs_clip: Positive = 5.0

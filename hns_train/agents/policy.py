@@ -1,8 +1,10 @@
 """`ActorCritic`: policy + omniscient value network, their normalisers, and batched acting.
 
 Both teams and all teammates share these parameters (the `is_hider` feature tells them apart).
-The policy network attends over visible entities, the value network over every existing one;
-their weights are separate. Everything a policy worker needs to act is in this module's
+The policy network sees the visible entities, the value network every existing one; their
+weights are separate. Both are of the kind `NetworkConfig.kind` names (the paper's entity
+network by default; `agents/network_kinds.py` builds and checks them), built here and nowhere
+else. Everything a policy worker needs to act is in this module's
 `state_dict` (weights and normaliser statistics, plain tensors).
 
 Recurrent state: one float32 array of shape (B, 4, lstm_dim) per agent batch, rows
@@ -25,7 +27,8 @@ import torch
 from torch import nn
 
 from hns_train.agents.config import NetworkConfig
-from hns_train.agents.networks import EntityNetwork, LSTMState
+from hns_train.agents.network_kinds import build_network
+from hns_train.agents.networks import LSTMState
 from hns_train.agents.normalizers import EmaMeanStd, ObsNormalizer
 from hns_train.agents.observations import ObsLayout
 
@@ -67,8 +70,10 @@ class ActorCritic(nn.Module):
             (), self.config.value_norm_beta, self.config.value_norm_min_var
         )
         policy_outputs = sum(self.action_sizes)
-        self.policy_net = EntityNetwork(self.layout, self.config, policy_outputs, "visible_mask")
-        self.value_net = EntityNetwork(self.layout, self.config, 1, "exists_mask")
+        # the network kind the config names (`agent.network.kind`), each checked against the
+        # interface PPO and this class use (network_kinds.py)
+        self.policy_net = build_network(self.layout, self.config, policy_outputs, "visible_mask")
+        self.value_net = build_network(self.layout, self.config, 1, "exists_mask")
         self.to(default_device() if device is None else torch.device(device))
 
     @property

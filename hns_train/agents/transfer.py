@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from hns_train.agents.checkpoint import Checkpoint, load_checkpoint, resolve_checkpoint
+from hns_train.agents.network_kinds import network_config
 from hns_train.agents.observations import ObsLayout
 from hns_train.envs.config import GameConfig, make_config, nest_moved
 from hns_train.envs.contract import observation_shapes
@@ -130,6 +131,12 @@ def load_pretrained(model: torch.nn.Module, checkpoint: Checkpoint) -> TransferR
     see the module docstring for what is and is not transferred."""
     if checkpoint.meta.get("kind") != "training" or "ppo" not in checkpoint.state:
         raise ValueError(f"{checkpoint.path} is not a training checkpoint")
+    saved_kind, own_kind = network_config(checkpoint.meta).kind, model.config.kind
+    if saved_kind != own_kind:  # else only the normalisers would load, and silently
+        raise ValueError(
+            f"{checkpoint.path} holds a {saved_kind!r} network, this run's is {own_kind!r}: "
+            f"fine-tuning starts a network of the same kind (agent.network.kind={saved_kind})"
+        )
     source = source_game(checkpoint.meta, str(checkpoint.path))
     src_layout = ObsLayout.from_shapes(observation_shapes(source))
     saved = _by_kind(checkpoint.state["ppo"]["model"], src_layout)

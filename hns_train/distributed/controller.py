@@ -63,6 +63,7 @@ from hns_train.agents.checkpoint import (
     resolve_checkpoint,
     room_problem,
 )
+from hns_train.agents.network_kinds import network_config, weights_problem
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import PolicyPool
 from hns_train.atomic_file import atomic_write_bytes
@@ -710,17 +711,14 @@ def _resume_checkpoint(run_dir: Path, model: ActorCritic) -> Checkpoint:
     if weights is not None:
         # Refused here, before any worker starts: a trainer could not load it, and each
         # restart would fail the same way.
-        try:
-            model.load_state_dict(weights)
-        except RuntimeError as err:  # missing keys or size mismatches, one per line
-            lines = str(err).splitlines()
-            first = lines[min(1, len(lines) - 1)].strip().rstrip(".")
+        problem = weights_problem(model, weights, network_config(checkpoint.meta))
+        if problem:
             raise ValueError(
                 f"--resume {run_dir}: {Path(checkpoint.path).name} does not fit this run's "
-                f"network and game ({first}); a run resumes with the agent.network and game "
+                f"network and game ({problem}); a run resumes with the agent.network and game "
                 "settings it was trained with: drop the overrides that change them, or start a "
                 "new run (another name=...)"
-            ) from None
+            )
     return checkpoint
 
 

@@ -42,6 +42,7 @@ from hns_train.typed_config import (
     Finite,
     NonNegative,
     OneOf,
+    OneOfOrClass,
     Positive,
     fits,
     from_dict,
@@ -131,6 +132,7 @@ TASK_MODULES = {
     "count_based": "intrinsic",  # pretraining: count-based exploration, no game reward
 }
 TASK_NAMES = ("hide_and_seek", *TASK_MODULES)
+TASK_BASE = "hns_train.envs.tasks:Task"  # what a task named by import path must subclass
 WALL_MODES = ("quadrant", "random", "tri", "none", "counting")
 PLACEMENT_MODES = ("quadrant", "uniform", "counting")
 COUNT_STATES = ("objects", "objects_agents")
@@ -158,9 +160,10 @@ def _upper_end(range_field: str) -> property:
 @dataclass(frozen=True)
 class GameConfig:
     preset: str = "quadrant"
-    #: hide_and_seek, or a transfer task (tasks.py; its numbers in its section below, its world
-    #: set by its preset; docs/transfer.md)
-    task: Annotated[str, OneOf(TASK_NAMES)] = "hide_and_seek"
+    #: hide_and_seek, a transfer task (tasks.py; its numbers in its section below, its world
+    #: set by its preset; docs/transfer.md), or the import path package.module:Class of a Task
+    #: subclass of your own (docs/extending.md)
+    task: Annotated[str, OneOfOrClass(TASK_NAMES, TASK_BASE)] = "hide_and_seek"
 
     # Teams and episode
     n_hiders: Range = (2, 2)  #: (low, high) hiders per episode, drawn uniformly at each reset [§1]

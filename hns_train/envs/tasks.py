@@ -1,11 +1,14 @@
 """Transfer tasks: the paper's intelligence tests on the hide-and-seek bodies and contract.
 
-A task replaces the hide-and-seek reward and adds a score; everything else is the game of
-`game.py`: the same bodies, physics, locks and grabs, the same observation keys and action
-layout, so a hide-and-seek policy loads into a task unchanged (`hns_train/agents/transfer.py`).
-`GameConfig.task` names the task (`"hide_and_seek"`: none, the game's own reward); the presets of
-`config.py` set each task's world, and its numbers are its own section of the config
-(`cfg.lock`, `cfg.blueprint`, `cfg.shelter`, `cfg.counting`, `cfg.count_based`).
+A task writes its reward over the hide-and-seek reward (replacing it, or adding to it) and adds
+a score; everything else is the game of `game.py`: the same bodies, physics, locks and grabs,
+the same observation keys and action layout, so a hide-and-seek policy loads into a task
+unchanged (`hns_train/agents/transfer.py`).
+`GameConfig.task` names the task (`"hide_and_seek"`: none, the game's own reward), or gives the
+import path `package.module:Class` of a `Task` subclass in the user's own code
+(docs/extending.md); the presets of `config.py` set each shipped task's world, and its numbers
+are its own section of the config (`cfg.lock`, `cfg.blueprint`, `cfg.shelter`, `cfg.counting`,
+`cfg.count_based`). Tasks run on the C game only; the Warp game refuses them.
 
 A task is a part of the game that the game calls; it reads the game through `GameView` (the
 state a task may read) and never writes it: what a task changes, it says through its hooks,
@@ -16,8 +19,10 @@ and the game applies it. At every reset and step a task may
 - say which objects may be locked this step (`lockable`, e.g. the order rule of sequential
   lock) and which entities it moves itself (`pins`: their poses at the end of the step, e.g.
   the boxes of object counting), which the game applies before the physics;
-- write its reward over the game's (`reward`: (W, A) float32, in place), which the game then
-  returns; the game's own per-team returns are replaced by the task's in the episode statistics;
+- write its reward (`reward`: (W, A) float32, in place): the array holds the game's reward of
+  this step (team reward and penalties, hide-and-seek's), which the task may replace (the
+  shipped tasks do) or add to; the game then zeroes the rows of absent agents and returns it,
+  and the episode statistics' per-team returns are sums of it;
 - give the episode's score at its end (`score`: (len(worlds),) float64), reported in `info` as
   `task_score` (success 0/1, a count or a reward, per task; see docs/transfer.md), with the
   task's own statistics (`extra_stats`, the keys `stat_names` lists). `stat_keys(cfg)` is every
@@ -40,6 +45,7 @@ import numpy as np
 
 from hns_train.envs.config import TASK_MODULES, GameConfig
 from hns_train.envs.stats import STAT_KEYS
+from hns_train.typed_config import import_class, is_import_path
 
 HIDE_AND_SEEK = "hide_and_seek"
 
@@ -98,10 +104,13 @@ class Task:
 
     def __init_subclass__(cls, name: str = "", stat_names: tuple[str, ...] = (), **kw) -> None:
         """`class Blueprint(Task, name="blueprint", stat_names=(...))` makes the task of that
-        name (GameConfig.task) available, reporting those statistics."""
+        name (GameConfig.task) available, reporting those statistics; a task of the user's own
+        code gives only its statistics and is named by its import path."""
         super().__init_subclass__(**kw)
+        if stat_names:
+            cls.stat_names = tuple(stat_names)
         if name:
-            cls.name, cls.stat_names = name, stat_names
+            cls.name = name
             TASKS[name] = cls
 
     def __init__(self, cfg: GameConfig, game: GameView) -> None:
@@ -173,8 +182,10 @@ TASKS: dict[str, type[Task]] = {}  # each task module adds its classes on its fi
 
 
 def task_class(name: str) -> type[Task]:
-    """The `Task` subclass of a task name that `GameConfig.task` allowed (not hide-and-seek,
-    which has none)."""
+    """The `Task` subclass of a task name or import path that `GameConfig.task` allowed (not
+    hide-and-seek, which has none)."""
+    if is_import_path(name):
+        return import_class(name, Task, "game.task")
     importlib.import_module(f"hns_train.envs.{TASK_MODULES[name]}")
     return TASKS[name]
 

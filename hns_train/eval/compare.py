@@ -3,7 +3,9 @@
 Prints one table (phase | Rapid | SRL | this run: episodes, frames, hours, episodes relative to
 Rapid) with rows for the time to ramp defense and the hardware, and writes a PNG of the
 behaviour statistics versus episodes (log x) with Rapid's onsets (dashed) and this run's
-(solid) marked. The baseline numbers come from `baselines.yaml`, never from this module.
+(solid) marked, one panel per group of statistics the run's game can move (chase has no boxes,
+ramps or preparation: only its outcome is drawn). The baseline numbers come from
+`baselines.yaml`, never from this module.
 
 This run's onsets are its `phase` records in metrics.jsonl; phases without a record are filled
 in by running the detector (`phases.PhaseDetector`) over its training records, so a run made
@@ -19,10 +21,12 @@ import math
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from hns_train.atomic_file import read_yaml
+from hns_train.envs.config import make_config
 from hns_train.eval.baselines import Baselines, load_baselines
 from hns_train.eval.figure import panels, save_png, side_legend
 from hns_train.eval.phases import (
@@ -40,7 +44,9 @@ MAX_PIXELS = 8000  # per side; beyond this matplotlib needs gigabytes
 SMOOTH_RECORDS = 5  # rolling mean drawn over the raw per-record values
 TABLE_WIDTH = 100  # terminal columns the table and its notes fit in
 
-# Panels of the plot: (title, [(label, the episode statistic drawn)]).
+# Panels of the plot: (title, [(label, the episode statistic drawn)], whether a game has it).
+# A panel whose statistics a game cannot move (chase has no boxes, ramps or preparation) is
+# left out: it would be a flat line at zero.
 PANELS = [
     (
         "boxes (preparation)",
@@ -48,6 +54,7 @@ PANELS = [
             ("max box move in prep (m)", "max_box_move_prep"),
             ("boxes locked in prep", "num_box_lock_prep"),
         ],
+        lambda game: game.max_boxes > 0 and game.prep_steps > 0,
     ),
     (
         "ramps",
@@ -55,9 +62,18 @@ PANELS = [
             ("ramp move after prep (m)", "ramp_move_after_prep"),
             ("ramps locked in prep", "num_ramp_lock_prep"),
         ],
+        lambda game: game.n_ramps > 0,
     ),
-    ("box surfing", [("seeker surf steps / episode", "num_box_surf")]),
-    ("outcome", [("hidden fraction (hiders win > 0.5)", "hidden_fraction")]),
+    (
+        "box surfing",
+        [("seeker surf steps / episode", "num_box_surf")],
+        lambda game: game.max_boxes > 0,
+    ),
+    (
+        "outcome",
+        [("hidden fraction (hiders win > 0.5)", "hidden_fraction")],
+        lambda game: True,
+    ),
 ]
 
 
@@ -72,6 +88,14 @@ class RunSummary:
     records: list[dict]
     onsets: dict[str, PhaseOnset]
     recorded: set[str] = field(default_factory=set)  # phases with a phase record in the file
+    game: Any = None  # its GameConfig; None where config.yaml does not make one
+
+    def panels(self) -> tuple[list, list[str]]:
+        """The plot's panels for this run's game, and the titles of those left out."""
+        if self.game is None:
+            return [p[:2] for p in PANELS], []
+        kept = [p[:2] for p in PANELS if p[2](self.game)]
+        return kept, [p[0] for p in PANELS if not p[2](self.game)]
 
     @property
     def last(self) -> dict:
@@ -89,6 +113,10 @@ def load_run(run_dir: str | Path) -> RunSummary:
     records, recorded = read_metrics(metrics)
     detector = PhaseDetector.from_records(records, recorded)  # the file is read once
     game = config.get("game") if isinstance(config.get("game"), dict) else {}
+    try:
+        game_config = make_config(**game)
+    except (TypeError, ValueError):  # a config of another version: every panel is drawn
+        game_config = None
     hardware = read_yaml(run_dir / "hardware.yaml")  # written by the controller
     return RunSummary(
         path=run_dir,
@@ -98,6 +126,7 @@ def load_run(run_dir: str | Path) -> RunSummary:
         records=records,
         onsets=dict(detector.fired),
         recorded={o.phase for o in recorded},
+        game=game_config,
     )
 
 
@@ -263,16 +292,24 @@ def plot_run(
     height: int = DEFAULT_HEIGHT,
 ) -> Path:
     """Write the PNG (exactly width x height pixels) and return its path."""
+    return save_png(draw_run(run, baselines, width, height), out)
+
+
+def draw_run(
+    run: RunSummary, baselines: Baselines, width: int = DEFAULT_WIDTH, height: int = DEFAULT_HEIGHT
+) -> Any:
+    """The figure `plot_run` writes: a panel per statistic group the run's game has."""
     for name, v in (("width", width), ("height", height)):
         if not isinstance(v, int) or not 200 <= v <= MAX_PIXELS:
             raise ValueError(f"{name}={v!r} pixels must be an integer in [200, {MAX_PIXELS}]")
-    fig, axes = panels(width, height, len(PANELS))
+    drawn, left_out = run.panels()
+    fig, axes = panels(width, height, len(drawn))
     rapid = baselines.rapid
     all_marks = [(p, m.episodes) for p, m in rapid.phases.items() if m.episodes]
     lo, hi = x_range(run, all_marks)
     marks = [(p, ep) for p, ep in all_marks if lo <= ep <= hi]
     colours = ["tab:blue", "tab:orange"]
-    for ax, (title, lines) in zip(axes, PANELS, strict=True):
+    for ax, (title, lines) in zip(axes, drawn, strict=True):
         for colour, (label, stat) in zip(colours, lines, strict=False):
             x, y = _series(run.records, stat)
             if len(x):
@@ -309,14 +346,19 @@ def plot_run(
         if not run.onsets
         else f"{len(run.onsets)} of {len(PHASES)} phases reached"
     )
-    fig.suptitle(
-        f"{run.name}: behaviour statistics vs episodes ({status}); "
-        "dashed: Rapid onsets, green: this run; Rapid's later onsets are listed in the box",
-        fontsize=11,
-    )
-    fig.tight_layout(rect=(0, 0, 1, 0.97))  # makes room for the legends right of the panels
+    # the title names only what is drawn: a short run's span holds no Rapid onset
+    key = ["dashed: Rapid onsets"] if marks else []
+    key += ["green: this run's"] if any(o.episodes > 0 for o in run.onsets.values()) else []
+    key += ["Rapid's later onsets are listed in the box"] if beyond else []
+    title = f"{run.name}: behaviour statistics vs episodes ({status})"
+    title += "; " + ", ".join(key) if key else ""
+    if left_out:
+        title += f"\nnot drawn, the {run.preset or 'run'} game has none: {', '.join(left_out)}"
+    fig.suptitle(title, fontsize=11)
+    top = 0.97 if not left_out else 0.94
+    fig.tight_layout(rect=(0, 0, 1, top))  # makes room for the legends right of the panels
     _label_onsets(fig, axes[0], marks, run)
-    return save_png(fig, out)
+    return fig
 
 
 def x_range(run: RunSummary, marks: list[tuple[str, float]]) -> tuple[float, float]:

@@ -41,6 +41,7 @@ from torch import nn
 
 from hns_train.agents.checkpoint import load_checkpoint
 from hns_train.agents.config import NetworkConfig
+from hns_train.agents.network_kinds import network_config
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.transfer import (
     SCRATCH,
@@ -49,7 +50,6 @@ from hns_train.agents.transfer import (
     match_observations,
     source_game,
 )
-from hns_train.config import config_from_dict
 from hns_train.envs import contract
 from hns_train.envs.config import GameConfig
 from hns_train.envs.contract import observation_shapes
@@ -188,7 +188,7 @@ def frozen_network(
     path = checkpoint_path(init)
     ckpt = load_checkpoint(path)  # read once: its metadata sizes the network, then its weights
     own = dataclasses.replace(cfg, **match_observations(cfg, source_game(ckpt.meta, str(path))))
-    network = config_from_dict(ckpt.meta["config"], source=str(path)).agent.network
+    network = network_config(ckpt.meta)  # the network the checkpoint names
     net = ActorCritic(observation_shapes(own), network, device="cpu")
     load_pretrained(net, ckpt)
     return net.eval(), own

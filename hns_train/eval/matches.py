@@ -80,11 +80,13 @@ class PolicyController:
         network_config: Any = None,
         deterministic: bool = True,
     ) -> PolicyController:
-        """Build an `ActorCritic` from pool weights (e.g. `SnapshotCache.get(version)`)."""
+        """Build an `ActorCritic` from pool weights (e.g. `SnapshotCache.get(version)`);
+        ValueError naming the parameters where they do not fit."""
+        from hns_train.agents.network_kinds import load_weights
         from hns_train.agents.policy import ActorCritic
 
         model = ActorCritic(obs_shapes, network_config, device="cpu")
-        model.load_state_dict(state_dict)
+        load_weights(model, state_dict, f"policy {policy_id}")
         model.eval()
         return cls(model, policy_id, deterministic)
 

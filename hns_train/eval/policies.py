@@ -14,6 +14,7 @@ hns_train.eval play` and the bench scripts load and play.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ class PolicyFile:
 def load_policy_file(path: str | os.PathLike) -> PolicyFile:
     """Read a checkpoint or snapshot; ValueError names what is wrong (never unpickles)."""
     from hns_train.agents.checkpoint import load_checkpoint
+    from hns_train.agents.network_kinds import network_config
     from hns_train.config import ConfigError, config_from_dict, load_config
 
     path = Path(path)
@@ -73,6 +75,12 @@ def load_policy_file(path: str | os.PathLike) -> PolicyFile:
             )
     except ConfigError as e:
         raise ValueError(str(e)) from None
+    # the network the file names (its record; older files: its config's, else `entity`)
+    try:
+        network = network_config(meta, config.agent.network)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+    config = dataclasses.replace(config, agent=dataclasses.replace(config.agent, network=network))
     return PolicyFile(path, dict(weights), config, None if version is None else int(version), kind)
 
 
@@ -91,10 +99,10 @@ def policy_controller(
             source.config.agent.network,
             deterministic=deterministic,
         )
-    except RuntimeError as e:  # load_state_dict: missing keys or size mismatches
+    except ValueError as e:  # the parameters that do not fit, named
         raise ValueError(
             f"{source.path} does not fit the {game_cfg.preset!r} game's observations or its "
-            f"run's network config: {str(e).splitlines()[0]}"
+            f"run's network config: {str(e).partition(': ')[2]}"
         ) from None
 
 

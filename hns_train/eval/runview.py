@@ -25,6 +25,7 @@ from pathlib import Path
 
 from hns_train.agents.pool import LATEST, ROLES, PolicyPool
 from hns_train.agents.pool_index import DB_NAME
+from hns_train.atomic_file import read_yaml
 from hns_train.eval.phases import read_metrics
 from hns_train.eval.population_view import MANIFEST, population_view
 from hns_train.eval.ratings import Ratings
@@ -101,6 +102,21 @@ def newest_replays(run_dir: str | Path, n: int = N_REPLAYS) -> list[tuple[Path, 
     return out
 
 
+def no_ratings_note(run_dir: Path) -> str:
+    """Why a run's leaderboard is empty: it has no evaluation workers (`eval.n_workers=0`, as
+    the chase config), or their first rated round has not finished."""
+    config = read_yaml(run_dir / "config.yaml")
+    section = config.get("eval") if isinstance(config, dict) else None
+    workers = section.get("n_workers") if isinstance(section, dict) else None
+    if workers == 0:
+        return (
+            "no rated matches: this run has no evaluation workers (eval.n_workers=0; the chase "
+            f"config runs none): `python -m hns_train.eval play {run_dir} random` plays its "
+            "newest checkpoint now, and eval.n_workers=1 rates a run as it trains"
+        )
+    return "no rated matches yet (evaluation workers rate the latest policy every eval.every_s)"
+
+
 def _fmt_rate(t: Tally) -> str:
     return "-" if t.rate is None else f"{t.rate:.2f} ({t.games})"
 
@@ -141,7 +157,7 @@ def run_view(run_dir: str | Path) -> int:
         newest = ratings.matches(limit=1)
         total = ratings.conn.execute("SELECT COUNT(*) FROM matches").fetchone()[0]
         print(f"\nleaderboard ({total} rated matches; openskill mu ± 3 sigma, by mu - 3 sigma)")
-        print(ratings.format_leaderboard() if board else "  no rated matches yet")
+        print(ratings.format_leaderboard() if board else f"  {no_ratings_note(run_dir)}")
         records_by_class = win_rates(ratings)
     if records_by_class:
         stats = (newest[0].get("stats") or {}) if newest else {}

@@ -19,7 +19,7 @@ machines) on the model the replay rebuilds; this module adds, per frame:
 
 Cameras: `top` (the model's orthographic overhead camera) or `follow:AGENT` (a free camera
 `FOLLOW_DISTANCE` m behind and `FOLLOW_ELEVATION` degrees above agent AGENT, looking along its
-heading; where a wall or a box would hide the agent it looks down more steeply or comes closer,
+heading; where a wall or a box would hide the agent it comes closer, then looks down more steeply,
 so the agent stays in view next to walls and boxes; AGENT is the env's agent name, e.g.
 `seeker_0`, or a slot number). Frame rate defaults to real time (`Replay.fps`): 1 / (timestep *
 substeps) = 13.3 fps for the presets. mp4 (H.264 via imageio-ffmpeg) needs even frame sizes; gif
@@ -50,9 +50,15 @@ from hns_train.typed_config import Bounds, check_ranges
 
 FOLLOW_DISTANCE = 2.5
 FOLLOW_ELEVATION = -35.0
-# Where a wall or an object would hide the agent, the camera looks down more steeply, or, where
-# every angle is blocked, moves in front of the obstacle (FOLLOW_MARGIN m before it).
+# Where a wall or an object would hide the agent, the camera first comes closer, in front of
+# the obstacle (FOLLOW_MARGIN m before it) down to FOLLOW_NEAR m, or turns round the agent, and
+# only then looks down more steeply: a steep camera behind an agent that backs onto the outer
+# wall sees mostly the wall's top and the void beyond it.
 FOLLOW_ELEVATIONS = (FOLLOW_ELEVATION, -50.0, -65.0, -80.0, -89.0)
+FOLLOW_NEAR = 1.2
+# Azimuths (degrees from behind the agent) tried at each elevation before a steeper one: an
+# agent with its back to a wall is seen from beside it, with the arena in the picture.
+FOLLOW_TURNS = (0.0, 45.0, -45.0, 90.0, -90.0)
 FOLLOW_MIN_DISTANCE = 0.8
 FOLLOW_MARGIN = 0.1
 VISIBLE_GROUPS = np.array([1, 1, 1, 0, 0, 0], np.uint8)  # geom groups a frame shows
@@ -175,29 +181,33 @@ class ReplayVideo:
         return image
 
     def _aim(self, target: np.ndarray, azimuth: float) -> None:
-        """Point the follow camera at `target` from behind (`azimuth`): `FOLLOW_DISTANCE` m away
-        at the first of `FOLLOW_ELEVATIONS` with nothing in between (a wall or a box between the
-        agent and the camera would hide the agent), else where the clear line is longest, in
-        front of what blocks it."""
+        """Point the follow camera at `target` from behind (`azimuth`): the first pose of
+        `FOLLOW_ELEVATIONS` x `FOLLOW_TURNS` (turned that far round the agent) with at least
+        `FOLLOW_NEAR` m clear (a wall or a box between the agent and the camera would hide the
+        agent), `FOLLOW_DISTANCE` m away or in front of what blocks the line; else the pose
+        where the clear line is longest."""
         cam = self.camera
         cam.lookat[:] = target
-        cam.azimuth = azimuth
         body = int(self.index.agent_body[self.follow])
         hit_geom = np.zeros(1, np.int32)
-        best = (-1.0, FOLLOW_ELEVATION)
+        best = (-1.0, FOLLOW_ELEVATION, azimuth)
         for elevation in FOLLOW_ELEVATIONS:
-            az, el = np.radians(azimuth), np.radians(elevation)
-            back = -np.array([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)])
-            hit = mujoco.mj_ray(
-                self.model, self.data, target, back, VISIBLE_GROUPS, 1, body, hit_geom
-            )
-            clear = FOLLOW_DISTANCE if hit < 0 else min(hit - FOLLOW_MARGIN, FOLLOW_DISTANCE)
-            if clear > best[0]:
-                best = (clear, elevation)
-            if clear >= FOLLOW_DISTANCE:
-                break
+            for turn in FOLLOW_TURNS:
+                az, el = np.radians(azimuth + turn), np.radians(elevation)
+                back = -np.array([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)])
+                hit = mujoco.mj_ray(
+                    self.model, self.data, target, back, VISIBLE_GROUPS, 1, body, hit_geom
+                )
+                clear = FOLLOW_DISTANCE if hit < 0 else min(hit - FOLLOW_MARGIN, FOLLOW_DISTANCE)
+                if clear >= FOLLOW_NEAR or clear > best[0]:
+                    best = (clear, elevation, azimuth + turn)
+                if clear >= FOLLOW_NEAR:
+                    break
+            else:
+                continue
+            break
         cam.distance = max(best[0], FOLLOW_MIN_DISTANCE)
-        cam.elevation = best[1]
+        cam.elevation, cam.azimuth = best[1], best[2]
 
     def frames(self, progress: bool = False) -> Iterator[np.ndarray]:
         from tqdm import tqdm

@@ -79,6 +79,67 @@ def test_bad_task_names_are_refused():
         make_config("quadrant", n_seekers=(0, 0))
 
 
+BONUS_TASK = """
+import numpy as np
+from hns_train.envs.tasks import Task
+
+class Bonus(Task, stat_names=("bonus_steps",)):
+    def reset(self, worlds):
+        super().reset(worlds)
+        self.steps = np.zeros(self.game.n_worlds)
+
+    def reward(self, reward):
+        reward += 1.0
+        self.steps += 1
+
+    def extra_stats(self, worlds):
+        return {"bonus_steps": self.steps[worlds]}
+"""
+
+
+def test_a_task_named_by_import_path_adds_to_the_games_reward(tmp_path, monkeypatch):
+    """A task of the user's own module (on sys.path, not in the package) receives the game's
+    reward of the step and may add to it; its statistic is reported with the game's."""
+    (tmp_path / "bonus_task.py").write_text(BONUS_TASK)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = make_config("chase", horizon=4, task="bonus_task:Bonus")
+    assert tasks.stat_keys(cfg) == (*STAT_KEYS, "bonus_steps")
+    own, plain = (
+        HideAndSeekGame(c, n_worlds=2, seed=3) for c in (cfg, make_config("chase", horizon=4))
+    )
+    own.reset()
+    plain.reset()
+    actions = np.random.default_rng(0).integers(0, 2, (2, own.n_agents, 5))
+    for _ in range(cfg.horizon):
+        _, reward, _, infos = own.step(actions)
+        _, base, _, plain_infos = plain.step(actions)
+        np.testing.assert_allclose(reward, base + 1.0)
+    assert [i["bonus_steps"] for i in infos] == [cfg.horizon] * 2
+    for info, plain_info in zip(infos, plain_infos, strict=True):
+        for team in ("hider_return", "seeker_return"):
+            assert info[team] == pytest.approx(plain_info[team] + cfg.horizon)
+
+
+@pytest.mark.parametrize(
+    ("task", "said"),
+    [
+        ("no_such_tasks:Bonus", "no module named 'no_such_tasks' (is its folder on PYTHONPATH"),
+        ("hns_train.envs.tasks:Bonus", "module hns_train.envs.tasks ("),
+        (
+            "hns_train.envs.tasks:GameView",
+            "GameView is not a subclass of hns_train.envs.tasks.Task",
+        ),
+        ("math:pi", "pi is a float, not a subclass of hns_train.envs.tasks.Task"),
+        ("tasks.py", "is not one of ('hide_and_seek', "),
+    ],
+)
+def test_a_task_import_path_that_does_not_resolve_is_named_in_one_line(task, said):
+    with pytest.raises(ValueError) as err:
+        make_config("quadrant", task=task)
+    assert f"task={task!r}" in str(err.value) and said in str(err.value)
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("task", sorted(tasks.TASK_MODULES))
 def test_every_task_reports_the_statistics_it_names(task):
     """An ended episode's statistics are exactly `stat_keys`: the game's, then the task's own,
@@ -167,3 +228,16 @@ def test_task_numbers_live_in_their_sections_and_old_names_still_read():
         make_config("count_based", count_cell=0.25, count_based={"cell": 0.5})
     with pytest.raises(ValueError, match=r"unknown CountingConfig fields \['counting.show'\]"):
         make_config("object_counting", counting={"show": 5})
+
+
+def test_the_warp_game_refuses_a_task_saying_where_tasks_run():
+    from hns_train.config import CONFIG_DIR, ConfigError, load_config
+
+    asked = ["game.task=lock_and_return", "pipeline.backend=pod", "pod.physics=warp"]
+    with pytest.raises(ConfigError, match="the Warp game .* plays hide-and-seek only; tasks run"):
+        load_config(CONFIG_DIR / "smoke.yaml", asked)
+    pytest.importorskip("mujoco_warp")
+    from hns_train.envs.warp.game import WarpGame
+
+    with pytest.raises(ValueError, match="the Warp game plays hide-and-seek only .* tasks run on"):
+        WarpGame(make_config("lock_and_return"), n_worlds=1, device="cpu")

@@ -249,3 +249,26 @@ def test_the_viewer_gets_the_video_overlays_without_a_render_context(replay):
     grabs = int((replay["grabbed"][t] >= 0).sum())
     assert scene.ngeom == cfg.n_ramps + 4 * locked + sight + grabs
     video.close()
+
+
+@pytest.mark.parametrize("yaw", [np.pi / 2, np.pi / 2 + 0.3])
+def test_follow_camera_stays_in_the_arena_when_its_agent_backs_onto_a_wall(yaw):
+    """The seeker 0.4 m from the west wall, facing east: behind it a camera looking down over
+    the wall showed mostly the wall's top and the void beyond it (play recordings of chase,
+    whose seeker ends up against a wall). It turns round the agent instead: it stays inside
+    the arena, at its usual elevation."""
+    cfg = make_config("chase")
+    seeker = cfg.max_hiders
+    noop = np.zeros((1, cfg.max_agents, 5), np.int64) + [5, 5, 5, 0, 0]
+    rp = recorder.record_episode(cfg, lambda obs: noop, seed=0)
+    opts = V.VideoOptions(width=W, height=H, camera="follow:seeker_0", text=False)
+    with V.ReplayVideo(rp, opts) as video:
+        joints = video.index.agent_qpos[seeker]
+        rp.arrays["qpos"][0, joints[[0, 1, 3]]] = (0.4, cfg.floor_size / 2, yaw)
+        video.frame(0)
+        cam = video.camera
+        az, el = np.radians(cam.azimuth), np.radians(cam.elevation)
+        forward = np.array([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)])
+        position = np.array(cam.lookat) - cam.distance * forward
+    assert 0 < position[0] < cfg.floor_size and 0 < position[1] < cfg.floor_size, position
+    assert cam.elevation == V.FOLLOW_ELEVATION and cam.distance >= V.FOLLOW_NEAR

@@ -102,7 +102,11 @@ class WarpGame:
     ):
         cfg = game_config(cfg)
         if cfg.task != HIDE_AND_SEEK:
-            raise ValueError(f"game task {cfg.task!r} runs on the C game only (VectorGame)")
+            raise ValueError(
+                f"game task {cfg.task!r}: the Warp game plays hide-and-seek only (a task's hooks "
+                "are host code); tasks run on the C game: VectorGame, the pipeline, or pods with "
+                "pod.physics 'c' or 'auto' (docs/extending.md)"
+            )
         self.cfg = cfg
         self.stat_keys = STAT_KEYS  # no task: the game's own statistics
         self.n_worlds = W = n_worlds
