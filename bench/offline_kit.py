@@ -212,6 +212,18 @@ def select(
         carried.update(more)
 
 
+def in_kit(name: str, resolved: dict[str, dict], keep: set, python_version: str) -> list[str]:
+    """The kit's packages that `name` requires: the installer holds it back until they are
+    there too, rather than let it shadow the node's own copy with one it cannot import."""
+    env = marker_env(python_version)
+    deps = set()
+    for dep in resolved[name]["metadata"].get("requires_dist") or []:
+        dep = Requirement(dep)
+        if dep.marker is None or dep.marker.evaluate(env):
+            deps.add(canonicalize_name(dep.name))
+    return sorted(deps & keep)
+
+
 def read_node_packages(path: Path) -> dict[str, str | None]:
     """{canonical name: version, or None where not known} from NAME or NAME==VERSION lines."""
     try:
@@ -418,6 +430,7 @@ def build(args: argparse.Namespace) -> dict:
                     "part": n + 1,
                     "sha256": sha256(wheel),
                     "needed_for": NEEDED_FOR.get(name, ""),
+                    "requires": in_kit(name, resolved, keep, args.python_version),
                 }
             )
         # Warp last: what every run needs is complete in the first parts
@@ -455,6 +468,7 @@ def build(args: argparse.Namespace) -> dict:
                     "sha256": sha256(stored),
                     "xz_sha256": sha256(blob),
                     "needed_for": NEEDED_FOR.get(name, ""),
+                    "requires": in_kit(name, resolved, keep, args.python_version),
                 }
             )
         while len(parts) > 1 and not parts[-1]:

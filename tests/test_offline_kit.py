@@ -113,6 +113,8 @@ def test_kit_installs_without_index_and_runs_gpu_day(kit, tmp_path):
     assert f"part-{hold} is missing" in first.stdout
     assert "mujoco-core" in first.stdout
     assert "mujoco_core" not in (target / ".hns-kit-installed").read_text()
+    # mujoco itself is held back: it needs mujoco-core
+    assert "held back: mujoco, which needs mujoco-core" in first.stdout
     assert (target / "pettingzoo").is_dir()  # a wheel of a part that is present
 
     # a damaged piece is refused by its checksum, plainly
@@ -293,3 +295,19 @@ def test_a_kit_inside_the_checkout_must_be_ignored_by_git(offline_kit, tmp_path)
     assert not offline_kit.inside_and_carried(tmp_path / "kit", ROOT)
     with pytest.raises(SystemExit, match="inside the checkout and git does not ignore it"):
         offline_kit.main(["--out", str(ROOT / "kit-here"), "--part-mb", "4"])
+
+
+def test_a_wheel_that_needs_a_missing_part_is_held_back():
+    kit_install = load_script("bench/kit_install.py")
+    entries = [
+        {"project": "numba", "part": 1, "requires": ["llvmlite", "numpy"]},
+        {"project": "llvmlite", "pieces": [{"part": 1}, {"part": 2}], "requires": []},
+        {"project": "pyzmq", "part": 1, "requires": []},
+        {"project": "needs-numba", "part": 1, "requires": ["numba"]},
+        {"project": "warp-lang", "pieces": [{"part": 2}, {"part": 3}]},  # a kit without requires
+    ]
+    assert kit_install.held_back(entries, {1}) == {
+        "numba": ["llvmlite"],
+        "needs-numba": ["numba"],
+    }
+    assert kit_install.held_back(entries, {1, 2}) == {}
