@@ -19,8 +19,10 @@ checksums checked) and `kit.json` (what is where).
 - Size: a device call carries the checkout's tree (tracked files and untracked ones git does not
   ignore) and one part, together at most `--call-mb` MiB (default 56: the call's limit is 64,
   the rest is room for the tree to grow). A part is at most `--part-mb` MiB, by default what
-  the tree leaves of `--call-mb`; a part that would not fit beside the tree is refused before
-  anything is written, naming both sizes. Each part's size is printed next to the tree's.
+  the tree leaves of `--call-mb` less 1 MiB (the checkout may grow a little before the call);
+  a part that would not fit beside the tree is refused before anything is written, naming
+  both sizes. Each part's size is printed next to the tree's. Split wheels' xz streams are
+  kept in ~/.cache/hns-train-kit-xz, so a rebuild does not compress them again.
 - The node's packages: `--node-packages FILE` (default, with `--cuda-only`: bench/
   node_packages.txt, the image's list; `none`: carry everything) names what the node already
   has, `NAME` or `NAME==VERSION`. Those are left out, with what only they bring, unless the
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import lzma
 import os
@@ -86,6 +89,12 @@ NEEDED_FOR = {
 }
 NODE_PACKAGES = Path(__file__).resolve().parent / "node_packages.txt"
 CALL_MB = 56.0  # tree + part per device call: 8 MiB under the call's 64 for the tree to grow
+# the default part leaves this much of --call-mb free too: the checkout may grow a little
+# between the kit's build and a call without a new kit
+TREE_GROWTH = 1 << 20
+# xz streams of the split wheels, by the uncompressed wheel's digest and the preset: a kit
+# rebuilt with another part size or package list does not compress Warp again (minutes)
+XZ_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hns-train-kit-xz"
 # a requirement with one of these says which versions will not do: an unknown version may be one
 CAPS = frozenset({"==", "===", "~=", "<", "<="})
 RESERVE = 256 * 1024  # room in part 1 for install.sh, kit_install.py and kit.json
@@ -333,6 +342,29 @@ def xz(src: Path, dest: Path, preset: int) -> None:
         fout.write(comp.flush())
 
 
+def xz_cached(src: Path, dest: Path, preset: int) -> None:
+    """xz() through XZ_CACHE; a cached stream is used only if it unpacks to `src` exactly."""
+    digest = sha256(src)
+    cached = XZ_CACHE / f"{digest}-{preset}.xz"
+    if cached.is_file():
+        unpacked = hashlib.sha256()
+        try:
+            with lzma.open(cached, "rb") as f:
+                for block in iter(lambda: f.read(XZ_CHUNK), b""):
+                    unpacked.update(block)
+        except (OSError, lzma.LZMAError):
+            pass
+        if unpacked.hexdigest() == digest:
+            shutil.copyfile(cached, dest)
+            return
+    xz(src, dest, preset)
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
+        XZ_CACHE.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(".partial")
+        shutil.copyfile(dest, partial)
+        partial.replace(cached)
+
+
 def part_folders(out: Path) -> list[Path]:
     return sorted(out.glob("part-*"), key=lambda p: int(p.name.split("-")[1]))
 
@@ -355,7 +387,7 @@ def build(args: argparse.Namespace) -> dict:
             "cannot be measured: give --part-mb"
         )
     else:
-        cap = call - tree
+        cap = call - tree - TREE_GROWTH
     if cap < 2 * RESERVE:
         sys.exit(
             f"offline_kit: a part of {cap / MIB:.1f} MiB is too small (at least 1 MiB): raise "
@@ -439,7 +471,7 @@ def build(args: argparse.Namespace) -> dict:
             stored.parent.mkdir(exist_ok=True)
             rewrite_wheel(wheel, stored, None, stored=True)
             blob = work / (wheel.name + ".xz")
-            xz(stored, blob, args.xz_preset)
+            xz_cached(stored, blob, args.xz_preset)
             pieces, offset, total = [], 0, blob.stat().st_size
             n = 0
             with open(blob, "rb") as f:
@@ -543,7 +575,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--part-mb",
         type=float,
-        help="largest part, MiB (default: what the tree leaves of --call-mb)",
+        help="largest part, MiB (default: what the tree leaves of --call-mb, less 1)",
     )
     parser.add_argument("--cuda-only", action="store_true", help="leave out Warp's CPU compiler")
     parser.add_argument("--no-extras", action="store_true", help="leave out wandb, imageio-ffmpeg")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import lzma
 import os
 import shutil
 import subprocess
@@ -311,3 +312,22 @@ def test_a_wheel_that_needs_a_missing_part_is_held_back():
         "needs-numba": ["numba"],
     }
     assert kit_install.held_back(entries, {1, 2}) == {}
+
+
+def test_split_wheels_streams_are_cached_and_checked(offline_kit, tmp_path, monkeypatch):
+    monkeypatch.setattr(offline_kit, "XZ_CACHE", tmp_path / "cache")
+    wheel = tmp_path / "w.whl"
+    wheel.write_bytes(os.urandom(50_000) * 3)
+    offline_kit.xz_cached(wheel, tmp_path / "a.xz", 1)
+    (cached,) = (tmp_path / "cache").iterdir()
+    assert cached.name == f"{offline_kit.sha256(wheel)}-1.xz"
+    assert cached.read_bytes() == (tmp_path / "a.xz").read_bytes()
+    # a stream that unpacks to the wheel is used as it is (here one of another preset) ...
+    cached.write_bytes(lzma.compress(wheel.read_bytes(), preset=0))
+    offline_kit.xz_cached(wheel, tmp_path / "b.xz", 1)
+    assert (tmp_path / "b.xz").read_bytes() == cached.read_bytes()
+    # ... one that does not is made again, and replaced
+    cached.write_bytes(lzma.compress(b"another wheel"))
+    offline_kit.xz_cached(wheel, tmp_path / "c.xz", 1)
+    assert lzma.decompress((tmp_path / "c.xz").read_bytes()) == wheel.read_bytes()
+    assert lzma.decompress(cached.read_bytes()) == wheel.read_bytes()
