@@ -83,18 +83,25 @@ gpu-day:
 	PY=$(GPU_DAY_PY) bash bench/gpu_day.sh
 
 # The offline kit (bench/offline_kit.py): the project's wheels for a GPU node without internet,
-# in parts of at most KIT_PART_MB MiB, with part-1/install.sh. Needs pip and the network here.
-#   make offline-kit PYTHON_VERSION=3.12 KIT_CUDA_ONLY=1 KIT_NO_EXTRAS=1 \
-#     KIT_SKIP="torch numpy numba llvmlite"
+# in parts, with part-1/install.sh. Needs pip and the network here. A device call carries the
+# checkout's tree and one part, together at most KIT_CALL_MB MiB: each part's size is printed
+# next to the tree's, and a part that would not fit is refused. KIT_CUDA_ONLY=1 (the node's kit)
+# also leaves out what the node's image has (KIT_NODE_PACKAGES, default bench/node_packages.txt;
+# `none` carries everything) unless the project needs another version.
+#   make offline-kit PYTHON_VERSION=3.12 KIT_CUDA_ONLY=1 KIT_NO_EXTRAS=1
 PYTHON_VERSION ?=
 KIT ?= dist/offline-kit
 KIT_SKIP ?= torch
-KIT_PART_MB ?= 60
+KIT_CALL_MB ?= 56
+KIT_PART_MB ?=
+KIT_NODE_PACKAGES ?=
 KIT_CUDA_ONLY ?=
 KIT_NO_EXTRAS ?=
 offline-kit:
 	$(GPU_DAY_PY) bench/offline_kit.py --out "$(KIT)" --skip "$(KIT_SKIP)" \
-		--part-mb $(KIT_PART_MB) $(if $(PYTHON_VERSION),--python-version $(PYTHON_VERSION)) \
+		--call-mb $(KIT_CALL_MB) $(if $(KIT_PART_MB),--part-mb $(KIT_PART_MB)) \
+		$(if $(KIT_NODE_PACKAGES),--node-packages "$(KIT_NODE_PACKAGES)") \
+		$(if $(PYTHON_VERSION),--python-version $(PYTHON_VERSION)) \
 		$(if $(filter 1,$(KIT_CUDA_ONLY)),--cuda-only) $(if $(filter 1,$(KIT_NO_EXTRAS)),--no-extras)
 
 clean:

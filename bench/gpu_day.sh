@@ -10,20 +10,27 @@
 #   5. learn_chase: the chase seeker learning on the Warp pod (bench/learn_chase.py);
 #   6. batch_memory: peak GPU memory of one PPO update of the paper's batch, 64,000 chunks of 10
 #      steps, or the largest that fits and the accumulation that reaches it.
-# Each step gets a share of the time left (its weight over the weights of the steps still to
-# run), is stopped at that cap, and the next one runs whatever happened; a step with less than
-# MIN_STEP_S seconds left is skipped and named. The report, REPORT_DIR/gpu-<date>[-partN].md,
-# holds the machine, each step's command, exit status, seconds and output tail; each step's full
-# log is next to it in gpu-<date>[-partN]-logs/.
+# First the interpreter is checked: without torch it stops within 10 s with one line naming
+# it; then the stack's versions (torch, numpy, numba, llvmlite, numba-cuda, Warp and whether it
+# has its CPU compiler, mujoco, the CUDA device) are printed and head the report. Each step gets
+# a share of the time left (its weight over the weights of the steps still to run), is stopped
+# at that cap, and the next one runs whatever happened; a step with less than MIN_STEP_S seconds
+# left is skipped and named, and so is a step that needs Warp where Warp cannot run (not
+# installed, or DEVICE=cpu without Warp's CPU compiler, as from the CUDA-only kit). The report,
+# REPORT_DIR/gpu-<date>[-partN].md, holds the machine, each step's command, exit status, seconds
+# and output tail; each step's full log is next to it in gpu-<date>[-partN]-logs/. The exit
+# status is 0 when at least one step succeeded, 1 when none did, 3 when the interpreter cannot.
 #
 #   bash bench/gpu_day.sh                       # or: make gpu-day
 #   PARTS=1 DEADLINE=150 bash bench/gpu_day.sh  # only the kit's part 1 installed: no Warp
 #   PARTS=2 DEADLINE=480 bash bench/gpu_day.sh  # the steps that need Warp (the kit's part 2)
 #   DEVICE=cpu DEADLINE=300 bash bench/gpu_day.sh   # rehearse the plumbing at tiny sizes
 #   FULL=1 bash bench/gpu_day.sh                # the long version (about 35 minutes)
+#   CHECK=1 PY=/opt/torch/.venv/bin/python3 bash bench/gpu_day.sh   # only the stack's versions
 #
 # Settings: DEADLINE, DEVICE (cuda | cpu), PARTS (1 | 2 | empty: all), REPORT_DIR (default
-# docs/benchmarks), PY (default .venv/bin/python, else python3), FULL. It runs from a checkout
+# docs/benchmarks), PY (default .venv/bin/python, else python3; on the GPU node name its
+# interpreter with torch, /opt/torch/.venv/bin/python3), FULL, CHECK. It runs from a checkout
 # with the packages installed anywhere on PYTHONPATH (bench/offline_kit.py's kit): the checkout
 # is put first on PYTHONPATH, nothing is installed.
 set -uo pipefail
@@ -38,6 +45,7 @@ DEADLINE=${DEADLINE:-480}
 DEVICE=${DEVICE:-cuda}
 PARTS=${PARTS:-}
 FULL=${FULL:-}
+CHECK=${CHECK:-}
 REPORT_DIR=${REPORT_DIR:-docs/benchmarks}
 DATE=$(date -u +%Y-%m-%d)
 NAME="gpu-$DATE${PARTS:+-part$PARTS}"
@@ -66,6 +74,88 @@ case "$DEVICE" in
     CHASE_WORLDS=16; CHUNKS=32; C_MAX=64; COMPILE_WORLDS=4 ;;
   *) echo "gpu_day.sh: DEVICE must be cuda, cuda:N or cpu, got '$DEVICE'" >&2; exit 2 ;;
 esac
+# The interpreter first: find_spec answers without importing anything, so a missing torch is
+# named at once instead of as one ModuleNotFoundError per step.
+if ! command -v "$PY" > /dev/null 2>&1; then
+  echo "gpu_day.sh: PY=$PY is not a command here; give PY the interpreter that holds torch" >&2
+  exit 3
+fi
+timeout 10 "$PY" -c 'import importlib.util as u, sys; sys.exit(3 if u.find_spec("torch") is None else 0)'
+rc=$?
+case $rc in
+  0) ;;
+  3) echo "gpu_day.sh: $PY (Python $("$PY" -c 'import sys; print(sys.version.split()[0])'))" \
+       "has no torch: give PY the interpreter that holds torch" \
+       "(on the GPU node /opt/torch/.venv/bin/python3)" >&2
+     exit 3 ;;
+  124 | 137) echo "gpu_day.sh: $PY did not say within 10 s whether it has torch" >&2; exit 3 ;;
+  *) echo "gpu_day.sh: $PY could not run (exit $rc); give PY the interpreter that holds torch" >&2
+     exit 3 ;;
+esac
+
+# The stack, imported: what each package is and where it comes from (the kit's folder or the
+# site), whether Warp has its CPU compiler, whether CUDA is visible. Its last line is for this
+# script: GPU_DAY_STACK torch=0|1 warp=none|cpu|nocpu|broken.
+stack() {
+  timeout 120 "$PY" - <<'EOF' 2>&1
+import importlib, importlib.metadata, importlib.util, sys
+print("python", sys.version.split()[0], sys.executable)
+# (module, distribution, import it): numba-cuda by its metadata only, importing it may start CUDA
+for module, dist, load in (
+    ("hns_train", None, False), ("torch", "torch", True), ("numpy", "numpy", True),
+    ("numba", "numba", True), ("llvmlite", "llvmlite", True), ("numba_cuda", "numba-cuda", False),
+    ("mujoco", "mujoco", False), ("mujoco_warp", "mujoco-warp", False),
+    ("warp", "warp-lang", False), ("zmq", "pyzmq", False), ("wandb", "wandb", False),
+    ("imageio_ffmpeg", "imageio-ffmpeg", False),
+):
+    spec = importlib.util.find_spec(module)
+    if spec is None:
+        print(f"{module}: not installed")
+        continue
+    try:
+        version = importlib.metadata.version(dist) if dist else "checkout"
+    except importlib.metadata.PackageNotFoundError:
+        version = "?"
+    if load:  # numba refuses to import with a numpy newer than it knows: say so here
+        try:
+            version = importlib.import_module(module).__version__
+        except Exception as err:
+            print(f"{module} {version} {spec.origin}: not importable ({type(err).__name__}: {err})")
+            continue
+    print(f"{module} {version} {spec.origin}")
+torch_ok, warp_state = 0, "none"
+try:
+    import torch
+
+    torch_ok = 1
+    cuda = torch.cuda.is_available()
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
+    print(f"torch CUDA {torch.version.cuda}; CUDA visible: {cuda} {', '.join(names)}".rstrip())
+except Exception as err:
+    print(f"torch: not importable ({type(err).__name__}: {err})")
+if importlib.util.find_spec("warp") is not None:
+    try:
+        import warp
+
+        warp.init()  # its banner names the CUDA toolkit, the driver and NVRTC: kept
+        warp_state = "cpu" if warp.is_cpu_available() else "nocpu"
+        print("warp CPU compiler:", "yes" if warp_state == "cpu" else
+              "no (warp-clang is missing: Warp compiles CUDA kernels only)")
+    except Exception as err:
+        warp_state = "broken"
+        print(f"warp: not usable ({type(err).__name__}: {err})")
+print(f"GPU_DAY_STACK torch={torch_ok} warp={warp_state}")
+EOF
+}
+STACK=$(stack | grep -v "$CUDA_WARNING")
+echo "$STACK" | grep -v '^GPU_DAY_STACK' >&2
+if ! echo "$STACK" | grep -q '^GPU_DAY_STACK torch=1'; then
+  echo "gpu_day.sh: $PY cannot import torch: $(echo "$STACK" | grep -m1 '^torch' || echo 'no answer')" >&2
+  exit 3
+fi
+WARP=$(echo "$STACK" | sed -n 's/^GPU_DAY_STACK.* warp=\([a-z]*\).*/\1/p')
+[ -n "$CHECK" ] && exit 0
+
 mkdir -p "$LOGS"
 if [ -n "$FULL" ]; then
   Q_WORLDS="1024 2048 4096 8192 16384"; RW_WORLDS="1024 2048 4096 8192 16384"
@@ -154,31 +244,20 @@ GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,nohea
   echo "## Environment"
   echo
   echo '```'
-  timeout 60 "$PY" - <<'EOF' 2>&1
-import importlib.metadata, importlib.util, sys
-print("python", sys.version.split()[0], sys.executable)
-# where each package comes from (the kit's folder or the site), without importing the slow ones
-for module, dist in (("hns_train", None), ("torch", "torch"), ("numpy", "numpy"),
-                     ("mujoco", "mujoco"), ("mujoco_warp", "mujoco-warp"), ("warp", "warp-lang"),
-                     ("zmq", "pyzmq"), ("wandb", "wandb"), ("imageio_ffmpeg", "imageio-ffmpeg")):
-    spec = importlib.util.find_spec(module)
-    if spec is None:
-        print(f"{module}: not installed")
-        continue
-    try:
-        version = importlib.metadata.version(dist) if dist else "checkout"
-    except importlib.metadata.PackageNotFoundError:
-        version = "?"
-    print(f"{module} {version} {spec.origin}")
-try:
-    import torch
-    print(f"torch cuda {torch.version.cuda}, available {torch.cuda.is_available()}")
-except ImportError as err:
-    print(f"torch: not importable ({err})")
-EOF
+  echo "$STACK" | grep -v '^GPU_DAY_STACK'
   echo '```'
   echo
 } > "$REPORT"
+
+cannot_run() {  # why STEP cannot run with this interpreter (nothing when it can)
+  case $1 in warp_* | learn_chase | reproduce) ;; *) return ;; esac  # these run the Warp game
+  case $WARP in
+    none) echo "Warp is not installed for $PY (warp-lang: the kit's part 2)" ;;
+    broken) echo "Warp does not initialise for $PY (see Environment)" ;;
+    nocpu) [ "$DEVICE" = cpu ] && echo "Warp has no CPU compiler here (warp-clang is missing," \
+      "as in the CUDA-only kit) and DEVICE=cpu" ;;
+  esac
+}
 
 # step STEP: run it under its cap, keep its log and a section of the report
 SUMMARY=()
@@ -186,12 +265,21 @@ left_weight() {
   local total=0 s seen=0
   for s in $STEPS; do
     [ "$s" = "$1" ] && seen=1
-    [ $seen = 1 ] && total=$((total + $(weight "$s")))
+    # a step that cannot run here takes no share of the time
+    [ $seen = 1 ] && [ -z "$(cannot_run "$s")" ] && total=$((total + $(weight "$s")))
   done
   echo $total
 }
 run_step() {
-  local step=$1 n=$2 left cap cmd start rc status log
+  local step=$1 n=$2 left cap cmd start rc status log why
+  why=$(cannot_run "$step")
+  if [ -n "$why" ]; then
+    status="skipped: $why"
+    printf '## %s. %s\n\n%s\n\n' "$n" "$step" "$status" >> "$REPORT"
+    SUMMARY+=("| $n | $step | $status | 0 | - |")
+    echo "== $step $status" >&2
+    return
+  fi
   left=$((DEADLINE - (SECONDS - CLOCK_START) - 5))
   cap=$((left * $(weight "$step") / $(left_weight "$step")))
   log="$LOGS/$step.log"
@@ -223,7 +311,9 @@ run_step() {
   } >> "$REPORT"
   SUMMARY+=("| $n | $step | $status | $((SECONDS - start)) | $cap |")
   echo "== $step: $status, $((SECONDS - start)) s" >&2
+  [ $rc = 0 ] && SUCCEEDED=$((SUCCEEDED + 1))
 }
+SUCCEEDED=0
 
 n=0
 for step in $STEPS; do
@@ -245,3 +335,7 @@ done
   echo "finished: $(date -u '+%H:%M:%S UTC'), $((SECONDS - CLOCK_START)) s of DEADLINE=$DEADLINE"
 } >> "$REPORT"
 echo "wrote $REPORT" >&2
+if [ $SUCCEEDED = 0 ]; then
+  echo "gpu_day.sh: no step succeeded (steps: $(echo $STEPS)); see $REPORT" >&2
+  exit 1
+fi

@@ -9,7 +9,9 @@ installs whatever the parts present next to `part-1/` hold into TARGET, then
 `PYTHONPATH=TARGET:CHECKOUT` runs the project from a checkout. Every file is checked against
 the sha256 the builder recorded. A file too large for one part was compressed with xz and split
 across parts: it is joined and unpacked once all its pieces are present; a missing part is named,
-with what it leaves out, and the rest is installed all the same. Run again once the missing parts
+with what it leaves out, and the rest is installed all the same, but for a wheel that needs one
+of the missing (numba without its llvmlite): it is held back and named, so that it does not
+shadow the target's own working copy with one that cannot import. Run again once the missing parts
 are there, it installs everything present once more: pip `--target --upgrade` replaces a top-level
 folder whole, so a folder that two wheels share (`mujoco/` of mujoco and mujoco-core) must come
 from one call.
@@ -73,6 +75,23 @@ def join_pieces(kit: Path, entry: dict, work: Path) -> Path:
 def parts_of(entry: dict) -> set[int]:
     """The parts that hold a wheel: one, or each that holds a piece of it."""
     return {entry["part"]} if "part" in entry else {p["part"] for p in entry["pieces"]}
+
+
+def held_back(entries: list[dict], present: set[int]) -> dict[str, list[str]]:
+    """Wheels whose parts are present but which need a wheel of a missing part, directly or
+    through another held back: {project: the missing ones it needs}. Installed alone, such a
+    wheel (numba without its llvmlite) would shadow the target's working copy with a broken one."""
+    missing = {e["project"] for e in entries if not parts_of(e) <= present}
+    held: dict[str, list[str]] = {}
+    changed = True
+    while changed:
+        changed = False
+        for e in entries:
+            needs = [r for r in e.get("requires", []) if r in missing or r in held]
+            if needs and e["project"] not in held and e["project"] not in missing:
+                held[e["project"]] = needs
+                changed = True
+    return held
 
 
 def has_pip(python: str) -> bool:
@@ -145,9 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(exist_ok=True)
     try:
         wheels, left_out = [], []
+        held = held_back(manifest["wheels"], present)
         for entry in manifest["wheels"]:
             if not parts_of(entry) <= present:
                 left_out.append(entry)
+            elif entry["project"] in held:
+                continue
             elif "part" in entry:
                 path = kit / f"part-{entry['part']}" / entry["file"]
                 wheels.append(checked(path, entry["sha256"]))
@@ -159,14 +181,19 @@ def main(argv: list[str] | None = None) -> int:
     (target / INSTALLED).write_text("".join(w.name + "\n" for w in wheels))
     print(f"installed {len(wheels)} of {len(manifest['wheels'])} wheels into {target} ({how})")
     for n in missing:
-        held = [e for e in left_out if n in parts_of(e)]
+        away = [e for e in left_out if n in parts_of(e)]
         what = "; ".join(
             f"{e['project']} {e['version']}" + (f": {e['needed_for']}" if e["needed_for"] else "")
-            for e in held
+            for e in away
         )
         print(
             f"part-{n} is missing (looked for {kit / f'part-{n}'}): not installed: "
             f"{what or 'nothing else'}. Copy part-{n} next to part-1 and run install.sh again."
+        )
+    for project, needs in held.items():
+        print(
+            f"held back: {project}, which needs {', '.join(needs)} from a missing part "
+            "(the target's own copy, if any, stays in use)"
         )
     print(f"use it with: PYTHONPATH={target}:CHECKOUT python ...")
     return 0

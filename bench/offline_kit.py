@@ -1,13 +1,14 @@
 """Build the offline install kit: the wheels the project needs, in parts of limited size.
 
     python bench/offline_kit.py [--python-version 3.12] [--out dist/offline-kit]
-        [--skip "torch ..."] [--part-mb 60] [--cuda-only] [--no-extras]    # or: make offline-kit
+        [--skip "torch ..."] [--node-packages FILE|none] [--call-mb 56] [--part-mb MIB]
+        [--cuda-only] [--no-extras]                                         # or: make offline-kit
 
 For a GPU node without internet, whose site Python already has torch (and CUDA): everything the
-project needs beyond what `--skip` names, as manylinux x86-64 wheels for `--python-version`,
-written to `OUT/part-1/`, `OUT/part-2/`, ... each at most `--part-mb` MiB, so that each part
-passes a limited file transfer. `part-1/` also holds `install.sh` (bench/kit_install.py:
-install with no index into a folder, checksums checked) and `kit.json` (what is where).
+project needs beyond what the node has, as manylinux x86-64 wheels for `--python-version`,
+written to `OUT/part-1/`, `OUT/part-2/`, ... so that each part passes a limited file transfer.
+`part-1/` also holds `install.sh` (bench/kit_install.py: install with no index into a folder,
+checksums checked) and `kit.json` (what is where).
 
 - What: pip resolves the project's dependencies (pyproject.toml, with the `warp` extra) for the
   target with `--dry-run --report`; a package goes in when it is reachable from the project
@@ -15,21 +16,38 @@ install with no index into a folder, checksums checked) and `kit.json` (what is 
   brings. `--no-extras` leaves out the logging and video packages (wandb, imageio-ffmpeg: the
   runs then say once that they go without); the desktop viewer's packages (mujoco-studio, glfw)
   are never needed headless.
+- Size: a device call carries the checkout's tree (tracked files and untracked ones git does not
+  ignore) and one part, together at most `--call-mb` MiB (default 56: the call's limit is 64,
+  the rest is room for the tree to grow). A part is at most `--part-mb` MiB, by default what
+  the tree leaves of `--call-mb` less 1 MiB (the checkout may grow a little before the call);
+  a part that would not fit beside the tree is refused before anything is written, naming
+  both sizes. Each part's size is printed next to the tree's. Split wheels' xz streams are
+  kept in ~/.cache/hns-train-kit-xz, so a rebuild does not compress them again.
+- The node's packages: `--node-packages FILE` (default, with `--cuda-only`: bench/
+  node_packages.txt, the image's list; `none`: carry everything) names what the node already
+  has, `NAME` or `NAME==VERSION`. Those are left out, with what only they bring, unless the
+  project needs a version the node may not have: a known version that fails a requirement on it
+  (from the project or a package the kit carries), or an unknown one that such a requirement
+  pins or caps (`==`, `~=`, `<`, `<=`); a node package wanted with an extra still brings what
+  that extra adds. Carrying one the node has shadows the node's own, so only a need does it.
 - `--cuda-only`: warp-lang without `warp-clang.so`, Warp's CPU compiler (Warp initialises
   without it and compiles CUDA kernels with NVRTC). Warp's own examples and tests (24 MB
   unpacked) are always left out: nothing here runs them.
 - Order: every wheel first, as they are, into the first part with room; a wheel larger than a
-  part (warp-lang) is rewritten uncompressed, compressed as one xz stream (Python's `lzma`
-  undoes it on the target) and split across the room left, so part 1 holds everything but the
-  rest of Warp.
+  part (warp-lang; llvmlite where the kit carries numba) is rewritten uncompressed, compressed
+  as one xz stream (Python's `lzma` undoes it on the target) and split across the room left,
+  Warp last, so the first parts hold everything but the rest of Warp.
 - Nothing is installed here and nothing from the downloads is imported or unpickled.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
 import lzma
+import os
 import re
 import shutil
 import subprocess
@@ -66,7 +84,19 @@ NOT_RUN_FILES = re.compile(r"^warp/(examples|tests)/")  # Warp's own examples an
 NEEDED_FOR = {
     "warp-lang": "the Warp game: pod.physics=warp, bench/warp_speed.py, gpu_day's Warp steps",
     "mujoco-warp": "the Warp game",
+    "numba": "the game's compiled loops (hns_train/envs/kernels.py): every run",
+    "llvmlite": "numba: every run",
 }
+NODE_PACKAGES = Path(__file__).resolve().parent / "node_packages.txt"
+CALL_MB = 56.0  # tree + part per device call: 8 MiB under the call's 64 for the tree to grow
+# the default part leaves this much of --call-mb free too: the checkout may grow a little
+# between the kit's build and a call without a new kit
+TREE_GROWTH = 1 << 20
+# xz streams of the split wheels, by the uncompressed wheel's digest and the preset: a kit
+# rebuilt with another part size or package list does not compress Warp again (minutes)
+XZ_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hns-train-kit-xz"
+# a requirement with one of these says which versions will not do: an unknown version may be one
+CAPS = frozenset({"==", "===", "~=", "<", "<="})
 RESERVE = 256 * 1024  # room in part 1 for install.sh, kit_install.py and kit.json
 XZ_CHUNK = 4 * MIB
 MIN_PIECE = 64 * 1024  # no piece of a split file smaller than this, but its last
@@ -107,9 +137,8 @@ def run(cmd: list[str], what: str) -> None:
         sys.exit(f"offline_kit: pip could not {what} (exit {done.returncode}); see pip's message")
 
 
-def reachable(roots: list[str], resolved: dict[str, dict], python_version: str, cut: set) -> set:
-    """Names reachable from the roots in the target's dependency graph, not passing `cut`."""
-    env = {
+def marker_env(python_version: str) -> dict[str, str]:
+    return {
         "python_version": python_version,
         "python_full_version": python_version + ".0",
         "sys_platform": "linux",
@@ -120,25 +149,158 @@ def reachable(roots: list[str], resolved: dict[str, dict], python_version: str, 
         "platform_python_implementation": "CPython",
         "extra": "",
     }
+
+
+def walk(
+    roots: list[str], resolved: dict[str, dict], python_version: str, cut: set, node: set
+) -> tuple[set, dict[str, list[tuple[str, Requirement]]]]:
+    """Names reachable from the roots in the target's dependency graph, not passing `cut` nor
+    `node`; and for each name of `node` reached, who wants it and how. A `node` package is there
+    with its own dependencies, but not necessarily with those of an extra: those are followed."""
+    env = marker_env(python_version)
     seen: set[str] = set()
+    wanted: dict[str, list[tuple[str, Requirement]]] = {}
     visited: set[tuple[str, str]] = set()  # (name, extra): a requirement's extras add deps
-    todo = [Requirement(r) for r in roots]
-    todo = [r for r in todo if r.marker is None or r.marker.evaluate(env)]
+    todo = [("the project", Requirement(r)) for r in roots]
+    todo = [(by, r) for by, r in todo if r.marker is None or r.marker.evaluate(env)]
     while todo:  # a dependency's marker is evaluated when it is queued, with its extra
-        req = todo.pop()
+        by, req = todo.pop()
         name = canonicalize_name(req.name)
-        if name in cut or name not in resolved:
+        if name in cut:
             continue
-        seen.add(name)
+        on_node = name in node
+        if on_node:
+            wanted.setdefault(name, []).append((by, req))
+        if name not in resolved:
+            continue
+        if not on_node:
+            seen.add(name)
         for extra in ("", *sorted(req.extras)):
-            if (name, extra) in visited:
+            if (name, extra) in visited or (on_node and not extra):
                 continue
             visited.add((name, extra))
             for dep in resolved[name]["metadata"].get("requires_dist") or []:
                 dep = Requirement(dep)
-                if dep.marker is None or dep.marker.evaluate({**env, "extra": extra}):
-                    todo.append(dep)
-    return seen
+                if dep.marker is not None and not dep.marker.evaluate({**env, "extra": extra}):
+                    continue
+                if on_node and (dep.marker is None or dep.marker.evaluate(env)):
+                    continue  # a dependency of the package itself: the node's copy has it
+                todo.append((name, dep))
+    return seen, wanted
+
+
+def why_carried(name: str, version: str | None, wants: list[tuple[str, Requirement]]) -> str:
+    """Why the kit carries a package the node has ('' when it need not)."""
+    for by, req in wants:
+        spec = req.specifier
+        if version is not None and not spec.contains(version, prereleases=True):
+            return f"the node has {version}, {by} needs {name}{spec}"
+        if version is None and any(s.operator in CAPS for s in spec):
+            return f"the node's version is not known, {by} needs {name}{spec}"
+    return ""
+
+
+def select(
+    roots: list[str],
+    resolved: dict[str, dict],
+    python_version: str,
+    cut: set,
+    node: dict[str, str | None],
+) -> tuple[set, list[str], dict[str, str]]:
+    """What the kit holds; the node's packages it leaves out; those it carries, each with why.
+
+    A carried node package brings its own dependencies, which may make another one needed
+    (numba's llvmlite), so this repeats until nothing changes."""
+    carried: dict[str, str] = {}
+    while True:
+        keep, wanted = walk(roots, resolved, python_version, cut, set(node) - set(carried))
+        more = {n: why_carried(n, node[n], wants) for n, wants in wanted.items()}
+        more = {n: why for n, why in more.items() if why}
+        if not more:
+            return keep, sorted(wanted), carried
+        carried.update(more)
+
+
+def in_kit(name: str, resolved: dict[str, dict], keep: set, python_version: str) -> list[str]:
+    """The kit's packages that `name` requires: the installer holds it back until they are
+    there too, rather than let it shadow the node's own copy with one it cannot import."""
+    env = marker_env(python_version)
+    deps = set()
+    for dep in resolved[name]["metadata"].get("requires_dist") or []:
+        dep = Requirement(dep)
+        if dep.marker is None or dep.marker.evaluate(env):
+            deps.add(canonicalize_name(dep.name))
+    return sorted(deps & keep)
+
+
+def read_node_packages(path: Path) -> dict[str, str | None]:
+    """{canonical name: version, or None where not known} from NAME or NAME==VERSION lines."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        sys.exit(f"offline_kit: cannot read the node's package list {path}: {err.strerror}")
+    node: dict[str, str | None] = {}
+    for n, line in enumerate(text.splitlines(), start=1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:==([A-Za-z0-9.+!-]+))?", line)
+        if match is None:
+            sys.exit(f"offline_kit: {path}:{n}: {line!r} is not NAME or NAME==VERSION")
+        node[canonicalize_name(match[1])] = match[2]
+    return node
+
+
+def tree_bytes(root: Path) -> int | None:
+    """What a device call carries of the checkout: tracked files and untracked ones that git
+    does not ignore, in bytes (None when this is not a git checkout)."""
+    try:
+        listed = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(root),
+                "ls-files",
+                "-z",
+                "--cached",
+                "--others",
+                "--exclude-standard",
+            ],
+            capture_output=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    total = 0
+    for name in filter(None, listed.split(b"\0")):
+        with contextlib.suppress(FileNotFoundError):  # deleted, not yet committed: stays here
+            total += (root / os.fsdecode(name)).lstat().st_size
+    return total
+
+
+def inside_and_carried(out: Path, root: Path) -> bool:
+    """Whether `out` is inside the checkout and git does not ignore it (it would travel)."""
+    try:
+        out.resolve().relative_to(root)
+    except ValueError:
+        return False
+    probe = subprocess.run(
+        ["git", "-C", str(root), "check-ignore", "-q", str(out.resolve())], capture_output=True
+    )
+    return probe.returncode == 1  # 0: ignored; 128: not a git checkout
+
+
+def oversized(sizes: list[int], tree: int, call: int) -> str:
+    """The refusal for the first part that would not fit beside the tree in one call ('' if
+    they all do)."""
+    for n, size in enumerate(sizes, start=1):
+        if tree + size > call:
+            return (
+                f"part-{n} would be {size / MIB:.1f} MiB and the checkout's tree is "
+                f"{tree / MIB:.1f} MiB: {(tree + size) / MIB:.1f} MiB in one device call, over "
+                f"--call-mb {call / MIB:g}; use --part-mb {(call - tree) / MIB:.1f} or less"
+            )
+    return ""
 
 
 def download(entries: list[dict], python_version: str, dest: Path) -> list[Path]:
@@ -180,6 +342,29 @@ def xz(src: Path, dest: Path, preset: int) -> None:
         fout.write(comp.flush())
 
 
+def xz_cached(src: Path, dest: Path, preset: int) -> None:
+    """xz() through XZ_CACHE; a cached stream is used only if it unpacks to `src` exactly."""
+    digest = sha256(src)
+    cached = XZ_CACHE / f"{digest}-{preset}.xz"
+    if cached.is_file():
+        unpacked = hashlib.sha256()
+        try:
+            with lzma.open(cached, "rb") as f:
+                for block in iter(lambda: f.read(XZ_CHUNK), b""):
+                    unpacked.update(block)
+        except (OSError, lzma.LZMAError):
+            pass
+        if unpacked.hexdigest() == digest:
+            shutil.copyfile(cached, dest)
+            return
+    xz(src, dest, preset)
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
+        XZ_CACHE.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(".partial")
+        shutil.copyfile(dest, partial)
+        partial.replace(cached)
+
+
 def part_folders(out: Path) -> list[Path]:
     return sorted(out.glob("part-*"), key=lambda p: int(p.name.split("-")[1]))
 
@@ -192,15 +377,36 @@ def wheel_name_parts(path: Path) -> tuple[str, str]:
 def build(args: argparse.Namespace) -> dict:
     start = time.monotonic()
     out = Path(args.out)
-    cap = int(args.part_mb * MIB)
+    call = int(args.call_mb * MIB)
+    tree = tree_bytes(ROOT)
+    if args.part_mb is not None:
+        cap = int(args.part_mb * MIB)
+    elif tree is None:
+        sys.exit(
+            f"offline_kit: {ROOT} is not a git checkout, so the tree that travels with a part "
+            "cannot be measured: give --part-mb"
+        )
+    else:
+        cap = call - tree - TREE_GROWTH
     if cap < 2 * RESERVE:
-        sys.exit(f"offline_kit: --part-mb {args.part_mb} is too small; use at least 1")
+        sys.exit(
+            f"offline_kit: a part of {cap / MIB:.1f} MiB is too small (at least 1 MiB): raise "
+            f"--part-mb, or --call-mb (now {args.call_mb:g}; the tree is "
+            f"{(tree or 0) / MIB:.1f} MiB)"
+        )
+    if inside_and_carried(out, ROOT):
+        sys.exit(
+            f"offline_kit: --out {out} is inside the checkout and git does not ignore it, so "
+            "every device call would carry the whole kit: use dist/ (ignored) or another folder"
+        )
     skip = {canonicalize_name(s) for s in args.skip.split()}
     cut = skip | set(HEADLESS) | (set(EXTRAS) if args.no_extras else set())
-    if out.exists():
-        if not (out / "part-1" / "kit.json").is_file() and any(out.iterdir()):
-            sys.exit(f"offline_kit: {out} exists and is not a kit; choose an empty --out")
-        shutil.rmtree(out)
+    node_list = args.node_packages
+    if node_list is None:
+        node_list = str(NODE_PACKAGES) if args.cuda_only else "none"
+    node = {} if node_list == "none" else read_node_packages(Path(node_list))
+    if out.exists() and not (out / "part-1" / "kit.json").is_file() and any(out.iterdir()):
+        sys.exit(f"offline_kit: {out} exists and is not a kit; choose an empty --out")
     with tempfile.TemporaryDirectory(prefix="hns-kit-") as tmp:
         work = Path(tmp)
         # a skipped requirement is left out of the resolution too (torch: no multi-GB metadata)
@@ -210,7 +416,13 @@ def build(args: argparse.Namespace) -> dict:
             if canonicalize_name(Requirement(r).name) not in skip
         ]
         resolved = resolve(roots, args.python_version, work)
-        keep = reachable(roots, resolved, args.python_version, cut)
+        keep, node_left, node_carried = select(
+            roots,
+            resolved,
+            args.python_version,
+            cut,
+            {n: v for n, v in node.items() if n not in cut},
+        )
         wheels = download([resolved[n] for n in sorted(keep)], args.python_version, work / "dl")
         whole, packed = [], []
         for wheel in wheels:
@@ -250,14 +462,16 @@ def build(args: argparse.Namespace) -> dict:
                     "part": n + 1,
                     "sha256": sha256(wheel),
                     "needed_for": NEEDED_FOR.get(name, ""),
+                    "requires": in_kit(name, resolved, keep, args.python_version),
                 }
             )
-        for wheel in packed:
+        # Warp last: what every run needs is complete in the first parts
+        for wheel in sorted(packed, key=lambda w: wheel_name_parts(w)[0] == "warp-lang"):
             stored = work / "stored" / wheel.name
             stored.parent.mkdir(exist_ok=True)
             rewrite_wheel(wheel, stored, None, stored=True)
             blob = work / (wheel.name + ".xz")
-            xz(stored, blob, args.xz_preset)
+            xz_cached(stored, blob, args.xz_preset)
             pieces, offset, total = [], 0, blob.stat().st_size
             n = 0
             with open(blob, "rb") as f:
@@ -286,10 +500,15 @@ def build(args: argparse.Namespace) -> dict:
                     "sha256": sha256(stored),
                     "xz_sha256": sha256(blob),
                     "needed_for": NEEDED_FOR.get(name, ""),
+                    "requires": in_kit(name, resolved, keep, args.python_version),
                 }
             )
         while len(parts) > 1 and not parts[-1]:
             parts.pop()
+        if tree is not None and (refusal := oversized(used[: len(parts)], tree, call)):
+            sys.exit(f"offline_kit: {refusal}")  # before the old kit is removed
+        if out.exists():
+            shutil.rmtree(out)
         for n, files in enumerate(parts, start=1):
             folder = out / f"part-{n}"
             folder.mkdir(parents=True)
@@ -305,7 +524,10 @@ def build(args: argparse.Namespace) -> dict:
             "skipped": sorted(skip),
             "not_headless": list(HEADLESS),
             "extras": list(EXTRAS) if args.no_extras else [],
+            "on_node": node_left,
         },
+        "node_packages": node_list,
+        "carried_though_on_node": node_carried,
         "wheels": sorted(entries, key=lambda e: e["project"]),
     }
     part1 = out / "part-1"
@@ -325,6 +547,10 @@ def build(args: argparse.Namespace) -> dict:
         "parts": len(parts),
         "part_mib": [round(s / MIB, 1) for s in sizes],
         "wheels": len(entries),
+        "tree_mib": None if tree is None else round(tree / MIB, 1),
+        "call_mib": args.call_mb,
+        "left_out_on_node": node_left,
+        "carried_though_on_node": node_carried,
         "split": [e["file"] for e in entries if "pieces" in e],
         "seconds": round(time.monotonic() - start, 1),
     }
@@ -338,7 +564,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--skip", default="torch", help="packages the target has (and what only they bring)"
     )
-    parser.add_argument("--part-mb", type=float, default=60.0, help="largest part, MiB")
+    parser.add_argument(
+        "--node-packages",
+        help="the node's packages, NAME or NAME==VERSION a line, left out unless needed "
+        "(default: bench/node_packages.txt with --cuda-only, else none)",
+    )
+    parser.add_argument(
+        "--call-mb", type=float, default=CALL_MB, help="tree + one part per device call, MiB"
+    )
+    parser.add_argument(
+        "--part-mb",
+        type=float,
+        help="largest part, MiB (default: what the tree leaves of --call-mb, less 1)",
+    )
     parser.add_argument("--cuda-only", action="store_true", help="leave out Warp's CPU compiler")
     parser.add_argument("--no-extras", action="store_true", help="leave out wandb, imageio-ffmpeg")
     parser.add_argument("--xz-preset", type=int, default=9, choices=range(10), metavar="0-9")
@@ -346,8 +584,20 @@ def main(argv: list[str] | None = None) -> None:
     if not re.fullmatch(r"3\.\d+", args.python_version):
         sys.exit(f"offline_kit: --python-version must look like 3.12, got {args.python_version!r}")
     summary = build(args)
+    tree = summary["tree_mib"]
     for n, mib in enumerate(summary["part_mib"], start=1):
-        print(f"part-{n}: {mib} MiB")
+        if tree is None:
+            print(f"part-{n}: {mib} MiB (the checkout's tree not measured: not a git checkout)")
+        else:
+            print(
+                f"part-{n}: {mib} MiB + the checkout's tree {tree} MiB = {mib + tree:.1f} MiB "
+                f"in one device call (at most {args.call_mb:g})"
+            )
+    if summary["left_out_on_node"]:
+        names = summary["left_out_on_node"]
+        print(f"left out, the node has them ({len(names)}): {', '.join(names)}")
+    for name, why in summary["carried_though_on_node"].items():
+        print(f"carried though the node has it: {name} ({why})")
     print(f"{summary['wheels']} wheels for Python {args.python_version} in {summary['seconds']} s")
     print("OFFLINE_KIT " + json.dumps(summary))
 
