@@ -323,7 +323,8 @@ def _range_problems(cfg: RunConfig) -> list[str]:
             f"pipeline.heartbeat_timeout_s={p.heartbeat_timeout_s} must be greater than "
             f"pipeline.heartbeat_s={p.heartbeat_s}"
         )
-    if p.batch_chunks >= 1 and p.n_trainers >= 1:
+    # a pod makes its own batch (pod.worlds x chunk_len per rank): the chunk settings are unused
+    if p.backend != "pod" and p.batch_chunks >= 1 and p.n_trainers >= 1:
         share = p.batch_chunks // p.n_trainers
         if p.sample_buffer_chunks < share:
             out.append(
@@ -336,7 +337,8 @@ def _range_problems(cfg: RunConfig) -> list[str]:
 def _cluster_problems(p: PipelineConfig) -> list[str]:
     """Rules of the several-trainer and Ray fields (their ranges are declared with them)."""
     out = []
-    if p.n_trainers >= 1 and p.batch_chunks % p.n_trainers:  # (< 1: its range)
+    # (< 1: its range); pods do not take chunks: each rank's batch is its own rollout
+    if p.backend != "pod" and p.n_trainers >= 1 and p.batch_chunks % p.n_trainers:
         out.append(
             f"pipeline.batch_chunks={p.batch_chunks} must be a multiple of "
             f"pipeline.n_trainers={p.n_trainers} (each trainer takes an equal share)"
