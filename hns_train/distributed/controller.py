@@ -86,6 +86,13 @@ STARTUP_GRACE_S = 120.0  # from start to hello: spawning and importing torch on 
 BAR_REFRESH_S = 1.0  # progress bar redraws: tqdm only redraws itself on update()
 
 
+# the heartbeat counters a WorkerState sums (deltas since a worker's previous heartbeat)
+TOTALS = (
+    "frames", "steps", "samples", "cpu_s", "update_s", "sim_s", "act_s", "learn_s", "sync_s",
+    "collect_cpu_s", "learn_cpu_s", "sync_cpu_s", "duties_cpu_s",
+)  # fmt: skip
+
+
 @dataclass
 class WorkerState:
     spec: WorkerSpec
@@ -97,6 +104,11 @@ class WorkerState:
     stop_sent: bool = False  # asked to stop (the run is ending)
     pid: int | None = None
     last: dict = field(default_factory=dict)
+    # its heartbeats' counters summed over the run, restarts included (TOTALS): what each
+    # rank of a group did (tests, bench/pod_scale.py)
+    totals: dict = field(default_factory=lambda: dict.fromkeys(TOTALS, 0.0))
+    started_at: float = 0.0  # monotonic time of its latest start
+    hello_s: float | None = None  # seconds from that start to its hello (spawn, imports, setup)
     # when its last heartbeat showed progress (see _progressed)
     progress_at: float = field(default_factory=time.monotonic)
 
@@ -335,9 +347,10 @@ class Controller(Stoppable):
         now = time.monotonic()
         state = self.workers.get(spec.name)
         if state is None:
-            self.workers[spec.name] = WorkerState(spec, now, progress_at=now)
+            self.workers[spec.name] = WorkerState(spec, now, progress_at=now, started_at=now)
         else:
             state.spec, state.last_seen, state.progress_at = spec, now, now
+            state.started_at, state.hello_s = now, None
             state.stopped = state.connected = state.busy = state.stop_sent = False
         self.launcher.start(spec)
 
@@ -439,6 +452,7 @@ class Controller(Stoppable):
         if message.kind == "hello":
             state.pid = meta["pid"]
             state.progress_at = now
+            state.hello_s = now - state.started_at
             if state.spec.kind == "trainer":  # its first checkpoint must know the run's frames
                 self._send_counters()
         elif message.kind == "stopped":
@@ -448,6 +462,8 @@ class Controller(Stoppable):
         elif message.kind == "heartbeat":
             state.busy = False
             state.last = meta
+            for key in TOTALS:
+                state.totals[key] += float(meta.get(key, 0.0))
             if self._progressed(state.spec.kind, meta):
                 state.progress_at = now
             self._absorb(state.spec.kind, meta)

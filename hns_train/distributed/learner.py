@@ -123,6 +123,7 @@ class Learner:
             open_stream(ParamPublisher, spec.endpoints["params"]) if self.is_main else None
         )
         self.skipped_updates = 0
+        self.duties_cpu_s = 0.0  # process CPU in after_update (rank 0's copies) since reported
         self._last_checkpoint = time.monotonic()
         self.last_update_s: float | None = None  # duration of the newest update
         self._stop_at: float | None = None  # monotonic time the run stops at (stop.minutes)
@@ -233,7 +234,16 @@ class Learner:
         return out
 
     def after_update(self) -> None:
-        """Publish the new parameters; rank 0 writes a due checkpoint and pool snapshot."""
+        """Publish the new parameters; rank 0 writes a due checkpoint and pool snapshot. Its
+        CPU time is counted apart (`duties_cpu_s`): the other ranks wait for it at the next
+        agreement."""
+        cpu = time.process_time()
+        try:
+            self._duties()
+        finally:
+            self.duties_cpu_s += time.process_time() - cpu
+
+    def _duties(self) -> None:
         self.publish()
         if not self.is_main:
             return
