@@ -89,7 +89,7 @@ BAR_REFRESH_S = 1.0  # progress bar redraws: tqdm only redraws itself on update(
 # the heartbeat counters a WorkerState sums (deltas since a worker's previous heartbeat)
 TOTALS = (
     "frames", "steps", "samples", "cpu_s", "update_s", "sim_s", "act_s", "learn_s", "sync_s",
-    "collect_cpu_s", "learn_cpu_s", "sync_cpu_s", "duties_cpu_s",
+    "collect_cpu_s", "learn_cpu_s", "sync_cpu_s", "duties_cpu_s", "setup_cpu_s",
 )  # fmt: skip
 
 

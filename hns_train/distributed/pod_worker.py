@@ -15,8 +15,9 @@ trainers) and agree at every rollout's end whether to stop.
 Heartbeats carry a learner's counters (`Learner.report`) plus what actors report (frames,
 episodes, episode statistic sums, physics warnings) and the pod's wall time split into
 simulation, acting and learning (`sim_s`, `act_s`, `learn_s`), and its process CPU time split
-into collecting the rollout, PPO, the ranks' agreement and sums, and rank 0's publishing,
-checkpoints and snapshots (`collect_cpu_s`, `learn_cpu_s`, `sync_cpu_s`, `duties_cpu_s`; with
+into collecting the rollout, PPO, the ranks' agreement and sums, rank 0's publishing,
+checkpoints and snapshots, and building it all at the start (`collect_cpu_s`, `learn_cpu_s`,
+`sync_cpu_s`, `duties_cpu_s`, `setup_cpu_s`; with
 `sync_s`, the wall time in the agreement and sums), so where a rank's time goes as ranks grow
 is read from any run (bench/pod_scale.py). A trainer's own figures about the
 chunks it receives, drops and reuses are left out: a pod receives none, and trains on each
@@ -72,6 +73,8 @@ class PodWorker(LearnerWorker):
         # process CPU seconds since the last heartbeat: stepping (the hook's time included),
         # and the hook's (agreement and update)
         self._step_cpu_s = self._hook_cpu_s = 0.0
+        # building the learner, the game and the pod (reported once, apart from the loop's)
+        self._setup_cpu_s = time.process_time() - self._cpu_at if self._cpu_at else 0.0
 
     def _seed(self, salt: int) -> list[int]:
         return [self.cfg.seed, 4, self.rank, self.spec.incarnation, salt]
@@ -128,8 +131,9 @@ class PodWorker(LearnerWorker):
             "sync_cpu_s": sync_cpu,
             "duties_cpu_s": learner.duties_cpu_s,
             "sync_s": spent.get("collective_s", 0.0),
+            "setup_cpu_s": self._setup_cpu_s,
         }
-        self._step_cpu_s = self._hook_cpu_s = learner.duties_cpu_s = 0.0
+        self._step_cpu_s = self._hook_cpu_s = learner.duties_cpu_s = self._setup_cpu_s = 0.0
         return out
 
 

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 CPU_KINDS = ("actor", "policy", "trainer")
 POD_PHASES = ("sim", "act", "learn")
 # a pod's process CPU time split (pod_worker.py); what is left of its cpu_s is the rest
-POD_CPU = ("collect", "learn", "sync", "duties")
+POD_CPU = ("collect", "learn", "sync", "duties", "setup")
 
 
 class RunLog:
@@ -230,10 +230,11 @@ class WorkCosts:
                                     the first time (agent-steps / agents per world)
         pod/{sim,act,learn}_ms_per_frame   a pod's wall time per env frame in simulation, acting
                                     and learning (pod_worker.py; it also reports its frames)
-        cpu/pod_{collect,learn,sync,duties}_ms_per_frame   a pod's process CPU per env frame
+        cpu/pod_{collect,learn,sync,duties,setup}_ms_per_frame   a pod's process CPU per env frame
                                     collecting its rollout, in PPO, in the ranks' agreement and
                                     sums (sync), and in rank 0's publishing, checkpoints and
-                                    snapshots (duties); cpu/pod_rest_ms_per_frame: the rest
+                                    snapshots (duties), in building it at the start (setup);
+                                    cpu/pod_rest_ms_per_frame: the rest
         pod/sync_ms_per_frame       a pod's wall time per env frame in the agreement and sums,
                                     waits for slower ranks included
 
