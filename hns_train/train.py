@@ -8,7 +8,8 @@ checkpoint with counters, pool and ratings intact (overrides still apply).
 With `population.members=N` (N > 1) it trains a population of N learners in one run directory
 (`hns_train.distributed.population`); `--resume` continues the whole population. While one runs:
 `python -m hns_train.train population add RUN_DIR` adds a member, `... population retire RUN_DIR
-MEMBER` retires one.
+MEMBER` retires one. `python -m hns_train.train plan` (`hns-train plan`) sizes a run for a
+machine (hns_train/plan.py).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ def help_epilog() -> str:
     return f"""subcommands (while a population runs in RUN_DIR):
   {PROG} population add RUN_DIR             a new member joins
   {PROG} population retire RUN_DIR MEMBER   a member (e.g. m2) stops for good
+  {PROG} plan [--cores N ...] [--gpus N]    calibrate here, print the layout, a config and
+                                              the hours to each quadrant phase (hns-train plan)
 
 shipped configs (--config NAME works from any folder; a YAML of your own may start with
 `base: NAME.yaml`):
@@ -134,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["population"]:
         return population_request(argv[1:])
+    if argv[:1] == ["plan"]:
+        from hns_train.plan import main as plan
+
+        return plan(argv[1:])
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     try:
