@@ -454,7 +454,7 @@ class Controller(Stoppable):
             state.progress_at = now
             state.hello_s = now - state.started_at
             if state.spec.kind == "trainer":  # its first checkpoint must know the run's frames
-                self._send_counters()
+                self._send_counters(only=state)
         elif message.kind == "stopped":
             state.stopped = True
         elif message.kind == "busy":
@@ -469,13 +469,18 @@ class Controller(Stoppable):
             self._absorb(state.spec.kind, meta)
 
     def _progressed(self, kind: str, meta: dict) -> bool:
-        """Whether a heartbeat shows progress, or a wait that is another worker's doing."""
-        last = by_kind(self.workers.values())
+        """Whether a heartbeat shows progress, or a wait that is another worker's doing (the
+        other workers' heartbeats are looked at only then: with many ranks, every heartbeat
+        would otherwise walk every worker)."""
+
+        def last(other: str) -> list[dict]:
+            return [s.last for s in self.workers.values() if s.spec.kind == other]
+
         if kind == "actor":  # stepping, or waiting on the trainer or on parameters
             return (
                 meta.get("frames", 0) > 0
                 or meta.get("queued_chunks", 0) > 0
-                or any(p.get("version", -1) < 0 for p in last["policy"])
+                or any(p.get("version", -1) < 0 for p in last("policy"))
             )
         if kind == "policy":  # has parameters, or no trainer could have sent them yet
             trainer = self.workers.get("trainer0")
@@ -485,7 +490,9 @@ class Controller(Stoppable):
         if kind == "trainer":
             if meta.get("steps", 0) > 0 or meta.get("received", 0) > 0:
                 return True
-            return not any(a.get("queued_chunks", 0) > 0 for a in last["actor"])
+            if self.cfg.pipeline.backend == "pod":  # no actors: O(1) per rank's heartbeat
+                return True
+            return not any(a.get("queued_chunks", 0) > 0 for a in last("actor"))
         return True  # eval: rounds take long; watched for liveness only
 
     def _absorb(self, kind: str, meta: dict) -> None:
@@ -517,14 +524,15 @@ class Controller(Stoppable):
             parts.append(f"stop in {int(left // 60)}:{int(left % 60):02d}")
         return ", ".join(parts)
 
-    def _send_counters(self) -> None:
+    def _send_counters(self, only: WorkerState | None = None) -> None:
+        """The run's counters to every trainer (or to `only`), `alive` to the others."""
         meta = {
             "frames": self.frames,
             "episodes": self.episodes,
             "wall_clock_s": self.elapsed_s(),
             "stop_in_s": self._stop_in_s(),
         }
-        for state in self.workers.values():
+        for state in [only] if only is not None else self.workers.values():
             if not state.connected or state.stopped:
                 continue
             if state.spec.kind == "trainer":
