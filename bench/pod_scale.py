@@ -1,8 +1,9 @@
 """Pods at many ranks on one host: what grows with N.
 
 For each N of `--ranks` (default 1 2 4 8 16) it trains `--config` (default
-configs/quadrant_pod.yaml with `pod.worlds=16 agent.ppo.epochs=1`, the settings of the issue's
-first many-rank figures) with `pipeline.backend=pod`, `pipeline.n_trainers=N`, one thread per
+configs/quadrant_pod.yaml with `pod.worlds=16 agent.ppo.epochs=1`, the settings of the first
+many-rank figures in docs/benchmarks.md; a config written by `hns-train plan` checks its
+projection) with `pipeline.backend=pod`, `pipeline.n_trainers=N`, one thread per
 pod, for `--minutes`, oversubscribed past the cores on purpose, and measures:
 - total trained frames/s (bench/pod_speed.py's `metrics_figures`: from `--warmup` seconds after
   the first update to the end);
@@ -132,18 +133,20 @@ def run_at(n: int, args, runs: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=str(ROOT / "configs" / "quadrant_pod.yaml"))
+    parser.add_argument(
+        "--config",
+        help=f"default: configs/quadrant_pod.yaml with {' '.join(DEFAULT_OVERRIDES)} before the "
+        "overrides",
+    )
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--minutes", type=float, default=3.0, help="each run")
     parser.add_argument("--warmup", type=float, default=20.0, help="seconds left out of a run")
     parser.add_argument("--reps", type=int, default=20, help="all-reduces timed per N")
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        default=DEFAULT_OVERRIDES,
-        help=f"config overrides, key=value (default: {' '.join(DEFAULT_OVERRIDES)})",
-    )
+    parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
     args = parser.parse_args()
+    if args.config is None:
+        args.config = str(ROOT / "configs" / "quadrant_pod.yaml")
+        args.overrides = [*DEFAULT_OVERRIDES, *args.overrides]
     if any(n < 1 for n in args.ranks):
         parser.error(f"--ranks {args.ranks}: every N must be >= 1")
     runs = Path(tempfile.mkdtemp(prefix="hns-pod-scale-"))

@@ -41,6 +41,8 @@ CALIBRATION_S = 30.0  # the calibration run measures this long after its first u
 CALIBRATION_LIMIT_MIN = 5.0  # and gives up after this long, start-up included
 CONTROLLER_GIB = 1.0  # memory kept for the controller process (measured ~0.5-0.8 GiB here)
 GPU_FEED_CORES = 2  # cores left to feed a GPU (as the pipeline's projection, docs/benchmarks.md)
+GPU_ENVS_PER_ACTOR = 16  # an actor's worlds in the GPU layout, in a ring of 2 (quadrant.yaml)
+GPU_BATCH_CHUNKS = 288  # chunks of 8 worlds x 4 agents x 80 steps per GPU: >= 64k chunks of 10
 
 
 # ----------------------------------------------------------------------------- measuring ranks
@@ -103,25 +105,31 @@ class RankWatch:
 def rank_figures(controller, watch: RankWatch) -> dict:
     """What the ranks (trainer workers) of a finished run did, per env frame and per rank: their
     process CPU split, memory, start-up and first update."""
+    cfg = controller.cfg
     ranks = [s for s in controller.workers.values() if s.spec.kind == "trainer"]
     frames = max(sum(s.totals["frames"] for s in ranks), 1)
-    agents = controller.cfg.game_config().max_agents
+    agents = cfg.game_config().max_agents
+    # A run stops inside a rollout: its frames are collected but not learned from. So the
+    # update's cost is per frame of the rollouts trained on (each update: one whole rollout).
+    updates = sum(s.totals["steps"] for s in ranks)
+    trained = max(updates * cfg.pod.worlds * cfg.pipeline.chunk_len, 1)
     # the loop's CPU: building the learner, game and pod at the start is reported apart
     setup = sum(s.totals["setup_cpu_s"] for s in ranks)
-    cpu = sum(s.totals["cpu_s"] for s in ranks) - setup
     parts = {p: sum(s.totals[f"{p}_cpu_s"] for s in ranks) for p in CPU_PARTS}
-    parts["rest"] = max(cpu - sum(parts.values()), 0.0)
+    parts["rest"] = max(sum(s.totals["cpu_s"] for s in ranks) - setup - sum(parts.values()), 0)
+    per_frame = {p: v / (trained if p in ("learn", "sync") else frames) for p, v in parts.items()}
+    cpu = sum(per_frame.values())  # per env frame of a rollout collected and learned from
     mem = [watch.peak.get(s.spec.name, (0, 0)) for s in ranks]
     ctrl = watch.peak.get("controller", (0, 0))
     hellos = [s.hello_s for s in ranks if s.hello_s is not None]
     wall = {p: sum(s.totals[f"{p}_s"] for s in ranks) for p in ("sim", "act", "learn", "sync")}
     return {
-        "cpu_ms_per_frame": round(1e3 * cpu / frames, 3),
-        **{f"{p}_cpu_ms_per_frame": round(1e3 * v / frames, 3) for p, v in parts.items()},
+        "cpu_ms_per_frame": round(1e3 * cpu, 3),
+        **{f"{p}_cpu_ms_per_frame": round(1e3 * v, 3) for p, v in per_frame.items()},
         **{f"{p}_wall_ms_per_frame": round(1e3 * v / frames, 3) for p, v in wall.items()},
-        "sync_share": round(parts["sync"] / max(cpu, 1e-9), 4),
+        "sync_share": round(per_frame["sync"] / max(cpu, 1e-12), 4),
         # the learning policy's share of the agent-steps (the rest are pool opponents')
-        "trained_share": round(sum(s.totals["samples"] for s in ranks) / frames / agents, 4),
+        "trained_share": round(sum(s.totals["samples"] for s in ranks) / trained / agents, 4),
         "pss_mib_per_rank": round(sum(m[0] for m in mem) / max(len(mem), 1) / 2**20, 1),
         "rss_mib_per_rank": round(sum(m[1] for m in mem) / max(len(mem), 1) / 2**20, 1),
         "controller_pss_mib": round(ctrl[0] / 2**20, 1),
@@ -284,23 +292,31 @@ def plan_for(machine: Machine, cal: Calibration, cfg, overrides: list[str]) -> P
         cores = max(machine.cores - GPU_FEED_CORES, 1) * machine.nodes
         env_fps = cores * 1e3 / max(cal.collect_ms, 1e-9)
         actors = max(machine.cores - GPU_FEED_CORES, 1)
+        # a chunk: one column per agent of an actor's group of worlds (envs / ring), chunk_len
+        # steps; GPU_BATCH_CHUNKS of them are the paper's 64k chunks of 10 steps
+        columns = GPU_ENVS_PER_ACTOR // 2 * game.max_agents
         settings = [
             "pipeline.backend=c", "pipeline.device=cuda", f"pipeline.n_actors={actors}",
-            "pipeline.envs_per_actor=32", "pipeline.n_policy_workers=1",
-            f"pipeline.n_trainers={machine.gpus}", "pipeline.batch_chunks=1024",
+            f"pipeline.envs_per_actor={GPU_ENVS_PER_ACTOR}", "pipeline.ring_size=2",
+            "pipeline.n_policy_workers=1", f"pipeline.n_trainers={machine.gpus}",
+            f"pipeline.batch_chunks={GPU_BATCH_CHUNKS * machine.gpus}",
+            f"pipeline.sample_buffer_chunks={2 * GPU_BATCH_CHUNKS}",
         ]  # fmt: skip
         how = (
             f"projected: {cores} cores stepping the game and collecting at this machine's "
             f"measured {cal.collect_ms:.2f} CPU ms per frame (physics, observations and the act "
-            f"forward); the GPU assumed to keep up with every forward and PPO update (never "
-            "measured: no GPU here)"
+            "forward, which the GPU would take over: a cautious figure); the GPU assumed to "
+            "keep up with every forward and PPO update (never measured: no GPU here)"
         )
         notes.append(
             "a GPU pod (pipeline.backend=pod pipeline.device=cuda, MuJoCo Warp, thousands of "
             "worlds) may be faster; its rate was never measured here: bench/gpu_day.sh measures it"
         )
         ranks = machine.gpus
-        batch = 1024 * 8 * game.max_agents * cfg.pipeline.chunk_len / 10
+        batch = (
+            GPU_BATCH_CHUNKS * machine.gpus * columns * cfg.pipeline.chunk_len
+            * cal.trained_share / 10
+        )  # fmt: skip
     else:
         per_node = min(machine.cores, max(by_memory, 1))
         if per_node < machine.cores:
@@ -321,8 +337,6 @@ def plan_for(machine: Machine, cal: Calibration, cfg, overrides: list[str]) -> P
         )
         if machine.nodes > 1:
             how += "; across nodes the gradient sums cross the network (never measured)"
-        if machine.detected and ranks == machine.cores:
-            how += f"; check it with: python bench/pod_scale.py --ranks {ranks}"
         batch = ranks * cfg.pod.worlds * rows_per_world * cal.trained_share / 10
     paper = next(r for r in load_baselines().rapid.runs if r.batch_chunks)
     if batch < paper.batch_chunks:
@@ -381,7 +395,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--config", default=BASE_CONFIG, help="the settings to calibrate")
     parser.add_argument("--cores", type=int, nargs="+", help="cores per node (default: here)")
-    parser.add_argument("--gpus", type=int, default=None, help="GPUs per node (default: here)")
+    parser.add_argument(
+        "--gpus", type=int, nargs="+", help="GPUs per node (default: here); with --cores, each pair"
+    )
     parser.add_argument("--nodes", type=int, default=1)
     parser.add_argument("--memory", type=float, help="GiB per node (default: available here)")
     parser.add_argument("--seconds", type=float, default=CALIBRATION_S, help="calibration run")
@@ -395,7 +411,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             parser.error(f"--{name}={getattr(args, name)} must be > 0")
     if args.cores and min(args.cores) < 1:
         parser.error(f"--cores {args.cores}: every count must be >= 1")
-    if (args.gpus is not None and args.gpus < 0) or (args.memory is not None and args.memory <= 0):
+    if (args.gpus and min(args.gpus) < 0) or (args.memory is not None and args.memory <= 0):
         parser.error("--gpus must be >= 0 and --memory > 0 (GiB)")
     return args
 
@@ -424,11 +440,12 @@ def main(argv: list[str] | None = None) -> int:
     machines = [
         Machine(
             cores,
-            here.gpus if args.gpus is None else args.gpus,
+            gpus,
             args.nodes,
             here.memory_gib if args.memory is None else args.memory,
             args.cores is None and args.gpus is None and args.nodes == 1,
         )
+        for gpus in (args.gpus or [here.gpus])
         for cores in (args.cores or [here.cores])
     ]
     plans = [plan_for(m, cal, cfg, args.overrides) for m in machines]
@@ -444,6 +461,11 @@ def main(argv: list[str] | None = None) -> int:
     base = Path(args.config).name if shipped else str(Path(args.config).resolve())
     write_config(plans[0], base, args.out)
     print(f"config written: {args.out} (train it: hns-train --config {args.out})")
+    if plans[0].backend == "pod":
+        print(
+            f"check the projection here: python bench/pod_scale.py --config {args.out} "
+            f"--ranks {plans[0].ranks}"
+        )
     return 0
 
 

@@ -25,7 +25,7 @@ def test_the_paper_onsets_come_from_the_baselines_file():
     assert "blog post" in onsets["ramp_use"].source.where
 
 
-def test_pods_one_per_core_and_the_hours_to_each_phase():
+def test_pods_one_per_core_and_the_hours_to_each_phase(tmp_path):
     node = plan.plan_for(plan.Machine(64, 0, 1, 256, False), CAL, NODE, [])
     assert "pipeline.n_trainers=64" in node.settings and node.backend == "pod"
     assert node.env_fps == pytest.approx(64 * 500)
@@ -43,6 +43,10 @@ def test_pods_one_per_core_and_the_hours_to_each_phase():
     gpu = plan.plan_for(plan.Machine(16, 1, 1, 64, False), CAL, NODE, [])
     assert gpu.env_fps == pytest.approx(14 * 1e3 / 1.4)
     assert "never" in gpu.how and "pipeline.device=cuda" in gpu.settings
+    assert gpu.batch_chunks10 >= 64_000
+    written = tmp_path / "gpu.yaml"
+    plan.write_config(gpu, "quadrant_node.yaml", written)
+    assert load_config(written).pipeline.n_actors == 14  # the layout passes the config's checks
 
 
 @pytest.mark.parametrize(
