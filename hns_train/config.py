@@ -208,6 +208,11 @@ class PodConfig:
     # auto: MuJoCo Warp on CUDA, the C game on a CPU
     physics: Annotated[str, OneOf(POD_PHYSICS)] = "auto"
     opponent_slots: AtLeast1 = 4  # pool snapshots held on the device as ready models
+    # Snapshots a pod keeps read (state dicts, 6.4 MB each with the paper's network) besides its
+    # slots. Every rank holds its own, so pool.snapshot_cache's 64 (a policy worker's, which
+    # builds a model per load) would grow each rank by 0.4 GiB over a run; a pod's draw only
+    # copies weights into a slot, and a re-read comes from the page cache the ranks share.
+    snapshot_cache: AtLeast1 = 8
     # torch and MuJoCo threads of a CPU pod (0: this host's cores / pods). More cores: more pods
     # (pipeline.n_trainers) rather than threads; torch's OpenMP threads spin while they wait, and
     # on a busy machine two of them in one pod made an update 7x slower than one (measured).

@@ -66,7 +66,7 @@ class PodWorker(LearnerWorker):
             cfg.pipeline.chunk_len,
             pool=opponents,
             opponent_slots=pod.opponent_slots,
-            snapshot_cache=cfg.pool.snapshot_cache,
+            snapshot_cache=pod.snapshot_cache,
             seed=self._seed(2),
         )
         self._iteration = None  # the pod's iteration under way
