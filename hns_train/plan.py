@@ -306,7 +306,7 @@ def plan_for(machine: Machine, cal: Calibration, cfg, overrides: list[str]) -> P
             f"projected: {cores} cores stepping the game and collecting at this machine's "
             f"measured {cal.collect_ms:.2f} CPU ms per frame (physics, observations and the act "
             "forward, which the GPU would take over: a cautious figure); the GPU assumed to "
-            "keep up with every forward and PPO update (never measured: no GPU here)"
+            "keep up with every forward and PPO update (not calibrated: never measured)"
         )
         notes.append(
             "a GPU pod (pipeline.backend=pod pipeline.device=cuda, MuJoCo Warp, thousands of "
@@ -326,8 +326,9 @@ def plan_for(machine: Machine, cal: Calibration, cfg, overrides: list[str]) -> P
             )
         ranks = per_node * machine.nodes
         env_fps = ranks * cal.per_core_fps
+        launcher = "ray" if machine.nodes > 1 else "local"  # one Ray cluster over the nodes
         settings = [
-            "pipeline.backend=pod", "pipeline.launcher=local", f"pipeline.n_trainers={ranks}",
+            "pipeline.backend=pod", f"pipeline.launcher={launcher}", f"pipeline.n_trainers={ranks}",
             f"pod.worlds={cfg.pod.worlds}", "pod.threads=1",
         ]  # fmt: skip
         how = (
