@@ -17,11 +17,10 @@ episodes, episode statistic sums, physics warnings) and the pod's wall time spli
 simulation, acting and learning (`sim_s`, `act_s`, `learn_s`), and its process CPU time split
 into collecting the rollout, PPO, the ranks' agreement and sums, rank 0's publishing,
 checkpoints and snapshots, and building it all at the start (`collect_cpu_s`, `learn_cpu_s`,
-`sync_cpu_s`, `duties_cpu_s`, `setup_cpu_s`; with
-`sync_s`, the wall time in the agreement and sums), so where a rank's time goes as ranks grow
-is read from any run (bench/pod_scale.py). A trainer's own figures about the
-chunks it receives, drops and reuses are left out: a pod receives none, and trains on each
-rollout once, as it comes.
+`sync_cpu_s`, `duties_cpu_s`, `setup_cpu_s`), with `sync_s` the wall time in the agreement and
+sums: where a rank's time goes as ranks grow is read from any run (bench/pod_scale.py). A
+trainer's own figures about the chunks it receives, drops and reuses are left out: a pod
+receives none, and trains on each rollout once, as it comes.
 
 A pod never heartbeats without progress: its heartbeats come only from the worker's loop,
 between calls of `step` (worker.py; no thread beats for it), and each call steps every world,
