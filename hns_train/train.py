@@ -54,11 +54,11 @@ def help_epilog() -> str:
     )
     width = max(len(what) for what, _ in KEY_SOURCES)
     keys = "\n".join(f"  {what:<{width}}  {_source(cls)}" for what, cls in KEY_SOURCES)
-    return f"""subcommands (while a population runs in RUN_DIR):
+    return f"""subcommands:
+  {PROG} plan [--cores N ...]               size a run: layout, config, hours per phase
+while a population runs in RUN_DIR:
   {PROG} population add RUN_DIR             a new member joins
   {PROG} population retire RUN_DIR MEMBER   a member (e.g. m2) stops for good
-  {PROG} plan [--cores N ...] [--gpus N]    calibrate here, print the layout, a config and
-                                              the hours to each quadrant phase (hns-train plan)
 
 shipped configs (--config NAME works from any folder; a YAML of your own may start with
 `base: NAME.yaml`):
