@@ -79,10 +79,15 @@ def device_clock(device: torch.device) -> tuple[str, Callable[[], float]]:
 
 
 def run_figures(cfg, warmup: float) -> dict[str, float]:
-    """Train `cfg` through the controller; env frames/s and trained frames/s over the records
-    from `warmup` seconds after the first optimisation step to the end. Trained frames/s is
-    time-weighted: a pod's frames and its trained samples land in different records."""
+    """Train `cfg` through the controller; its `metrics_figures`."""
     summary = Controller(cfg).run()
+    return metrics_figures(cfg, summary, warmup)
+
+
+def metrics_figures(cfg, summary, warmup: float) -> dict[str, float]:
+    """A finished run's env frames/s and trained frames/s over the records from `warmup` seconds
+    after the first optimisation step to the end. Trained frames/s is time-weighted: a pod's
+    frames and its trained samples land in different records."""
     lines = (Path(summary.run_dir) / "metrics.jsonl").read_text().splitlines()
     train = [r for r in map(json.loads, lines) if r["kind"] == "train"]
     learning = [r for r in train if r["version"] >= 1]

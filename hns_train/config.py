@@ -208,6 +208,11 @@ class PodConfig:
     # auto: MuJoCo Warp on CUDA, the C game on a CPU
     physics: Annotated[str, OneOf(POD_PHYSICS)] = "auto"
     opponent_slots: AtLeast1 = 4  # pool snapshots held on the device as ready models
+    # Snapshots a pod keeps read (state dicts, 6.4 MB each with the paper's network) besides its
+    # slots. Every rank holds its own, so pool.snapshot_cache's 64 (a policy worker's, which
+    # builds a model per load) would grow each rank by 0.4 GiB over a run; a pod's draw only
+    # copies weights into a slot, and a re-read comes from the page cache the ranks share.
+    snapshot_cache: AtLeast1 = 8
     # torch and MuJoCo threads of a CPU pod (0: this host's cores / pods). More cores: more pods
     # (pipeline.n_trainers) rather than threads; torch's OpenMP threads spin while they wait, and
     # on a busy machine two of them in one pod made an update 7x slower than one (measured).
@@ -324,7 +329,8 @@ def _range_problems(cfg: RunConfig) -> list[str]:
             f"pipeline.heartbeat_timeout_s={p.heartbeat_timeout_s} must be greater than "
             f"pipeline.heartbeat_s={p.heartbeat_s}"
         )
-    if p.batch_chunks >= 1 and p.n_trainers >= 1:
+    # a pod makes its own batch (pod.worlds x chunk_len per rank): the chunk settings are unused
+    if p.backend != "pod" and p.batch_chunks >= 1 and p.n_trainers >= 1:
         share = p.batch_chunks // p.n_trainers
         if p.sample_buffer_chunks < share:
             out.append(
@@ -337,7 +343,8 @@ def _range_problems(cfg: RunConfig) -> list[str]:
 def _cluster_problems(p: PipelineConfig) -> list[str]:
     """Rules of the several-trainer and Ray fields (their ranges are declared with them)."""
     out = []
-    if p.n_trainers >= 1 and p.batch_chunks % p.n_trainers:  # (< 1: its range)
+    # (< 1: its range); pods do not take chunks: each rank's batch is its own rollout
+    if p.backend != "pod" and p.n_trainers >= 1 and p.batch_chunks % p.n_trainers:
         out.append(
             f"pipeline.batch_chunks={p.batch_chunks} must be a multiple of "
             f"pipeline.n_trainers={p.n_trainers} (each trainer takes an equal share)"

@@ -8,7 +8,8 @@ checkpoint with counters, pool and ratings intact (overrides still apply).
 With `population.members=N` (N > 1) it trains a population of N learners in one run directory
 (`hns_train.distributed.population`); `--resume` continues the whole population. While one runs:
 `python -m hns_train.train population add RUN_DIR` adds a member, `... population retire RUN_DIR
-MEMBER` retires one.
+MEMBER` retires one. `python -m hns_train.train plan` (`hns-train plan`) sizes a run for a
+machine (hns_train/plan.py).
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ def help_epilog() -> str:
     )
     width = max(len(what) for what, _ in KEY_SOURCES)
     keys = "\n".join(f"  {what:<{width}}  {_source(cls)}" for what, cls in KEY_SOURCES)
-    return f"""subcommands (while a population runs in RUN_DIR):
+    return f"""subcommands:
+  {PROG} plan [--cores N ...]               size a run: layout, config, hours per phase
+while a population runs in RUN_DIR:
   {PROG} population add RUN_DIR             a new member joins
   {PROG} population retire RUN_DIR MEMBER   a member (e.g. m2) stops for good
 
@@ -134,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["population"]:
         return population_request(argv[1:])
+    if argv[:1] == ["plan"]:
+        from hns_train.plan import main as plan
+
+        return plan(argv[1:])
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     try:

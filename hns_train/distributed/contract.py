@@ -328,7 +328,10 @@ HEARTBEAT_FIELDS: dict[str, dict[str, Rule]] = {
         "stat_sums": NUMBERS,
         # a pod (pod_worker.py) also reports what actors do
         **dict.fromkeys(("frames", "episodes", "physics_warnings"), COUNT),
-        **dict.fromkeys(("sim_s", "act_s", "learn_s"), SECONDS),
+        **dict.fromkeys(("sim_s", "act_s", "learn_s", "sync_s"), SECONDS),
+        **dict.fromkeys(
+            ("collect_cpu_s", "learn_cpu_s", "sync_cpu_s", "duties_cpu_s", "setup_cpu_s"), SECONDS
+        ),
     },
     "eval": {
         "version": VERSION,

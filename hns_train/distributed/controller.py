@@ -87,6 +87,13 @@ STARTUP_GRACE_S = 120.0  # from start to hello: spawning and importing torch on 
 BAR_REFRESH_S = 1.0  # progress bar redraws: tqdm only redraws itself on update()
 
 
+# the heartbeat counters a WorkerState sums (deltas since a worker's previous heartbeat)
+TOTALS = (
+    "frames", "steps", "samples", "cpu_s", "update_s", "sim_s", "act_s", "learn_s", "sync_s",
+    "collect_cpu_s", "learn_cpu_s", "sync_cpu_s", "duties_cpu_s", "setup_cpu_s",
+)  # fmt: skip
+
+
 @dataclass
 class WorkerState:
     spec: WorkerSpec
@@ -98,6 +105,11 @@ class WorkerState:
     stop_sent: bool = False  # asked to stop (the run is ending)
     pid: int | None = None
     last: dict = field(default_factory=dict)
+    # its heartbeats' counters summed over the run, restarts included (TOTALS): what each
+    # rank of a group did (tests, bench/pod_scale.py)
+    totals: dict = field(default_factory=lambda: dict.fromkeys(TOTALS, 0.0))
+    started_at: float = 0.0  # monotonic time of its latest start
+    hello_s: float | None = None  # seconds from that start to its hello (spawn, imports, setup)
     # when its last heartbeat showed progress (see _progressed)
     progress_at: float = field(default_factory=time.monotonic)
 
@@ -336,9 +348,10 @@ class Controller(Stoppable):
         now = time.monotonic()
         state = self.workers.get(spec.name)
         if state is None:
-            self.workers[spec.name] = WorkerState(spec, now, progress_at=now)
+            self.workers[spec.name] = WorkerState(spec, now, progress_at=now, started_at=now)
         else:
             state.spec, state.last_seen, state.progress_at = spec, now, now
+            state.started_at, state.hello_s = now, None
             state.stopped = state.connected = state.busy = state.stop_sent = False
         self.launcher.start(spec)
 
@@ -440,8 +453,9 @@ class Controller(Stoppable):
         if message.kind == "hello":
             state.pid = meta["pid"]
             state.progress_at = now
+            state.hello_s = now - state.started_at
             if state.spec.kind == "trainer":  # its first checkpoint must know the run's frames
-                self._send_counters()
+                self._send_counters(only=state)
         elif message.kind == "stopped":
             state.stopped = True
         elif message.kind == "busy":
@@ -449,18 +463,25 @@ class Controller(Stoppable):
         elif message.kind == "heartbeat":
             state.busy = False
             state.last = meta
+            for key in TOTALS:
+                state.totals[key] += float(meta.get(key, 0.0))
             if self._progressed(state.spec.kind, meta):
                 state.progress_at = now
             self._absorb(state.spec.kind, meta)
 
     def _progressed(self, kind: str, meta: dict) -> bool:
-        """Whether a heartbeat shows progress, or a wait that is another worker's doing."""
-        last = by_kind(self.workers.values())
+        """Whether a heartbeat shows progress, or a wait that is another worker's doing (the
+        other workers' heartbeats are looked at only then: with many ranks, every heartbeat
+        would otherwise walk every worker)."""
+
+        def last(other: str) -> list[dict]:
+            return [s.last for s in self.workers.values() if s.spec.kind == other]
+
         if kind == "actor":  # stepping, or waiting on the trainer or on parameters
             return (
                 meta.get("frames", 0) > 0
                 or meta.get("queued_chunks", 0) > 0
-                or any(p.get("version", -1) < 0 for p in last["policy"])
+                or any(p.get("version", -1) < 0 for p in last("policy"))
             )
         if kind == "policy":  # has parameters, or no trainer could have sent them yet
             trainer = self.workers.get("trainer0")
@@ -470,7 +491,9 @@ class Controller(Stoppable):
         if kind == "trainer":
             if meta.get("steps", 0) > 0 or meta.get("received", 0) > 0:
                 return True
-            return not any(a.get("queued_chunks", 0) > 0 for a in last["actor"])
+            if self.cfg.pipeline.backend == "pod":  # no actors: O(1) per rank's heartbeat
+                return True
+            return not any(a.get("queued_chunks", 0) > 0 for a in last("actor"))
         return True  # eval: rounds take long; watched for liveness only
 
     def _absorb(self, kind: str, meta: dict) -> None:
@@ -502,14 +525,15 @@ class Controller(Stoppable):
             parts.append(f"stop in {int(left // 60)}:{int(left % 60):02d}")
         return ", ".join(parts)
 
-    def _send_counters(self) -> None:
+    def _send_counters(self, only: WorkerState | None = None) -> None:
+        """The run's counters to every trainer (or to `only`), `alive` to the others."""
         meta = {
             "frames": self.frames,
             "episodes": self.episodes,
             "wall_clock_s": self.elapsed_s(),
             "stop_in_s": self._stop_in_s(),
         }
-        for state in self.workers.values():
+        for state in [only] if only is not None else self.workers.values():
             if not state.connected or state.stopped:
                 continue
             if state.spec.kind == "trainer":

@@ -20,6 +20,9 @@ Stop without a hang: a rank never leaves on its own. Each loop iteration every r
 rank at the same iteration, before any rank could enter an update the others skip. Ranks train
 only when every rank has its share of the batch (`batch_chunks / n_trainers` chunks).
 
+Every rank counts the wall and CPU seconds it spends in the agreement and the sums
+(`take_collective_s`), so a pod can tell its time in collectives from simulating and learning.
+
 Where only one copy must exist (parameter publishing, checkpoints, pool snapshots) rank 0 does it.
 At start rank 0 broadcasts the model's state, so all ranks begin from the same weights and
 normalisers even when they were initialised differently.
@@ -27,9 +30,11 @@ normalisers even when they were initialised differently.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -128,15 +133,34 @@ class DataParallel:
         )
         # where collectives run: gloo reduces on the CPU
         self.collective_device = device if self.backend == "nccl" else torch.device("cpu")
+        self._spent = {"collective_s": 0.0, "collective_cpu_s": 0.0}
+
+    @contextlib.contextmanager
+    def _timed(self) -> Iterator[None]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self._spent["collective_s"] += time.perf_counter() - wall
+            self._spent["collective_cpu_s"] += time.process_time() - cpu
+
+    def take_collective_s(self) -> dict[str, float]:
+        """Wall and process CPU seconds in the agreement and the sums since the last call
+        (`collective_s`, `collective_cpu_s`): waits for slower peers included."""
+        out = dict(self._spent)
+        self._spent = dict.fromkeys(out, 0.0)
+        return out
 
     def agree(self, stop: bool, ready: bool) -> tuple[bool, bool]:
         """(stop on every rank, every rank ready): one MAX all-reduce of two flags."""
         flags = torch.tensor([float(stop), float(not ready)])
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self._flags)
+        with self._timed():
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self._flags)
         return bool(flags[0] > 0), not bool(flags[1] > 0)
 
     def all_sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self.collective(tensor, lambda t: dist.all_reduce(t, op=dist.ReduceOp.SUM))
+        with self._timed():
+            return self.collective(tensor, lambda t: dist.all_reduce(t, op=dist.ReduceOp.SUM))
 
     def collective(self, tensor: torch.Tensor, op: Callable[[torch.Tensor], Any]) -> torch.Tensor:
         """`op(tensor)` in place, through a copy on `collective_device` when it lies elsewhere."""

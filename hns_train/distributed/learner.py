@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -123,6 +125,7 @@ class Learner:
             open_stream(ParamPublisher, spec.endpoints["params"]) if self.is_main else None
         )
         self.skipped_updates = 0
+        self.duties_cpu_s = 0.0  # process CPU in after_update (rank 0's copies) since reported
         self._last_checkpoint = time.monotonic()
         self.last_update_s: float | None = None  # duration of the newest update
         self._stop_at: float | None = None  # monotonic time the run stops at (stop.minutes)
@@ -233,7 +236,16 @@ class Learner:
         return out
 
     def after_update(self) -> None:
-        """Publish the new parameters; rank 0 writes a due checkpoint and pool snapshot."""
+        """Publish the new parameters; rank 0 writes a due checkpoint and pool snapshot. Its
+        CPU time is counted apart (`duties_cpu_s`): the other ranks wait for it at the next
+        agreement."""
+        cpu = time.process_time()
+        try:
+            self._duties()
+        finally:
+            self.duties_cpu_s += time.process_time() - cpu
+
+    def _duties(self) -> None:
         self.publish()
         if not self.is_main:
             return
@@ -273,6 +285,29 @@ class Learner:
         self._stop_at = None if stop_in is None else time.monotonic() + float(stop_in)
 
 
+# glibc's malloc: large blocks from mmap at and above this size, given back when freed
+MMAP_THRESHOLD_BYTES = 1 << 20
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
+
+
+def give_back_freed_memory(in_own_process: bool) -> None:
+    """Large allocations from mmap, so memory freed after an update goes back to the system.
+
+    An update's activations are hundreds of MB; glibc serves such blocks from its heap once
+    its adaptive mmap threshold has grown, and keeps the freed heap: a pod's resident memory
+    stayed ~0.3 GiB above what it uses between updates (1.0 against 0.7 GiB at 16 worlds,
+    measured), per rank. A fixed threshold keeps them on mmap. Only in a learner's own process
+    (the local and Ray launchers), and only with glibc."""
+    if not in_own_process or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+        libc.mallopt(M_TRIM_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    except (OSError, AttributeError):  # another C library: its own policy stays
+        log.debug("mallopt unavailable: the allocator keeps its own thresholds")
+
+
 class LearnerWorker(Worker):
     """A worker of kind "trainer" holding a `Learner`: the controller's counters, the stop
     (together with the other ranks) and the final checkpoint. Each kind's `step` makes its
@@ -280,6 +315,7 @@ class LearnerWorker(Worker):
 
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
+        give_back_freed_memory(self._cpu_at is not None)
         self.learner = Learner(
             self.cfg, spec, self.open_stream, lambda: self.control.send("busy"), self.resources
         )

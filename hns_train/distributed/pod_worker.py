@@ -14,9 +14,13 @@ trainers) and agree at every rollout's end whether to stop.
 
 Heartbeats carry a learner's counters (`Learner.report`) plus what actors report (frames,
 episodes, episode statistic sums, physics warnings) and the pod's wall time split into
-simulation, acting and learning (`sim_s`, `act_s`, `learn_s`). A trainer's own figures about the
-chunks it receives, drops and reuses are left out: a pod receives none, and trains on each
-rollout once, as it comes.
+simulation, acting and learning (`sim_s`, `act_s`, `learn_s`), and its process CPU time split
+into collecting the rollout, PPO, the ranks' agreement and sums, rank 0's publishing,
+checkpoints and snapshots, and building it all at the start (`collect_cpu_s`, `learn_cpu_s`,
+`sync_cpu_s`, `duties_cpu_s`, `setup_cpu_s`), with `sync_s` the wall time in the agreement and
+sums: where a rank's time goes as ranks grow is read from any run (bench/pod_scale.py). A
+trainer's own figures about the chunks it receives, drops and reuses are left out: a pod
+receives none, and trains on each rollout once, as it comes.
 
 A pod never heartbeats without progress: its heartbeats come only from the worker's loop,
 between calls of `step` (worker.py; no thread beats for it), and each call steps every world,
@@ -30,6 +34,7 @@ so is a DDP rank's wait at its rollout's end for a slower peer (the ranks' agree
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 
 import torch
@@ -60,10 +65,15 @@ class PodWorker(LearnerWorker):
             cfg.pipeline.chunk_len,
             pool=opponents,
             opponent_slots=pod.opponent_slots,
-            snapshot_cache=cfg.pool.snapshot_cache,
+            snapshot_cache=pod.snapshot_cache,
             seed=self._seed(2),
         )
         self._iteration = None  # the pod's iteration under way
+        # process CPU seconds since the last heartbeat: stepping (the hook's time included),
+        # and the hook's (agreement and update)
+        self._step_cpu_s = self._hook_cpu_s = 0.0
+        # building the learner, the game and the pod (reported once, apart from the loop's)
+        self._setup_cpu_s = time.process_time() - self._cpu_at if self._cpu_at else 0.0
 
     def _seed(self, salt: int) -> list[int]:
         return [self.cfg.seed, 4, self.rank, self.spec.incarnation, salt]
@@ -74,23 +84,30 @@ class PodWorker(LearnerWorker):
             return False
         if self._iteration is None:
             self._iteration = self.pod.iteration(hook=self.update)
+        cpu = time.process_time()
+        stats = None
         try:
             next(self._iteration)  # one env step
         except StopIteration as done:  # the rollout's update (or its skip) is over
             self._iteration = None
             stats = done.value
-            if stats is not None:  # a rollout is trained on as it comes, once: every step is new
-                learned = int(stats.pop("learned_steps"))
-                self.learner.count_update(stats, learned, learned)
+        self._step_cpu_s += time.process_time() - cpu
+        if stats is not None:  # a rollout is trained on as it comes, once: every step is new
+            learned = int(stats.pop("learned_steps"))
+            self.learner.count_update(stats, learned, learned)
         return True
 
     def update(self, learn: Callable[[], dict], agent_steps: int) -> dict | None:
         # every rank ends its rollout here: stop together, or train together unless the run
         # would end before this update could; a peer may still be simulating its rollout
-        self.learner.peers_may_lag = True
-        if not self.learner.agree(stop=self.stopping, ready=True):
-            return None
-        return self.learner.guarded_update(learn, agent_steps)
+        cpu = time.process_time()
+        try:
+            self.learner.peers_may_lag = True
+            if not self.learner.agree(stop=self.stopping, ready=True):
+                return None
+            return self.learner.guarded_update(learn, agent_steps)
+        finally:
+            self._hook_cpu_s += time.process_time() - cpu
 
     # ------------------------------------------------------------------ control
     def counters(self) -> dict:
@@ -99,7 +116,24 @@ class PodWorker(LearnerWorker):
             # what an actor reports, and where the pod's time went (sim_s, act_s, learn_s)
             **self.pod.take_counters(),
             "physics_warnings": self.pod.game.physics_warnings(),
+            **self._take_cpu_split(),
         }
+
+    def _take_cpu_split(self) -> dict[str, float]:
+        """The process CPU seconds since the last heartbeat by part (module docstring)."""
+        ddp, learner = self.learner.ddp, self.learner
+        spent = ddp.take_collective_s() if ddp is not None else {}
+        sync_cpu = spent.get("collective_cpu_s", 0.0)
+        out = {
+            "collect_cpu_s": max(self._step_cpu_s - self._hook_cpu_s, 0.0),
+            "learn_cpu_s": max(self._hook_cpu_s - sync_cpu - learner.duties_cpu_s, 0.0),
+            "sync_cpu_s": sync_cpu,
+            "duties_cpu_s": learner.duties_cpu_s,
+            "sync_s": spent.get("collective_s", 0.0),
+            "setup_cpu_s": self._setup_cpu_s,
+        }
+        self._step_cpu_s = self._hook_cpu_s = learner.duties_cpu_s = self._setup_cpu_s = 0.0
+        return out
 
 
 def make_game(cfg, device: torch.device, seed, threads: int = 1):

@@ -29,6 +29,8 @@ from hns_train.jsonl import append_record
 log = logging.getLogger(__name__)
 CPU_KINDS = ("actor", "policy", "trainer")
 POD_PHASES = ("sim", "act", "learn")
+# a pod's process CPU time split (pod_worker.py); what is left of its cpu_s is the rest
+POD_CPU = ("collect", "learn", "sync", "duties", "setup")
 
 
 class RunLog:
@@ -228,6 +230,13 @@ class WorkCosts:
                                     the first time (agent-steps / agents per world)
         pod/{sim,act,learn}_ms_per_frame   a pod's wall time per env frame in simulation, acting
                                     and learning (pod_worker.py; it also reports its frames)
+        cpu/pod_{collect,learn,sync,duties,setup}_ms_per_frame   a pod's process CPU per env frame
+                                    collecting its rollout, in PPO, in the ranks' agreement and
+                                    sums (sync), and in rank 0's publishing, checkpoints and
+                                    snapshots (duties), in building it at the start (setup);
+                                    cpu/pod_rest_ms_per_frame: the rest
+        pod/sync_ms_per_frame       a pod's wall time per env frame in the agreement and sums,
+                                    waits for slower ranks included
 
     A metric is left out when its window has no work or no CPU report (serial launcher).
     """
@@ -242,6 +251,7 @@ class WorkCosts:
         self.frames = self.rows = self.batches = self.forwards = 0
         self.samples = self.new_samples = 0
         self.pod_s: dict[str, float] = defaultdict(float)
+        self.pod_cpu_s: dict[str, float] = defaultdict(float)
 
     def add(self, kind: str, meta: dict) -> None:
         """One heartbeat's counters (already checked against the contract)."""
@@ -251,6 +261,9 @@ class WorkCosts:
         self.frames += int(meta.get("frames", 0))  # actors, and pods
         for phase in POD_PHASES:
             self.pod_s[phase] += float(meta.get(f"{phase}_s", 0.0))
+        for part in POD_CPU:
+            self.pod_cpu_s[part] += float(meta.get(f"{part}_cpu_s", 0.0))
+        self.pod_s["sync"] += float(meta.get("sync_s", 0.0))
         if kind == "policy":
             self.rows += int(meta.get("rows", 0))
             self.batches += int(meta.get("batches", 0))
@@ -266,9 +279,14 @@ class WorkCosts:
             out["throughput/trained_fps"] = self.new_samples / self.agents_per_frame / elapsed_s
         per_frame = {k: self.cpu_s[k] for k in CPU_KINDS if k in self.reported}
         if self.frames:
-            for phase in POD_PHASES:
+            for phase in (*POD_PHASES, "sync"):
                 if self.pod_s[phase]:
                     out[f"pod/{phase}_ms_per_frame"] = 1e3 * self.pod_s[phase] / self.frames
+            if self.pod_cpu_s["collect"] and "trainer" in per_frame:
+                for part in POD_CPU:
+                    out[f"cpu/pod_{part}_ms_per_frame"] = 1e3 * self.pod_cpu_s[part] / self.frames
+                rest = per_frame["trainer"] - sum(self.pod_cpu_s.values())
+                out["cpu/pod_rest_ms_per_frame"] = 1e3 * max(rest, 0.0) / self.frames
             for kind, cpu in per_frame.items():
                 out[f"cpu/{kind}_ms_per_frame"] = 1e3 * cpu / self.frames
             if per_frame:

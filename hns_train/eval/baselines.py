@@ -6,6 +6,10 @@ of 64k chunks of 10 steps) and box surfing at about 380 M. SRL reproduced the sa
 up to 5x less wall-clock time than Rapid, with about 1,000 CPU cores and 8 GPUs for 68 h, and
 scaled a harder variant to 15k CPU cores and 32 A100 GPUs.
 
+The quadrant game's phase onsets (door blocking from about 2.69 M episodes, ramp use 8.62 M,
+ramp defense 14.5 M; 80 steps each, from OpenAI's blog post of the paper) are its `quadrant`
+section (`load_quadrant_onsets`), the sample counts `hns-train plan` projects hours to.
+
 The file is the single home of these numbers: code reads them from here, never restates them.
 """
 
@@ -115,6 +119,39 @@ def load_baselines(path: str | Path | None = None) -> Baselines:
         )
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
+
+
+@dataclass(frozen=True)
+class QuadrantOnset:
+    """The episode at which one phase of the quadrant game appeared, with its source (the
+    quadrant game's phases are its own: door blocking is not one of the full game's PHASES)."""
+
+    phase: str
+    episodes: float
+    steps_per_episode: int
+    source: Source
+
+    @property
+    def frames(self) -> float:
+        return self.episodes * self.steps_per_episode
+
+
+def load_quadrant_onsets(path: str | Path | None = None) -> tuple[QuadrantOnset, ...]:
+    """The `quadrant` section of the baselines file, in the order of the phases."""
+    path = Path(path) if path is not None else DEFAULT_PATH
+    data = yaml.safe_load(path.read_text())
+    table = data.get("quadrant") if isinstance(data, dict) else None
+    if not isinstance(table, dict) or not isinstance(table.get("onsets"), list):
+        raise ValueError(f"{path}: needs a mapping 'quadrant' with a list 'onsets'")
+    steps = table.get("steps_per_episode")
+    onsets = []
+    for i, row in enumerate(table["onsets"]):
+        where = f"quadrant.onsets[{i}]"
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}: {where} must be a mapping, got {row!r}")
+        row = {**row, "steps_per_episode": steps}
+        onsets.append(_typed(QuadrantOnset, row, where))
+    return tuple(onsets)
 
 
 def _typed(cls: type, data, where: str):

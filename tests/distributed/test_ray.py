@@ -134,3 +134,35 @@ def test_two_node_cluster_packs_trainers_restarts_a_worker_and_releases_everythi
     pids = [worker.pid for worker in controller.workers.values()] + [killed]
     wait_for(lambda: not any(alive(p) for p in pids), 30, "workers to exit")
     wait_for(lambda: ray.available_resources().get("CPU", 0) == 2.0, 30, "reservations released")
+
+
+@pytest.mark.slow
+def test_pod_ranks_on_two_nodes_train_one_policy(tmp_path, two_nodes):
+    """Pods as DDP ranks across hosts: one whole CPU per rank on two one-CPU nodes puts one
+    rank on each, so their agreement and gradient sums cross between the nodes."""
+    cfg = smoke(
+        tmp_path, "name=pods", f"pipeline.ray_address={two_nodes.address}",
+        "pipeline.backend=pod", "pod.worlds=4", "agent.ppo.epochs=1", "agent.ppo.minibatches=1",
+        "pipeline.n_trainers=2", "pipeline.ray_trainer_cpus=1", "stop.versions=3",
+    )  # fmt: skip
+    controller = Controller(cfg)
+    nodes = {}
+
+    def where() -> bool:
+        nodes.update({n: parent(w.pid) for n, w in list(controller.workers.items()) if w.pid})
+        return len(nodes) == 2
+
+    thread = threading.Thread(target=controller.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(where, 240, "both ranks' hello")
+        thread.join(300)
+    finally:
+        controller.request_stop("test over")
+        thread.join(120)
+    assert not thread.is_alive() and not controller.error
+    assert controller.stop_reason == "reached stop.versions=3" and controller.restarts == 0
+    assert nodes["trainer0"] != nodes["trainer1"]  # one rank per node
+    ranks = [controller.workers[n] for n in ("trainer0", "trainer1")]
+    assert [r.last["version"] for r in ranks] == [3, 3]
+    assert all(r.totals["frames"] >= 3 * 4 * 20 and r.totals["sync_cpu_s"] > 0 for r in ranks)

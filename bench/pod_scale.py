@@ -1,0 +1,195 @@
+"""Pods at many ranks on one host: what grows with N.
+
+For each N of `--ranks` (default 1 2 4 8 16) it trains `--config` (default
+configs/quadrant_pod.yaml with `pod.worlds=16 agent.ppo.epochs=1`, the settings of the first
+many-rank figures in docs/benchmarks.md; a config written by `hns-train plan` checks its
+projection) with `pipeline.backend=pod`, `pipeline.n_trainers=N`, one thread per
+pod, for `--minutes`, oversubscribed past the cores on purpose, and measures:
+- total trained frames/s (bench/pod_speed.py's `metrics_figures`: from `--warmup` seconds after
+  the first update to the end);
+- each rank's process CPU per env frame, split into collecting its rollout, PPO, the ranks'
+  agreement and gradient sums (`sync`), rank 0's publishing / checkpoints / snapshots
+  (`duties`) and the rest (heartbeats, control), from the pods' heartbeats
+  (distributed/pod_worker.py) summed over the run per rank by the controller;
+- memory per rank: the largest PSS and RSS seen (/proc/PID/smaps_rollup, sampled every second),
+  and the controller's (this process); these figures are `hns_train.plan`'s, which calibrates
+  the planner with the same run at one rank;
+- seconds from the run's start to every rank's hello and to the first update;
+- an all-reduce micro-benchmark: N spawned processes summing a tensor the size of the model's
+  gradient through the same gloo group the ranks use (distributed/ddp.py), median of `--reps`.
+
+Per-N table, then the last line `POD_SCALE {json}`: per N (`ranks`) the figures above, and
+`fps_n16_over_n2`, `sync_share_n16_over_n2` (the agreement-and-sums share of a rank's CPU at the
+largest N over N=2) and `resident_gib`/`pss_gib` of the largest N's ranks and the controller.
+Run it on a quiet machine: trained frames/s is wall-clock; the CPU split is not.
+
+    python bench/pod_scale.py --minutes 3 --ranks 1 2 4 8 16 [key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.pod_speed import metrics_figures  # noqa: E402
+from hns_train.agents.policy import ActorCritic  # noqa: E402
+from hns_train.config import load_config  # noqa: E402
+from hns_train.distributed.ddp import make_store, rendezvous_info  # noqa: E402
+from hns_train.envs.contract import observation_shapes  # noqa: E402
+from hns_train.plan import CPU_PARTS, run_pods  # noqa: E402
+
+DEFAULT_OVERRIDES = ["pod.worlds=16", "agent.ppo.epochs=1"]
+
+
+def _sum_rank(rank: int, info: dict, numel: int, reps: int, out) -> None:
+    from hns_train.distributed.ddp import DataParallel
+
+    torch.set_num_threads(1)
+    group = DataParallel(rank, info, torch.device("cpu"), "gloo", timeout_s=300)
+    try:
+        grad = torch.randn(numel)
+        times = []
+        for i in range(reps + 2):  # two to warm up
+            group.agree(stop=False, ready=True)  # start together: the sum alone is timed
+            start = time.perf_counter()
+            group.all_sum(grad)
+            if i >= 2:
+                times.append(time.perf_counter() - start)
+        if rank == 0:
+            out.put(statistics.median(times))
+    finally:
+        group.close()
+
+
+def allreduce_ms(n: int, numel: int, reps: int) -> float:
+    """Median wall ms of one gloo all-reduce of `numel` float32 over `n` spawned ranks."""
+    if n < 2:
+        return 0.0
+    store, port = make_store("127.0.0.1", timeout_s=300)
+    info = rendezvous_info("127.0.0.1", port, n, generation=0)
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_sum_rank, args=(r, info, numel, reps, out)) for r in range(n)]
+    for p in procs:
+        p.start()
+    try:
+        return 1e3 * out.get(timeout=600)
+    finally:
+        for p in procs:
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+        del store
+
+
+def run_at(n: int, args, runs: Path) -> dict:
+    """One run of `n` pod ranks: its figures (module docstring)."""
+    cfg = load_config(
+        args.config,
+        [
+            f"runs_dir={runs}",
+            f"name=n{n}",
+            f"stop.minutes={args.minutes}",
+            "logging.wandb=disabled",
+            "logging.progress=false",
+            "eval.n_workers=0",
+            "pipeline.device=cpu",
+            "pipeline.launcher=local",
+            "pipeline.backend=pod",
+            f"pipeline.n_trainers={n}",
+            "pod.threads=1",
+            *args.overrides,
+        ],
+    )
+    load = os.getloadavg()[0]
+    summary, ranks = run_pods(cfg)
+    try:
+        rates = metrics_figures(cfg, summary, args.warmup)
+    except RuntimeError as err:  # too short to measure: the rest is still measured
+        print(f"N={n}: trained frames/s not measured: {err}", flush=True)
+        rates = {"fps": float("nan"), "trained_fps": float("nan")}
+    return {
+        "trained_fps": round(rates["trained_fps"], 1),
+        "fps": round(rates["fps"], 1),
+        "versions": summary.version,
+        "restarts": summary.restarts,
+        **ranks,
+        "load": [round(load, 2), round(os.getloadavg()[0], 2)],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--config",
+        help=f"default: configs/quadrant_pod.yaml with {' '.join(DEFAULT_OVERRIDES)} before the "
+        "overrides",
+    )
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--minutes", type=float, default=3.0, help="each run")
+    parser.add_argument("--warmup", type=float, default=20.0, help="seconds left out of a run")
+    parser.add_argument("--reps", type=int, default=20, help="all-reduces timed per N")
+    parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
+    args = parser.parse_args()
+    if args.config is None:
+        args.config = str(ROOT / "configs" / "quadrant_pod.yaml")
+        args.overrides = [*DEFAULT_OVERRIDES, *args.overrides]
+    if any(n < 1 for n in args.ranks):
+        parser.error(f"--ranks {args.ranks}: every N must be >= 1")
+    runs = Path(tempfile.mkdtemp(prefix="hns-pod-scale-"))
+    cfg = load_config(args.config, args.overrides)
+    model = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network, device="cpu")
+    numel = sum(p.numel() for p in model.parameters())
+    del model
+    per_n = {}
+    for n in args.ranks:
+        per_n[n] = run_at(n, args, runs)
+        per_n[n]["allreduce_ms"] = round(allreduce_ms(n, numel, args.reps), 2)
+        print(f"N={n}: {json.dumps(per_n[n])}", flush=True)
+    top = max(per_n)
+
+    def ratio(key: str) -> float | None:
+        if 2 not in per_n or top <= 2 or not per_n[2][key]:
+            return None
+        return round(per_n[top][key] / per_n[2][key], 3)
+
+    result = {
+        "host": f"{os.cpu_count()} cores ({platform.machine()}, {platform.processor() or '?'})",
+        "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "config": Path(args.config).name,
+        "overrides": args.overrides,
+        "minutes": args.minutes,
+        "gradient_numel": numel,
+        "ranks": per_n,
+        f"fps_n{top}_over_n2": ratio("trained_fps"),
+        f"sync_share_n{top}_over_n2": ratio("sync_share"),
+        f"resident_gib_n{top}": per_n[top]["resident_gib"],
+        f"pss_gib_n{top}": per_n[top]["pss_gib"],
+    }
+    cols = ("trained_fps", "cpu_ms_per_frame", *(f"{p}_cpu_ms_per_frame" for p in
+            (*CPU_PARTS, "rest")), "sync_share", "pss_mib_per_rank", "rss_mib_per_rank",
+            "resident_gib", "last_hello_s", "first_update_s", "allreduce_ms")  # fmt: skip
+    short = [c.replace("_cpu_ms_per_frame", "").replace("_per_rank", "") for c in cols]
+    print("N".rjust(4) + "".join(s.rjust(max(len(s) + 2, 10)) for s in short))
+    for n, row in per_n.items():
+        cells = (str(row[c]).rjust(max(len(s) + 2, 10)) for c, s in zip(cols, short, strict=True))
+        print(str(n).rjust(4) + "".join(cells))
+    print("(CPU columns: ms of a rank's process CPU per env frame; memory: peak per rank)")
+    print("POD_SCALE " + json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

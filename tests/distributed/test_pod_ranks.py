@@ -1,0 +1,141 @@
+"""Many pods, one policy: four pod ranks on one host (`pipeline.backend=pod`,
+`pipeline.n_trainers=4`). Every rank trains on its own rollout, all ranks stop at one version,
+rank 0 alone writes checkpoints and snapshots, a killed rank restarts its whole group; four ranks
+with a quarter of a batch each step like one rank with all of it. The pipeline's chunk settings
+do not bind pods (16 ranks with `batch_chunks=8` start)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from test_ddp import WIDTHS, batches, train
+from test_pod_worker import pod_config
+from waiting import wait_for
+
+from hns_train.agents.checkpoint import CheckpointDir
+from hns_train.agents.pool import PolicyPool
+from hns_train.config import CONFIG_DIR, ConfigError, load_config
+from hns_train.distributed.controller import Controller
+from hns_train.distributed.ddp import make_store, rendezvous_info
+
+RANKS = 4
+NAMES = [f"trainer{r}" for r in range(RANKS)]
+
+
+def local_pods(tmp_path, *overrides):
+    return pod_config(
+        tmp_path, "pipeline.launcher=local", f"pipeline.n_trainers={RANKS}",
+        "pipeline.ddp_timeout_s=60", *overrides,
+    )  # fmt: skip
+
+
+def test_pods_are_not_bound_by_the_pipelines_chunk_share():
+    smoke = CONFIG_DIR / "smoke.yaml"
+    ranks = ["pipeline.launcher=local", "pipeline.n_trainers=16", "pipeline.batch_chunks=8"]
+    cfg = load_config(smoke, [*ranks, "pipeline.backend=pod"])
+    assert cfg.pipeline.n_trainers == 16
+    with pytest.raises(ConfigError, match=r"batch_chunks=8 must be a multiple of .*n_trainers=16"):
+        load_config(smoke, ranks)  # trainers share chunks: still checked
+
+
+@pytest.mark.slow
+def test_four_pod_ranks_train_their_own_rollouts_and_stop_together(tmp_path):
+    cfg = local_pods(tmp_path, "name=four", "stop.versions=3", "pipeline.checkpoint_every_s=0")
+    controller = Controller(cfg)
+    summary = controller.run()
+    assert summary.reason == "reached stop.versions=3" and summary.restarts == 0
+    states = [controller.workers[n] for n in NAMES]
+    # one stop for all: every rank made the same updates and has left
+    assert [s.last["version"] for s in states] == [3] * RANKS
+    assert [s.totals["steps"] for s in states] == [3] * RANKS
+    assert all(s.stopped and not Path(f"/proc/{s.pid}").exists() for s in states)
+    # every rank's share: its own 4 worlds x 20 steps per update, trained on by that rank
+    for s in states:
+        assert s.totals["frames"] >= 3 * 4 * 20, s.spec.name
+        assert 0 < s.totals["samples"] <= s.totals["frames"] * cfg.game_config().max_agents
+    # where each rank's CPU went is reported, its collectives apart
+    assert all(s.totals["collect_cpu_s"] > 0 and s.totals["sync_cpu_s"] > 0 for s in states)
+    # one writer: rank 0's duties (checkpoints, snapshots) cost the others nothing
+    assert states[0].totals["duties_cpu_s"] > 0
+    assert max(s.totals["duties_cpu_s"] for s in states[1:]) < states[0].totals["duties_cpu_s"]
+    run = tmp_path / "four"
+    assert CheckpointDir(run / "checkpoints").steps() == [2, 3]
+    with PolicyPool(run / "pool") as pool:
+        assert pool.versions() == [0, 2]
+    left = [p.name for p in run.rglob("*") if ".tmp" in p.name]
+    assert not left, left
+
+
+@pytest.mark.slow
+def test_a_killed_pod_rank_restarts_its_group_of_four(tmp_path):
+    cfg = local_pods(tmp_path, "name=regroup", "stop.versions=0", "pipeline.restart_trainer=true")
+    controller = Controller(cfg)
+    thread = threading.Thread(target=controller.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: controller.version >= 2, 240, "a checkpoint at version 2")
+        old = {n: controller.workers[n].pid for n in NAMES}
+        os.kill(old["trainer2"], signal.SIGKILL)
+        wait_for(lambda: controller.restarts >= 1, 90, "the restart")
+        wait_for(
+            lambda: all(controller.workers[n].pid not in (None, old[n]) for n in NAMES),
+            120,
+            "all four ranks to say hello again",
+        )
+        target = controller.version + 2
+        wait_for(lambda: controller.version >= target, 240, "training to go on")
+    finally:
+        controller.request_stop("test over")
+        thread.join(120)
+    assert not thread.is_alive() and not controller.error
+    assert controller.restarts == 1
+    last = [controller.workers[n].last["version"] for n in NAMES]
+    assert len(set(last)) == 1 and last[0] >= target
+
+
+def _quarter(rank: int, info: dict, out: str) -> None:
+    from hns_train.distributed.ddp import DataParallel
+
+    torch.set_num_threads(1)
+    group = DataParallel(rank, info, torch.device("cpu"), "gloo", timeout_s=60)
+    try:
+        part = slice(rank, rank + 1)  # one chunk of each batch per rank
+        result = {f"{kind}/{k}": v for kind in WIDTHS for k, v in train(kind, group, part).items()}
+        torch.save(result, f"{out}/rank{rank}.pt")
+    finally:
+        group.close()
+
+
+@pytest.mark.slow
+def test_four_ranks_with_a_quarter_of_the_batch_each_take_the_whole_batch_step(tmp_path):
+    assert all(len(chunks) == RANKS for kind in WIDTHS for chunks in batches(kind))
+    store, port = make_store("127.0.0.1", timeout_s=60)
+    info = rendezvous_info("127.0.0.1", port, RANKS, generation=0)
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_quarter, args=(r, info, str(tmp_path))) for r in range(RANKS)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    codes = [p.exitcode for p in procs]
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    del store
+    assert codes == [0] * RANKS, f"rank exit codes {codes}"
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(RANKS)]
+    for kind in WIDTHS:  # "uneven": the ranks' parts have 6, 2, 3 and 5 columns
+        whole = train(kind)
+        for name, expected in whole.items():
+            got = [r[f"{kind}/{name}"] for r in ranks]
+            assert all(torch.equal(got[0], g) for g in got[1:]), f"{kind}: ranks disagree"
+            if expected.dtype.is_floating_point:
+                torch.testing.assert_close(got[0], expected, rtol=1e-4, atol=2e-6, msg=name)
+            else:
+                assert torch.equal(got[0], expected), name
