@@ -25,9 +25,18 @@ from tests.tolerances import ADAM_STEP, TEST_THREADS, assert_same_update, step_g
 SHAPES = observation_shapes(make_config("quadrant"))
 NET = NetworkConfig(embed_dim=32, attention_heads=2, dense_dim=32, lstm_dim=32)
 PPO_CFG = PPOConfig(epochs=2, minibatches=1)
-# Columns per chunk; rank 0 trains on the first `SPLIT` chunks, rank 1 on the rest.
+# Columns per chunk. Two ranks: rank 0 trains on the first `SPLIT` chunks, rank 1 on the rest;
+# four ranks: one chunk each.
 WIDTHS = {"halves": (4, 4, 4, 4), "uneven": (6, 2, 3, 5)}
 SPLIT = 2
+
+
+def part_of(rank: int, ranks: int) -> slice:
+    if ranks == 2:
+        return slice(0, SPLIT) if rank == 0 else slice(SPLIT, None)
+    return slice(rank, rank + 1)
+
+
 STEPS = 2  # optimisation steps: the second one sees the first one's normaliser statistics
 
 
@@ -61,13 +70,13 @@ def train(kind: str, sync=None, part: slice = slice(None)) -> dict[str, torch.Te
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def _rank(rank: int, info: dict, out: str) -> None:
+def _rank(rank: int, ranks: int, info: dict, out: str) -> None:
     from hns_train.distributed.ddp import DataParallel
 
     torch.set_num_threads(TEST_THREADS)
     group = DataParallel(rank, info, torch.device("cpu"), "gloo", timeout_s=60)
     try:
-        part = slice(0, SPLIT) if rank == 0 else slice(SPLIT, None)
+        part = part_of(rank, ranks)
         result = {f"{kind}/{k}": v for kind in WIDTHS for k, v in train(kind, group, part).items()}
         torch.save(result, f"{out}/rank{rank}.pt")
     finally:
@@ -78,7 +87,7 @@ def run_ranks(tmp_path: Path, n: int) -> list[dict[str, torch.Tensor]]:
     store, port = make_store("127.0.0.1", timeout_s=60)
     info = rendezvous_info("127.0.0.1", port, n, generation=0)
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_rank, args=(r, info, str(tmp_path))) for r in range(n)]
+    procs = [ctx.Process(target=_rank, args=(r, n, info, str(tmp_path))) for r in range(n)]
     for p in procs:
         p.start()
     for p in procs:
@@ -93,8 +102,10 @@ def run_ranks(tmp_path: Path, n: int) -> list[dict[str, torch.Tensor]]:
 
 
 @pytest.mark.numerics
-def test_two_ranks_with_half_the_batch_take_the_whole_batch_step(tmp_path):
-    ranks = run_ranks(tmp_path, 2)
+@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
+def test_ranks_with_parts_of_the_batch_take_the_whole_batch_step(tmp_path, n):
+    """Two ranks with half the batch each; four (as pods on a node) with a quarter each."""
+    ranks = run_ranks(tmp_path, n)
     torch.manual_seed(3)
     model = ActorCritic(SHAPES, NET, device="cpu")
     initial = model.state_dict()
@@ -104,7 +115,7 @@ def test_two_ranks_with_half_the_batch_take_the_whole_batch_step(tmp_path):
         got0 = {name: ranks[0][f"{kind}/{name}"] for name in whole}
         for name in whole:
             # Ranks stay bit-identical: they apply the same averaged gradient.
-            assert torch.equal(got0[name], ranks[1][f"{kind}/{name}"]), (
+            assert all(torch.equal(got0[name], r[f"{kind}/{name}"]) for r in ranks[1:]), (
                 f"{kind}: ranks disagree on {name}"
             )
         assert_same_update(got0, whole, initial, parameters)

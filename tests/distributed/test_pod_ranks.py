@@ -1,20 +1,17 @@
 """Many pods, one policy: four pod ranks on one host (`pipeline.backend=pod`,
 `pipeline.n_trainers=4`). Every rank trains on its own rollout, all ranks stop at one version,
-rank 0 alone writes checkpoints and snapshots, a killed rank restarts its whole group; four ranks
-with a quarter of a batch each step like one rank with all of it. The pipeline's chunk settings
-do not bind pods (16 ranks with `batch_chunks=8` start)."""
+rank 0 alone writes checkpoints and snapshots, a killed rank restarts its whole group (four ranks
+with a quarter of a batch each step like one rank with all of it: test_ddp.py). The pipeline's
+chunk settings do not bind pods (16 ranks with `batch_chunks=8` start)."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 import threading
 from pathlib import Path
 
 import pytest
-import torch
-from test_ddp import WIDTHS, batches, train
 from test_pod_worker import pod_config
 from waiting import wait_for
 
@@ -22,7 +19,6 @@ from hns_train.agents.checkpoint import CheckpointDir
 from hns_train.agents.pool import PolicyPool
 from hns_train.config import CONFIG_DIR, ConfigError, load_config
 from hns_train.distributed.controller import Controller
-from hns_train.distributed.ddp import make_store, rendezvous_info
 
 RANKS = 4
 NAMES = [f"trainer{r}" for r in range(RANKS)]
@@ -97,45 +93,3 @@ def test_a_killed_pod_rank_restarts_its_group_of_four(tmp_path):
     assert controller.restarts == 1
     last = [controller.workers[n].last["version"] for n in NAMES]
     assert len(set(last)) == 1 and last[0] >= target
-
-
-def _quarter(rank: int, info: dict, out: str) -> None:
-    from hns_train.distributed.ddp import DataParallel
-
-    torch.set_num_threads(1)
-    group = DataParallel(rank, info, torch.device("cpu"), "gloo", timeout_s=60)
-    try:
-        part = slice(rank, rank + 1)  # one chunk of each batch per rank
-        result = {f"{kind}/{k}": v for kind in WIDTHS for k, v in train(kind, group, part).items()}
-        torch.save(result, f"{out}/rank{rank}.pt")
-    finally:
-        group.close()
-
-
-@pytest.mark.slow
-def test_four_ranks_with_a_quarter_of_the_batch_each_take_the_whole_batch_step(tmp_path):
-    assert all(len(chunks) == RANKS for kind in WIDTHS for chunks in batches(kind))
-    store, port = make_store("127.0.0.1", timeout_s=60)
-    info = rendezvous_info("127.0.0.1", port, RANKS, generation=0)
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_quarter, args=(r, info, str(tmp_path))) for r in range(RANKS)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-    codes = [p.exitcode for p in procs]
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-    del store
-    assert codes == [0] * RANKS, f"rank exit codes {codes}"
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(RANKS)]
-    for kind in WIDTHS:  # "uneven": the ranks' parts have 6, 2, 3 and 5 columns
-        whole = train(kind)
-        for name, expected in whole.items():
-            got = [r[f"{kind}/{name}"] for r in ranks]
-            assert all(torch.equal(got[0], g) for g in got[1:]), f"{kind}: ranks disagree"
-            if expected.dtype.is_floating_point:
-                torch.testing.assert_close(got[0], expected, rtol=1e-4, atol=2e-6, msg=name)
-            else:
-                assert torch.equal(got[0], expected), name
