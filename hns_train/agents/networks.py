@@ -167,10 +167,11 @@ class EntityNetwork(nn.Module):
         # layout transposed runs at about half speed for a 280-wide input
         w_self = torch.cat([self.self_embed.weight.t()] + [e.self_weight().t() for e in embeds], 1)
         bias = torch.cat([self.self_embed.bias] + [e.dense.bias for e in embeds])
-        parts = torch.addmm(bias, self_vec, w_self).view(n, 1 + len(embeds), d)
-        blocks = [parts[:, 0].unsqueeze(0)] + [
-            F.linear(obs[slot.kind.key].transpose(0, 1), embed.row_weight()) + parts[:, 1 + i]
-            for i, (embed, slot) in enumerate(zip(embeds, self.layout.entities, strict=True))
+        # unbind and split, not indexing: their gradients are put together in one copy
+        self_part, *type_parts = torch.addmm(bias, self_vec, w_self).view(n, -1, d).unbind(1)
+        blocks = [self_part.unsqueeze(0)] + [
+            F.linear(obs[slot.kind.key].transpose(0, 1), embed.row_weight()) + part
+            for embed, slot, part in zip(embeds, self.layout.entities, type_parts, strict=True)
         ]
         tokens = F.relu(torch.cat(blocks))  # (L, N, d): the self token, then every entity row
         length = tokens.shape[0]
@@ -180,12 +181,12 @@ class EntityNetwork(nn.Module):
         heads = self.attention.heads
         key_bias = torch.where(valid, 0.0, float("-inf"))
         key_bias = key_bias.unsqueeze(1).expand(n, heads, length).reshape(n * heads, length, 1)
-        out = self.attention(tokens, key_bias)
+        self_out, entities = self.attention(tokens, key_bias).split([1, length - 1])
         entity_mask = valid[:, 1:]
         # where(), not a product: a masked token must contribute exactly nothing.
-        summed = torch.where(entity_mask.t().unsqueeze(-1), out[1:], 0.0).sum(0)
+        summed = torch.where(entity_mask.t().unsqueeze(-1), entities, 0.0).sum(0)
         pooled = summed / entity_mask.sum(1, keepdim=True).clamp(min=1)
-        return F.relu(self.dense(torch.cat([out[0], pooled], dim=-1)))
+        return F.relu(self.dense(torch.cat([self_out[0], pooled], dim=-1)))
 
     def forward(
         self,
