@@ -31,7 +31,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs without an install
@@ -39,6 +38,7 @@ from hns_train.agents import PPO, ActorCritic, PPOConfig  # noqa: E402
 from hns_train.agents.ppo import Rollout  # noqa: E402
 from hns_train.envs.config import make_config  # noqa: E402
 from hns_train.envs.contract import observation_shapes  # noqa: E402
+from tests.aten_ops import AtenOpCounter  # noqa: E402
 from tests.synthetic import random_observations, synthetic_chunk  # noqa: E402
 
 PRESETS = {
@@ -46,18 +46,6 @@ PRESETS = {
     "randomwalls": observation_shapes(make_config("randomwalls")),
 }
 SGEMM_SIZE = 1024
-
-
-class AtenOpCounter(TorchDispatchMode):
-    """Counts the aten operations dispatched inside it (backward ones included)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
 
 
 def device_clock(device: torch.device):
@@ -86,13 +74,13 @@ def median_seconds(fn, repeats: int, warmup: int = 2, device: torch.device | Non
     return statistics.median(times)
 
 
-def count(fn) -> tuple[float, int, Counter]:
+def count(fn) -> tuple[float, int, Counter[str]]:
     """FLOPs and aten operations of one call of `fn`."""
     with FlopCounterMode(display=False) as flops:
         fn()
     with AtenOpCounter() as ops:
         fn()
-    return float(flops.get_total_flops()), sum(ops.ops.values()), ops.ops
+    return float(flops.get_total_flops()), ops.total, ops.ops
 
 
 def sgemm_gflops(device: torch.device, repeats: int) -> float:

@@ -25,12 +25,15 @@ small ones (and on a GPU their launches) is most of the time.
   convolution's 9x3 weights: no padded copy, output already in the flattened order.
 - The self vector's share of every token (the self token's layer and each entity type's self
   columns) is one product; each type's rows add their own columns' product to their tokens.
-- Attention scores are laid out keys-first, so the softmax runs over an outer axis (several
-  times faster on a CPU than over a last axis of ~10), with the key mask added in the same
-  product.
+- Tokens are laid out tokens-first, (L, N, d): q, k and v are one product each, and attention
+  head h of row i is then the matrix at i·heads + h of (L, N·heads, 32), a batch the score and
+  value products read where it lies. Scores are laid out keys-first, so the softmax runs over
+  an outer axis (several times faster on a CPU than over a last axis of ~10), and the key
+  mask is added in the score product.
 - The LSTM's input-to-hidden product for all T steps is one product before the recurrence;
-  only the hidden-to-hidden product stays in the step loop (the gate equations of
-  `nn.LSTMCell`, written out on its own parameters).
+  only the hidden-to-hidden product stays in the step loop. Its gates are `nn.LSTMCell`'s
+  equations on its own parameters, the cell gate's tanh taken as 2σ(2x) - 1 so that one
+  sigmoid gives all four.
 The parameters are the layers' own (`nn.Linear`, `nn.Conv1d`, `nn.LSTMCell`, `nn.LayerNorm`),
 so their names and shapes are the network's description above.
 """
