@@ -79,7 +79,9 @@ class EmaMeanStd(nn.Module):
 
         Kept until a buffer changes (in place: its version counter moves; or replaced, as
         `.to(device)` does): every act and every training step reads them, and they change
-        only when a batch is folded in or a state is loaded."""
+        only when a batch is folded in or a state is loaded. A torch.distributed collective
+        writes in place without moving the counter: the one that writes buffers,
+        `DataParallel.broadcast_state`, runs before the first read."""
         buffers = (self.biased_mean, self.biased_sq, self.debias)
         versions = [b._version for b in buffers]
         cached = self.__dict__.get("_mean_std_cache")
