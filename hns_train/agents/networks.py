@@ -18,6 +18,24 @@ pool. The LSTM state is zeroed before every step flagged as an episode start.
 
 The policy head has 3 x 11 + 2 + 2 = 37 logits, the value head 1 output. With the default sizes
 each network has ≈0.81 M parameters (the LSTM holds 0.53 M), ≈1.6 M for policy + value.
+
+How it is computed: the same function in few, large operations, since on a CPU the cost of the
+small ones (and on a GPU their launches) is most of the time.
+- The lidar convolution is one product with its circulant matrix (R, 9R), built from the
+  convolution's 9x3 weights: no padded copy, output already in the flattened order.
+- The self vector's share of every token (the self token's layer and each entity type's self
+  columns) is one product; each type's rows add their own columns' product to their tokens.
+- Tokens are laid out tokens-first, (L, N, d): q, k and v are one product each, and attention
+  head h of row i is then the matrix at i·heads + h of (L, N·heads, 32), a batch the score and
+  value products read where it lies. Scores are laid out keys-first, so the softmax runs over
+  an outer axis (several times faster on a CPU than over a last axis of ~10), and the key
+  mask is added in the score product.
+- The LSTM's input-to-hidden product for all T steps is one product before the recurrence;
+  only the hidden-to-hidden product stays in the step loop. Its gates are `nn.LSTMCell`'s
+  equations on its own parameters, the cell gate's tanh taken as 2σ(2x) - 1 so that one
+  sigmoid gives all four.
+The parameters are the layers' own (`nn.Linear`, `nn.Conv1d`, `nn.LSTMCell`, `nn.LayerNorm`),
+so their names and shapes are the network's description above.
 """
 
 from __future__ import annotations
@@ -36,21 +54,34 @@ LSTMState = tuple[torch.Tensor, torch.Tensor]  # (h, c), each (N, lstm_dim)
 
 
 class CircularLidarConv(nn.Module):
-    """1-D convolution around the ring of lidar rays: (N, R) -> (N, filters * R)."""
+    """1-D convolution around the ring of lidar rays, ReLU: (N, R) -> (N, filters * R), in
+    `flatten` order (filter-major)."""
 
-    def __init__(self, filters: int, kernel: int) -> None:
+    def __init__(self, filters: int, kernel: int, rays: int) -> None:
         super().__init__()
         self.conv = nn.Conv1d(1, filters, kernel, padding=kernel // 2, padding_mode="circular")
+        self.rays = rays
+        # taps[r_in, k, r] = 1 where input ray r_in is tap k of output ray r (the ring wraps):
+        # weight (F, K) @ taps = the circulant matrix (r_in, F, R) of the whole convolution
+        out_ray = torch.arange(rays)
+        tap = torch.arange(kernel)
+        in_ray = (out_ray[None, :] + tap[:, None] - kernel // 2) % rays
+        taps = torch.zeros(rays, kernel, rays)
+        taps[in_ray, tap[:, None], out_ray[None, :]] = 1.0
+        self.register_buffer("taps", taps, persistent=False)
 
     def forward(self, lidar: torch.Tensor) -> torch.Tensor:
-        return F.relu(self.conv(lidar.unsqueeze(1))).flatten(1)
+        circulant = torch.matmul(self.conv.weight[:, 0], self.taps).flatten(1)
+        bias = self.conv.bias.repeat_interleave(self.rays)
+        return F.relu(torch.addmm(bias, lidar, circulant))
 
 
 class EntityEmbedding(nn.Module):
     """ReLU(dense(row ‖ self)) for every row of one entity type.
 
-    The weight is one dense layer over the concatenation; applying its two column blocks
-    separately is the same function without repeating the 280-wide self vector per row.
+    The weight is one dense layer over the concatenation; `EntityNetwork.encode` applies its
+    two column blocks separately: the same function without repeating the 280-wide self
+    vector per row.
     """
 
     def __init__(self, row_dim: int, self_dim: int, out_dim: int) -> None:
@@ -58,16 +89,15 @@ class EntityEmbedding(nn.Module):
         self.row_dim = row_dim
         self.dense = nn.Linear(row_dim + self_dim, out_dim)
 
-    def forward(self, rows: torch.Tensor, self_vec: torch.Tensor) -> torch.Tensor:
-        w_row, w_self = self.dense.weight.split(
-            [self.row_dim, self.dense.in_features - self.row_dim], 1
-        )
-        per_row = F.linear(rows, w_row, self.dense.bias)
-        return F.relu(per_row + F.linear(self_vec, w_self).unsqueeze(1))
+    def row_weight(self) -> torch.Tensor:
+        return self.dense.weight[:, : self.row_dim]
+
+    def self_weight(self) -> torch.Tensor:
+        return self.dense.weight[:, self.row_dim :]
 
 
 class ResidualSelfAttention(nn.Module):
-    """x + W_o · MHA(LayerNorm(x)) with key masking; (N, L, D) -> (N, L, D)."""
+    """x + W_o · MHA(LayerNorm(x)) with key masking; tokens first: (L, N, D) -> (L, N, D)."""
 
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
@@ -77,19 +107,23 @@ class ResidualSelfAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
 
-    def forward(self, x: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
-        n, length, dim = x.shape
+    def forward(self, x: torch.Tensor, key_bias: torch.Tensor) -> torch.Tensor:
+        """`key_bias` (N·heads, L, 1): 0 for a key that may be attended to, -inf for a masked
+        one."""
+        length, n, dim = x.shape
+        y = self.norm(x)
+        # Tokens first, one product each for q, k and v: head h of row i is then the matrix
+        # at i·heads + h of (L, N·heads, head_dim), a batch the products read in place.
         q, k, v = (
-            self.qkv(self.norm(x))
-            .view(n, length, 3, self.heads, dim // self.heads)
-            .permute(2, 0, 3, 1, 4)
+            F.linear(y, w, b).view(length, n * self.heads, -1).transpose(0, 1)
+            for w, b in zip(self.qkv.weight.chunk(3), self.qkv.bias.chunk(3), strict=True)
         )
-        # Written out rather than F.scaled_dot_product_attention: for ~10 tokens the fused CPU
-        # kernel is about 3x slower than three small batched matmuls.
-        scores = (q @ k.transpose(-1, -2)) * self.scale
-        scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
-        attended = scores.softmax(-1) @ v
-        return x + self.out(attended.transpose(1, 2).reshape(n, length, dim))
+        # (N·heads, keys, queries): the softmax over keys runs over an outer axis. Written
+        # out rather than F.scaled_dot_product_attention: for ~10 tokens the fused CPU kernel
+        # is about 3x slower.
+        scores = torch.baddbmm(key_bias, k, q.transpose(1, 2), alpha=self.scale)
+        attended = torch.bmm(scores.softmax(1).transpose(1, 2), v)  # (N·heads, L, head_dim)
+        return x + self.out(attended.transpose(0, 1).reshape(length, n, dim))
 
 
 class EntityNetwork(nn.Module):
@@ -105,7 +139,7 @@ class EntityNetwork(nn.Module):
         self.mask_keys = [getattr(s.kind, mask) for s in layout.entities]
         d = config.embed_dim
         self.lidar = (
-            CircularLidarConv(config.lidar_filters, config.lidar_kernel)
+            CircularLidarConv(config.lidar_filters, config.lidar_kernel, layout.lidar_rays)
             if layout.lidar_rays
             else None
         )
@@ -121,25 +155,41 @@ class EntityNetwork(nn.Module):
         self.head = nn.Linear(config.lstm_dim, n_outputs)
         nn.init.normal_(self.head.weight, std=config.head_init_std)
         nn.init.zeros_(self.head.bias)
+        double = torch.ones(4 * config.lstm_dim, 1)
+        double[2 * config.lstm_dim : 3 * config.lstm_dim] = 2.0
+        self.register_buffer("cell_gate_double", double, persistent=False)
 
     def encode(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Per-step features before the LSTM: (N, ...) observations -> (N, dense_dim)."""
         self_vec = obs[SELF_KEY]
+        n, d = self_vec.shape[0], self.self_embed.out_features
         if self.lidar is not None:
             self_vec = torch.cat([self_vec, self.lidar(obs[LIDAR_KEY])], dim=-1)
-        self_token = F.relu(self.self_embed(self_vec))
-        tokens = [self_token.unsqueeze(1)] + [
-            embed(obs[s.kind.key], self_vec)
-            for embed, s in zip(self.entity_embed, self.layout.entities, strict=True)
+        embeds = list(self.entity_embed)
+        # (self_dim, (1 + types)·d), built input-major: a product with the weights' stored
+        # layout transposed runs at about half speed for a 280-wide input
+        w_self = torch.cat([self.self_embed.weight.t()] + [e.self_weight().t() for e in embeds], 1)
+        bias = torch.cat([self.self_embed.bias] + [e.dense.bias for e in embeds])
+        # unbind and split, not indexing: their gradients are put together in one copy
+        self_part, *type_parts = torch.addmm(bias, self_vec, w_self).view(n, -1, d).unbind(1)
+        blocks = [self_part.unsqueeze(0)] + [
+            F.linear(obs[slot.kind.key].transpose(0, 1), embed.row_weight()) + part
+            for embed, slot, part in zip(embeds, self.layout.entities, type_parts, strict=True)
         ]
-        self_mask = torch.ones_like(self_token[:, :1], dtype=torch.bool)
-        key_mask = torch.cat([self_mask] + [obs[k] > 0.5 for k in self.mask_keys], dim=1)
-        out = self.attention(torch.cat(tokens, dim=1), key_mask)
-        self_token, entities, entity_mask = out[:, 0], out[:, 1:], key_mask[:, 1:]
+        tokens = F.relu(torch.cat(blocks))  # (L, N, d): the self token, then every entity row
+        length = tokens.shape[0]
+
+        ones = self_vec.new_ones(n, 1)
+        valid = torch.cat([ones] + [obs[k] for k in self.mask_keys], dim=1) > 0.5  # (N, L)
+        heads = self.attention.heads
+        key_bias = torch.where(valid, 0.0, float("-inf"))
+        key_bias = key_bias.unsqueeze(1).expand(n, heads, length).reshape(n * heads, length, 1)
+        self_out, entities = self.attention(tokens, key_bias).split([1, length - 1])
+        entity_mask = valid[:, 1:]
         # where(), not a product: a masked token must contribute exactly nothing.
-        summed = torch.where(entity_mask.unsqueeze(-1), entities, 0.0).sum(1)
+        summed = torch.where(entity_mask.t().unsqueeze(-1), entities, 0.0).sum(0)
         pooled = summed / entity_mask.sum(1, keepdim=True).clamp(min=1)
-        return F.relu(self.dense(torch.cat([self_token, pooled], dim=-1)))
+        return F.relu(self.dense(torch.cat([self_out[0], pooled], dim=-1)))
 
     def forward(
         self,
@@ -150,13 +200,24 @@ class EntityNetwork(nn.Module):
         """obs (T, N, ...), state (h, c) before step 0, episode_start (T, N) bool
         -> head outputs (T, N, n_outputs) and the state after step T-1."""
         steps, n = episode_start.shape
-        flat = {k: obs[k].flatten(0, 1) for k in self.layout.shapes}
-        features = self.encode(flat).view(steps, n, -1)
+        features = self.encode({k: obs[k].flatten(0, 1) for k in self.layout.shapes})
+        lstm = self.lstm
+        size = lstm.hidden_size
+        # tanh(x) = 2 σ(2x) - 1: with the cell gate's rows doubled, one sigmoid gives all four
+        # gates (nn.LSTMCell's order: input, forget, cell, output)
+        double = self.cell_gate_double
+        w_ih, w_hh = lstm.weight_ih * double, lstm.weight_hh * double
+        bias = (lstm.bias_ih + lstm.bias_hh) * double.squeeze(1)
+        # input-to-hidden for every step at once; the loop keeps hidden-to-hidden only
+        inputs = torch.addmm(bias, features, w_ih.t()).view(steps, n, 4 * size)
         h, c = state
+        keep = (~episode_start).unsqueeze(-1).to(h.dtype)
         outputs = []
-        for t in range(steps):
-            keep = (~episode_start[t]).unsqueeze(-1).to(h.dtype)
-            h, c = self.lstm(features[t], (h * keep, c * keep))
+        for gates_in, keep_t in zip(inputs.unbind(0), keep.unbind(0), strict=True):
+            h, c = h * keep_t, c * keep_t
+            i, f, g, o = torch.addmm(gates_in, h, w_hh.t()).sigmoid().chunk(4, 1)
+            c = torch.addcmul(f * c - i, i, g, value=2.0)  # f c + i (2 g - 1)
+            h = o * c.tanh()
             outputs.append(h)
         hidden = self.lstm_norm(torch.stack(outputs))
         return self.head(hidden), (h, c)

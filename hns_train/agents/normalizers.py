@@ -75,7 +75,28 @@ class EmaMeanStd(nn.Module):
             buffer.copy_(torch.where(total > 0, value, buffer))
 
     def mean_std(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Current (mean, std) as float32; (0, 1) before the first update."""
+        """Current (mean, std) as float32; (0, 1) before the first update.
+
+        Kept until a buffer changes (in place: its version counter moves; or replaced, as
+        `.to(device)` does): every act and every training step reads them, and they change
+        only when a batch is folded in or a state is loaded. A torch.distributed collective
+        writes in place without moving the counter: the one that writes buffers,
+        `DataParallel.broadcast_state`, runs before the first read."""
+        buffers = (self.biased_mean, self.biased_sq, self.debias)
+        versions = [b._version for b in buffers]
+        cached = self.__dict__.get("_mean_std_cache")
+        if (
+            cached is not None
+            and cached[1] == versions
+            and all(a is b for a, b in zip(cached[0], buffers, strict=True))
+        ):
+            return cached[2]
+        with torch.no_grad():
+            result = self._mean_std()
+        self.__dict__["_mean_std_cache"] = (buffers, versions, result)
+        return result
+
+    def _mean_std(self) -> tuple[torch.Tensor, torch.Tensor]:
         seen = self.debias > 0
         d = self.debias.clamp(min=1e-300)
         mean = self.biased_mean / d

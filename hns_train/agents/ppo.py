@@ -71,16 +71,15 @@ def compute_gae(
 
     r, v = f64(rewards), f64(values)
     cut = torch.as_tensor(truncated, device=device).to(torch.bool)
-    final = f64(truncated_value)
-    advantages = torch.empty(r.shape, dtype=torch.float32, device=device)
+    # every step's TD error at once; only the discounted running sum stays in the loop
+    following = torch.cat([v[1:], f64(bootstrap_value).unsqueeze(0)])
+    delta = r + gamma * torch.where(cut, f64(truncated_value), following) - v
+    discount = (~cut).to(torch.float64) * (gamma * lam)
     running = torch.zeros(r.shape[1:], dtype=torch.float64, device=device)
-    next_value = f64(bootstrap_value)
+    sums = torch.empty_like(r)
     for t in reversed(range(r.shape[0])):
-        nv = torch.where(cut[t], final[t], next_value)
-        delta = r[t] + gamma * nv - v[t]
-        running = delta + gamma * lam * torch.where(cut[t], 0.0, running)
-        advantages[t] = running
-        next_value = v[t]
+        running = torch.addcmul(delta[t], discount[t], running, out=sums[t])
+    advantages = sums.to(torch.float32)
     return advantages, advantages + v.to(torch.float32)
 
 
@@ -187,6 +186,8 @@ class PPO:
             lr=self.config.lr,
             weight_decay=self.config.weight_decay,
             eps=self.config.adam_eps,
+            # one kernel per parameter for the whole step, not one per operation of it
+            fused=_fused_adam(model.device),
         )
         self.version = 0
 
@@ -249,12 +250,13 @@ class PPO:
     @torch.no_grad()
     def finite(self) -> torch.Tensor:
         """1.0 when every weight, buffer and optimiser moment is finite, else 0.0 (on the
-        device: one fused check, no host read)."""
+        device, no host read): one pass per tensor for its least and greatest element, which
+        are NaN when any element is and ±inf when one is infinite."""
         tensors = [t for t in self.model.state_dict().values() if t.is_floating_point()]
         for state in self.optimizer.state.values():
             tensors += [t for t in state.values() if torch.is_tensor(t) and t.is_floating_point()]
-        flags = torch.stack([torch.isfinite(t).all() for t in tensors])
-        return flags.all().to(torch.float64)
+        ends = [end.reshape(1) for t in tensors if t.numel() for end in torch.aminmax(t)]
+        return torch.cat(ends).isfinite().all().to(torch.float64)
 
     def _minibatch_step(self, seg: Segments) -> dict[str, torch.Tensor] | None:
         """One Adam step on a minibatch (this rank's part of it under `sync`, maybe empty: then
@@ -272,7 +274,9 @@ class PPO:
             loss.backward()
         if self.sync is not None:
             self._average_gradients(weight=_advantage_moments(seg)[0], total=moments[0])
-        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        grad_norm = nn.utils.clip_grad_norm_(
+            self.model.parameters(), cfg.max_grad_norm, foreach=True
+        )
         self.optimizer.step()
         if stats is not None:
             stats["grad_norm"] = grad_norm.detach().to(torch.float64)
@@ -408,9 +412,17 @@ class PPO:
         self.optimizer.load_state_dict(state["optimizer"])
         for group in self.optimizer.param_groups:
             group.update(
-                lr=self.config.lr, weight_decay=self.config.weight_decay, eps=self.config.adam_eps
+                lr=self.config.lr,
+                weight_decay=self.config.weight_decay,
+                eps=self.config.adam_eps,
+                fused=_fused_adam(self.model.device),
             )
         self.version = int(state["version"])
+
+
+def _fused_adam(device: torch.device) -> bool | None:
+    """Whether Adam runs its fused kernel on `device` (None: torch's own default there)."""
+    return True if device.type in ("cpu", "cuda") else None
 
 
 def _advantage_moments(seg: Segments) -> torch.Tensor:

@@ -1,0 +1,229 @@
+"""The network as computed (networks.py: few, large operations) against the same math written
+out the plain way, on the same parameters: acting, a T-step sequence with episode starts in the
+middle, and gradients; the parameter names and shapes checkpoints hold; and how many aten
+operations one act and one PPO update dispatch."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hns_train.agents import PPO, ActorCritic, PPOConfig
+from hns_train.agents.networks import EntityNetwork
+from hns_train.agents.ppo import Rollout, compute_gae
+from hns_train.envs.config import make_config
+from hns_train.envs.contract import LIDAR_KEY, SELF_KEY, observation_shapes
+from tests.aten_ops import AtenOpCounter
+from tests.synthetic import random_observations, synthetic_chunk
+
+PRESETS = ("quadrant", "randomwalls", "chase")
+
+# Float32 tolerance. Both sides sum the same products in different orders and groupings (a
+# circulant product for the convolution, biases folded before or after, tanh as 2σ(2x) - 1,
+# BLAS kernels that block differently on AVX-512 and AVX2). Each result then differs by a few
+# units in the last place of its largest terms: measured 1e-7 .. 2e-6 of a tensor's largest
+# magnitude over 10 recurrent steps and their gradients (inner products up to 1024 terms; a
+# sum's rounding grows about as the square root of its length, ~32 ulp = 4e-6 at worst). The
+# bound allows 2e-5 of each tensor's scale plus 2e-5 relative: ten times the measured error.
+RTOL = 2e-5
+SCALE_TOL = 2e-5
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    scale = float(expected.detach().abs().max()) if expected.numel() else 0.0
+    torch.testing.assert_close(
+        actual, expected, rtol=RTOL, atol=SCALE_TOL * max(scale, 1e-6), msg=lambda m: f"{what}: {m}"
+    )
+
+
+def reference_forward(net: EntityNetwork, obs, state, episode_start):
+    """The network's description (networks.py's docstring) in plain operations, one step and
+    one entity type at a time, on `net`'s own parameters."""
+    steps, n = episode_start.shape
+    flat = {k: v.flatten(0, 1) for k, v in obs.items()}
+    self_vec = flat[SELF_KEY]
+    if net.lidar is not None:
+        conv = net.lidar.conv
+        pad = conv.kernel_size[0] // 2
+        ring = F.pad(flat[LIDAR_KEY].unsqueeze(1), (pad, pad), mode="circular")
+        self_vec = torch.cat(
+            [self_vec, F.relu(F.conv1d(ring, conv.weight, conv.bias)).flatten(1)], 1
+        )
+    tokens = [F.relu(net.self_embed(self_vec)).unsqueeze(1)]
+    masks = [torch.ones(len(self_vec), 1, dtype=torch.bool)]
+    for embed, slot, mask_key in zip(
+        net.entity_embed, net.layout.entities, net.mask_keys, strict=True
+    ):
+        rows = flat[slot.kind.key]
+        both = torch.cat([rows, self_vec.unsqueeze(1).expand(-1, rows.shape[1], -1)], -1)
+        tokens.append(F.relu(embed.dense(both)))
+        masks.append(flat[mask_key] > 0.5)
+    x, valid = torch.cat(tokens, 1), torch.cat(masks, 1)
+    att = net.attention
+    rows, length, dim = x.shape
+    q, k, v = att.qkv(att.norm(x)).view(rows, length, 3, att.heads, -1).permute(2, 0, 3, 1, 4)
+    scores = (q @ k.transpose(-1, -2)) * att.scale
+    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+    attended = (scores.softmax(-1) @ v).transpose(1, 2).reshape(rows, length, dim)
+    out = x + att.out(attended)
+    entity_valid = valid[:, 1:].unsqueeze(-1)
+    pooled = torch.where(entity_valid, out[:, 1:], 0.0).sum(1) / entity_valid.sum(1).clamp(min=1)
+    features = F.relu(net.dense(torch.cat([out[:, 0], pooled], -1))).view(steps, n, -1)
+    h, c = state
+    hidden = []
+    for t in range(steps):
+        keep = (~episode_start[t]).unsqueeze(-1).float()
+        h, c = net.lstm(features[t], (h * keep, c * keep))
+        hidden.append(h)
+    return net.head(net.lstm_norm(torch.stack(hidden))), (h, c)
+
+
+def model_and_inputs(preset: str, steps: int, batch: int, seed: int):
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    shapes = observation_shapes(make_config(preset))
+    model = ActorCritic(shapes, device="cpu")
+    # heads away from their near-zero start, so the trunk's errors reach the outputs at scale
+    for net in (model.policy_net, model.value_net):
+        torch.nn.init.normal_(net.head.weight, std=0.3)
+    raw = random_observations(shapes, (steps, batch), rng)
+    obs = model.obs_norm(model.obs_to_tensors(raw, 2))
+    starts = torch.as_tensor(rng.random((steps, batch)) < 0.2)
+    starts[steps // 2, : batch // 2] = True  # episodes that start in the middle of the sequence
+    state = torch.randn(batch, 4, model.config.lstm_dim)
+    return model, shapes, raw, obs, starts, state
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_sequence_forward_and_gradients_equal_the_plain_math(preset):
+    steps, batch = 10, 12
+    model, _, _, obs, starts, state = model_and_inputs(preset, steps, batch, seed=1)
+    for net, first in ((model.policy_net, 0), (model.value_net, 2)):
+        pair = (state[:, first], state[:, first + 1])
+        out, (h, c) = net(obs, pair, starts)
+        ref, (ref_h, ref_c) = reference_forward(net, obs, pair, starts)
+        assert_close(out, ref, "outputs")
+        assert_close(h, ref_h, "final h")
+        assert_close(c, ref_c, "final c")
+
+        cotangent = torch.randn_like(out)
+        params = dict(net.named_parameters())
+        grads = torch.autograd.grad((out * cotangent).sum(), list(params.values()))
+        ref_grads = torch.autograd.grad((ref * cotangent).sum(), list(params.values()))
+        for name, grad, ref_grad in zip(params, grads, ref_grads, strict=True):
+            assert_close(grad, ref_grad, f"gradient of {name}")
+
+
+def test_act_equals_the_plain_math_with_resets():
+    batch = 16
+    model, _, raw, obs, starts, state = model_and_inputs("quadrant", 1, batch, seed=2)
+    resets = (starts[0] | (torch.arange(batch) < 5)).unsqueeze(0)  # some rows start episodes
+    out = model.act_tensors({k: v[0] for k, v in raw.items()}, state, resets[0], deterministic=True)
+    logits, (ph, pc) = reference_forward(model.policy_net, obs, (state[:, 0], state[:, 1]), resets)
+    value, (vh, vc) = reference_forward(model.value_net, obs, (state[:, 2], state[:, 3]), resets)
+    logp, _ = model.log_prob_entropy(logits[0], out.actions)
+    assert_close(out.logp, logp, "log-probs")
+    assert_close(out.values, model.denormalize_value(value[0, :, 0]), "values")
+    assert_close(out.state, torch.stack([ph, pc, vh, vc], 1), "state")
+    heads = model.split_logits(logits[0])
+    assert torch.equal(out.actions, torch.stack([h.argmax(-1) for h in heads], -1))
+
+
+def test_checkpoint_names_and_shapes_are_the_layers_own():
+    """Checkpoints written before this computation load after it: the state_dict holds the
+    layers' parameters under their names and shapes and nothing the computation adds."""
+    model = ActorCritic(observation_shapes(make_config("quadrant")), device="cpu")
+    state = model.state_dict()
+    net = {
+        "lidar.conv.weight": (9, 1, 3),
+        "lidar.conv.bias": (9,),
+        "self_embed.weight": (128, 280),
+        "self_embed.bias": (128,),
+        "entity_embed.0.dense.weight": (128, 290),
+        "entity_embed.0.dense.bias": (128,),
+        "entity_embed.1.dense.weight": (128, 292),
+        "entity_embed.1.dense.bias": (128,),
+        "entity_embed.2.dense.weight": (128, 289),
+        "entity_embed.2.dense.bias": (128,),
+        "attention.norm.weight": (128,),
+        "attention.norm.bias": (128,),
+        "attention.qkv.weight": (384, 128),
+        "attention.qkv.bias": (384,),
+        "attention.out.weight": (128, 128),
+        "attention.out.bias": (128,),
+        "dense.weight": (256, 256),
+        "dense.bias": (256,),
+        "lstm.weight_ih": (1024, 256),
+        "lstm.weight_hh": (1024, 256),
+        "lstm.bias_ih": (1024,),
+        "lstm.bias_hh": (1024,),
+        "lstm_norm.weight": (256,),
+        "lstm_norm.bias": (256,),
+    }
+    for prefix, outputs in (("policy_net.", 37), ("value_net.", 1)):
+        expected = {**net, "head.weight": (outputs, 256), "head.bias": (outputs,)}
+        got = {k[len(prefix) :]: tuple(v.shape) for k, v in state.items() if k.startswith(prefix)}
+        assert got == expected
+
+    fresh = ActorCritic(observation_shapes(make_config("quadrant")), device="cpu")
+    fresh.load_state_dict(state)  # strict: no key missing or unexpected
+
+
+def test_gae_keeps_its_float64_running_sum():
+    """Advantages over 400 steps with γλ close to 1 against a float64 loop in numpy: the
+    running sum stays in float64 (a float32 one drifts by ~1e-4 here)."""
+    rng = np.random.default_rng(5)
+    steps, batch, gamma, lam = 400, 3, 0.999, 0.999
+    rewards = rng.normal(size=(steps, batch)).astype(np.float32)
+    values = rng.normal(size=(steps, batch)).astype(np.float32)
+    truncated = np.zeros((steps, batch), bool)
+    truncated[250, 0] = True
+    final = rng.normal(size=(steps, batch)).astype(np.float32)
+    bootstrap = rng.normal(size=batch).astype(np.float32)
+    adv, _ = compute_gae(rewards, values, truncated, final, bootstrap, gamma, lam)
+    expected = np.zeros((steps, batch))
+    running, following = np.zeros(batch), bootstrap.astype(np.float64)
+    for t in reversed(range(steps)):
+        nxt = np.where(truncated[t], final[t], following)
+        delta = rewards[t] + gamma * nxt - values[t]
+        running = delta + gamma * lam * np.where(truncated[t], 0.0, running)
+        expected[t], following = running, values[t]
+    np.testing.assert_allclose(adv.numpy(), expected.astype(np.float32), rtol=1e-6, atol=1e-6)
+
+
+def test_finite_flags_a_single_bad_element():
+    model = ActorCritic(observation_shapes(make_config("chase")), device="cpu")
+    ppo = PPO(model)
+    assert ppo.finite().item() == 1.0
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        with torch.no_grad():
+            weight = model.value_net.lstm.weight_hh
+            kept = weight[7, 3].item()
+            weight[7, 3] = bad
+            assert ppo.finite().item() == 0.0, bad
+            weight[7, 3] = kept
+    assert ppo.finite().item() == 1.0
+
+
+def test_act_and_update_dispatch_few_operations():
+    """Operation counts are fixed by the code, not the machine. Before the network was
+    computed in few operations an act dispatched 483 aten operations and this update (quadrant,
+    1 epoch x 1 minibatch, 20 steps) 4,821; after, 421 and 3,102."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    shapes = observation_shapes(make_config("quadrant"))
+    model = ActorCritic(shapes, device="cpu")
+    obs = {k: torch.as_tensor(v) for k, v in random_observations(shapes, (8,), rng).items()}
+    state, starts = torch.zeros(8, 4, 256), torch.zeros(8, dtype=torch.bool)
+    model.act_tensors(obs, state, starts)
+    with AtenOpCounter() as act_ops:
+        model.act_tensors(obs, state, starts)
+    rollout = Rollout.from_chunk(synthetic_chunk(model, 20, 4, 10, rng, episode_len=20), model)
+    ppo = PPO(model, PPOConfig(epochs=1, minibatches=1))
+    ppo.update(rollout)
+    with AtenOpCounter() as update_ops:
+        ppo.update(rollout)
+    act, update = act_ops.total, update_ops.total
+    print(f"aten operations: act {act}, update {update}")
+    assert act <= 440
+    assert update <= 3300
