@@ -15,25 +15,16 @@ from hns_train.envs.config import make_config
 from hns_train.envs.contract import LIDAR_KEY, SELF_KEY, observation_shapes
 from tests.aten_ops import AtenOpCounter
 from tests.synthetic import random_observations, synthetic_chunk
+from tests.tolerances import REFERENCE
+from tests.tolerances import assert_close as assert_within
 
 PRESETS = ("quadrant", "randomwalls", "chase")
 
-# Float32 tolerance. Both sides sum the same products in different orders and groupings (a
-# circulant product for the convolution, biases folded before or after, tanh as 2σ(2x) - 1,
-# BLAS kernels that block differently on AVX-512 and AVX2). Each result then differs by a few
-# units in the last place of its largest terms: measured 1e-7 .. 2e-6 of a tensor's largest
-# magnitude over 10 recurrent steps and their gradients (inner products up to 1024 terms; a
-# sum's rounding grows about as the square root of its length, ~32 ulp = 4e-6 at worst). The
-# bound allows 2e-5 of each tensor's scale plus 2e-5 relative: ten times the measured error.
-RTOL = 2e-5
-SCALE_TOL = 2e-5
+pytestmark = pytest.mark.numerics
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    scale = float(expected.detach().abs().max()) if expected.numel() else 0.0
-    torch.testing.assert_close(
-        actual, expected, rtol=RTOL, atol=SCALE_TOL * max(scale, 1e-6), msg=lambda m: f"{what}: {m}"
-    )
+    assert_within(actual, expected, REFERENCE, what)
 
 
 def reference_forward(net: EntityNetwork, obs, state, episode_start):
