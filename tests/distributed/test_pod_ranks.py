@@ -6,14 +6,11 @@ chunk settings do not bind pods (16 ranks with `batch_chunks=8` start)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
 from pathlib import Path
 
 import pytest
+from test_ddp import kill_a_rank_and_see_its_group_train_on
 from test_pod_worker import pod_config
-from waiting import wait_for
 
 from hns_train.agents.checkpoint import CheckpointDir
 from hns_train.agents.pool import PolicyPool
@@ -71,25 +68,4 @@ def test_four_pod_ranks_train_their_own_rollouts_and_stop_together(tmp_path):
 @pytest.mark.slow
 def test_a_killed_pod_rank_restarts_its_group_of_four(tmp_path):
     cfg = local_pods(tmp_path, "name=regroup", "stop.versions=0", "pipeline.restart_trainer=true")
-    controller = Controller(cfg)
-    thread = threading.Thread(target=controller.run, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: controller.version >= 2, 240, "a checkpoint at version 2")
-        old = {n: controller.workers[n].pid for n in NAMES}
-        os.kill(old["trainer2"], signal.SIGKILL)
-        wait_for(lambda: controller.restarts >= 1, 90, "the restart")
-        wait_for(
-            lambda: all(controller.workers[n].pid not in (None, old[n]) for n in NAMES),
-            120,
-            "all four ranks to say hello again",
-        )
-        target = controller.version + 2
-        wait_for(lambda: controller.version >= target, 240, "training to go on")
-    finally:
-        controller.request_stop("test over")
-        thread.join(120)
-    assert not thread.is_alive() and not controller.error
-    assert controller.restarts == 1
-    last = [controller.workers[n].last["version"] for n in NAMES]
-    assert len(set(last)) == 1 and last[0] >= target
+    kill_a_rank_and_see_its_group_train_on(cfg, NAMES, "trainer2")
