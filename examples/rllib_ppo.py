@@ -136,7 +136,14 @@ def train(args: Args) -> dict:
             f"({args.frames_per_batch}) <= frames ({args.frames})"
         )
     torch.set_num_threads(args.threads)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    # a Ray of its own: without an address, ray.init joins any cluster running here
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        ignore_reinit_error=True,
+    )
     algo = build(args)
     initial = [q.detach().clone() for q in algo.get_module("learner").parameters()]
     start = time.perf_counter()

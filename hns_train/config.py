@@ -124,7 +124,7 @@ class PipelineConfig:
     device: str = "auto"  # policy workers and trainers: auto | cpu | cuda
     torch_threads: AtLeast1 = 1  # per worker process
     discard_samples: bool = False  # benchmarks: the trainer drops chunks (sampler-only speed)
-    ray_address: str = ""  # ray launcher: existing cluster address, or empty to start one
+    ray_address: str = ""  # ray launcher: existing cluster address, or empty to start a new one
     # --- several trainers, clusters (distributed/ddp.py, ray_launcher.py, docs/cluster.md)
     # trainer ranks of one policy (DDP); each takes batch_chunks / n_trainers
     n_trainers: AtLeast1 = 1

@@ -78,8 +78,14 @@ def start_ray(p) -> tuple[Any, bool]:
     if p.ray_address:
         ray.init(address=p.ray_address, logging_level=logging.WARNING)
     else:
+        # "local": a new instance even when another Ray runs on this machine. Without an
+        # address, ray.init joins the newest cluster it finds under /tmp/ray (and then refuses
+        # num_cpus), so a run would land on whichever cluster started last.
         ray.init(
-            num_cpus=p.ray_num_cpus or None, include_dashboard=False, logging_level=logging.WARNING
+            address="local",
+            num_cpus=p.ray_num_cpus or None,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
         )
     return ray, True
 

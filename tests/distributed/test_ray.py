@@ -94,6 +94,29 @@ def two_nodes():
 
 
 @pytest.mark.slow
+def test_a_run_without_an_address_starts_its_own_ray_beside_a_running_cluster():
+    """Ray joins the newest cluster on the machine when given no address; a run that asked for
+    its own instance (and `ray_num_cpus`) must not land on another test's or user's cluster."""
+    from ray.cluster_utils import Cluster
+
+    from hns_train.distributed.ray_launcher import start_ray
+
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 3, "include_dashboard": False}
+    )
+    try:
+        cfg = smoke(Path("/nonexistent"), "pipeline.ray_num_cpus=1")
+        module, owns = start_ray(cfg.pipeline)
+        assert owns and module.is_initialized()
+        # the cluster has 3 CPUs; the run's own instance has the 1 it asked for
+        assert module.cluster_resources()["CPU"] == 1
+        assert module.get_runtime_context().gcs_address != cluster.address
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.mark.slow
 def test_two_node_cluster_packs_trainers_restarts_a_worker_and_releases_everything(
     tmp_path, two_nodes
 ):
