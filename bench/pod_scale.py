@@ -15,8 +15,10 @@ pod, for `--minutes`, oversubscribed past the cores on purpose, and measures:
   and the controller's (this process); these figures are `hns_train.plan`'s, which calibrates
   the planner with the same run at one rank;
 - seconds from the run's start to every rank's hello and to the first update;
-- an all-reduce micro-benchmark: N spawned processes summing a tensor the size of the model's
-  gradient through the same gloo group the ranks use (distributed/ddp.py), median of `--reps`.
+- a sum micro-benchmark: N spawned processes summing a tensor the size of the model's gradient
+  through the group the ranks use (distributed/ddp.py), once through gloo's all-reduce (ranks on
+  several hosts) and once through shared memory (distributed/host_sums.py: ranks on one host,
+  as here): median wall ms and mean process CPU ms of a rank per sum, over `--reps`.
 
 Per-N table, then the last line `POD_SCALE {json}`: per N (`ranks`) the figures above, and
 `fps_n16_over_n2`, `sync_share_n16_over_n2` (the agreement-and-sums share of a rank's CPU at the
@@ -33,6 +35,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -48,6 +51,7 @@ from bench.pod_speed import metrics_figures  # noqa: E402
 from hns_train.agents.policy import ActorCritic  # noqa: E402
 from hns_train.config import load_config  # noqa: E402
 from hns_train.distributed.ddp import make_store, rendezvous_info  # noqa: E402
+from hns_train.distributed.shared_rows import shared_folder  # noqa: E402
 from hns_train.envs.contract import observation_shapes  # noqa: E402
 from hns_train.plan import CPU_PARTS, run_pods  # noqa: E402
 
@@ -61,33 +65,38 @@ def _sum_rank(rank: int, info: dict, numel: int, reps: int, out) -> None:
     group = DataParallel(rank, info, torch.device("cpu"), "gloo", timeout_s=300)
     try:
         grad = torch.randn(numel)
-        times = []
+        walls, cpus = [], []
         for i in range(reps + 2):  # two to warm up
             group.agree(stop=False, ready=True)  # start together: the sum alone is timed
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             group.all_sum(grad)
             if i >= 2:
-                times.append(time.perf_counter() - start)
-        if rank == 0:
-            out.put(statistics.median(times))
+                walls.append(time.perf_counter() - start)
+                cpus.append(time.process_time() - cpu)
+        out.put((rank, statistics.median(walls), statistics.mean(cpus)))
     finally:
         group.close()
 
 
-def allreduce_ms(n: int, numel: int, reps: int) -> float:
-    """Median wall ms of one gloo all-reduce of `numel` float32 over `n` spawned ranks."""
+def sum_ms(n: int, numel: int, reps: int, shared: bool) -> tuple[float, float]:
+    """(median wall ms, mean CPU ms of a rank) of one sum of `numel` float32 over `n` spawned
+    ranks: through shared memory (`shared`) or gloo's all-reduce."""
     if n < 2:
-        return 0.0
+        return 0.0, 0.0
     store, port = make_store("127.0.0.1", timeout_s=300)
-    info = rendezvous_info("127.0.0.1", port, n, generation=0)
+    folder = shared_folder()  # as the controller makes for a run
+    info = rendezvous_info("127.0.0.1", port, n, generation=0, folder=folder if shared else None)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = [ctx.Process(target=_sum_rank, args=(r, info, numel, reps, out)) for r in range(n)]
     for p in procs:
         p.start()
     try:
-        return 1e3 * out.get(timeout=600)
+        figures = [out.get(timeout=600) for _ in procs]
+        wall = next(w for rank, w, _ in figures if rank == 0)
+        return 1e3 * wall, 1e3 * statistics.mean(c for _, _, c in figures)
     finally:
+        shutil.rmtree(folder, ignore_errors=True)
         for p in procs:
             p.join(60)
             if p.is_alive():
@@ -157,7 +166,9 @@ def main() -> None:
     per_n = {}
     for n in args.ranks:
         per_n[n] = run_at(n, args, runs)
-        per_n[n]["allreduce_ms"] = round(allreduce_ms(n, numel, args.reps), 2)
+        for name, shared in (("allreduce", False), ("shared_sum", True)):
+            wall, cpu = sum_ms(n, numel, args.reps, shared)
+            per_n[n][f"{name}_ms"], per_n[n][f"{name}_cpu_ms"] = round(wall, 2), round(cpu, 2)
         print(f"N={n}: {json.dumps(per_n[n])}", flush=True)
     top = max(per_n)
 
@@ -181,7 +192,8 @@ def main() -> None:
     }
     cols = ("trained_fps", "cpu_ms_per_frame", *(f"{p}_cpu_ms_per_frame" for p in
             (*CPU_PARTS, "rest")), "sync_share", "pss_mib_per_rank", "rss_mib_per_rank",
-            "resident_gib", "last_hello_s", "first_update_s", "allreduce_ms")  # fmt: skip
+            "resident_gib", "last_hello_s", "first_update_s", "allreduce_ms", "allreduce_cpu_ms",
+            "shared_sum_ms", "shared_sum_cpu_ms")  # fmt: skip
     short = [c.replace("_cpu_ms_per_frame", "").replace("_per_rank", "") for c in cols]
     print("N".rjust(4) + "".join(s.rjust(max(len(s) + 2, 10)) for s in short))
     for n, row in per_n.items():

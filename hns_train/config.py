@@ -117,8 +117,9 @@ class PipelineConfig:
     # this long exits (0 = never): the parent watch for workers that are not its children
     max_message_mb: AtLeast1 = 256  # largest message a socket of the run accepts, frames together
     transport: Annotated[str, OneOf(("ipc", "tcp"))] = "ipc"  # (serial always uses inproc)
-    # Actors and policy workers on one host (serial, local launchers) pass inference requests
-    # through shared memory, the socket carrying only their address (distributed/shared_rows.py)
+    # One host (serial, local launchers): actors and policy workers pass inference requests
+    # through shared memory, the socket carrying only their address (distributed/shared_rows.py),
+    # and CPU trainer ranks sum gradients and moments there (distributed/host_sums.py)
     shared_memory: bool = True
     host: str = "127.0.0.1"
     device: str = "auto"  # policy workers and trainers: auto | cpu | cuda

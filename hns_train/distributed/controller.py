@@ -319,17 +319,28 @@ class Controller(Stoppable):
             self._ddp_store, self._ddp_port = make_store(host, p.ddp_timeout_s)
         self.endpoints = {
             **self.endpoints,
-            "ddp": rendezvous_info(host, self._ddp_port, p.n_trainers, self._ddp_generation),
+            "ddp": rendezvous_info(
+                host,
+                self._ddp_port,
+                p.n_trainers,
+                self._ddp_generation,
+                folder=self.endpoints.get("shared_rows"),  # one host only
+            ),
         }
 
     def _restart_trainer_group(self) -> None:
         """A DDP rank cannot rejoin a running group: restart every rank in a new generation,
         all resuming from the newest checkpoint."""
+        from hns_train.distributed.ddp import sums_tag
+        from hns_train.distributed.host_sums import remove_files
+
         self._ddp_generation += 1
         self._open_rendezvous()
         trainers = [s for s in self.workers.values() if s.spec.kind == "trainer"]
         for state in trainers:
             self.launcher.kill(state.spec.name)
+        if self.endpoints.get("shared_rows"):  # what the killed ranks' sums left
+            remove_files(Path(self.endpoints["shared_rows"]), sums_tag(self._ddp_generation - 1))
         for state in trainers:
             self._start(state.spec.restarted(self.endpoints, token=_token()))
 

@@ -7,7 +7,9 @@ its own key prefix in the store, so a restarted group never meets the keys of th
 
 Collectives:
 - the main group (`pipeline.ddp_backend`: auto = nccl on CUDA, gloo on CPU) carries gradients and
-  normaliser moments, through `DataParallel.all_sum`, the `agents.ppo.RankSync` hook;
+  normaliser moments, through `DataParallel.all_sum`, the `agents.ppo.RankSync` hook; gloo ranks
+  that share a host (the local launcher, `pipeline.shared_memory`) sum through shared memory
+  instead (`host_sums.py`), in the run's shared folder that `endpoints["ddp"]` names;
 - a gloo side group carries the per-iteration flags (`agree`), so they never touch the GPU.
 
 Every collective is bounded by `pipeline.ddp_timeout_s` (the process group's timeout): a rank whose
@@ -36,10 +38,13 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from hns_train.distributed.host_sums import HostSums
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +77,24 @@ def make_store(host: str, timeout_s: float) -> tuple[dist.TCPStore, int]:
     return store, store.port
 
 
-def rendezvous_info(host: str, port: int, world_size: int, generation: int) -> dict[str, Any]:
-    """What the controller puts into `endpoints["ddp"]` (plain data: it crosses processes)."""
+def rendezvous_info(
+    host: str, port: int, world_size: int, generation: int, folder: str | None = None
+) -> dict[str, Any]:
+    """What the controller puts into `endpoints["ddp"]` (plain data: it crosses processes).
+    `folder`: the run's shared-memory folder when every rank runs on this host, where gloo ranks
+    then sum (`host_sums.py`, files named by `sums_tag`)."""
     return {
         "host": host,
         "port": int(port),
         "world_size": int(world_size),
         "generation": generation,
+        "folder": folder,
     }
+
+
+def sums_tag(generation: int) -> str:
+    """The name of a generation's shared-memory sums in the run's folder."""
+    return f"sums-g{int(generation)}"
 
 
 def choose_backend(name: str, device: torch.device) -> str:
@@ -133,6 +148,16 @@ class DataParallel:
         )
         # where collectives run: gloo reduces on the CPU
         self.collective_device = device if self.backend == "nccl" else torch.device("cpu")
+        # ranks of one host sum through shared memory: a rank's CPU per sum stays flat in N
+        self.host_sums = None
+        if self.backend == "gloo" and info.get("folder"):
+            self.host_sums = HostSums(
+                sums_tag(info.get("generation", 0)),
+                self.rank,
+                self.world_size,
+                timeout_s,
+                directory=Path(info["folder"]),
+            )
         self._spent = {"collective_s": 0.0, "collective_cpu_s": 0.0}
 
     @contextlib.contextmanager
@@ -152,14 +177,20 @@ class DataParallel:
         return out
 
     def agree(self, stop: bool, ready: bool) -> tuple[bool, bool]:
-        """(stop on every rank, every rank ready): one MAX all-reduce of two flags."""
+        """(stop on every rank, every rank ready): two 0/1 flags, positive after a MAX
+        all-reduce, or a shared-memory sum, where any rank raised them."""
         flags = torch.tensor([float(stop), float(not ready)])
         with self._timed():
-            dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self._flags)
+            if self.host_sums is not None:
+                self.host_sums.all_sum(flags)
+            else:
+                dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self._flags)
         return bool(flags[0] > 0), not bool(flags[1] > 0)
 
     def all_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         with self._timed():
+            if self.host_sums is not None:
+                return self.host_sums.all_sum(tensor)
             return self.collective(tensor, lambda t: dist.all_reduce(t, op=dist.ReduceOp.SUM))
 
     def collective(self, tensor: torch.Tensor, op: Callable[[torch.Tensor], Any]) -> torch.Tensor:
@@ -181,6 +212,9 @@ class DataParallel:
     def close(self) -> None:
         """Leave the group (after an agreed stop every rank gets here; nothing is pending; a
         second call finds no group)."""
+        if self.host_sums is not None:
+            self.host_sums.close()
+            self.host_sums = None
         if dist.is_initialized():
             try:
                 dist.destroy_process_group()

@@ -83,9 +83,15 @@ def _rank(rank: int, ranks: int, info: dict, out: str) -> None:
         group.close()
 
 
-def run_ranks(tmp_path: Path, n: int) -> list[dict[str, torch.Tensor]]:
+def run_ranks(tmp_path: Path, n: int, sums: str = "gloo") -> list[dict[str, torch.Tensor]]:
+    """`n` ranks training on their parts; `sums`: gloo's all-reduce, or the ranks' shared
+    memory (a folder of the run's, as the controller gives on one host)."""
     store, port = make_store("127.0.0.1", timeout_s=60)
-    info = rendezvous_info("127.0.0.1", port, n, generation=0)
+    folder = None
+    if sums == "shared_memory":
+        folder = tmp_path / "shared"
+        folder.mkdir()
+    info = rendezvous_info("127.0.0.1", port, n, generation=0, folder=folder and str(folder))
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=_rank, args=(r, n, info, str(tmp_path))) for r in range(n)]
     for p in procs:
@@ -98,14 +104,23 @@ def run_ranks(tmp_path: Path, n: int) -> list[dict[str, torch.Tensor]]:
             p.kill()
     del store
     assert codes == [0] * n, f"rank exit codes {codes}"
+    assert folder is None or not any(folder.iterdir()), "a rank left its shared-memory files"
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(n)]
 
 
 @pytest.mark.numerics
-@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
-def test_ranks_with_parts_of_the_batch_take_the_whole_batch_step(tmp_path, n):
-    """Two ranks with half the batch each; four (as pods on a node) with a quarter each."""
-    ranks = run_ranks(tmp_path, n)
+@pytest.mark.parametrize(
+    ("n", "sums"),
+    [
+        (2, "gloo"),
+        (2, "shared_memory"),
+        pytest.param(4, "shared_memory", marks=pytest.mark.slow),
+    ],
+)
+def test_ranks_with_parts_of_the_batch_take_the_whole_batch_step(tmp_path, n, sums):
+    """Two ranks with half the batch each; four (as pods on a node) with a quarter each; the
+    sums through gloo (ranks on several hosts) or through one host's shared memory."""
+    ranks = run_ranks(tmp_path, n, sums)
     torch.manual_seed(3)
     model = ActorCritic(SHAPES, NET, device="cpu")
     initial = model.state_dict()
@@ -213,6 +228,11 @@ def kill_a_rank_and_see_its_group_train_on(cfg, ranks: list[str], victim: str) -
         )
         target = controller.version + 2
         wait_for(lambda: controller.version >= target, 240, "training to go on")
+        # the ranks sum through the run's shared memory; the killed generation's files are gone
+        shared = Path(controller.endpoints["shared_rows"])
+        names = {p.name for p in shared.iterdir()}
+        assert not {n for n in names if n.startswith("sums-g0-")}, names
+        assert {f"sums-g1-r{r}.in" for r in range(len(ranks))} <= names, names
     finally:
         controller.request_stop("test over")
         thread.join(120)
