@@ -13,8 +13,10 @@ pod, for `--minutes`, oversubscribed past the cores on purpose, and measures:
   (distributed/pod_worker.py) summed over the run per rank by the controller;
 - memory per rank: the largest PSS and RSS seen (/proc/PID/smaps_rollup, sampled every second),
   and the controller's (this process); these figures are `hns_train.plan`'s, which calibrates
-  the planner with the same run at one rank;
-- seconds from the run's start to every rank's hello and to the first update;
+  the planner with the same run at one rank per core (up to 4);
+- seconds from the run's start to every rank's hello and to the first update, and the env
+  frames/s between the first and the last update (`env_fps_between_updates`, as the planner's
+  calibration measures its wall efficiency);
 - a sum micro-benchmark: N spawned processes summing a tensor the size of the model's gradient
   through the group the ranks use (distributed/ddp.py), once through gloo's all-reduce (ranks on
   several hosts) and once through shared memory (distributed/host_sums.py: ranks on one host,

@@ -1,9 +1,12 @@
 """`hns-train plan` (`python -m hns_train.plan`): how to lay out a run on a machine and how long
 each phase of the quadrant game would take there.
 
-It owns the sizing of a run: a calibration (about a minute: one real pod, `pipeline.backend=pod`
-with one thread, trained through the controller exactly as a run trains, its process CPU per env
-frame split into collecting the rollout, which holds the physics and the act forward, and PPO),
+It owns the sizing of a run: a calibration (about a minute: real pods, `pipeline.backend=pod`,
+one thread each and one per core up to `CALIBRATION_RANKS`, so that they share caches and memory
+as a full node's ranks do, trained through the controller exactly as a run trains; their process
+CPU per env frame split into collecting the rollout, which holds the physics and the act
+forward, and PPO; and their wall-clock rate, whose ratio to the CPU's rate is what the
+controller, the OS and the ranks' waits take),
 the machine's cores, GPUs and memory (detected, or given by `--cores/--gpus/--nodes/--memory`),
 the layout it recommends (one pod per core as DDP ranks of one policy, configs/quadrant_node.yaml;
 as many as memory allows), the config file written for it, and the projection: trained
@@ -39,6 +42,7 @@ CPU_PARTS = ("collect", "learn", "sync", "duties")
 GIB = 2**30
 CALIBRATION_S = 30.0  # the calibration run measures this long after its first update
 CALIBRATION_LIMIT_MIN = 5.0  # and gives up after this long, start-up included
+CALIBRATION_RANKS = 4  # at most this many ranks calibrate (one per core of this machine)
 CONTROLLER_GIB = 1.0  # memory kept for the controller process (measured ~0.5-0.8 GiB here)
 GPU_FEED_CORES = 2  # cores left to feed a GPU (as the pipeline's projection, docs/benchmarks.md)
 GPU_ENVS_PER_ACTOR = 16  # an actor's worlds in the GPU layout, in a ring of 2 (quadrant.yaml)
@@ -73,6 +77,8 @@ class RankWatch:
         self.peak: dict[str, tuple[int, int]] = {}
         self.peak_total = (0, 0)  # the largest sums over the processes at one sample
         self.first_update_s: float | None = None
+        # (seconds, version) when the first update came and when the newest one came
+        self.window: list[tuple[float, int]] = []
         self.start = time.monotonic()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -83,6 +89,9 @@ class RankWatch:
             now = time.monotonic() - self.start
             if self.first_update_s is None and self.controller.version >= 1:
                 self.first_update_s = now
+            version = self.controller.version
+            if version >= 1 and (not self.window or version > self.window[-1][1]):
+                self.window = [self.window[0] if self.window else (now, version), (now, version)]
             after, first = self.stop_after_s, self.first_update_s
             if after is not None and first is not None and now >= first + after:
                 self.controller.request_stop(f"measured {after:g} s after the first update")
@@ -101,6 +110,15 @@ class RankWatch:
         self._done.set()
         self._thread.join()
 
+    def env_fps(self, frames_per_version: int) -> float | None:
+        """Env frames/s of every rank together from the first update to the newest (each
+        version: every rank's rollout of `frames_per_version` frames in all), None before a
+        second update."""
+        if len(self.window) < 2 or self.window[1][0] <= self.window[0][0]:
+            return None
+        (t0, v0), (t1, v1) = self.window
+        return (v1 - v0) * frames_per_version / (t1 - t0)
+
 
 def rank_figures(controller, watch: RankWatch) -> dict:
     """What the ranks (trainer workers) of a finished run did, per env frame and per rank: their
@@ -112,7 +130,8 @@ def rank_figures(controller, watch: RankWatch) -> dict:
     # A run stops inside a rollout: its frames are collected but not learned from. So the
     # update's cost is per frame of the rollouts trained on (each update: one whole rollout).
     updates = sum(s.totals["steps"] for s in ranks)
-    trained = max(updates * cfg.pod.worlds * cfg.pipeline.chunk_len, 1)
+    rollout = cfg.pod.worlds * cfg.pipeline.chunk_len  # a rank's env frames per update
+    trained = max(updates * rollout, 1)
     # the loop's CPU: building the learner, game and pod at the start is reported apart
     setup = sum(s.totals["setup_cpu_s"] for s in ranks)
     parts = {p: sum(s.totals[f"{p}_cpu_s"] for s in ranks) for p in CPU_PARTS}
@@ -143,6 +162,9 @@ def rank_figures(controller, watch: RankWatch) -> dict:
         "last_hello_s": round(max(hellos), 1) if hellos else None,
         "first_update_s": (
             round(watch.first_update_s, 1) if watch.first_update_s is not None else None
+        ),
+        "env_fps_between_updates": (
+            None if (fps := watch.env_fps(len(ranks) * rollout)) is None else round(fps, 1)
         ),
     }
 
@@ -203,34 +225,40 @@ def detect() -> Machine:
 
 @dataclass
 class Calibration:
-    """One pod's costs on this machine (measured), per env frame of process CPU."""
+    """A pod rank's costs on this machine (measured), per env frame of process CPU, with
+    `ranks` ranks running at once."""
 
+    ranks: int
     cpu_ms: float  # everything the rank process spent per env frame
     collect_ms: float  # simulation, the act forward and recording
     sim_share: float  # the physics' share of the collection's wall time
     learn_ms: float  # PPO
     trained_share: float  # the learning policy's share of the agent-steps
     pss_gib: float  # one rank's memory (PSS), the rollout and model included
+    # the ranks' env frames/s over their CPU's rate (ranks x 1000 / cpu_ms): what the controller,
+    # the OS and the ranks' waits for each other leave them
+    wall_efficiency: float
     seconds: float
     load: tuple[float, float]
 
     @property
     def per_core_fps(self) -> float:
-        return 1e3 / self.cpu_ms
+        """Env frames/s a core gives as a rank of a run: CPU rate x wall efficiency."""
+        return 1e3 / self.cpu_ms * self.wall_efficiency
 
     @property
     def sim_ms(self) -> float:
         return self.collect_ms * self.sim_share
 
 
-def calibrate(cfg, seconds: float) -> Calibration:
-    """One real pod rank (one thread) trained through the controller until `seconds` after its
-    first update (at most `CALIBRATION_LIMIT_MIN` in all): its CPU per env frame, split, and
-    its memory."""
+def calibrate(cfg, seconds: float, ranks: int = 1) -> Calibration:
+    """`ranks` real pod ranks (one thread each) trained through the controller until `seconds`
+    after their first update (at most `CALIBRATION_LIMIT_MIN` in all): a rank's CPU per env
+    frame, split, its memory, and the ranks' wall-clock rate against their CPU's."""
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="hns-plan-") as runs:
         one = _with(cfg, [
-            f"runs_dir={runs}", "name=calibration", "pipeline.n_trainers=1",
+            f"runs_dir={runs}", "name=calibration", f"pipeline.n_trainers={ranks}",
             "pipeline.launcher=local", "pod.threads=1", f"stop.minutes={CALIBRATION_LIMIT_MIN}",
             "stop.versions=0", "eval.n_workers=0", "logging.wandb=disabled",
             "logging.progress=false",
@@ -243,13 +271,17 @@ def calibrate(cfg, seconds: float) -> Calibration:
         )
     collect = fig["collect_cpu_ms_per_frame"]
     collect_wall = fig["sim_wall_ms_per_frame"] + fig["act_wall_ms_per_frame"]
+    cpu_fps = ranks * 1e3 / fig["cpu_ms_per_frame"]
+    wall_fps = fig["env_fps_between_updates"]
     return Calibration(
+        ranks=ranks,
         cpu_ms=fig["cpu_ms_per_frame"],
         collect_ms=collect,
         sim_share=fig["sim_wall_ms_per_frame"] / max(collect_wall, 1e-9),
         learn_ms=fig["learn_cpu_ms_per_frame"],
         trained_share=fig["trained_share"],
         pss_gib=fig["pss_mib_per_rank"] / 1024,
+        wall_efficiency=min(wall_fps / cpu_fps, 1.0) if wall_fps else 1.0,
         seconds=seconds,
         load=(round(load0, 2), round(os.getloadavg()[0], 2)),
     )
@@ -290,7 +322,7 @@ def plan_for(machine: Machine, cal: Calibration, cfg, overrides: list[str]) -> P
     if machine.gpus:
         # the pipeline: actors step the game on the cores, the GPU acts and trains
         cores = max(machine.cores - GPU_FEED_CORES, 1) * machine.nodes
-        env_fps = cores * 1e3 / max(cal.collect_ms, 1e-9)
+        env_fps = cores * 1e3 / max(cal.collect_ms, 1e-9) * cal.wall_efficiency
         actors = max(machine.cores - GPU_FEED_CORES, 1)
         # a chunk: one column per agent of an actor's group of worlds (envs / ring), chunk_len
         # steps; GPU_BATCH_CHUNKS of them are the paper's 64k chunks of 10 steps
@@ -305,7 +337,8 @@ def plan_for(machine: Machine, cal: Calibration, cfg, overrides: list[str]) -> P
         how = (
             f"projected: {cores} cores stepping the game and collecting at this machine's "
             f"measured {cal.collect_ms:.2f} CPU ms per frame (physics, observations and the act "
-            "forward, which the GPU would take over: a cautious figure); the GPU assumed to "
+            "forward, which the GPU would take over: a cautious figure) and its measured wall "
+            f"efficiency {cal.wall_efficiency:.2f}; the GPU assumed to "
             "keep up with every forward and PPO update (not calibrated: never measured)"
         )
         notes.append(
@@ -333,8 +366,9 @@ def plan_for(machine: Machine, cal: Calibration, cfg, overrides: list[str]) -> P
         ]  # fmt: skip
         how = (
             f"projected: {ranks} ranks x this machine's measured {cal.cpu_ms:.2f} CPU ms per "
-            "frame of one pod rank, one rank per core (the agreement and gradient sums assumed "
-            "not to grow with the ranks, as bench/pod_scale.py checks on one host)"
+            f"frame of a pod rank and wall efficiency {cal.wall_efficiency:.2f} "
+            f"({cal.ranks} calibrating at once), one rank per core (the agreement and gradient "
+            "sums assumed not to grow with the ranks, as bench/pod_scale.py checks on one host)"
         )
         if machine.nodes > 1:
             how += "; across nodes the gradient sums cross the network (never measured)"
@@ -425,17 +459,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     here = detect()
-    print(f"calibrating for {args.seconds:.0f} s: one pod rank of {Path(args.config).name} "
-          f"({cfg.pod.worlds} worlds, one thread) on {here.label()}", flush=True)  # fmt: skip
+    ranks = min(here.cores, CALIBRATION_RANKS)
+    print(f"calibrating for {args.seconds:.0f} s: {ranks} pod rank{'s' if ranks > 1 else ''} "
+          f"of {Path(args.config).name} ({cfg.pod.worlds} worlds, one thread each) on "
+          f"{here.label()}", flush=True)  # fmt: skip
     try:
-        cal = calibrate(cfg, args.seconds)
+        cal = calibrate(cfg, args.seconds, ranks)
     except RuntimeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(
         f"measured: {cal.cpu_ms:.3f} CPU ms per env frame per rank (collect {cal.collect_ms:.3f}"
         f", physics ~{cal.sim_ms:.3f} of it; learn {cal.learn_ms:.3f}) = "
-        f"{cal.per_core_fps:,.0f} env frames/s per core; trained share {cal.trained_share:.2f}"
+        f"{1e3 / cal.cpu_ms:,.0f} env frames/s per core of CPU; the {cal.ranks} ranks ran at "
+        f"{cal.wall_efficiency:.2f} of that rate on the clock; trained share "
+        f"{cal.trained_share:.2f}"
         f"; {cal.pss_gib:.2f} GiB per rank (PSS); load {cal.load[0]}-{cal.load[1]}"
     )
     machines = [
