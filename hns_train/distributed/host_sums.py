@@ -3,8 +3,8 @@
 A gloo all-reduce sends every byte through the loopback TCP stack: in its ring each rank sends
 and receives 2(N-1)/N of the tensor, and each hop is a copy into and out of the kernel, so a
 rank's CPU per sum grows with the number of ranks N. Measured for the model's gradient
-(1,623,406 floats, one Xeon core per two ranks, 2026-11-29): 3.7 ms of a rank's CPU at N=2,
-10.5 ms at N=16. On one host the ranks can share memory instead:
+(1,623,406 floats, bench/pod_scale.py on a 2-core Xeon, 2026-11-29): 3.9 ms of a rank's CPU at
+N=2, 10.5 ms at N=16; through shared memory 2.0 and 4.4 ms. On one host the ranks share memory:
 
 1. each rank copies its tensor into its input file, in `/dev/shm`, which every rank maps;
 2. barrier; rank r adds up the r-th of N slices of every input, in rank order, into its own

@@ -360,6 +360,40 @@ def test_population_requests_say_what_a_request_lacks(tmp_path, capsys, manifest
 
 
 @pytest.mark.slow
+def test_population_members_train_with_several_pod_ranks_each(tmp_path):
+    """M members of N pod ranks on one node: each member's ranks meet through that member's own
+    rendezvous and shared folder, and train its policy together."""
+    code = train.main(
+        [
+            "--config",
+            "chase",
+            f"runs_dir={tmp_path}",
+            "name=pop",
+            "pipeline.backend=pod",
+            "pipeline.launcher=local",
+            "pipeline.n_trainers=2",
+            "pod.worlds=4",
+            "agent.ppo.epochs=1",
+            "agent.ppo.minibatches=1",
+            "eval.n_workers=0",
+            "logging.wandb=disabled",
+            "logging.progress=false",
+            "logging.every_s=1",
+            "population.members=2",
+            "population.max_restarts=0",
+            "stop.versions=2",
+        ]
+    )
+    assert code == 0
+    for m in ("m0", "m1"):
+        member = tmp_path / "pop" / "members" / m
+        assert max(CheckpointDir(member / "checkpoints").steps()) >= 2, m
+        records, _ = read_records(member / "metrics.jsonl")
+        sums = [r["pod/sync_ms_per_frame"] for r in records if "pod/sync_ms_per_frame" in r]
+        assert sums and max(sums) > 0, f"{m}: its ranks never summed together"
+
+
+@pytest.mark.slow
 def test_population_on_ray_gives_each_member_its_own_placement_group(tmp_path):
     ray = pytest.importorskip("ray")
     cfg = population_config(
