@@ -152,11 +152,22 @@ class ObsNormalizer(nn.Module):
         reduce: Reduce | None = None,
     ) -> None:
         """Fold in a batch; `steps` (the leading dims, bool): only those rows count."""
-        parts = [
+        fold_batch(list(self.stats.values()), self.batch_sums(obs, steps), reduce)
+
+    @torch.no_grad()
+    def batch_sums(
+        self, obs: Mapping[str, torch.Tensor], steps: torch.Tensor | None = None
+    ) -> list[torch.Tensor]:
+        """Every statistic's sums of a batch, in `stats` order: what `fold` takes."""
+        return [
             stat.sums(obs[key], self.row_weights(key, obs, steps))
             for key, stat in self.stats.items()
         ]
-        fold_batch(list(self.stats.values()), parts, reduce)
+
+    @torch.no_grad()
+    def fold(self, sums: Sequence[torch.Tensor]) -> None:
+        """Fold in a batch from its `batch_sums` (over every rank where several train)."""
+        fold_batch(list(self.stats.values()), sums)
 
 
 @torch.no_grad()
@@ -183,8 +194,18 @@ def popart_update(
 ) -> None:
     """Update the value statistics with `targets` (those where `weight` is set) and rescale
     `head` to preserve its de-normalised outputs: σ' (W' x + b') + μ' = σ (W x + b) + μ."""
+    sums = stats.sums(targets, weight)
+    if reduce is not None:
+        reduce(sums)
+    popart_fold(stats, head, sums)
+
+
+@torch.no_grad()
+def popart_fold(stats: EmaMeanStd, head: nn.Linear, sums: torch.Tensor) -> None:
+    """`popart_update` from the targets' `sums` (`EmaMeanStd.sums`, over every rank where
+    several train)."""
     old_mean, old_std = stats.mean_std()
-    fold_batch([stats], [stats.sums(targets, weight)], reduce)
+    stats.fold(sums)
     new_mean, new_std = stats.mean_std()
     head.weight.mul_(old_std / new_std)
     head.bias.mul_(old_std).add_(old_mean - new_mean).div_(new_std)

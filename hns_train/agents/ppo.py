@@ -31,7 +31,10 @@ R ranks with 1/R of the batch each take the same step as one rank with all of it
 - advantages are normalised with the minibatch's mean and std over all ranks;
 - gradients are averaged weighted by each rank's element count, before the norm clip.
 Every rank runs the same number of collectives per update (minibatches via `tensor_split`, empty
-parts included), so no rank can wait for a collective another rank skips.
+parts included), so no rank can wait for a collective another rank skips: one for the update's
+small sums (PopArt's, the observations' and every minibatch's advantage moments, all known from
+the batch before the first step, so one wake-up of every rank, not one per sum) and one per
+minibatch for its gradient.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from torch import nn
 
 from hns_train.agents.chunks import FIELD_DTYPES, Chunk, stack_chunks, take_streams
 from hns_train.agents.config import PPOConfig
-from hns_train.agents.normalizers import popart_update
+from hns_train.agents.normalizers import popart_fold
 from hns_train.agents.policy import ActorCritic
 
 
@@ -212,28 +215,41 @@ class PPO:
             cfg.gamma,
             cfg.gae_lambda,
         )
-        learn = batch.learn
-        # under `sync`, the statistics fold in the whole batch's moments (sums over ranks)
-        reduce = None if self.sync is None else self.sync.all_sum
-        # PopArt: the value statistics absorb the returns, the value head keeps its outputs
-        popart_update(self.model.value_norm, self.model.value_net.head, returns, learn, reduce)
+        learn, model = batch.learn, self.model
         segments = self._segments(batch, advantages, returns)
+        # every epoch's minibatches, drawn now (the same number of parts on every rank, some
+        # maybe empty under `sync`)
+        indices = [
+            index
+            for _ in range(cfg.epochs)
+            for index in torch.tensor_split(
+                torch.randperm(len(segments), device=model.device), cfg.minibatches
+            )
+        ]
+        # The small sums, from the batch alone; under `sync` one collective makes them the
+        # whole batch's: the returns' (PopArt), the observations', each minibatch's advantages'.
+        local = [_advantage_moments(segments, index) for index in indices]
+        obs_sums = model.obs_norm.batch_sums(batch.obs, learn)
+        small = [model.value_norm.sums(returns, learn), *obs_sums, *local]
+        packed = torch.cat(small)
+        if self.sync is not None:
+            self.sync.all_sum(packed)
+        value_sums, *whole = packed.split([len(part) for part in small])
+        obs_sums, moments = whole[: len(obs_sums)], whole[len(obs_sums) :]
+        # PopArt: the value statistics absorb the returns, the value head keeps its outputs
+        popart_fold(model.value_norm, model.value_net.head, value_sums)
 
         history: list[torch.Tensor] = []
         names: list[str] = []
-        for _ in range(cfg.epochs):
-            order = torch.randperm(len(segments), device=self.model.device)
-            # the same number of parts on every rank (some maybe empty) under `sync`
-            parts = torch.tensor_split(order, cfg.minibatches)
-            for index in parts:
-                if self.sync is None and index.numel() == 0:
-                    continue
-                stats = self._minibatch_step(segments.select(index))
-                if stats is not None:
-                    names = list(stats)
-                    history.append(torch.stack(list(stats.values())))
+        for index, mine, all_ranks in zip(indices, local, moments, strict=True):
+            if self.sync is None and index.numel() == 0:
+                continue
+            stats = self._minibatch_step(segments.select(index), mine[0], all_ranks)
+            if stats is not None:
+                names = list(stats)
+                history.append(torch.stack(list(stats.values())))
 
-        self.model.obs_norm.update(batch.obs, learn, reduce)
+        model.obs_norm.fold(obs_sums)
         self.version += 1
         out = dict(zip(names, torch.stack(history).mean(0), strict=True)) if history else {}
         value_mean, value_std = self.model.value_norm.mean_std()
@@ -258,22 +274,21 @@ class PPO:
         ends = [end.reshape(1) for t in tensors if t.numel() for end in torch.aminmax(t)]
         return torch.cat(ends).isfinite().all().to(torch.float64)
 
-    def _minibatch_step(self, seg: Segments) -> dict[str, torch.Tensor] | None:
+    def _minibatch_step(
+        self, seg: Segments, count: torch.Tensor, moments: torch.Tensor
+    ) -> dict[str, torch.Tensor] | None:
         """One Adam step on a minibatch (this rank's part of it under `sync`, maybe empty: then
-        it only takes part in the collectives and returns None)."""
+        it only takes part in the collective and returns None); `count`: its learned steps here,
+        `moments`: the whole minibatch's advantage moments (over all ranks)."""
         cfg = self.config
         self.optimizer.zero_grad(set_to_none=True)
-        # Element count and advantage moments of the whole minibatch (all ranks: one collective)
-        moments = _advantage_moments(seg)
-        if self.sync is not None:
-            moments = self.sync.all_sum(moments)
         stats = None
         if len(seg):
             with self._autocast():
                 loss, stats = self._loss(seg, moments)
             loss.backward()
         if self.sync is not None:
-            self._average_gradients(weight=_advantage_moments(seg)[0], total=moments[0])
+            self._average_gradients(weight=count, total=moments[0])
         grad_norm = nn.utils.clip_grad_norm_(
             self.model.parameters(), cfg.max_grad_norm, foreach=True
         )
@@ -425,8 +440,10 @@ def _fused_adam(device: torch.device) -> bool | None:
     return True if device.type in ("cpu", "cuda") else None
 
 
-def _advantage_moments(seg: Segments) -> torch.Tensor:
-    """(count, sum, sum of squares) of the learned advantages of `seg`, float64."""
-    adv = seg.advantages.to(torch.float64)
-    m = torch.ones_like(adv) if seg.learn is None else seg.learn.to(torch.float64)
+def _advantage_moments(seg: Segments, index: torch.Tensor) -> torch.Tensor:
+    """(count, sum, sum of squares) of the learned advantages of the segments `index`,
+    float64."""
+    adv = seg.advantages.index_select(1, index).to(torch.float64)
+    learn = None if seg.learn is None else seg.learn.index_select(1, index)
+    m = torch.ones_like(adv) if learn is None else learn.to(torch.float64)
     return torch.stack([m.sum(), (m * adv).sum(), (m * adv.square()).sum()])

@@ -16,11 +16,16 @@ peer still copies its last output; a rank writes its next output only after the 
 barrier, which every peer reaches after its copies.
 
 A rank reads and writes each element a fixed number of times whatever N is, and every rank ends
-with the same bits (one summation order, rank 0 first). The barriers pass one byte per rank
+with the same bits (one summation order, rank 0 first). A small tensor (at most `SMALL_BYTES`:
+flags, moments) takes one barrier instead: every rank adds up every input itself, the inputs in
+two halves of a file used in turn, so a rank writes a half again only after the next small sum's
+barrier, which every peer reaches after reading it. The barriers pass one byte per rank
 through named pipes, to rank 0 and back: a waiting rank sleeps in the kernel instead of polling,
 and the pipe's hand-off orders each rank's writes to its slot before the byte it sends. Every
-wait is bounded by `pipeline.ddp_timeout_s`. Files are named `<tag>-r<rank>.{in,out,pipe}`; each
-rank removes its own at `close`, and the controller removes a killed group's (`remove_files`).
+wait is bounded by `pipeline.ddp_timeout_s`. Files are named `<tag>-r<rank>.{in,out,small,pipe}`;
+a rank opens its peers' once, at its first sum, after a barrier (so a peer that closes after its
+last sum leaves them readable), removes its own at `close`, and the controller removes a killed
+group's (`remove_files`).
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ from pathlib import Path
 import torch
 
 SHARED_MEMORY = Path("/dev/shm")
-SLOTS = ("in", "out")
+SLOTS = ("in", "out", "small")
+SMALL_BYTES = 32 << 10  # a sum this small (each half of the "small" file) takes one barrier
 _OPEN_RETRY_S = 0.005  # while a peer's pipe does not exist yet (it is still starting)
 
 
@@ -63,17 +69,24 @@ class HostSums:
         world_size: int,
         timeout_s: float,
         directory: Path = SHARED_MEMORY,
+        small_bytes: int = SMALL_BYTES,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside 0..{world_size - 1}")
         self.rank, self.world_size, self.timeout_s = rank, world_size, timeout_s
+        self.small_bytes = small_bytes
+        self._small_sums = 0  # small sums so far: which half of the "small" file is next
         self.prefix = Path(directory) / tag
         self._sends: dict[int, int] = {}  # peer rank -> write end of its pipe
+        # (peer rank, kind) -> its file, opened once every rank has made its own: a peer that
+        # closes (and removes its files) after its last sum leaves them readable here
+        self._peers: dict[tuple[int, str], int] = {}
         self._views: dict[tuple[int, str, torch.dtype], torch.Tensor] = {}
-        self._own = {  # this rank's input and output files
+        self._own = {  # this rank's input, output and small-sum files
             kind: os.open(self._path(rank, kind), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
             for kind in SLOTS
         }
+        os.ftruncate(self._own["small"], max(2 * small_bytes, 1))  # before a peer maps it
         os.mkfifo(self._path(rank, "pipe"), 0o600)
         # read and write: the pipe never reads as closed, and opening it never blocks
         self._pipe = os.open(self._path(rank, "pipe"), os.O_RDWR | os.O_NONBLOCK)
@@ -87,16 +100,48 @@ class HostSums:
         if tensor.device.type != "cpu":
             raise ValueError(f"shared-memory sums take CPU tensors, not {tensor.device}")
         flat = tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1).clone()
-        n, size = self.world_size, flat.numel()
+        size = flat.numel()
         if size == 0:  # every rank sums the same shapes, so every rank skips it
             return tensor
+        if self.world_size > 1 and not self._peers:
+            self._barrier()  # every rank has made its files
+            self._peers = {
+                (r, kind): os.open(self._path(r, kind), os.O_RDWR)
+                for r in range(self.world_size)
+                if r != self.rank
+                for kind in SLOTS
+            }
+        if size * flat.element_size() <= self.small_bytes:
+            self._small_sum(flat)
+        else:
+            self._large_sum(flat)
+        if flat.data_ptr() != tensor.data_ptr():
+            tensor.copy_(flat.view_as(tensor))
+        return tensor
+
+    def _small_sum(self, flat: torch.Tensor) -> None:
+        start = self._small_sums % 2 * self.small_bytes
+        self._small_sums += 1
+        end = start + flat.numel() * flat.element_size()
+        inputs = [
+            self._slot(r, "small", torch.uint8, 2 * self.small_bytes)[start:end].view(flat.dtype)
+            for r in range(self.world_size)
+        ]
+        inputs[self.rank].copy_(flat)
+        self._barrier()  # every input is written
+        total = inputs[0].clone()
+        for part in inputs[1:]:
+            total.add_(part)
+        flat.copy_(total)
+
+    def _large_sum(self, flat: torch.Tensor) -> None:
+        n, size = self.world_size, flat.numel()
         bounds = [size * r // n for r in range(n + 1)]
         self._slot(self.rank, "in", flat.dtype, size).copy_(flat)
         out = self._slot(self.rank, "out", flat.dtype, size)
         self._barrier()  # every input holds its rank's tensor
         lo, hi = bounds[self.rank], bounds[self.rank + 1]
         inputs = [self._slot(r, "in", flat.dtype, size) for r in range(n)]
-        # mapped before the second barrier: past it, a peer done with its last sum may close
         outputs = [self._slot(r, "out", flat.dtype, size) for r in range(n)]
         acc = out[lo:hi]
         acc.copy_(inputs[0][lo:hi])
@@ -106,9 +151,6 @@ class HostSums:
         for r, slot in enumerate(outputs):
             part = slice(bounds[r], bounds[r + 1])
             flat[part].copy_(slot[part])
-        if flat.data_ptr() != tensor.data_ptr():
-            tensor.copy_(flat.view_as(tensor))
-        return tensor
 
     def _slot(self, rank: int, kind: str, dtype: torch.dtype, count: int) -> torch.Tensor:
         """The first `count` elements of `rank`'s file `kind` as `dtype`. This rank's own files
@@ -121,21 +163,17 @@ class HostSums:
         itemsize = torch.empty((), dtype=dtype).element_size()
         nbytes = count * itemsize
         own = rank == self.rank
-        fd = self._own[kind] if own else os.open(self._path(rank, kind), os.O_RDWR)
-        try:
-            if own:
-                os.ftruncate(fd, max(nbytes, os.fstat(fd).st_size))
-            # whole elements only: a peer ahead of this rank may have grown it to any length
-            length = os.fstat(fd).st_size // itemsize * itemsize
-            if length < nbytes:
-                raise RuntimeError(
-                    f"rank {rank}'s {kind} file holds {length} bytes, {nbytes} needed: the "
-                    "ranks' sums are out of step"
-                )
-            mapped = mmap.mmap(fd, length)
-        finally:
-            if not own:
-                os.close(fd)
+        fd = self._own[kind] if own else self._peers[(rank, kind)]
+        if own:
+            os.ftruncate(fd, max(nbytes, os.fstat(fd).st_size))
+        # whole elements only: a peer ahead of this rank may have grown it to any length
+        length = os.fstat(fd).st_size // itemsize * itemsize
+        if length < nbytes:
+            raise RuntimeError(
+                f"rank {rank}'s {kind} file holds {length} bytes, {nbytes} needed: the "
+                "ranks' sums are out of step"
+            )
+        mapped = mmap.mmap(fd, length)
         # a shorter, older map lives on while views of it do; the pages are the file's own
         view = torch.frombuffer(mapped, dtype=torch.uint8).view(dtype)
         self._views[key] = view
@@ -187,9 +225,10 @@ class HostSums:
 
     def close(self) -> None:
         """Close this rank's pipes and remove its files (views of the maps may outlive it)."""
-        for fd in [*self._sends.values(), self._pipe, *self._own.values()]:
+        for fd in [*self._sends.values(), self._pipe, *self._own.values(), *self._peers.values()]:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._sends.clear()
+        self._peers.clear()
         for kind in (*SLOTS, "pipe"):
             self._path(self.rank, kind).unlink(missing_ok=True)

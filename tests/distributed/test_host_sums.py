@@ -12,10 +12,18 @@ import numpy as np
 import pytest
 import torch
 
-from hns_train.distributed.host_sums import HostSums, remove_files
+from hns_train.distributed.host_sums import SMALL_BYTES, HostSums, remove_files
 
-# (elements, dtype) of each sum in turn: the slots grow, shrink and change dtype between calls
-CALLS = [(3, torch.float64), (1001, torch.float32), (7, torch.float32), (50_000, torch.float32)]
+# (elements, dtype) of each sum in turn: the slots grow, shrink and change dtype between calls,
+# small sums (one barrier) come between large ones (two), twice in a row too
+CALLS = [
+    (3, torch.float64),
+    (10_001, torch.float32),
+    (7, torch.float32),
+    (5, torch.float64),
+    (50_000, torch.float32),
+    (3, torch.float64),
+]
 
 
 def values(rank: int, call: int) -> torch.Tensor:
@@ -24,13 +32,13 @@ def values(rank: int, call: int) -> torch.Tensor:
     return torch.randn(size, generator=gen, dtype=torch.float64).to(dtype)
 
 
-def _rank(rank: int, n: int, folder: str, out: str) -> None:
+def _rank(rank: int, n: int, folder: str, out: str, small_bytes: int) -> None:
     torch.set_num_threads(1)
-    sums = HostSums("sums-g0", rank, n, timeout_s=30, directory=Path(folder))
+    sums = HostSums("sums-g0", rank, n, 30, directory=Path(folder), small_bytes=small_bytes)
     try:
         for call in range(len(CALLS)):
             tensor = values(rank, call)
-            if call == 1:  # a strided view is summed in place like any tensor
+            if call in (1, 3):  # a strided view is summed in place like any tensor
                 tensor = torch.stack([tensor, tensor], dim=1)[:, 0]
                 assert not tensor.is_contiguous()
             sums.all_sum(tensor)
@@ -39,12 +47,15 @@ def _rank(rank: int, n: int, folder: str, out: str) -> None:
         sums.close()
 
 
-@pytest.mark.parametrize("n", [2, 5])
-def test_every_rank_gets_the_sum_in_rank_order(tmp_path, n):
+@pytest.mark.parametrize(("n", "small_bytes"), [(2, SMALL_BYTES), (5, SMALL_BYTES), (5, 0)])
+def test_every_rank_gets_the_sum_in_rank_order(tmp_path, n, small_bytes):
+    """`small_bytes=0`: every sum takes the two-barrier way, sums of fewer elements than ranks
+    included."""
     folder = tmp_path / "shared"
     folder.mkdir()
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_rank, args=(r, n, str(folder), str(tmp_path))) for r in range(n)]
+    args = [(r, n, str(folder), str(tmp_path), small_bytes) for r in range(n)]
+    procs = [ctx.Process(target=_rank, args=a) for a in args]
     for p in procs:
         p.start()
     for p in procs:
@@ -83,9 +94,9 @@ def test_a_killed_groups_files_are_removed_by_tag(tmp_path):
     old = [HostSums("sums-g0", r, 2, timeout_s=1, directory=tmp_path) for r in range(2)]
     new = HostSums("sums-g1", 0, 2, timeout_s=1, directory=tmp_path)
     try:
-        assert remove_files(tmp_path, "sums-g0") == 6  # input, output and pipe per rank
+        assert remove_files(tmp_path, "sums-g0") == 8  # 3 files and a pipe per rank
         names = sorted(p.name for p in tmp_path.iterdir())
-        assert names == ["sums-g1-r0.in", "sums-g1-r0.out", "sums-g1-r0.pipe"]
+        assert names == [f"sums-g1-r0.{k}" for k in ("in", "out", "pipe", "small")]
     finally:
         for s in [*old, new]:
             s.close()
