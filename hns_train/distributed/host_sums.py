@@ -23,9 +23,10 @@ barrier, which every peer reaches after reading it. The barriers pass one byte p
 through named pipes, to rank 0 and back: a waiting rank sleeps in the kernel instead of polling,
 and the pipe's hand-off orders each rank's writes to its slot before the byte it sends. Every
 wait is bounded by `pipeline.ddp_timeout_s`. Files are named `<tag>-r<rank>.{in,out,small,pipe}`;
-a rank opens its peers' once, at its first sum, after a barrier (so a peer that closes after its
-last sum leaves them readable), removes its own at `close`, and the controller removes a killed
-group's (`remove_files`).
+a rank maps its peers' where no peer can have closed yet (the small-sum files at its first sum,
+after a barrier; inputs and outputs between a large sum's barriers), removes its own at
+`close`, and the controller removes a killed group's (`remove_files`). A rank keeps open its
+own files and the pipes it writes: a few descriptors per peer at most.
 """
 
 from __future__ import annotations
@@ -78,9 +79,7 @@ class HostSums:
         self._small_sums = 0  # small sums so far: which half of the "small" file is next
         self.prefix = Path(directory) / tag
         self._sends: dict[int, int] = {}  # peer rank -> write end of its pipe
-        # (peer rank, kind) -> its file, opened once every rank has made its own: a peer that
-        # closes (and removes its files) after its last sum leaves them readable here
-        self._peers: dict[tuple[int, str], int] = {}
+        self._met = world_size == 1  # every peer's files exist and its small file is mapped
         self._views: dict[tuple[int, str, torch.dtype], torch.Tensor] = {}
         self._own = {  # this rank's input, output and small-sum files
             kind: os.open(self._path(rank, kind), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -90,6 +89,8 @@ class HostSums:
         os.mkfifo(self._path(rank, "pipe"), 0o600)
         # read and write: the pipe never reads as closed, and opening it never blocks
         self._pipe = os.open(self._path(rank, "pipe"), os.O_RDWR | os.O_NONBLOCK)
+        self._poll = select.poll()
+        self._poll.register(self._pipe, select.POLLIN)
 
     def _path(self, rank: int, kind: str) -> Path:
         return Path(f"{self.prefix}-r{rank}.{kind}")
@@ -103,14 +104,14 @@ class HostSums:
         size = flat.numel()
         if size == 0:  # every rank sums the same shapes, so every rank skips it
             return tensor
-        if self.world_size > 1 and not self._peers:
-            self._barrier()  # every rank has made its files
-            self._peers = {
-                (r, kind): os.open(self._path(r, kind), os.O_RDWR)
-                for r in range(self.world_size)
-                if r != self.rank
-                for kind in SLOTS
-            }
+        if not self._met:
+            # Every rank has made its files: map the peers' small-sum files now, while no peer
+            # can have closed (past a small sum's only barrier, one done with its sums may).
+            # Inputs and outputs are mapped between a large sum's barriers, where none can.
+            self._barrier()
+            for r in range(self.world_size):
+                self._slot(r, "small", torch.uint8, 2 * self.small_bytes)
+            self._met = True
         if size * flat.element_size() <= self.small_bytes:
             self._small_sum(flat)
         else:
@@ -163,17 +164,21 @@ class HostSums:
         itemsize = torch.empty((), dtype=dtype).element_size()
         nbytes = count * itemsize
         own = rank == self.rank
-        fd = self._own[kind] if own else self._peers[(rank, kind)]
-        if own:
-            os.ftruncate(fd, max(nbytes, os.fstat(fd).st_size))
-        # whole elements only: a peer ahead of this rank may have grown it to any length
-        length = os.fstat(fd).st_size // itemsize * itemsize
-        if length < nbytes:
-            raise RuntimeError(
-                f"rank {rank}'s {kind} file holds {length} bytes, {nbytes} needed: the "
-                "ranks' sums are out of step"
-            )
-        mapped = mmap.mmap(fd, length)
+        fd = self._own[kind] if own else os.open(self._path(rank, kind), os.O_RDWR)
+        try:
+            if own:
+                os.ftruncate(fd, max(nbytes, os.fstat(fd).st_size))
+            # whole elements only: a peer ahead of this rank may have grown it to any length
+            length = os.fstat(fd).st_size // itemsize * itemsize
+            if length < nbytes:
+                raise RuntimeError(
+                    f"rank {rank}'s {kind} file holds {length} bytes, {nbytes} needed: the "
+                    "ranks' sums are out of step"
+                )
+            mapped = mmap.mmap(fd, length)  # the map keeps the file; the descriptor can go
+        finally:
+            if not own:
+                os.close(fd)
         # a shorter, older map lives on while views of it do; the pages are the file's own
         view = torch.frombuffer(mapped, dtype=torch.uint8).view(dtype)
         self._views[key] = view
@@ -194,7 +199,8 @@ class HostSums:
 
     def _receive(self, count: int, deadline: float) -> None:
         while count:
-            ready, _, _ = select.select([self._pipe], [], [], max(deadline - time.monotonic(), 0))
+            # poll, not select: select cannot wait on a descriptor numbered past 1023
+            ready = self._poll.poll(max(deadline - time.monotonic(), 0) * 1e3)
             if not ready:
                 raise TimeoutError(
                     f"rank {self.rank}: {count} of the group's {self.world_size} ranks did not "
@@ -225,10 +231,9 @@ class HostSums:
 
     def close(self) -> None:
         """Close this rank's pipes and remove its files (views of the maps may outlive it)."""
-        for fd in [*self._sends.values(), self._pipe, *self._own.values(), *self._peers.values()]:
+        for fd in [*self._sends.values(), self._pipe, *self._own.values()]:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._sends.clear()
-        self._peers.clear()
         for kind in (*SLOTS, "pipe"):
             self._path(self.rank, kind).unlink(missing_ok=True)

@@ -5,6 +5,7 @@ timeout, not a hang; a rank's files go when it closes."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import time
 from pathlib import Path
 
@@ -113,3 +114,28 @@ def test_a_cuda_tensor_or_a_rank_outside_the_group_is_refused(tmp_path):
             sums.all_sum(torch.ones(3, device="meta"))
     finally:
         sums.close()
+
+
+def test_a_rank_holding_many_descriptors_still_waits_and_times_out(tmp_path):
+    """A rank of a big group holds many descriptors; one numbered past 1023 (which select
+    cannot wait on) still waits, and still ends in the named timeout."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 1200
+    if hard != resource.RLIM_INFINITY and hard < need:
+        pytest.skip(f"the descriptor limit here is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, need), hard))
+    fillers = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        sums = HostSums("sums-g0", 0, 2, timeout_s=0.3, directory=tmp_path)
+        try:
+            assert sums._pipe > 1023  # the case this test is about
+            with pytest.raises(TimeoutError, match="ddp_timeout_s=0.3"):
+                sums.all_sum(torch.ones(3))
+        finally:
+            sums.close()
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
