@@ -7,12 +7,12 @@ test hosts the way the controller does. Then the pipeline end to end with two tr
 from __future__ import annotations
 
 import functools
-import multiprocessing as mp
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from waiting import run_spawned
 
 from hns_train.agents import PPO, ActorCritic, NetworkConfig, PPOConfig
 from hns_train.agents.chunks import stack_chunks
@@ -92,16 +92,7 @@ def run_ranks(tmp_path: Path, n: int, sums: str = "gloo") -> list[dict[str, torc
         folder = tmp_path / "shared"
         folder.mkdir()
     info = rendezvous_info("127.0.0.1", port, n, generation=0, folder=folder and str(folder))
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_rank, args=(r, n, info, str(tmp_path))) for r in range(n)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-    codes = [p.exitcode for p in procs]
-    for p in procs:
-        if p.is_alive():
-            p.kill()
+    codes = run_spawned(_rank, [(r, n, info, str(tmp_path)) for r in range(n)])
     del store
     assert codes == [0] * n, f"rank exit codes {codes}"
     assert folder is None or not any(folder.iterdir()), "a rank left its shared-memory files"

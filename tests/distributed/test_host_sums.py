@@ -4,7 +4,6 @@ timeout, not a hang; a rank's files go when it closes."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import time
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from waiting import run_spawned
 
 from hns_train.distributed.host_sums import SMALL_BYTES, HostSums, remove_files
 
@@ -54,17 +54,7 @@ def test_every_rank_gets_the_sum_in_rank_order(tmp_path, n, small_bytes):
     included."""
     folder = tmp_path / "shared"
     folder.mkdir()
-    ctx = mp.get_context("spawn")
-    args = [(r, n, str(folder), str(tmp_path), small_bytes) for r in range(n)]
-    procs = [ctx.Process(target=_rank, args=a) for a in args]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-    codes = [p.exitcode for p in procs]
-    for p in procs:
-        if p.is_alive():
-            p.kill()
+    codes = run_spawned(_rank, [(r, n, str(folder), str(tmp_path), small_bytes) for r in range(n)])
     assert codes == [0] * n, f"rank exit codes {codes}"
     assert not any(folder.iterdir()), "files left after every rank closed"
     for call, (size, _) in enumerate(CALLS):
