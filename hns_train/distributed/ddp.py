@@ -189,8 +189,8 @@ class DataParallel:
 
     def all_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         with self._timed():
-            if self.host_sums is not None:
-                return self.host_sums.all_sum(tensor)
+            if self.host_sums is not None:  # gloo ranks: through the CPU, as gloo's own
+                return self.collective(tensor, self.host_sums.all_sum)
             return self.collective(tensor, lambda t: dist.all_reduce(t, op=dist.ReduceOp.SUM))
 
     def collective(self, tensor: torch.Tensor, op: Callable[[torch.Tensor], Any]) -> torch.Tensor:
