@@ -22,17 +22,23 @@ pod, for `--minutes`, oversubscribed past the cores on purpose, and measures:
   several hosts) and once through shared memory (distributed/host_sums.py: ranks on one host,
   as here): median wall ms and mean process CPU ms of a rank per sum, over `--reps`.
 
+With `--ray-nodes K` the ranks run on a local Ray cluster of K simulated nodes (ceil(N/K) logical
+CPUs each, one per rank, `ray.cluster_utils.Cluster`) through the Ray launcher, so their
+agreement and gradient sums cross between nodes through gloo over TCP (loopback, not a
+network), as pods on several hosts do.
+
 Per-N table, then the last line `POD_SCALE {json}`: per N (`ranks`) the figures above, and
 `fps_n16_over_n2`, `sync_share_n16_over_n2` (the agreement-and-sums share of a rank's CPU at the
 largest N over N=2) and `resident_gib`/`pss_gib` of the largest N's ranks and the controller.
 Run it on a quiet machine: trained frames/s is wall-clock; the CPU split is not.
 
-    python bench/pod_scale.py --minutes 3 --ranks 1 2 4 8 16 [key=value ...]
+    python bench/pod_scale.py --minutes 3 --ranks 1 2 4 8 16 [--ray-nodes 2] [key=value ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -106,8 +112,40 @@ def sum_ms(n: int, numel: int, reps: int, shared: bool) -> tuple[float, float]:
         del store
 
 
+@contextlib.contextmanager
+def launcher_settings(n: int, nodes: int):
+    """The launcher overrides for `n` ranks: the local launcher, or a local Ray cluster of
+    `nodes` nodes with a CPU per rank, shut down after the run."""
+    if not nodes:
+        yield ["pipeline.launcher=local"]
+        return
+    import ray
+    from ray.cluster_utils import Cluster
+
+    per_node = -(-n // nodes)
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": per_node, "include_dashboard": False}
+    )
+    try:
+        for _ in range(nodes - 1):
+            cluster.add_node(num_cpus=per_node)
+        yield [
+            "pipeline.launcher=ray",
+            f"pipeline.ray_address={cluster.address}",
+            "pipeline.ray_trainer_cpus=1",
+        ]
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
 def run_at(n: int, args, runs: Path) -> dict:
     """One run of `n` pod ranks: its figures (module docstring)."""
+    with launcher_settings(n, args.ray_nodes) as launcher:
+        return _run_at(n, args, runs, launcher)
+
+
+def _run_at(n: int, args, runs: Path, launcher: list[str]) -> dict:
     cfg = load_config(
         args.config,
         [
@@ -118,7 +156,7 @@ def run_at(n: int, args, runs: Path) -> dict:
             "logging.progress=false",
             "eval.n_workers=0",
             "pipeline.device=cpu",
-            "pipeline.launcher=local",
+            *launcher,
             "pipeline.backend=pod",
             f"pipeline.n_trainers={n}",
             "pod.threads=1",
@@ -153,6 +191,9 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=3.0, help="each run")
     parser.add_argument("--warmup", type=float, default=20.0, help="seconds left out of a run")
     parser.add_argument("--reps", type=int, default=20, help="all-reduces timed per N")
+    parser.add_argument(
+        "--ray-nodes", type=int, default=0, help="run the ranks on a local Ray cluster of K nodes"
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
     args = parser.parse_args()
     if args.config is None:
@@ -160,6 +201,8 @@ def main() -> None:
         args.overrides = [*DEFAULT_OVERRIDES, *args.overrides]
     if any(n < 1 for n in args.ranks):
         parser.error(f"--ranks {args.ranks}: every N must be >= 1")
+    if args.ray_nodes < 0 or args.ray_nodes > min(args.ranks, default=1):
+        parser.error(f"--ray-nodes {args.ray_nodes}: 0 (local) to the smallest N of --ranks")
     runs = Path(tempfile.mkdtemp(prefix="hns-pod-scale-"))
     cfg = load_config(args.config, args.overrides)
     model = ActorCritic(observation_shapes(cfg.game_config()), cfg.agent.network, device="cpu")
@@ -183,6 +226,7 @@ def main() -> None:
         "host": f"{os.cpu_count()} cores ({platform.machine()}, {platform.processor() or '?'})",
         "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "config": Path(args.config).name,
+        "launcher": f"ray, {args.ray_nodes} local nodes" if args.ray_nodes else "local",
         "overrides": args.overrides,
         "minutes": args.minutes,
         "gradient_numel": numel,
