@@ -20,7 +20,9 @@ pod, for `--minutes`, oversubscribed past the cores on purpose, and measures:
 - a sum micro-benchmark: N spawned processes summing a tensor the size of the model's gradient
   through the group the ranks use (distributed/ddp.py), once through gloo's all-reduce (ranks on
   several hosts) and once through shared memory (distributed/host_sums.py: ranks on one host,
-  as here): median wall ms and mean process CPU ms of a rank per sum, over `--reps`.
+  as here): median wall ms and mean process CPU ms of a rank per sum, over `--reps`; and the
+  same for a sum of `SMALL_NUMEL` floats (`*_small_*`: the agreement's flags, the update's
+  moments). `--sums-only` measures these alone, without the training runs.
 
 With `--ray-nodes K` the ranks run on a local Ray cluster of K simulated nodes (ceil(N/K) logical
 CPUs each, one per rank, `ray.cluster_utils.Cluster`) through the Ray launcher, so their
@@ -64,6 +66,7 @@ from hns_train.envs.contract import observation_shapes  # noqa: E402
 from hns_train.plan import CPU_PARTS, run_pods  # noqa: E402
 
 DEFAULT_OVERRIDES = ["pod.worlds=16", "agent.ppo.epochs=1"]
+SMALL_NUMEL = 8
 
 
 def _sum_rank(rank: int, info: dict, numel: int, reps: int, out) -> None:
@@ -194,6 +197,7 @@ def main() -> None:
     parser.add_argument(
         "--ray-nodes", type=int, default=0, help="run the ranks on a local Ray cluster of K nodes"
     )
+    parser.add_argument("--sums-only", action="store_true", help="only the sum micro-benchmark")
     parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
     args = parser.parse_args()
     if args.config is None:
@@ -210,11 +214,16 @@ def main() -> None:
     del model
     per_n = {}
     for n in args.ranks:
-        per_n[n] = run_at(n, args, runs)
+        per_n[n] = {} if args.sums_only else run_at(n, args, runs)
         for name, shared in (("allreduce", False), ("shared_sum", True)):
-            wall, cpu = sum_ms(n, numel, args.reps, shared)
-            per_n[n][f"{name}_ms"], per_n[n][f"{name}_cpu_ms"] = round(wall, 2), round(cpu, 2)
+            for size, suffix in ((numel, ""), (SMALL_NUMEL, "_small")):
+                wall, cpu = sum_ms(n, size, args.reps, shared)
+                per_n[n][f"{name}{suffix}_ms"] = round(wall, 3)
+                per_n[n][f"{name}{suffix}_cpu_ms"] = round(cpu, 3)
         print(f"N={n}: {json.dumps(per_n[n])}", flush=True)
+    if args.sums_only:
+        print("POD_SCALE " + json.dumps({"sums_only": True, "ranks": per_n}))
+        return
     top = max(per_n)
 
     def ratio(key: str) -> float | None:
