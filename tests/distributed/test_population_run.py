@@ -359,30 +359,39 @@ def test_population_requests_say_what_a_request_lacks(tmp_path, capsys, manifest
     assert not (tmp_path / "requests").exists()  # nothing asked of the population
 
 
-@pytest.mark.slow
-def test_population_members_train_with_several_pod_ranks_each(tmp_path):
-    """M members of N pod ranks on one node: each member's ranks meet through that member's own
-    rendezvous and shared folder, and train its policy together."""
-    code = train.main(
+def run_two_members(tmp_path, *settings: str) -> int:
+    """`hns-train` of a population "pop" of two chase members of pods, in `tmp_path`, one
+    member's death ending it (`max_restarts=0`), with `settings` on top: its exit code."""
+    return train.main(
         [
             "--config",
             "chase",
             f"runs_dir={tmp_path}",
             "name=pop",
             "pipeline.backend=pod",
-            "pipeline.launcher=local",
-            "pipeline.n_trainers=2",
-            "pod.worlds=4",
-            "agent.ppo.epochs=1",
-            "agent.ppo.minibatches=1",
             "eval.n_workers=0",
-            "logging.wandb=disabled",
             "logging.progress=false",
-            "logging.every_s=1",
             "population.members=2",
             "population.max_restarts=0",
-            "stop.versions=2",
+            *settings,
         ]
+    )
+
+
+@pytest.mark.slow
+def test_population_members_train_with_several_pod_ranks_each(tmp_path):
+    """M members of N pod ranks on one node: each member's ranks meet through that member's own
+    rendezvous and shared folder, and train its policy together."""
+    code = run_two_members(
+        tmp_path,
+        "pipeline.launcher=local",
+        "pipeline.n_trainers=2",
+        "pod.worlds=4",
+        "agent.ppo.epochs=1",
+        "agent.ppo.minibatches=1",
+        "logging.wandb=disabled",
+        "logging.every_s=1",
+        "stop.versions=2",
     )
     assert code == 0
     for m in ("m0", "m1"):
@@ -469,22 +478,12 @@ def test_population_with_wandb_offline_starts_every_member_once(tmp_path, monkey
     monkeypatch.delenv("WANDB_MODE", raising=False)  # the suite's switch; offline writes files
     for var in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
         monkeypatch.setenv(var, str(tmp_path / "wandb-home" / var.lower()))
-    code = train.main(
-        [
-            "--config",
-            "chase",
-            f"runs_dir={tmp_path}",
-            "name=pop",
-            "pipeline.backend=pod",
-            "pipeline.launcher=serial",
-            "pod.worlds=8",
-            "eval.n_workers=0",
-            "logging.progress=false",
-            "logging.wandb=offline",
-            "population.members=2",
-            "population.max_restarts=0",
-            "stop.versions=1",
-        ]
+    code = run_two_members(
+        tmp_path,
+        "pipeline.launcher=serial",
+        "pod.worlds=8",
+        "logging.wandb=offline",
+        "stop.versions=1",
     )
     run_dir = tmp_path / "pop"
     logs = {m: (run_dir / "members" / f"{m}.log").read_text() for m in ("m0", "m1")}
