@@ -77,8 +77,9 @@ class RankWatch:
         self.peak: dict[str, tuple[int, int]] = {}
         self.peak_total = (0, 0)  # the largest sums over the processes at one sample
         self.first_update_s: float | None = None
-        # (seconds, version) when the first update came and when the newest one came
-        self.window: list[tuple[float, int]] = []
+        # (seconds, version) at the first update seen and at the newest
+        self.first: tuple[float, int] | None = None
+        self.newest: tuple[float, int] | None = None
         self.start = time.monotonic()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -87,11 +88,11 @@ class RankWatch:
     def _run(self) -> None:
         while not self._done.wait(self.every_s):
             now = time.monotonic() - self.start
-            if self.first_update_s is None and self.controller.version >= 1:
-                self.first_update_s = now
             version = self.controller.version
-            if version >= 1 and (not self.window or version > self.window[-1][1]):
-                self.window = [self.window[0] if self.window else (now, version), (now, version)]
+            if version >= 1 and self.first is None:
+                self.first_update_s, self.first = now, (now, version)
+            if version >= 1 and (self.newest is None or version > self.newest[1]):
+                self.newest = (now, version)
             after, first = self.stop_after_s, self.first_update_s
             if after is not None and first is not None and now >= first + after:
                 self.controller.request_stop(f"measured {after:g} s after the first update")
@@ -114,9 +115,9 @@ class RankWatch:
         """Env frames/s of every rank together from the first update to the newest (each
         version: every rank's rollout of `frames_per_version` frames in all), None before a
         second update."""
-        if len(self.window) < 2 or self.window[1][0] <= self.window[0][0]:
+        if self.first is None or self.newest[0] <= self.first[0]:
             return None
-        (t0, v0), (t1, v1) = self.window
+        (t0, v0), (t1, v1) = self.first, self.newest
         return (v1 - v0) * frames_per_version / (t1 - t0)
 
 
