@@ -1,16 +1,19 @@
 """Speed of the agents on CPU or GPU: batched acting and PPO updates, no env involved, against
 the machine's own matrix rate.
 
-Prints the parameter count; the rate of one 1024 x 1024 float32 matrix product on this
-process's threads (sgemm, GFLOP/s); one `ActorCritic.act` call for several agent batch sizes and
-one `PPO.update` (one epoch, one minibatch) on chunks of 80 steps, each as time, GFLOP/s and
-fraction of the sgemm rate (FLOPs counted by `torch.utils.flop_counter.FlopCounterMode`:
-matrix products and convolutions, forward and backward); and the aten operations one act and
-one update dispatch (each a kernel launch on a GPU, a fixed overhead on a CPU). The last line,
-`AGENTS_SPEED {json}`, holds every figure (`sgemm_gflops`, `act_fraction_b256`,
-`update_fraction`, `aten_ops_act`, `aten_ops_update`, ...) for scripts.
+Prints the parameter count; the rate of one 1024 x 1024 float32 matrix product on this process's
+threads (sgemm, GFLOP/s; the median of readings before and between `--rounds` rounds of timings,
+since a core's rate moves within minutes on a shared host); one `ActorCritic.act` call for
+several agent batch sizes and one `PPO.update` (one epoch, one minibatch) on chunks of 80 steps,
+each as time (the median over the rounds), GFLOP/s and fraction of the sgemm rate (FLOPs counted
+by `torch.utils.flop_counter.FlopCounterMode`: matrix products and convolutions, forward and
+backward); and the aten operations one act and one update dispatch (each a kernel launch on a
+GPU, a fixed overhead on a CPU). The last line, `AGENTS_SPEED {json}`, holds every figure
+(`sgemm_gflops`, `act_fraction_b256`, `update_fraction`, `aten_ops_act`, `aten_ops_update`, ...)
+for scripts.
 
-    python bench/agents_speed.py [--threads 1] [--preset quadrant|randomwalls] [--device cuda]
+    python bench/agents_speed.py [--threads 1] [--rounds 3] [--preset quadrant|randomwalls]
+                                 [--device cuda]
 
 One thread by default: the fractions compare the network with the same core's matrix rate, and
 on a shared machine one torch thread per process is the fair setting. Times are this process's
@@ -112,7 +115,10 @@ def main() -> None:
     parser.add_argument("--act-batches", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--chunks", type=int, default=64, help="chunks (agent columns) per update")
     parser.add_argument("--chunk-len", type=int, default=80)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="calls per timing (median)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="timings of each, between matrix-rate readings"
+    )
     parser.add_argument("--device", default="cpu", help="cpu | cuda")
     args = parser.parse_args()
 
@@ -138,10 +144,8 @@ def main() -> None:
         f"{summary['device']}, load {summary['load']}"
     )
     print(f"parameters: {model.num_parameters():,} (policy + value)")
-    sgemm = sgemm_gflops(device, args.repeats)
-    summary["sgemm_gflops"] = round(sgemm, 1)
-    print(f"sgemm {SGEMM_SIZE}x{SGEMM_SIZE}: {sgemm:7.1f} GFLOP/s")
 
+    acts = {}
     for batch in args.act_batches:
         obs = {
             k: torch.as_tensor(v, device=device)
@@ -153,8 +157,41 @@ def main() -> None:
         def act(obs=obs, state=state, starts=starts):
             model.act_tensors(obs, state, starts)
 
-        flops, ops, _ = count(act)
-        seconds = median_seconds(act, args.repeats, device=device)
+        acts[batch] = (act, *count(act)[:2])
+
+    chunk = synthetic_chunk(model, args.chunk_len, args.chunks, 10, rng, episode_len=args.chunk_len)
+    rollout = Rollout.from_chunk(chunk, model)
+    samples = args.chunks * args.chunk_len
+    ppo = PPO(model, PPOConfig(epochs=1, minibatches=1))
+
+    def update():
+        ppo.update(rollout)
+
+    update_flops, update_ops, op_counts = count(update)
+
+    # Rounds of every timing, with the matrix rate read before the first and after each: the
+    # rate of one core moves by 10-30 % within minutes on a shared host, and medians over
+    # the rounds compare the network with the rate of the same minutes.
+    readings = [sgemm_gflops(device, args.repeats)]
+    act_times: dict[int, list[float]] = {batch: [] for batch in acts}
+    update_times = []
+    for _ in range(args.rounds):
+        for batch, (act, _, _) in acts.items():
+            act_times[batch].append(median_seconds(act, args.repeats, device=device))
+        update_times.append(median_seconds(update, args.repeats, warmup=1, device=device))
+        readings.append(sgemm_gflops(device, args.repeats))
+    sgemm = statistics.median(readings)
+    summary["sgemm_gflops"] = round(sgemm, 1)
+    summary["sgemm_range"] = [round(min(readings), 1), round(max(readings), 1)]
+    summary["rounds"] = args.rounds
+    print(
+        f"sgemm {SGEMM_SIZE}x{SGEMM_SIZE}: {sgemm:7.1f} GFLOP/s (median of {len(readings)} "
+        f"readings, {min(readings):.1f}-{max(readings):.1f}); times: medians of "
+        f"{args.rounds} rounds"
+    )
+
+    for batch, (_, flops, ops) in acts.items():
+        seconds = statistics.median(act_times[batch])
         rate = flops / seconds / 1e9
         print(
             f"act   B={batch:5d}: {seconds * 1e3:8.2f} ms  ({batch / seconds:9.0f} agent-steps/s)"
@@ -166,30 +203,21 @@ def main() -> None:
         summary["aten_ops_act"] = ops
         summary["act_mflop_per_row"] = round(flops / batch / 1e6, 3)
 
-    chunk = synthetic_chunk(model, args.chunk_len, args.chunks, 10, rng, episode_len=args.chunk_len)
-    rollout = Rollout.from_chunk(chunk, model)
-    samples = args.chunks * args.chunk_len
-    ppo = PPO(model, PPOConfig(epochs=1, minibatches=1))
-
-    def update():
-        ppo.update(rollout)
-
-    flops, ops, op_counts = count(update)
-    seconds = median_seconds(update, args.repeats, warmup=1, device=device)
-    rate = flops / seconds / 1e9
+    seconds = statistics.median(update_times)
+    rate = update_flops / seconds / 1e9
     print(
         f"update {args.chunks} chunks x {args.chunk_len} steps (1 epoch x 1 minibatch): "
         f"{seconds:6.3f} s  ({samples / seconds:7.0f} sample-steps/s)  "
-        f"{flops / samples / 1e6:5.2f} MFLOP/sample  {rate:6.1f} GFLOP/s = "
-        f"{rate / sgemm:5.3f} of sgemm  {ops} aten ops"
+        f"{update_flops / samples / 1e6:5.2f} MFLOP/sample  {rate:6.1f} GFLOP/s = "
+        f"{rate / sgemm:5.3f} of sgemm  {update_ops} aten ops"
     )
     common = ", ".join(f"{name} {n}" for name, n in op_counts.most_common(8))
     print(f"  most frequent in an update: {common}")
     summary.update(
         update_s_1x1=round(seconds, 3),
         update_fraction=round(rate / sgemm, 3),
-        update_mflop_per_sample=round(flops / samples / 1e6, 3),
-        aten_ops_update=ops,
+        update_mflop_per_sample=round(update_flops / samples / 1e6, 3),
+        aten_ops_update=update_ops,
     )
     print("AGENTS_SPEED " + json.dumps(summary, sort_keys=True))
 

@@ -266,13 +266,14 @@ class PPO:
     @torch.no_grad()
     def finite(self) -> torch.Tensor:
         """1.0 when every weight, buffer and optimiser moment is finite, else 0.0 (on the
-        device, no host read): one pass per tensor for its least and greatest element, which
-        are NaN when any element is and ±inf when one is infinite."""
-        tensors = [t for t in self.model.state_dict().values() if t.is_floating_point()]
+        device, no host read): the largest |element| over all of them, NaN when any element is
+        and inf when one is infinite, in one multi-tensor pass (not two operations a tensor)."""
+        tensors = [*self.model.parameters(), *self.model.buffers()]
         for state in self.optimizer.state.values():
-            tensors += [t for t in state.values() if torch.is_tensor(t) and t.is_floating_point()]
-        ends = [end.reshape(1) for t in tensors if t.numel() for end in torch.aminmax(t)]
-        return torch.cat(ends).isfinite().all().to(torch.float64)
+            tensors += [t for t in state.values() if torch.is_tensor(t)]
+        tensors = [t for t in tensors if t.is_floating_point() and t.numel()]
+        largest = nn.utils.get_total_norm(tensors, float("inf"), foreach=True)
+        return largest.isfinite().to(torch.float64)
 
     def _minibatch_step(
         self, seg: Segments, count: torch.Tensor, moments: torch.Tensor
