@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from hns_train.agents.config import NetworkConfig
@@ -31,6 +32,10 @@ from hns_train.agents.network_kinds import build_network
 from hns_train.agents.networks import LSTMState
 from hns_train.agents.normalizers import EmaMeanStd, ObsNormalizer
 from hns_train.agents.observations import ObsLayout
+
+# The logit a head narrower than the widest is padded with: finite, so 0 times its log-probability
+# is 0, not NaN; exp(PAD_LOGIT - x) is exactly 0 in float32 for every logit x above -9,896.
+PAD_LOGIT = -1e4
 
 
 class ActOutput(NamedTuple):
@@ -65,6 +70,13 @@ class ActorCritic(nn.Module):
         self.config = config or NetworkConfig()
         self.layout = ObsLayout.from_shapes(obs_shapes)
         self.action_sizes = self.config.action_sizes
+        # head_columns[h, j]: the column of logits holding head h's logit j, or one past the
+        # last (the padding `head_log_probs` appends) where head h has fewer than the widest
+        sizes = self.action_sizes
+        columns = torch.full((len(sizes), max(sizes)), sum(sizes))
+        for h, (start, size) in enumerate(zip(np.cumsum((0,) + sizes[:-1]), sizes, strict=True)):
+            columns[h, :size] = torch.arange(start, start + size)
+        self.register_buffer("head_columns", columns, persistent=False)
         self.obs_norm = ObsNormalizer(self.layout, self.config)
         self.value_norm = EmaMeanStd(
             (), self.config.value_norm_beta, self.config.value_norm_min_var
@@ -124,15 +136,21 @@ class ActorCritic(nn.Module):
     def split_logits(self, logits: torch.Tensor) -> list[torch.Tensor]:
         return list(logits.split(self.action_sizes, dim=-1))
 
+    def head_log_probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits (..., 37) -> every head's log-probabilities side by side, (..., 5, 11): a
+        head narrower than the widest is padded with logits of `PAD_LOGIT`, whose
+        probabilities are exactly 0, so each head is one row of one softmax."""
+        padded = F.pad(logits, (0, 1), value=PAD_LOGIT)
+        return padded[..., self.head_columns].log_softmax(-1)
+
     def log_prob_entropy(
         self, logits: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        logp = torch.zeros(logits.shape[:-1], device=logits.device)
-        entropy = torch.zeros_like(logp)
-        for i, head in enumerate(self.split_logits(logits)):
-            log_probs = head.log_softmax(-1)
-            logp = logp + log_probs.gather(-1, actions[..., i : i + 1]).squeeze(-1)
-            entropy = entropy - (log_probs.exp() * log_probs).sum(-1)
+        """Sums over the heads of log π(action) and of the entropy: (...) each."""
+        log_probs = self.head_log_probs(logits)
+        logp = log_probs.gather(-1, actions.unsqueeze(-1)).sum((-2, -1))
+        # a padding column adds 0 · PAD_LOGIT: exactly 0, and finite gradients
+        entropy = -(log_probs.exp() * log_probs).sum((-2, -1))
         return logp, entropy
 
     def denormalize_value(self, value: torch.Tensor) -> torch.Tensor:
@@ -159,14 +177,12 @@ class ActorCritic(nn.Module):
         logits, value, new_state = self.forward_sequence(
             tensors, state.to(torch.float32), episode_start.unsqueeze(0)
         )
-        heads = self.split_logits(logits[0])
+        log_probs = self.head_log_probs(logits[0])  # (B, 5, 11)
         if deterministic:
-            actions = torch.stack([h.argmax(-1) for h in heads], dim=-1)
-        else:
-            actions = torch.stack(
-                [torch.multinomial(h.softmax(-1), 1).squeeze(-1) for h in heads], dim=-1
-            )
-        logp, _ = self.log_prob_entropy(logits[0], actions)
+            actions = log_probs.argmax(-1)
+        else:  # every head of every row in one draw (padding has probability 0)
+            actions = torch.multinomial(log_probs.flatten(0, 1).exp(), 1).view(log_probs.shape[:2])
+        logp = log_probs.gather(-1, actions.unsqueeze(-1)).sum((-2, -1))
         return ActOutput(
             actions, logp.float(), self.denormalize_value(value[0]).float(), new_state.float()
         )
