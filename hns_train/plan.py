@@ -76,7 +76,6 @@ class RankWatch:
         self.controller, self.every_s, self.stop_after_s = controller, every_s, stop_after_s
         self.peak: dict[str, tuple[int, int]] = {}
         self.peak_total = (0, 0)  # the largest sums over the processes at one sample
-        self.first_update_s: float | None = None
         # (seconds, version) at the first update seen and at the newest
         self.first: tuple[float, int] | None = None
         self.newest: tuple[float, int] | None = None
@@ -85,12 +84,17 @@ class RankWatch:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    @property
+    def first_update_s(self) -> float | None:
+        """Seconds from the start to the first update seen; None before it."""
+        return None if self.first is None else self.first[0]
+
     def _run(self) -> None:
         while not self._done.wait(self.every_s):
             now = time.monotonic() - self.start
             version = self.controller.version
             if version >= 1 and self.first is None:
-                self.first_update_s, self.first = now, (now, version)
+                self.first = (now, version)
             if version >= 1 and (self.newest is None or version > self.newest[1]):
                 self.newest = (now, version)
             after, first = self.stop_after_s, self.first_update_s

@@ -148,7 +148,7 @@ class ActorCritic(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Sums over the heads of log π(action) and of the entropy: (...) each."""
         log_probs = self.head_log_probs(logits)
-        logp = log_probs.gather(-1, actions.unsqueeze(-1)).sum((-2, -1))
+        logp = _action_log_prob(log_probs, actions)
         # a padding column adds 0 · PAD_LOGIT: exactly 0, and finite gradients
         entropy = -(log_probs.exp() * log_probs).sum((-2, -1))
         return logp, entropy
@@ -182,7 +182,7 @@ class ActorCritic(nn.Module):
             actions = log_probs.argmax(-1)
         else:  # every head of every row in one draw (padding has probability 0)
             actions = torch.multinomial(log_probs.flatten(0, 1).exp(), 1).view(log_probs.shape[:2])
-        logp = log_probs.gather(-1, actions.unsqueeze(-1)).sum((-2, -1))
+        logp = _action_log_prob(log_probs, actions)
         return ActOutput(
             actions, logp.float(), self.denormalize_value(value[0]).float(), new_state.float()
         )
@@ -230,6 +230,11 @@ class ActorCritic(nn.Module):
             deterministic,
         )
         return ActOutput(*(x.cpu().numpy() for x in out))
+
+
+def _action_log_prob(log_probs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """log π(actions) summed over the heads: `head_log_probs` (..., 5, 11), actions (..., 5)."""
+    return log_probs.gather(-1, actions.unsqueeze(-1)).sum((-2, -1))
 
 
 def _pair(state: torch.Tensor, first: int) -> LSTMState:

@@ -5,6 +5,7 @@ timeout, not a hang; a rank's files go when it closes."""
 from __future__ import annotations
 
 import os
+import resource
 import time
 from pathlib import Path
 
@@ -109,8 +110,6 @@ def test_a_cuda_tensor_or_a_rank_outside_the_group_is_refused(tmp_path):
 def test_a_rank_holding_many_descriptors_still_waits_and_times_out(tmp_path):
     """A rank of a big group holds many descriptors; one numbered past 1023 (which select
     cannot wait on) still waits, and still ends in the named timeout."""
-    import resource
-
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = 1200
     if hard != resource.RLIM_INFINITY and hard < need:
