@@ -29,7 +29,8 @@ small ones (and on a GPU their launches) is most of the time.
   head h of row i is then the matrix at i·heads + h of (L, N·heads, 32), a batch the score and
   value products read where it lies. Scores are laid out keys-first, so the softmax runs over
   an outer axis (several times faster on a CPU than over a last axis of ~10), and the key
-  mask is added in the score product.
+  mask is added in the score product. The score scale is in q's weights, k's bias (which the
+  softmax removes) is left out and v's joins the output's: fewer passes over the tokens.
 - The LSTM's input-to-hidden product for all T steps is one product before the recurrence;
   only the hidden-to-hidden product stays in the step loop. Its gates are `nn.LSTMCell`'s
   equations on its own parameters, the cell gate's tanh taken as 2σ(2x) - 1 so that one
@@ -112,18 +113,26 @@ class ResidualSelfAttention(nn.Module):
         one."""
         length, n, dim = x.shape
         y = self.norm(x)
+        (w_q, w_k, w_v), (b_q, _, b_v) = self.qkv.weight.chunk(3), self.qkv.bias.chunk(3)
         # Tokens first, one product each for q, k and v: head h of row i is then the matrix
         # at i·heads + h of (L, N·heads, head_dim), a batch the products read in place.
+        # The score scale is folded into q's weights (not a product's alpha, whose gradient is
+        # two more passes over the scores' inputs). k's bias adds q·b_k to every key of a query,
+        # which the softmax removes: k has none. v's bias reaches the output unchanged (each
+        # query's weights sum to 1), so it joins the output's bias.
         q, k, v = (
             F.linear(y, w, b).view(length, n * self.heads, -1).transpose(0, 1)
-            for w, b in zip(self.qkv.weight.chunk(3), self.qkv.bias.chunk(3), strict=True)
+            for w, b in ((w_q * self.scale, b_q * self.scale), (w_k, None), (w_v, None))
         )
         # (N·heads, keys, queries): the softmax over keys runs over an outer axis. Written
         # out rather than F.scaled_dot_product_attention: for ~10 tokens the fused CPU kernel
         # is about 3x slower.
-        scores = torch.baddbmm(key_bias, k, q.transpose(1, 2), alpha=self.scale)
+        scores = torch.baddbmm(key_bias, k, q.transpose(1, 2))
         attended = torch.bmm(scores.softmax(1).transpose(1, 2), v)  # (N·heads, L, head_dim)
-        return x + self.out(attended.transpose(0, 1).reshape(length, n, dim))
+        out_bias = torch.addmv(self.out.bias, self.out.weight, b_v)
+        return x + F.linear(
+            attended.transpose(0, 1).reshape(length, n, dim), self.out.weight, out_bias
+        )
 
 
 class EntityNetwork(nn.Module):
