@@ -59,6 +59,7 @@ from hns_train.agents.pool import PolicyPool  # noqa: E402
 from hns_train.agents.ppo import PPO  # noqa: E402
 from hns_train.config import load_config  # noqa: E402
 from hns_train.distributed.controller import Controller  # noqa: E402
+from hns_train.distributed.learner import reuse_freed_memory  # noqa: E402
 from hns_train.distributed.pod_worker import make_game  # noqa: E402
 from hns_train.envs.contract import observation_shapes  # noqa: E402
 from tests.host_syncs import HostSyncCounter  # noqa: E402
@@ -123,6 +124,7 @@ def in_process(cfg, device: torch.device, rollouts: int, run_dir: Path) -> dict:
     """The pod in this process: per-frame wall and CPU times, their split, syncs per step."""
     threads = cfg.pod.threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
+    reuse_freed_memory(True)  # the allocator's setting of a pod worker, as it trains
     # the run's seed decides the network's initial weights and the sampled actions too, so
     # two runs with one seed time the same work
     torch.manual_seed(cfg.seed)
