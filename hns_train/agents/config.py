@@ -13,7 +13,15 @@ from typing import Annotated
 
 from hns_train.envs import contract
 from hns_train.envs.config import ACTION_BINS
-from hns_train.typed_config import AtLeast1, Bounds, NonNegative, OneOfOrClass, Positive, Unit
+from hns_train.typed_config import (
+    AtLeast1,
+    Bounds,
+    NonNegative,
+    NonNegativeInt,
+    OneOfOrClass,
+    Positive,
+    Unit,
+)
 
 # The factor of an exponential moving average: in (0, 1]
 Decay = Annotated[float, Bounds(0, 1, inclusive=False)]
@@ -86,6 +94,12 @@ class PPOConfig:
     epochs: AtLeast1 = 1
     minibatches: AtLeast1 = 1
     normalize_advantages: bool = True  # (ours) per minibatch
+    # (ours) On a CPU a minibatch's forward and backward run in passes of at most this many
+    # samples, their gradients summed: the same step. glibc serves blocks up to 32 MiB from
+    # its heap, reused from pass to pass; larger ones come from mmap, every page faulted in
+    # again at each pass, and the largest activation is 4 KiB per sample. 0: one pass. On a
+    # GPU a minibatch is always one pass.
+    cpu_pass_samples: NonNegativeInt = 4096
 
 
 @dataclass

@@ -285,9 +285,18 @@ class PPO:
         self.optimizer.zero_grad(set_to_none=True)
         stats = None
         if len(seg):
-            with self._autocast():
-                loss, stats = self._loss(seg, moments)
-            loss.backward()
+            # each pass's loss is a mean over its learned steps: weighted by its share of the
+            # minibatch's, the passes' gradients and statistics sum to the whole minibatch's
+            learned = torch.ones_like(seg.logp) if seg.learn is None else seg.learn.float()
+            total = learned.sum().clamp(min=1.0)
+            for index in self._passes(seg):
+                part = seg if index is None else seg.select(index)
+                share = (learned if index is None else learned[:, index]).sum() / total
+                with self._autocast():
+                    loss, part_stats = self._loss(part, moments)
+                (loss * share).backward()
+                part_stats = {k: v * share.to(v.dtype) for k, v in part_stats.items()}
+                stats = part_stats if stats is None else _sum_stats(stats, part_stats)
         if self.sync is not None:
             self._average_gradients(weight=count, total=moments[0])
         grad_norm = nn.utils.clip_grad_norm_(
@@ -297,6 +306,16 @@ class PPO:
         if stats is not None:
             stats["grad_norm"] = grad_norm.detach().to(torch.float64)
         return stats
+
+    def _passes(self, seg: Segments) -> list[torch.Tensor | None]:
+        """The segments of each forward-and-backward pass over a minibatch: all at once
+        ([None]), or on a CPU parts of at most `cpu_pass_samples` samples."""
+        limit = self.config.cpu_pass_samples
+        samples = len(seg) * seg.logp.shape[0]
+        if self.model.device.type != "cpu" or limit == 0 or samples <= limit:
+            return [None]
+        parts = -(-samples // limit)
+        return list(torch.arange(len(seg), device=self.model.device).tensor_split(parts))
 
     def _autocast(self):
         return torch.autocast(
@@ -434,6 +453,10 @@ class PPO:
                 fused=_fused_adam(self.model.device),
             )
         self.version = int(state["version"])
+
+
+def _sum_stats(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: a[k] + b[k] for k in a}
 
 
 def _fused_adam(device: torch.device) -> bool | None:

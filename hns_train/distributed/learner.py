@@ -300,9 +300,10 @@ def reuse_freed_memory(in_own_process: bool) -> None:
     the kernel on first touch: with every block of 1 MiB and more on mmap (and so given back
     when freed), one 5,120-sample update (quadrant, one thread) faulted 300 k pages and took
     1.42 s, 0.5 s of it in the kernel, against 0.97 s with the heap reused; a pod of 64 worlds
-    ran 3.35 CPU ms per frame against 2.93. The cost: a learner keeps its update's memory
-    resident between updates (the ranks of a run update together, so a node holds its peak
-    at each update anyway), and the pod's peak rose from 1.42 to 1.67 GiB. Only in a
+    ran 3.35 CPU ms per frame against 2.93. A learner keeps its update's memory resident
+    between updates (the ranks of a run update together, so a node holds its peak at each
+    update anyway); PPO's passes of at most `cpu_pass_samples` keep its blocks under the
+    heap's 32 MiB limit, and that pod's peak is 1.1-1.2 GiB (1.42 before). Only in a
     learner's own process (the local and Ray launchers), and only with glibc.
     """
     if not in_own_process or not sys.platform.startswith("linux"):

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from hns_train.agents import PPO, ActorCritic, PPOConfig, compute_gae
+from hns_train.agents.ppo import Rollout
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import observation_shapes
 from tests.synthetic import synthetic_chunk
-from tests.tolerances import RECURSION, assert_close
+from tests.tolerances import RECURSION, REFERENCE, UPDATE_STATS, assert_close
 
 SHAPES = observation_shapes(make_config("quadrant"))
 
@@ -192,3 +193,33 @@ def test_loaded_state_trains_with_the_loaders_own_optimiser_settings():
     copy.update(make_chunks(copy.model, np.random.default_rng(7), n=1))
     for name, p in learned.items():
         torch.testing.assert_close(p.detach(), before[name], rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.parametrize("learn_all", [True, False])
+def test_a_minibatch_in_passes_takes_the_step_of_one_pass(learn_all):
+    """`cpu_pass_samples` runs a minibatch's forward and backward in parts: the gradient and
+    the statistics are the whole minibatch's, also when some steps are not learned (a pod's
+    rows of other policies), which weights the parts unevenly."""
+    rng = np.random.default_rng(3)
+    torch.manual_seed(3)
+    model = ActorCritic(SHAPES, device="cpu")
+    rollout = Rollout.from_chunk(synthetic_chunk(model, 20, 16, 10, rng, episode_len=15), model)
+    if not learn_all:
+        rollout = dataclasses.replace(rollout, learn=torch.as_tensor(rng.random((20, 16)) < 0.6))
+    runs = []
+    for samples in (0, 70):  # 320 samples: one pass, or 5 of 60-70
+        ppo = PPO(
+            copy.deepcopy(model),
+            PPOConfig(epochs=1, minibatches=1, lr=0.0, cpu_pass_samples=samples),
+        )
+        runs.append((ppo, ppo.update(rollout)))
+    (whole, whole_stats), (parts, parts_stats) = runs
+    segments = whole._segments(rollout, rollout.values, rollout.values)  # only its sizes count
+    assert len(whole._passes(segments)) == 1 and len(parts._passes(segments)) == 5
+    for (name, p), q in zip(whole.model.named_parameters(), parts.model.parameters(), strict=True):
+        # lr 0: the weights stay, and each keeps the (clipped) gradient of the one minibatch
+        assert_close(q.grad, p.grad, REFERENCE, f"gradient of {name}")
+    for key in ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm"):
+        assert_close(
+            torch.tensor(parts_stats[key]), torch.tensor(whole_stats[key]), UPDATE_STATS, key
+        )
