@@ -10,7 +10,10 @@ them) and runs, in this order:
 3. Each chunk is cut into T/L segments of L = 10 steps; each segment replays from the LSTM state
    stored at rollout time, zeroing it at episode starts, and gradients flow only inside it.
    `epochs` passes over `minibatches` random minibatches of segments; each minibatch is one
-   Adam step (lr 3e-4, L2 weight decay 1e-6) after clipping the gradient norm to 5.
+   Adam step (lr 3e-4, L2 weight decay 1e-6) after clipping the gradient norm to 5. On a CPU
+   a minibatch's forward and backward run in passes of at most `cpu_pass_samples` (4,096),
+   each pass's loss weighted by its share of the learned steps, so that their summed gradient
+   is the minibatch's and its activations stay small enough for the heap to reuse them.
 4. Observation statistics absorb the batch, after the gradient steps, so the step itself
    optimises against the same normalisation that produced the samples.
 
