@@ -34,7 +34,8 @@ small ones (and on a GPU their launches) is most of the time.
 - The LSTM's input-to-hidden product for all T steps is one product before the recurrence;
   only the hidden-to-hidden product stays in the step loop. Its gates are `nn.LSTMCell`'s
   equations on its own parameters, the cell gate's tanh taken as 2σ(2x) - 1 so that one
-  sigmoid gives all four.
+  sigmoid gives all four (the cell gate's rows of the weights doubled for a sequence, its
+  columns of the gates for one step of few rows: whichever is smaller, exact either way).
 The parameters are the layers' own (`nn.Linear`, `nn.Conv1d`, `nn.LSTMCell`, `nn.LayerNorm`),
 so their names and shapes are the network's description above.
 """
@@ -212,11 +213,19 @@ class EntityNetwork(nn.Module):
         features = self.encode({k: obs[k].flatten(0, 1) for k in self.layout.shapes})
         lstm = self.lstm
         size = lstm.hidden_size
-        # tanh(x) = 2 σ(2x) - 1: with the cell gate's rows doubled, one sigmoid gives all four
-        # gates (nn.LSTMCell's order: input, forget, cell, output)
-        double = self.cell_gate_double
-        w_ih, w_hh = lstm.weight_ih * double, lstm.weight_hh * double
-        bias = (lstm.bias_ih + lstm.bias_hh) * double.squeeze(1)
+        # tanh(x) = 2 σ(2x) - 1: with the cell gate doubled, one sigmoid gives all four gates
+        # (nn.LSTMCell's order: input, forget, cell, output). Doubling is exact, so doubling
+        # the weights' rows or the gates' columns gives the same numbers: one step (acting)
+        # doubles its gates when they are fewer than the weights' elements, a sequence the
+        # weights, once for all its steps.
+        cell = slice(2 * size, 3 * size)
+        double_gates = steps == 1 and n * size < lstm.weight_ih.numel() + lstm.weight_hh.numel()
+        if double_gates:
+            w_ih, w_hh, bias = lstm.weight_ih, lstm.weight_hh, lstm.bias_ih + lstm.bias_hh
+        else:
+            double = self.cell_gate_double
+            w_ih, w_hh = lstm.weight_ih * double, lstm.weight_hh * double
+            bias = (lstm.bias_ih + lstm.bias_hh) * double.squeeze(1)
         # input-to-hidden for every step at once; the loop keeps hidden-to-hidden only
         inputs = torch.addmm(bias, features, w_ih.t()).view(steps, n, 4 * size)
         h, c = state
@@ -224,7 +233,10 @@ class EntityNetwork(nn.Module):
         outputs = []
         for gates_in, keep_t in zip(inputs.unbind(0), keep.unbind(0), strict=True):
             h, c = h * keep_t, c * keep_t
-            i, f, g, o = torch.addmm(gates_in, h, w_hh.t()).sigmoid().chunk(4, 1)
+            gates = torch.addmm(gates_in, h, w_hh.t())
+            if double_gates:
+                gates[:, cell] *= 2.0
+            i, f, g, o = gates.sigmoid().chunk(4, 1)
             c = torch.addcmul(f * c - i, i, g, value=2.0)  # f c + i (2 g - 1)
             h = o * c.tanh()
             outputs.append(h)
