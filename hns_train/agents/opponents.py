@@ -17,6 +17,8 @@ and the caller lets the latest policy play its rows.
 `act_by_controller(groups, network, fixed, obs, state, starts)` acts every row: one forward pass
 per network code on its rows (gathered and scattered with the group's index tensor), fixed
 opponents' actions for the others, whose state is kept and whose log-prob and value are 0.
+Only the learning policy's rows run the value network: another network's rows are never
+learned from, so their value is 0 and the value network's half of their state is kept.
 
 The action layout (5 int64 columns: x force, y force, z torque bins in [0, action_bins), grab,
 lock; the no-op) is the contract's, `hns_train/envs/contract.py`; `noop_action` and
@@ -100,7 +102,8 @@ def act_by_controller(
     `network(code)` acts the rows of a code >= LATEST, `fixed(code, n)` gives n actions of a
     fixed opponent (RANDOM, NOOP)."""
     if len(groups) == 1 and groups[0][0] >= LATEST:  # one network plays every row
-        return network(groups[0][0]).act_tensors(obs, state, starts)
+        code = groups[0][0]
+        return network(code).act_tensors(obs, state, starts, value=code == LATEST)
     rows, device = state.shape[0], state.device
     actions = torch.empty(rows, contract.N_ACTION_DIMS, dtype=torch.int64, device=device)
     logp = torch.zeros(rows, device=device)
@@ -117,7 +120,7 @@ def act_by_controller(
             continue
         sub = {k: v.index_select(0, index) for k, v in obs.items()}  # (several groups)
         out = network(code).act_tensors(
-            sub, state.index_select(0, index), starts.index_select(0, index)
+            sub, state.index_select(0, index), starts.index_select(0, index), value=code == LATEST
         )
         actions.index_copy_(0, index, out.actions)
         logp.index_copy_(0, index, out.logp)

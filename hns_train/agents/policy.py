@@ -170,22 +170,28 @@ class ActorCritic(nn.Module):
         state: torch.Tensor,
         episode_start: torch.Tensor,
         deterministic: bool = False,
+        value: bool = True,
     ) -> ActOutput:
         """One step for a batch of B agents, every input and output a tensor on the model's
-        device (no host read): obs (B, ...), state (B, 4, H), episode_start (B,) bool."""
+        device (no host read): obs (B, ...), state (B, 4, H), episode_start (B,) bool.
+        `value=False` (rows nobody learns from: opponents) runs the policy network alone: the
+        values are 0 and the value network's half of the state is kept."""
         tensors = {k: v.unsqueeze(0) for k, v in self.obs_to_tensors(obs, 1).items()}
-        logits, value, new_state = self.forward_sequence(
-            tensors, state.to(torch.float32), episode_start.unsqueeze(0)
-        )
+        state, starts = state.to(torch.float32), episode_start.unsqueeze(0)
+        if value:
+            logits, values, new_state = self.forward_sequence(tensors, state, starts)
+            values = self.denormalize_value(values[0])
+        else:
+            logits, (ph, pc) = self.policy_net(self.obs_norm(tensors), _pair(state, 0), starts)
+            values = torch.zeros(state.shape[0], device=state.device)
+            new_state = torch.cat([torch.stack([ph, pc], dim=1), state[:, 2:]], dim=1)
         log_probs = self.head_log_probs(logits[0])  # (B, 5, 11)
         if deterministic:
             actions = log_probs.argmax(-1)
         else:  # every head of every row in one draw (padding has probability 0)
             actions = torch.multinomial(log_probs.flatten(0, 1).exp(), 1).view(log_probs.shape[:2])
         logp = _action_log_prob(log_probs, actions)
-        return ActOutput(
-            actions, logp.float(), self.denormalize_value(value[0]).float(), new_state.float()
-        )
+        return ActOutput(actions, logp.float(), values.float(), new_state.float())
 
     @torch.no_grad()
     def value_tensors(self, obs: Mapping[str, torch.Tensor], state: torch.Tensor) -> torch.Tensor:

@@ -182,8 +182,9 @@ def test_an_iteration_collects_a_rollout_then_learns_through_the_hook():
 @pytest.mark.numerics
 def test_the_dispatcher_acts_each_controllers_rows_with_its_model():
     """`act_by_controller` (the policy worker's and the pod's): a network's rows get exactly
-    what that network gives for them alone; fixed opponents' rows keep their state, with
-    log-prob and value 0."""
+    what that network gives for them alone, the learning policy's with its values; another
+    network's rows (learned by nobody) skip the value network: value 0, its state kept. Fixed
+    opponents' rows keep their state, with log-prob and value 0."""
     torch.manual_seed(0)
     shapes = observation_shapes(VectorGame("chase", 1).cfg)
     nets = {LATEST: ActorCritic(shapes, device="cpu"), 0: ActorCritic(shapes, device="cpu")}
@@ -204,8 +205,15 @@ def test_the_dispatcher_acts_each_controllers_rows_with_its_model():
         index = torch.as_tensor(np.flatnonzero(codes == code))
         sub = {k: v[index] for k, v in obs.items()}
         alone = nets[code].act_tensors(sub, state[index], starts[index])  # (values and states
-        assert_close(out.values[index], alone.values, FORWARD, "values")  # (do not depend on
-        assert_close(out.state[index], alone.state, FORWARD, "state")  # sampling)
+        policy_state = out.state[index, :2]  # (do not depend on sampling)
+        assert_close(policy_state, alone.state[:, :2], FORWARD, "policy state")
+        if code == LATEST:
+            assert_close(out.values[index], alone.values, FORWARD, "values")
+            assert_close(out.state[index, 2:], alone.state[:, 2:], FORWARD, "value state")
+        else:
+            assert torch.all(alone.values != 0)
+            assert torch.equal(out.values[index], torch.zeros(len(index)))
+            assert torch.equal(out.state[index, 2:], state[index, 2:])
     for code, actions in ((RANDOM, torch.ones(5, dtype=torch.int64)), (NOOP, noop)):
         (row,) = np.flatnonzero(codes == code)
         assert torch.equal(out.actions[row], actions) and torch.equal(out.state[row], state[row])
