@@ -112,14 +112,22 @@ class ActorCritic(nn.Module):
         }
 
     def forward_sequence(
-        self, obs: Mapping[str, torch.Tensor], state: torch.Tensor, episode_start: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        self,
+        obs: Mapping[str, torch.Tensor],
+        state: torch.Tensor,
+        episode_start: torch.Tensor,
+        value: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """Raw observations (T, N, ...), state (N, 4, H), episode_start (T, N) bool ->
-        policy logits (T, N, 37), normalised values (T, N), state after the last step."""
+        policy logits (T, N, 37), normalised values (T, N), state after the last step.
+        `value=False`: the policy network alone, values None and the value network's half of
+        the state as given."""
         obs = self.obs_norm(obs)
         logits, (ph, pc) = self.policy_net(obs, _pair(state, 0), episode_start)
-        value, (vh, vc) = self.value_net(obs, _pair(state, 2), episode_start)
-        return logits, value.squeeze(-1), torch.stack([ph, pc, vh, vc], dim=1)
+        if not value:
+            return logits, None, torch.cat([torch.stack([ph, pc], dim=1), state[:, 2:]], dim=1)
+        values, (vh, vc) = self.value_net(obs, _pair(state, 2), episode_start)
+        return logits, values.squeeze(-1), torch.stack([ph, pc, vh, vc], dim=1)
 
     def evaluate(
         self,
@@ -177,14 +185,11 @@ class ActorCritic(nn.Module):
         `value=False` (rows nobody learns from: opponents) runs the policy network alone: the
         values are 0 and the value network's half of the state is kept."""
         tensors = {k: v.unsqueeze(0) for k, v in self.obs_to_tensors(obs, 1).items()}
-        state, starts = state.to(torch.float32), episode_start.unsqueeze(0)
-        if value:
-            logits, values, new_state = self.forward_sequence(tensors, state, starts)
-            values = self.denormalize_value(values[0])
-        else:
-            logits, (ph, pc) = self.policy_net(self.obs_norm(tensors), _pair(state, 0), starts)
-            values = torch.zeros(state.shape[0], device=state.device)
-            new_state = torch.cat([torch.stack([ph, pc], dim=1), state[:, 2:]], dim=1)
+        logits, values, new_state = self.forward_sequence(
+            tensors, state.to(torch.float32), episode_start.unsqueeze(0), value
+        )
+        batch = new_state.shape[0]
+        values = self.denormalize_value(values[0]) if value else new_state.new_zeros(batch)
         log_probs = self.head_log_probs(logits[0])  # (B, 5, 11)
         if deterministic:
             actions = log_probs.argmax(-1)
