@@ -8,6 +8,7 @@ Nothing heavy is imported here: a render, or a read of a run's YAML, does not pa
 
 from __future__ import annotations
 
+import glob
 import os
 import tempfile
 from collections.abc import Callable
@@ -42,7 +43,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None], suffix: 
     go by the extension pick the right format), then rename it over `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{suffix}", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_prefix(path), suffix=f".tmp{suffix}", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
@@ -58,6 +59,23 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None], suffix: 
         raise
     _fsync_dir(path.parent)
     return path
+
+
+def _prefix(path: Path) -> str:
+    return f".{path.stem}."
+
+
+def partial_files(path: str | os.PathLike, suffix: str | None = None) -> list[Path]:
+    """The temporary files that `atomic_write(path, ..., suffix)` calls (suffix: by default
+    `path`'s extension) left behind: only a process killed outright (SIGKILL) mid-write leaves
+    one, so whoever killed it deletes them."""
+    path = Path(path)
+    pattern = (
+        glob.escape(_prefix(path))
+        + "*"
+        + glob.escape(f".tmp{path.suffix if suffix is None else suffix}")
+    )
+    return sorted(path.parent.glob(pattern))
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hns_train.atomic_file import atomic_write, atomic_write_bytes
+from hns_train.atomic_file import atomic_write, atomic_write_bytes, partial_files
 from tests.scripts import ROOT
 
 
@@ -36,6 +36,20 @@ def test_a_failed_write_names_the_file_asked_for_not_its_temporary(tmp_path):
         atomic_write_bytes(tmp_path / "a.png", b"x")
     assert err.value.filename == str(tmp_path / "a.png") and ".tmp" not in str(err.value)
     assert [p.name for p in tmp_path.iterdir()] == ["a.png"]
+
+
+def test_partial_files_finds_a_writes_temporary_and_no_other_file(tmp_path):
+    """What a killed writer leaves is found by the target's name, even one with glob
+    characters, and nothing of another target or format is."""
+    path = tmp_path / "m[1]*.mp4"
+    for other in ("m[1]*.mp4", ".m[1]*.x.tmp.gif", ".m1.x.tmp.mp4", ".m[1]*x.tmp.mp4", "n.mp4"):
+        (tmp_path / other).write_bytes(b"")
+    seen = []
+    atomic_write(path, lambda tmp: seen.append((Path(tmp), partial_files(path))), ".mp4")
+    (tmp, found) = seen[0]
+    assert found == [tmp] and partial_files(path) == []
+    gif = partial_files(path, ".gif")
+    assert [p.name for p in gif] == [".m[1]*.x.tmp.gif"]
 
 
 # The umask is process-wide: it is set in a child process, never in the one running the tests.

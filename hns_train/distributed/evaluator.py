@@ -58,6 +58,7 @@ import numpy as np
 
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import LATEST, ROLES, PolicyPool, SnapshotCache
+from hns_train.atomic_file import partial_files
 from hns_train.distributed.contract import check_params, param_layout
 from hns_train.distributed.policy import load_params
 from hns_train.distributed.streams import ParamSubscriber
@@ -334,10 +335,13 @@ class VideoJob:
         return f"exit {self.proc.returncode}: {self._error[-500:]}"
 
     def kill(self) -> None:
-        """Stop the render: SIGTERM first, on which it deletes its partial video file."""
+        """Stop the render: SIGTERM first, on which it deletes its partial video file; one
+        that has not exited after `RENDER_TERM_S` is killed, and its partial file deleted here."""
         if self.proc.poll() is None:
             self.proc.terminate()
-        wait_or_kill(self.proc, RENDER_TERM_S)
+        if not wait_or_kill(self.proc, RENDER_TERM_S):
+            for partial in partial_files(self.out):
+                partial.unlink(missing_ok=True)
         self._close()
 
     def _close(self) -> None:

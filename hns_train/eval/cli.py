@@ -131,9 +131,13 @@ def _subcommand(name: str, argv: list[str]) -> int:
     return getattr(importlib.import_module(module_name), function)(argv) or 0
 
 
+class RenderStopped(SystemExit):
+    """A render stopped by SIGTERM; its code is 128 + the signal."""
+
+
 def _exit_on_sigterm(signum, frame) -> None:
     # SystemExit unwinds through atomic_write, which deletes its partial output file.
-    raise SystemExit(128 + signum)
+    raise RenderStopped(128 + signum)
 
 
 def _render(args) -> int:

@@ -340,6 +340,25 @@ def render_png(replay: Replay, path, t: int = -1, options: VideoOptions | None =
     return atomic_write(path, lambda tmp: iio.imwrite(tmp, image, extension=".png"), ".png")
 
 
+def _encode_mp4(tmp: str, frames: Iterator[np.ndarray], fps: float, size: tuple[int, int]) -> None:
+    """H.264 (yuv420p, quality 7 of 10) through an ffmpeg child. A render stopped mid-way
+    (SIGTERM raises SystemExit) hands its exit to the encoder, which then kills ffmpeg instead
+    of waiting for it to encode the frames it holds, for a file that is deleted anyway."""
+    import imageio_ffmpeg
+
+    encoder = imageio_ffmpeg.write_frames(
+        tmp, size, fps=fps, codec="libx264", pix_fmt_out="yuv420p", quality=7, macro_block_size=1
+    )
+    encoder.send(None)  # starts ffmpeg
+    try:
+        for image in frames:
+            encoder.send(np.ascontiguousarray(image))
+    except BaseException as e:
+        encoder.throw(e)  # raises e again, once ffmpeg is stopped
+        raise
+    encoder.close()  # ffmpeg finishes the file
+
+
 def write_video(
     replay: Replay,
     path,
@@ -362,21 +381,12 @@ def write_video(
 
         with ReplayVideo(replay, opts) as video:
             if fmt == "mp4":
-                writer = iio2.get_writer(
-                    tmp,
-                    format="FFMPEG",
-                    mode="I",
-                    fps=fps,
-                    codec="libx264",
-                    pixelformat="yuv420p",
-                    quality=7,
-                    macro_block_size=1,
-                )
-            else:  # gif frame durations are in milliseconds
-                writer = iio2.get_writer(
-                    tmp, format="GIF-PIL", mode="I", duration=1000.0 / fps, loop=0
-                )
-            with writer:
+                _encode_mp4(tmp, video.frames(progress), fps, (opts.width, opts.height))
+                return
+            # gif frame durations are in milliseconds
+            with iio2.get_writer(
+                tmp, format="GIF-PIL", mode="I", duration=1000.0 / fps, loop=0
+            ) as writer:
                 for image in video.frames(progress):
                     writer.append_data(image)
 

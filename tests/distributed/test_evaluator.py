@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -228,21 +229,44 @@ def test_serial_run_produces_snapshots_ratings_replays_and_a_video(tmp_path):
     assert frames[0].shape == (480, 480, 3) and frames[0].std() > 10  # a picture, not a blank
 
 
-def test_a_stopped_render_leaves_no_partial_video(tmp_path):
-    """An eval worker that stops mid-render terminates its render child (a real
-    `python -m hns_train.eval` process), which deletes its partial `.tmp.mp4` before it exits."""
+def _render_mid_video(tmp_path):
+    """A VideoJob rendering the example replay, once its encoder is writing (the first bytes
+    are in its partial file)."""
     from hns_train.distributed.evaluator import VideoJob
 
     replay = tmp_path / "match.npz"
     shutil.copy(Path(__file__).parents[2] / "replays" / "example_quadrant.npz", replay)
     job = VideoJob(replay)
     deadline = time.monotonic() + 120
-    # stopped once the encoder is writing (its first bytes are in the partial file)
     while not any(p.stat().st_size for p in tmp_path.glob(".match.*.tmp.mp4")):
         assert job.outcome() is None and time.monotonic() < deadline, job.outcome()
         time.sleep(0.05)
+    return job
+
+
+def test_a_stopped_render_leaves_no_partial_video(tmp_path, monkeypatch):
+    """An eval worker that stops mid-render terminates its render child (a real
+    `python -m hns_train.eval` process), which deletes its partial `.tmp.mp4` before it exits."""
+    from hns_train.distributed import evaluator
+
+    # time enough on any busy cores: this is the render's own cleanup, not the kill after it
+    monkeypatch.setattr(evaluator, "RENDER_TERM_S", 120.0)
+    job = _render_mid_video(tmp_path)
     job.kill()
     # SIGTERM handled, not killed outright: 143, or 1 where the encoder's own shutdown raised
     # while the render unwound (seen once on busy cores); either way the cleanup ran
     assert job.proc.returncode in (128 + 15, 1), job.outcome()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["match.npz"]
+
+
+def test_a_render_that_does_not_stop_is_killed_and_its_partial_video_deleted(tmp_path, monkeypatch):
+    """A render that does not exit within RENDER_TERM_S of its SIGTERM (here: a stopped
+    process, as a hung one) is killed, and the worker deletes the partial file it left."""
+    from hns_train.distributed import evaluator
+
+    monkeypatch.setattr(evaluator, "RENDER_TERM_S", 0.5)
+    job = _render_mid_video(tmp_path)
+    os.kill(job.proc.pid, signal.SIGSTOP)  # SIGTERM stays pending; SIGKILL still ends it
+    job.kill()
+    assert job.proc.returncode == -signal.SIGKILL
     assert sorted(p.name for p in tmp_path.iterdir()) == ["match.npz"]
