@@ -31,6 +31,10 @@ small ones (and on a GPU their launches) is most of the time.
   an outer axis (several times faster on a CPU than over a last axis of ~10), and the key
   mask is added in the score product. The score scale is in q's weights, k's bias (which the
   softmax removes) is left out and v's joins the output's: fewer passes over the tokens.
+- The block is read at two places only, the self token and the entity tokens' masked mean, and
+  past the softmax it is linear in each query's row: the mean is taken over the attention
+  weights and the block's inputs, so the value and out products run on two rows per agent, not
+  on every token (the out product is a quarter of the block's projections).
 - The LSTM's input-to-hidden product for all T steps is one product before the recurrence;
   only the hidden-to-hidden product stays in the step loop. Its gates are `nn.LSTMCell`'s
   equations on its own parameters, the cell gate's tanh taken as 2σ(2x) - 1 so that one
@@ -99,7 +103,8 @@ class EntityEmbedding(nn.Module):
 
 
 class ResidualSelfAttention(nn.Module):
-    """x + W_o · MHA(LayerNorm(x)) with key masking; tokens first: (L, N, D) -> (L, N, D)."""
+    """x + W_o · MHA(LayerNorm(x)) with key masking, read out at the self token and as a
+    weighted mean over the entity tokens: (L, N, D) tokens first -> two (N, D)."""
 
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
@@ -109,9 +114,12 @@ class ResidualSelfAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
 
-    def forward(self, x: torch.Tensor, key_bias: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, key_bias: torch.Tensor, pool: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """`key_bias` (N·heads, L, 1): 0 for a key that may be attended to, -inf for a masked
-        one."""
+        one. `pool` (N, L - 1): the entity tokens' weights in the mean (0 for a masked one).
+        Returns the self token's output and the pooled entity tokens' outputs."""
         length, n, dim = x.shape
         y = self.norm(x)
         (w_q, w_k, w_v), (b_q, _, b_v) = self.qkv.weight.chunk(3), self.qkv.bias.chunk(3)
@@ -128,12 +136,30 @@ class ResidualSelfAttention(nn.Module):
         # (N·heads, keys, queries): the softmax over keys runs over an outer axis. Written
         # out rather than F.scaled_dot_product_attention: for ~10 tokens the fused CPU kernel
         # is about 3x slower.
-        scores = torch.baddbmm(key_bias, k, q.transpose(1, 2))
-        attended = torch.bmm(scores.softmax(1).transpose(1, 2), v)  # (N·heads, L, head_dim)
-        out_bias = torch.addmv(self.out.bias, self.out.weight, b_v)
-        return x + F.linear(
-            attended.transpose(0, 1).reshape(length, n, dim), self.out.weight, out_bias
+        weights = torch.baddbmm(key_bias, k, q.transpose(1, 2)).softmax(1)
+        # Past the softmax the block is linear in each query's row, and only the self token and
+        # the entity tokens' mean are read: the mean is taken over the attention weights and
+        # the inputs, and the value and out products run on two rows per agent, not L.
+        # (split and unbind, not indexing: their gradients are put together in one copy, where
+        # an index's is a zeroed tensor of the whole size per index)
+        self_weights, entity_weights = weights.split([1, length - 1], -1)
+        pooled_weights = (
+            entity_weights.view(n, self.heads, length, length - 1) * pool[:, None, None]
         )
+        readout = torch.cat(
+            [self_weights, pooled_weights.sum(-1).view(n * self.heads, length, 1)], -1
+        )  # (N·heads, keys, 2)
+        attended = torch.bmm(readout.transpose(1, 2), v)  # (N·heads, 2, head_dim)
+        self_att, pooled_att = F.linear(
+            attended.transpose(0, 1).reshape(2, n, dim), self.out.weight
+        ).unbind(0)
+        out_bias = torch.addmv(self.out.bias, self.out.weight, b_v)
+        x_self, x_entities = x.split([1, length - 1])
+        # the mean's weights sum to 1, or to 0 (no entity: the pooled half is zero)
+        pooled_x = (pool.t().unsqueeze(-1) * x_entities).sum(0)
+        self_out = x_self.squeeze(0) + self_att + out_bias
+        pooled = pooled_x + pooled_att + pool.sum(1, keepdim=True) * out_bias
+        return self_out, pooled
 
 
 class EntityNetwork(nn.Module):
@@ -194,12 +220,12 @@ class EntityNetwork(nn.Module):
         heads = self.attention.heads
         key_bias = torch.where(valid, 0.0, float("-inf"))
         key_bias = key_bias.unsqueeze(1).expand(n, heads, length).reshape(n * heads, length, 1)
-        self_out, entities = self.attention(tokens, key_bias).split([1, length - 1])
         entity_mask = valid[:, 1:]
-        # where(), not a product: a masked token must contribute exactly nothing.
-        summed = torch.where(entity_mask.t().unsqueeze(-1), entities, 0.0).sum(0)
-        pooled = summed / entity_mask.sum(1, keepdim=True).clamp(min=1)
-        return F.relu(self.dense(torch.cat([self_out[0], pooled], dim=-1)))
+        # a masked token's weight is 0 and its output finite (the self key is always valid):
+        # it contributes exactly nothing
+        pool = entity_mask / entity_mask.sum(1, keepdim=True).clamp(min=1)
+        self_out, pooled = self.attention(tokens, key_bias, pool)
+        return F.relu(self.dense(torch.cat([self_out, pooled], dim=-1)))
 
     def forward(
         self,

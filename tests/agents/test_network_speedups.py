@@ -257,7 +257,9 @@ def test_act_and_update_dispatch_few_operations():
     computed in few operations an act dispatched 483 aten operations and this update (quadrant,
     1 epoch x 1 minibatch, 20 steps) 4,821; after, 421 and 3,102; with the finiteness check
     in one multi-tensor pass (it took two operations per tensor), 2,338 for this update; with
-    the five action heads as one padded softmax, 359 and 2,241."""
+    the five action heads as one padded softmax, 359 and 2,241; with the attention block read
+    out at two rows per agent (5/7 of the out product's FLOPs saved for a few small
+    operations), 391 and 2,318."""
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     shapes = observation_shapes(make_config("quadrant"))
@@ -274,5 +276,5 @@ def test_act_and_update_dispatch_few_operations():
         ppo.update(rollout)
     act, update = act_ops.total, update_ops.total
     print(f"aten operations: act {act}, update {update}")
-    assert act <= 380
-    assert update <= 2300
+    assert act <= 400
+    assert update <= 2350
