@@ -17,6 +17,7 @@ from waiting import wait_for
 
 from hns_train.agents.policy import ActorCritic
 from hns_train.agents.pool import PolicyPool
+from hns_train.atomic_file import partial_files
 from hns_train.config import CONFIG_DIR, ConfigError, load_config
 from hns_train.distributed.contract import state_dict_to_arrays
 from hns_train.distributed.controller import Controller
@@ -238,7 +239,7 @@ def _render_mid_video(tmp_path):
     shutil.copy(Path(__file__).parents[2] / "replays" / "example_quadrant.npz", replay)
     job = VideoJob(replay)
     deadline = time.monotonic() + 120
-    while not any(p.stat().st_size for p in tmp_path.glob(".match.*.tmp.mp4")):
+    while not any(p.stat().st_size for p in partial_files(job.out)):
         assert job.outcome() is None and time.monotonic() < deadline, job.outcome()
         time.sleep(0.05)
     return job
