@@ -36,7 +36,10 @@ small ones (and on a GPU their launches) is most of the time.
   weights and the block's inputs, so the value and out products run on two rows per agent, not
   on every token (the out product is a quarter of the block's projections).
 - The LSTM's input-to-hidden product for all T steps is one product before the recurrence;
-  only the hidden-to-hidden product stays in the step loop. Its gates are `nn.LSTMCell`'s
+  only the hidden-to-hidden product stays in the step loop, and the loop has a backward of its
+  own (`LSTMRecurrence`): one product and a few elementwise operations a step, every factor
+  that does not depend on the recurrence taken for all steps at once, and the hidden-to-hidden
+  weights' gradient one product over all steps. Its gates are `nn.LSTMCell`'s
   equations on its own parameters, the cell gate's tanh taken as 2σ(2x) - 1 so that one
   sigmoid gives all four (the cell gate's rows of the weights doubled for a sequence, its
   columns of the gates for one step of few rows: whichever is smaller, exact either way).
@@ -51,6 +54,7 @@ from collections.abc import Mapping
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from hns_train.agents.config import NetworkConfig
 from hns_train.agents.observations import ObsLayout
@@ -162,6 +166,137 @@ class ResidualSelfAttention(nn.Module):
         return self_out, pooled
 
 
+class LSTMRecurrence(torch.autograd.Function):
+    """The LSTM's step loop, hidden-to-hidden only, with a backward of its own.
+
+    For each step t, with h and c zeroed where `keep[t]` is False (an episode's first step):
+        z = inputs[t] + h W_hh^T;  i, f, g, o = σ(z);  c = f c + i (2 g - 1);  h = o tanh(c)
+    (g is the cell gate as 2σ(2x) - 1 = tanh(x): its rows of W_hh and `inputs` come doubled,
+    or with `double_cell` its columns of z are doubled here).
+
+    Autograd would record ~10 operations a step and replay them with ~20; the backward here
+    computes every factor that does not depend on the recurrence for all T steps at once, so
+    that each step is one product and six elementwise operations, and W_hh's gradient is one
+    product over all steps rather than T small ones summed one by one. It keeps the gates
+    after the sigmoid and the cells, as autograd would.
+    """
+
+    @staticmethod
+    def run(
+        inputs: torch.Tensor,
+        w_hh: torch.Tensor,
+        h: torch.Tensor,
+        c: torch.Tensor,
+        keep: torch.Tensor,
+        double_cell: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """inputs (T, N, 4H): the input-to-hidden product with both biases, for every step;
+        w_hh (4H, H); h, c (N, H), the state before step 0; keep (T, N, 1) bool. Returns h
+        at every step (T, N, H) and the last c (N, H). Without a gradient to compute (acting)
+        the loop runs alone and keeps nothing."""
+        args = (inputs, w_hh, h, c)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in args):
+            return LSTMRecurrence.apply(*args, keep, double_cell)
+        hidden, c, _, _ = LSTMRecurrence.steps(*args, keep.to(h.dtype), double_cell, save=False)
+        return hidden, c
+
+    @staticmethod
+    def steps(inputs, w_hh, h, c, keep, double_cell, save):
+        """The loop; with `save` also the gates after the sigmoid (T, N, 4H) and the cells
+        (T, N, H), which backward needs."""
+        steps, n, four = inputs.shape
+        size = four // 4
+        # under autocast (a trainer's bf16 on a GPU) the products run in the inputs' dtype
+        # and the state stays in its own, as autocast would do with the loop written out
+        dtype = inputs.dtype
+        w_t = w_hh.to(dtype).t()
+        gates = inputs.new_empty(steps, n, four) if save else None
+        cells = h.new_empty(steps, n, size) if save else None
+        hidden = h.new_empty(steps, n, size)
+        no_outs = (None,) * steps
+        per_step = zip(
+            inputs.unbind(0),
+            keep.unbind(0),
+            gates.unbind(0) if save else no_outs,
+            cells.unbind(0) if save else no_outs,
+            hidden.unbind(0),
+            strict=True,
+        )
+        with torch.autocast(inputs.device.type, enabled=False):
+            for x_t, keep_t, z_out, c_out, h_out in per_step:
+                h, c = h * keep_t, c * keep_t
+                z = torch.addmm(x_t, h.to(dtype), w_t, out=z_out)
+                if double_cell:
+                    z[:, 2 * size : 3 * size] *= 2.0
+                i, f, g, o = z.sigmoid_().chunk(4, 1)
+                c = torch.addcmul(f * c - i, i, g, value=2.0, out=c_out)
+                h = torch.mul(o, c.tanh(), out=h_out)
+        return hidden, c, gates, cells
+
+    @staticmethod
+    def forward(ctx, inputs, w_hh, h, c, keep, double_cell):
+        ctx.set_materialize_grads(False)
+        keep = keep.to(h.dtype)
+        hidden, c_last, gates, cells = LSTMRecurrence.steps(
+            inputs, w_hh, h, c, keep, double_cell, save=True
+        )
+        ctx.save_for_backward(gates, cells, hidden, h, c, keep, w_hh)
+        ctx.double_cell = double_cell
+        return hidden, c_last.clone()  # not a view of what backward keeps
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_hidden, grad_c):
+        gates, cells, hidden, h0, c0, keep, w_hh = ctx.saved_tensors
+        steps, n, four = gates.shape
+        size = four // 4
+        dtype = gates.dtype
+        w = w_hh.to(dtype)
+        i, f, g, o = gates.chunk(4, -1)
+        tanh_c = cells.tanh()
+        c_prev = torch.cat([c0.unsqueeze(0), cells[:-1]]) * keep
+        # dc_t/dz: (2g - 1) σ'(z_i), c_prev σ'(z_f), 2i σ'(z_g) (twice that when the cell
+        # gate's columns were doubled), and dh_t/dz_o = tanh(c) σ'(z_o); σ' = σ(1 - σ) from
+        # the kept gates
+        g_factor = i * (4.0 if ctx.double_cell else 2.0)
+        to_z = torch.ops.aten.sigmoid_backward(
+            torch.cat([2.0 * g - 1.0, c_prev, g_factor, tanh_c], -1), gates
+        ).view(steps, n, 4, size)
+        through_h = torch.ops.aten.tanh_backward(o, tanh_c)  # dc_t/dh_t = o (1 - tanh²c)
+        carry = f * keep  # dc_{t-1}/dc_t
+        grad_z = torch.empty(steps, n, 4, size, dtype=to_z.dtype, device=to_z.device)
+        if grad_hidden is None:  # only the last c was used
+            grad_hidden = hidden.new_zeros(()).expand_as(hidden)
+        per_step = zip(
+            grad_hidden.unbind(0),
+            through_h.unbind(0),
+            to_z[:, :, :3].unbind(0),
+            to_z[:, :, 3].unbind(0),
+            grad_z[:, :, :3].unbind(0),
+            grad_z[:, :, 3].unbind(0),
+            grad_z.view(steps, n, four).unbind(0),
+            keep.unbind(0),
+            carry.unbind(0),
+            strict=True,
+        )
+        dh, dc = None, grad_c
+        for grad_h, dc_dh, to_ifg, to_o, out_ifg, out_o, grad_z_t, keep_t, carry_t in reversed(
+            list(per_step)
+        ):
+            dh_t = grad_h if dh is None else grad_h + dh
+            dc = torch.mul(dh_t, dc_dh) if dc is None else torch.addcmul(dc, dh_t, dc_dh)
+            torch.mul(to_ifg, dc.unsqueeze(1), out=out_ifg)
+            torch.mul(to_o, dh_t, out=out_o)
+            dh = torch.mm(grad_z_t.to(dtype), w).mul_(keep_t)
+            dc = dc * carry_t
+        grad_z = grad_z.view(steps, n, four)
+        grad_w = None
+        if ctx.needs_input_grad[1]:
+            h_prev = torch.cat([h0.unsqueeze(0), hidden[:-1]]) * keep
+            grad_w = torch.mm(grad_z.flatten(0, 1).t().to(dtype), h_prev.flatten(0, 1).to(dtype))
+        return grad_z, grad_w, dh, dc, None, None
+
+
 class EntityNetwork(nn.Module):
     """Entity attention + LSTM trunk with one linear head.
 
@@ -244,7 +379,6 @@ class EntityNetwork(nn.Module):
         # the weights' rows or the gates' columns gives the same numbers: one step (acting)
         # doubles its gates when they are fewer than the weights' elements, a sequence the
         # weights, once for all its steps.
-        cell = slice(2 * size, 3 * size)
         double_gates = steps == 1 and n * size < lstm.weight_ih.numel() + lstm.weight_hh.numel()
         if double_gates:
             w_ih, w_hh, bias = lstm.weight_ih, lstm.weight_hh, lstm.bias_ih + lstm.bias_hh
@@ -254,17 +388,6 @@ class EntityNetwork(nn.Module):
             bias = (lstm.bias_ih + lstm.bias_hh) * double.squeeze(1)
         # input-to-hidden for every step at once; the loop keeps hidden-to-hidden only
         inputs = torch.addmm(bias, features, w_ih.t()).view(steps, n, 4 * size)
-        h, c = state
-        keep = (~episode_start).unsqueeze(-1).to(h.dtype)
-        outputs = []
-        for gates_in, keep_t in zip(inputs.unbind(0), keep.unbind(0), strict=True):
-            h, c = h * keep_t, c * keep_t
-            gates = torch.addmm(gates_in, h, w_hh.t())
-            if double_gates:
-                gates[:, cell] *= 2.0
-            i, f, g, o = gates.sigmoid().chunk(4, 1)
-            c = torch.addcmul(f * c - i, i, g, value=2.0)  # f c + i (2 g - 1)
-            h = o * c.tanh()
-            outputs.append(h)
-        hidden = self.lstm_norm(torch.stack(outputs))
-        return self.head(hidden), (h, c)
+        keep = (~episode_start).unsqueeze(-1)
+        hidden, c = LSTMRecurrence.run(inputs, w_hh, *state, keep, double_gates)
+        return self.head(self.lstm_norm(hidden)), (hidden[-1], c)

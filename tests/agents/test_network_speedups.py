@@ -95,18 +95,24 @@ def test_sequence_forward_and_gradients_equal_the_plain_math(preset, steps):
     batch = 12
     model, _, _, obs, starts, state = model_and_inputs(preset, steps, batch, seed=1)
     for net, first in ((model.policy_net, 0), (model.value_net, 2)):
-        pair = (state[:, first], state[:, first + 1])
+        pair = (state[:, first].requires_grad_(), state[:, first + 1].requires_grad_())
         out, (h, c) = net(obs, pair, starts)
         ref, (ref_h, ref_c) = reference_forward(net, obs, pair, starts)
         assert_close(out, ref, "outputs")
         assert_close(h, ref_h, "final h")
         assert_close(c, ref_c, "final c")
 
-        cotangent = torch.randn_like(out)
-        params = dict(net.named_parameters())
-        grads = torch.autograd.grad((out * cotangent).sum(), list(params.values()))
-        ref_grads = torch.autograd.grad((ref * cotangent).sum(), list(params.values()))
-        for name, grad, ref_grad in zip(params, grads, ref_grads, strict=True):
+        # the LSTM's own backward (networks.LSTMRecurrence) against autograd's through every
+        # output, the final state included, into every parameter and the initial state
+        cotangents = [torch.randn_like(x) for x in (out, h, c)]
+        inputs = {**dict(net.named_parameters()), "initial h": pair[0], "initial c": pair[1]}
+
+        def loss(outputs, weights=cotangents):
+            return sum((x * w).sum() for x, w in zip(outputs, weights, strict=True))
+
+        grads = torch.autograd.grad(loss((out, h, c)), list(inputs.values()))
+        ref_grads = torch.autograd.grad(loss((ref, ref_h, ref_c)), list(inputs.values()))
+        for name, grad, ref_grad in zip(inputs, grads, ref_grads, strict=True):
             assert_close(grad, ref_grad, f"gradient of {name}")
 
 
