@@ -279,14 +279,17 @@ class LSTMRecurrence(torch.autograd.Function):
             carry.unbind(0),
             strict=True,
         )
+        want_h0, want_c0 = ctx.needs_input_grad[2:4]
         dh, dc = None, grad_c
-        for grad_h, dc_dh, to_ifg, to_o, out_ifg, out_o, grad_z_t, keep_t, carry_t in reversed(
-            list(per_step)
+        for t, (grad_h, dc_dh, to_ifg, to_o, out_ifg, out_o, grad_z_t, keep_t, carry_t) in zip(
+            reversed(range(steps)), reversed(list(per_step)), strict=True
         ):
             dh_t = grad_h if dh is None else grad_h + dh
             dc = torch.mul(dh_t, dc_dh) if dc is None else torch.addcmul(dc, dh_t, dc_dh)
             torch.mul(to_ifg, dc.unsqueeze(1), out=out_ifg)
             torch.mul(to_o, dh_t, out=out_o)
+            if t == 0 and not (want_h0 or want_c0):
+                break  # the state before the sequence (a rollout's) takes no gradient
             dh = torch.mm(grad_z_t.to(dtype), w).mul_(keep_t)
             dc = dc * carry_t
         grad_z = grad_z.view(steps, n, four)
@@ -294,7 +297,7 @@ class LSTMRecurrence(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             h_prev = torch.cat([h0.unsqueeze(0), hidden[:-1]]) * keep
             grad_w = torch.mm(grad_z.flatten(0, 1).t().to(dtype), h_prev.flatten(0, 1).to(dtype))
-        return grad_z, grad_w, dh, dc, None, None
+        return grad_z, grad_w, dh if want_h0 else None, dc if want_c0 else None, None, None
 
 
 class EntityNetwork(nn.Module):
