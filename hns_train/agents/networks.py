@@ -252,19 +252,21 @@ class LSTMRecurrence(torch.autograd.Function):
         size = four // 4
         dtype = gates.dtype
         w = w_hh.to(dtype)
-        i, f, g, o = gates.chunk(4, -1)
-        tanh_c = cells.tanh()
-        c_prev = torch.cat([c0.unsqueeze(0), cells[:-1]]) * keep
-        # dc_t/dz: (2g - 1) σ'(z_i), c_prev σ'(z_f), 2i σ'(z_g) (twice that when the cell
-        # gate's columns were doubled), and dh_t/dz_o = tanh(c) σ'(z_o); σ' = σ(1 - σ) from
-        # the kept gates
-        g_factor = i * (4.0 if ctx.double_cell else 2.0)
-        to_z = torch.ops.aten.sigmoid_backward(
-            torch.cat([2.0 * g - 1.0, c_prev, g_factor, tanh_c], -1), gates
-        ).view(steps, n, 4, size)
+        i, f, g, o = gates.view(steps, n, 4, size).unbind(2)
+        # dz_t = to_z_t ⊙ (dc_t, dc_t, dc_t, dh_t) for the gates (i, f, g, o): with σ' = σ(1 - σ)
+        # from the kept gates, to_z = σ' ⊙ ((2g - 1), c_prev, 2i, tanh c) (4i for g when its
+        # columns were doubled), written in place, one pass over the gates for each factor
+        to_z = cells.new_empty(steps, n, 4, size)
+        factor = to_z.unbind(2)
+        torch.mul(g, 2.0, out=factor[0]).sub_(1.0)
+        torch.mul(cells[:-1], keep[1:], out=factor[1][1:])
+        torch.mul(c0, keep[0], out=factor[1][0])
+        torch.mul(i, 4.0 if ctx.double_cell else 2.0, out=factor[2])
+        tanh_c = torch.tanh(cells, out=factor[3])
         through_h = torch.ops.aten.tanh_backward(o, tanh_c)  # dc_t/dh_t = o (1 - tanh²c)
+        torch.ops.aten.sigmoid_backward.grad_input(to_z, gates.view_as(to_z), grad_input=to_z)
         carry = f * keep  # dc_{t-1}/dc_t
-        grad_z = torch.empty(steps, n, 4, size, dtype=to_z.dtype, device=to_z.device)
+        grad_z = torch.empty_like(to_z)
         if grad_hidden is None:  # only the last c was used
             grad_hidden = hidden.new_zeros(()).expand_as(hidden)
         per_step = zip(
@@ -295,7 +297,9 @@ class LSTMRecurrence(torch.autograd.Function):
         grad_z = grad_z.view(steps, n, four)
         grad_w = None
         if ctx.needs_input_grad[1]:
-            h_prev = torch.cat([h0.unsqueeze(0), hidden[:-1]]) * keep
+            h_prev = factor[0]  # (its factor is used): the masked h before each step
+            torch.mul(hidden[:-1], keep[1:], out=h_prev[1:])
+            torch.mul(h0, keep[0], out=h_prev[0])
             grad_w = torch.mm(grad_z.flatten(0, 1).t().to(dtype), h_prev.flatten(0, 1).to(dtype))
         return grad_z, grad_w, dh if want_h0 else None, dc if want_c0 else None, None, None
 

@@ -265,7 +265,9 @@ def test_act_and_update_dispatch_few_operations():
     in one multi-tensor pass (it took two operations per tensor), 2,338 for this update; with
     the five action heads as one padded softmax, 359 and 2,241; with the attention block read
     out at two rows per agent (5/7 of the out product's FLOPs saved for a few small
-    operations), 391 and 2,318."""
+    operations), 391 and 2,318; with the LSTM's step loop under a backward of its own (a
+    step's gradient in one product and six elementwise operations, where autograd replayed
+    about twenty), 395 and 1,980."""
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     shapes = observation_shapes(make_config("quadrant"))
@@ -283,4 +285,4 @@ def test_act_and_update_dispatch_few_operations():
     act, update = act_ops.total, update_ops.total
     print(f"aten operations: act {act}, update {update}")
     assert act <= 400
-    assert update <= 2350
+    assert update <= 2000
