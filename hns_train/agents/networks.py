@@ -191,13 +191,13 @@ class LSTMRecurrence(torch.autograd.Function):
         double_cell: bool,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """inputs (T, N, 4H): the input-to-hidden product with both biases, for every step;
-        w_hh (4H, H); h, c (N, H), the state before step 0; keep (T, N, 1) bool. Returns h
-        at every step (T, N, H) and the last c (N, H). Without a gradient to compute (acting)
-        the loop runs alone and keeps nothing."""
-        args = (inputs, w_hh, h, c)
-        if torch.is_grad_enabled() and any(t.requires_grad for t in args):
-            return LSTMRecurrence.apply(*args, keep, double_cell)
-        hidden, c, _, _ = LSTMRecurrence.steps(*args, keep.to(h.dtype), double_cell, save=False)
+        w_hh (4H, H); h, c (N, H), the state before step 0; keep (T, N, 1), False (0) at an
+        episode's first step. Returns h at every step (T, N, H) and the last c (N, H). Without
+        a gradient to compute (acting) the loop runs alone and keeps nothing."""
+        args = (inputs, w_hh, h, c, keep.to(h.dtype), double_cell)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in args[:4]):
+            return LSTMRecurrence.apply(*args)
+        hidden, c, _, _ = LSTMRecurrence.steps(*args, save=False)
         return hidden, c
 
     @staticmethod
@@ -236,7 +236,6 @@ class LSTMRecurrence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, inputs, w_hh, h, c, keep, double_cell):
         ctx.set_materialize_grads(False)
-        keep = keep.to(h.dtype)
         hidden, c_last, gates, cells = LSTMRecurrence.steps(
             inputs, w_hh, h, c, keep, double_cell, save=True
         )
@@ -267,6 +266,7 @@ class LSTMRecurrence(torch.autograd.Function):
         torch.ops.aten.sigmoid_backward.grad_input(to_z, gates.view_as(to_z), grad_input=to_z)
         carry = f * keep  # dc_{t-1}/dc_t
         grad_z = torch.empty_like(to_z)
+        grad_z_flat = grad_z.view(steps, n, four)
         if grad_hidden is None:  # only the last c was used
             grad_hidden = hidden.new_zeros(()).expand_as(hidden)
         per_step = zip(
@@ -276,7 +276,7 @@ class LSTMRecurrence(torch.autograd.Function):
             to_z[:, :, 3].unbind(0),
             grad_z[:, :, :3].unbind(0),
             grad_z[:, :, 3].unbind(0),
-            grad_z.view(steps, n, four).unbind(0),
+            grad_z_flat.unbind(0),
             keep.unbind(0),
             carry.unbind(0),
             strict=True,
@@ -294,14 +294,15 @@ class LSTMRecurrence(torch.autograd.Function):
                 break  # the state before the sequence (a rollout's) takes no gradient
             dh = torch.mm(grad_z_t.to(dtype), w).mul_(keep_t)
             dc = dc * carry_t
-        grad_z = grad_z.view(steps, n, four)
         grad_w = None
         if ctx.needs_input_grad[1]:
-            h_prev = factor[0]  # (its factor is used): the masked h before each step
+            h_prev = factor[0]  # spent: its buffer now takes the masked h before each step
             torch.mul(hidden[:-1], keep[1:], out=h_prev[1:])
             torch.mul(h0, keep[0], out=h_prev[0])
-            grad_w = torch.mm(grad_z.flatten(0, 1).t().to(dtype), h_prev.flatten(0, 1).to(dtype))
-        return grad_z, grad_w, dh if want_h0 else None, dc if want_c0 else None, None, None
+            grad_w = torch.mm(
+                grad_z_flat.flatten(0, 1).t().to(dtype), h_prev.flatten(0, 1).to(dtype)
+            )
+        return grad_z_flat, grad_w, dh if want_h0 else None, dc if want_c0 else None, None, None
 
 
 class EntityNetwork(nn.Module):

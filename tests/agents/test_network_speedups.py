@@ -267,7 +267,7 @@ def test_act_and_update_dispatch_few_operations():
     out at two rows per agent (5/7 of the out product's FLOPs saved for a few small
     operations), 391 and 2,318; with the LSTM's step loop under a backward of its own (a
     step's gradient in one product and six elementwise operations, where autograd replayed
-    about twenty), 395 and 1,980."""
+    about twenty), 395 and 1,994."""
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     shapes = observation_shapes(make_config("quadrant"))
