@@ -27,10 +27,11 @@ small ones (and on a GPU their launches) is most of the time.
   columns) is one product; each type's rows add their own columns' product to their tokens.
 - Tokens are laid out tokens-first, (L, N, d): q, k and v are one product each, and attention
   head h of row i is then the matrix at i·heads + h of (L, N·heads, 32), a batch the score and
-  value products read where it lies. Scores are laid out keys-first, so the softmax runs over
-  an outer axis (several times faster on a CPU than over a last axis of ~10), and the key
-  mask is added in the score product. The score scale is in q's weights, k's bias (which the
-  softmax removes) is left out and v's joins the output's: fewer passes over the tokens.
+  value products read where it lies. Scores are laid out keys outermost, (L, N·heads, L), so
+  the softmax runs over the outermost axis (several times faster on a CPU than over an inner
+  one), and the key mask is added in the pass that lays them out. The score scale is in q's
+  weights, k's bias (which the softmax removes) is left out and v's joins the output's: fewer
+  passes over the tokens.
 - The block is read at two places only, the self token and the entity tokens' masked mean, and
   past the softmax it is linear in each query's row: the mean is taken over the attention
   weights and the block's inputs, so the value and out products run on two rows per agent, not
@@ -43,24 +44,77 @@ small ones (and on a GPU their launches) is most of the time.
   equations on its own parameters, the cell gate's tanh taken as 2σ(2x) - 1 so that one
   sigmoid gives all four (the cell gate's rows of the weights doubled for a sequence, its
   columns of the gates for one step of few rows: whichever is smaller, exact either way).
+- What the forward derives from the weights (the circulant, the self columns side by side,
+  q's scaled weights, the output's bias, the LSTM's summed biases) is kept between calls that
+  record no gradient (acting), until a weight changes (`kept`).
 The parameters are the layers' own (`nn.Linear`, `nn.Conv1d`, `nn.LSTMCell`, `nn.LayerNorm`),
 so their names and shapes are the network's description above.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from hns_train.agents.config import NetworkConfig
 from hns_train.agents.observations import ObsLayout
 from hns_train.envs.contract import LIDAR_KEY, SELF_KEY
 
 LSTMState = tuple[torch.Tensor, torch.Tensor]  # (h, c), each (N, lstm_dim)
+Derived = TypeVar("Derived")
+
+
+def kept(
+    owner: nn.Module, name: str, build: Callable[[], Derived], sources: Iterable[torch.Tensor]
+) -> Derived:
+    """What `build` derives from the parameters `sources` (a circulant, a concatenation, a
+    scaled copy): rebuilt on every call that autograd records, since its graph leads to the
+    parameters; without one (acting), kept on `owner` until a source changes. A change is a
+    write in place (the version counter moves: an optimiser step, a loaded state, PopArt's
+    rescaling) or another tensor or storage (`.to`, `.data =`). A fused optimiser step writes
+    without moving the counter; `_count_fused_steps` moves it. Writes that bypass the counter
+    (`.data.copy_`, a torch.distributed collective) go unseen: the one such write to the
+    weights, `DataParallel.broadcast_state`, runs before the first act."""
+    if torch.is_grad_enabled():
+        return build()
+    sources = tuple(sources)
+    key = [(t._version, t.data_ptr()) for t in sources]
+    cache = owner.__dict__.setdefault("_kept", _Kept())
+    hit = cache.get(name)
+    if hit is not None and hit[1] == key and all(map(operator.is_, hit[0], sources)):
+        return hit[2]
+    value = build()
+    cache[name] = (sources, key, value)  # holding the sources keeps their identity unique
+    return value
+
+
+class _Kept(dict):
+    """`kept`'s store on a module. A copy of the module starts without one: what it holds are
+    the original's parameters and views of them."""
+
+    def __deepcopy__(self, memo: dict) -> _Kept:
+        return _Kept()
+
+    def __reduce__(self) -> tuple:
+        return _Kept, ()
+
+
+def _count_fused_steps(optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
+    """After every optimiser's step, in any code: the parameters a fused kernel wrote (torch's
+    fused Adam, which PPO uses) get the version count an in-place write gives, for `kept`."""
+    for group in optimizer.param_groups:
+        if group.get("fused"):
+            torch.autograd.graph.increment_version(list(group["params"]))
+
+
+register_optimizer_step_post_hook(_count_fused_steps)
 
 
 class CircularLidarConv(nn.Module):
@@ -80,9 +134,13 @@ class CircularLidarConv(nn.Module):
         taps[in_ray, tap[:, None], out_ray[None, :]] = 1.0
         self.register_buffer("taps", taps, persistent=False)
 
-    def forward(self, lidar: torch.Tensor) -> torch.Tensor:
+    def matrix(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The circulant matrix (R, F·R) and its bias (F·R,)."""
         circulant = torch.matmul(self.conv.weight[:, 0], self.taps).flatten(1)
-        bias = self.conv.bias.repeat_interleave(self.rays)
+        return circulant, self.conv.bias.repeat_interleave(self.rays)
+
+    def forward(self, lidar: torch.Tensor) -> torch.Tensor:
+        circulant, bias = kept(self, "matrix", self.matrix, self.conv.parameters())
         return F.relu(torch.addmm(bias, lidar, circulant))
 
 
@@ -118,46 +176,52 @@ class ResidualSelfAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
 
+    def projections(self) -> tuple[torch.Tensor, ...]:
+        """q's weight and bias scaled, k's and v's weights, the output's bias with v's in it.
+
+        The score scale is folded into q's weights (not a product's alpha, whose gradient is
+        two more passes over the scores' inputs). k's bias adds q·b_k to every key of a query,
+        which the softmax removes: k has none. v's bias reaches the output unchanged (each
+        query's weights sum to 1), so it joins the output's bias."""
+        (w_q, w_k, w_v), (b_q, _, b_v) = self.qkv.weight.chunk(3), self.qkv.bias.chunk(3)
+        out_bias = torch.addmv(self.out.bias, self.out.weight, b_v)
+        return w_q * self.scale, b_q * self.scale, w_k, w_v, out_bias
+
     def forward(
         self, x: torch.Tensor, key_bias: torch.Tensor, pool: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`key_bias` (N·heads, L, 1): 0 for a key that may be attended to, -inf for a masked
+        """`key_bias` (L, N·heads, 1): 0 for a key that may be attended to, -inf for a masked
         one. `pool` (N, L - 1): the entity tokens' weights in the mean (0 for a masked one).
         Returns the self token's output and the pooled entity tokens' outputs."""
         length, n, dim = x.shape
         y = self.norm(x)
-        (w_q, w_k, w_v), (b_q, _, b_v) = self.qkv.weight.chunk(3), self.qkv.bias.chunk(3)
+        sources = (*self.qkv.parameters(), *self.out.parameters())
+        w_q, b_q, w_k, w_v, out_bias = kept(self, "projections", self.projections, sources)
         # Tokens first, one product each for q, k and v: head h of row i is then the matrix
         # at i·heads + h of (L, N·heads, head_dim), a batch the products read in place.
-        # The score scale is folded into q's weights (not a product's alpha, whose gradient is
-        # two more passes over the scores' inputs). k's bias adds q·b_k to every key of a query,
-        # which the softmax removes: k has none. v's bias reaches the output unchanged (each
-        # query's weights sum to 1), so it joins the output's bias.
         q, k, v = (
             F.linear(y, w, b).view(length, n * self.heads, -1).transpose(0, 1)
-            for w, b in ((w_q * self.scale, b_q * self.scale), (w_k, None), (w_v, None))
+            for w, b in ((w_q, b_q), (w_k, None), (w_v, None))
         )
-        # (N·heads, keys, queries): the softmax over keys runs over an outer axis. Written
-        # out rather than F.scaled_dot_product_attention: for ~10 tokens the fused CPU kernel
-        # is about 3x slower.
-        weights = torch.baddbmm(key_bias, k, q.transpose(1, 2)).softmax(1)
+        # (keys, N·heads, queries): the softmax over keys runs over the outermost axis, about
+        # 6x faster on a CPU than over a middle one and 20x than over a last axis of ~10 (the
+        # key mask's add lays the scores out so). Written out rather than
+        # F.scaled_dot_product_attention: for ~10 tokens the fused CPU kernel is about 3x slower.
+        weights = (torch.bmm(k, q.transpose(1, 2)).transpose(0, 1) + key_bias).softmax(0)
         # Past the softmax the block is linear in each query's row, and only the self token and
         # the entity tokens' mean are read: the mean is taken over the attention weights and
         # the inputs, and the value and out products run on two rows per agent, not L.
         # (split and unbind, not indexing: their gradients are put together in one copy, where
         # an index's is a zeroed tensor of the whole size per index)
         self_weights, entity_weights = weights.split([1, length - 1], -1)
-        pooled_weights = (
-            entity_weights.view(n, self.heads, length, length - 1) * pool[:, None, None]
-        )
+        pooled_weights = entity_weights.view(length, n, self.heads, length - 1) * pool[:, None]
         readout = torch.cat(
-            [self_weights, pooled_weights.sum(-1).view(n * self.heads, length, 1)], -1
-        )  # (N·heads, keys, 2)
-        attended = torch.bmm(readout.transpose(1, 2), v)  # (N·heads, 2, head_dim)
+            [self_weights, pooled_weights.sum(-1).view(length, n * self.heads, 1)], -1
+        )  # (keys, N·heads, 2)
+        attended = torch.bmm(readout.permute(1, 2, 0), v)  # (N·heads, 2, head_dim)
         self_att, pooled_att = F.linear(
             attended.transpose(0, 1).reshape(2, n, dim), self.out.weight
         ).unbind(0)
-        out_bias = torch.addmv(self.out.bias, self.out.weight, b_v)
         x_self, x_entities = x.split([1, length - 1])
         # the mean's weights sum to 1, or to 0 (no entity: the pooled half is zero)
         pooled_x = (pool.t().unsqueeze(-1) * x_entities).sum(0)
@@ -338,6 +402,14 @@ class EntityNetwork(nn.Module):
         double[2 * config.lstm_dim : 3 * config.lstm_dim] = 2.0
         self.register_buffer("cell_gate_double", double, persistent=False)
 
+    def self_projection(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The self token's layer and every entity type's self columns as one (self_dim,
+        (1 + types)·d) weight and its bias. Built input-major: a product with the weights'
+        stored layout transposed runs at about half speed for a 280-wide input."""
+        embeds = list(self.entity_embed)
+        weight = torch.cat([self.self_embed.weight.t()] + [e.self_weight().t() for e in embeds], 1)
+        return weight, torch.cat([self.self_embed.bias] + [e.dense.bias for e in embeds])
+
     def encode(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Per-step features before the LSTM: (N, ...) observations -> (N, dense_dim)."""
         self_vec = obs[SELF_KEY]
@@ -345,10 +417,8 @@ class EntityNetwork(nn.Module):
         if self.lidar is not None:
             self_vec = torch.cat([self_vec, self.lidar(obs[LIDAR_KEY])], dim=-1)
         embeds = list(self.entity_embed)
-        # (self_dim, (1 + types)·d), built input-major: a product with the weights' stored
-        # layout transposed runs at about half speed for a 280-wide input
-        w_self = torch.cat([self.self_embed.weight.t()] + [e.self_weight().t() for e in embeds], 1)
-        bias = torch.cat([self.self_embed.bias] + [e.dense.bias for e in embeds])
+        sources = (*self.self_embed.parameters(), *self.entity_embed.parameters())
+        w_self, bias = kept(self, "self_projection", self.self_projection, sources)
         # unbind and split, not indexing: their gradients are put together in one copy
         self_part, *type_parts = torch.addmm(bias, self_vec, w_self).view(n, -1, d).unbind(1)
         blocks = [self_part.unsqueeze(0)] + [
@@ -361,14 +431,23 @@ class EntityNetwork(nn.Module):
         ones = self_vec.new_ones(n, 1)
         valid = torch.cat([ones] + [obs[k] for k in self.mask_keys], dim=1) > 0.5  # (N, L)
         heads = self.attention.heads
-        key_bias = torch.where(valid, 0.0, float("-inf"))
-        key_bias = key_bias.unsqueeze(1).expand(n, heads, length).reshape(n * heads, length, 1)
+        key_bias = torch.where(valid.t(), 0.0, float("-inf"))  # (L, N)
+        key_bias = key_bias.unsqueeze(-1).expand(length, n, heads).reshape(length, n * heads, 1)
         entity_mask = valid[:, 1:]
         # a masked token's weight is 0 and its output finite (the self key is always valid):
         # it contributes exactly nothing
         pool = entity_mask / entity_mask.sum(1, keepdim=True).clamp(min=1)
         self_out, pooled = self.attention(tokens, key_bias, pool)
         return F.relu(self.dense(torch.cat([self_out, pooled], dim=-1)))
+
+    def lstm_weights(self, double_cell_rows: bool) -> tuple[torch.Tensor, ...]:
+        """W_ih, W_hh and the two biases' sum, with the cell gate's rows doubled or not."""
+        lstm = self.lstm
+        bias = lstm.bias_ih + lstm.bias_hh
+        if not double_cell_rows:
+            return lstm.weight_ih, lstm.weight_hh, bias
+        double = self.cell_gate_double
+        return lstm.weight_ih * double, lstm.weight_hh * double, bias * double.squeeze(1)
 
     def forward(
         self,
@@ -388,12 +467,12 @@ class EntityNetwork(nn.Module):
         # doubles its gates when they are fewer than the weights' elements, a sequence the
         # weights, once for all its steps.
         double_gates = steps == 1 and n * size < lstm.weight_ih.numel() + lstm.weight_hh.numel()
-        if double_gates:
-            w_ih, w_hh, bias = lstm.weight_ih, lstm.weight_hh, lstm.bias_ih + lstm.bias_hh
-        else:
-            double = self.cell_gate_double
-            w_ih, w_hh = lstm.weight_ih * double, lstm.weight_hh * double
-            bias = (lstm.bias_ih + lstm.bias_hh) * double.squeeze(1)
+        w_ih, w_hh, bias = kept(
+            self,
+            f"lstm_weights_{not double_gates}",
+            lambda: self.lstm_weights(double_cell_rows=not double_gates),
+            lstm.parameters(),
+        )
         # input-to-hidden for every step at once; the loop keeps hidden-to-hidden only
         inputs = torch.addmm(bias, features, w_ih.t()).view(steps, n, 4 * size)
         keep = (~episode_start).unsqueeze(-1)

@@ -70,12 +70,12 @@ class ActorCritic(nn.Module):
         self.config = config or NetworkConfig()
         self.layout = ObsLayout.from_shapes(obs_shapes)
         self.action_sizes = self.config.action_sizes
-        # head_columns[h, j]: the column of logits holding head h's logit j, or one past the
+        # head_columns[j, h]: the column of logits holding head h's logit j, or one past the
         # last (the padding `head_log_probs` appends) where head h has fewer than the widest
         sizes = self.action_sizes
-        columns = torch.full((len(sizes), max(sizes)), sum(sizes))
+        columns = torch.full((max(sizes), len(sizes)), sum(sizes))
         for h, (start, size) in enumerate(zip(np.cumsum((0,) + sizes[:-1]), sizes, strict=True)):
-            columns[h, :size] = torch.arange(start, start + size)
+            columns[:size, h] = torch.arange(start, start + size)
         self.register_buffer("head_columns", columns, persistent=False)
         self.obs_norm = ObsNormalizer(self.layout, self.config)
         self.value_norm = EmaMeanStd(
@@ -147,9 +147,12 @@ class ActorCritic(nn.Module):
     def head_log_probs(self, logits: torch.Tensor) -> torch.Tensor:
         """Logits (..., 37) -> every head's log-probabilities side by side, (..., 5, 11): a
         head narrower than the widest is padded with logits of `PAD_LOGIT`, whose
-        probabilities are exactly 0, so each head is one row of one softmax."""
+        probabilities are exactly 0, so each head is one row of one softmax. The softmax runs
+        action-major, over the outermost axis of (11, 5, ...) (on a CPU about 8x faster than
+        over a last axis of 11); the result is a view of that in the order above."""
         padded = F.pad(logits, (0, 1), value=PAD_LOGIT)
-        return padded[..., self.head_columns].log_softmax(-1)
+        by_action = padded.movedim(-1, 0)[self.head_columns]  # (11, 5, ...)
+        return by_action.log_softmax(0).movedim((0, 1), (-1, -2))
 
     def log_prob_entropy(
         self, logits: torch.Tensor, actions: torch.Tensor
@@ -191,10 +194,7 @@ class ActorCritic(nn.Module):
         batch = new_state.shape[0]
         values = self.denormalize_value(values[0]) if value else new_state.new_zeros(batch)
         log_probs = self.head_log_probs(logits[0])  # (B, 5, 11)
-        if deterministic:
-            actions = log_probs.argmax(-1)
-        else:  # every head of every row in one draw (padding has probability 0)
-            actions = torch.multinomial(log_probs.flatten(0, 1).exp(), 1).view(log_probs.shape[:2])
+        actions = log_probs.argmax(-1) if deterministic else _sample_actions(log_probs)
         logp = _action_log_prob(log_probs, actions)
         return ActOutput(actions, logp.float(), values.float(), new_state.float())
 
@@ -241,6 +241,20 @@ class ActorCritic(nn.Module):
             deterministic,
         )
         return ActOutput(*(x.cpu().numpy() for x in out))
+
+
+def _sample_actions(log_probs: torch.Tensor) -> torch.Tensor:
+    """One action per head and row from `head_log_probs` (..., 5, 11): the first action whose
+    cumulative probability exceeds a uniform draw scaled to the head's total, one draw per head
+    (a multinomial draws one exponential per action, about 8x the time on a CPU).
+
+    An action of probability 0 is never the first to exceed the draw, since its cumulative
+    probability is its predecessor's. Padding adds exact zeros, so a head's total is the
+    cumulative probability of its last action, and a draw u · total with u < 1 rounds to below
+    the total for every float total: the count never reaches the padding."""
+    cumulative = log_probs.exp().cumsum(-1)
+    draw = torch.rand_like(cumulative[..., :1]) * cumulative[..., -1:]
+    return (cumulative <= draw).sum(-1)
 
 
 def _action_log_prob(log_probs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
