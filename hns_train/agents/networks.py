@@ -71,27 +71,41 @@ LSTMState = tuple[torch.Tensor, torch.Tensor]  # (h, c), each (N, lstm_dim)
 Derived = TypeVar("Derived")
 
 
+class KeepsDerived(nn.Module):
+    """A module that keeps weights derived from its parameters (`kept`) and drops them when
+    `.to`, `.half` and the like convert its parameters (`nn.Module._apply`, which keeps the
+    parameter objects and their version counters)."""
+
+    def _apply(self, *args, **kwargs):
+        self.__dict__.pop("_kept", None)
+        return super()._apply(*args, **kwargs)
+
+
 def kept(
-    owner: nn.Module, name: str, build: Callable[[], Derived], sources: Iterable[torch.Tensor]
+    owner: KeepsDerived,
+    name: str,
+    build: Callable[[], Derived],
+    sources: Iterable[torch.Tensor],
 ) -> Derived:
     """What `build` derives from the parameters `sources` (a circulant, a concatenation, a
     scaled copy): rebuilt on every call that autograd records, since its graph leads to the
     parameters; without one (acting), kept on `owner` until a source changes. A change is a
     write in place (the version counter moves: an optimiser step, a loaded state, PopArt's
-    rescaling) or another tensor or storage (`.to`, `.data =`). A fused optimiser step writes
-    without moving the counter; `_count_fused_steps` moves it. Writes that bypass the counter
-    (`.data.copy_`, a torch.distributed collective) go unseen: the one such write to the
-    weights, `DataParallel.broadcast_state`, runs before the first act."""
+    rescaling), another tensor (`load_state_dict(assign=True)`) or a conversion (`.to`).
+    A fused optimiser step writes without moving the counter; `_count_fused_steps` moves it.
+    Writes that bypass the counter (`.data =`, `.data.copy_`, a torch.distributed collective)
+    go unseen: the one such write to the weights, `DataParallel.broadcast_state`, runs before
+    the first act."""
     if torch.is_grad_enabled():
         return build()
     sources = tuple(sources)
-    key = [(t._version, t.data_ptr()) for t in sources]
+    versions = [t._version for t in sources]
     cache = owner.__dict__.setdefault("_kept", _Kept())
     hit = cache.get(name)
-    if hit is not None and hit[1] == key and all(map(operator.is_, hit[0], sources)):
+    if hit is not None and hit[1] == versions and all(map(operator.is_, hit[0], sources)):
         return hit[2]
     value = build()
-    cache[name] = (sources, key, value)  # holding the sources keeps their identity unique
+    cache[name] = (sources, versions, value)  # holding the sources keeps their identity unique
     return value
 
 
@@ -117,7 +131,7 @@ def _count_fused_steps(optimizer: torch.optim.Optimizer, args: object, kwargs: o
 register_optimizer_step_post_hook(_count_fused_steps)
 
 
-class CircularLidarConv(nn.Module):
+class CircularLidarConv(KeepsDerived):
     """1-D convolution around the ring of lidar rays, ReLU: (N, R) -> (N, filters * R), in
     `flatten` order (filter-major)."""
 
@@ -164,7 +178,7 @@ class EntityEmbedding(nn.Module):
         return self.dense.weight[:, self.row_dim :]
 
 
-class ResidualSelfAttention(nn.Module):
+class ResidualSelfAttention(KeepsDerived):
     """x + W_o · MHA(LayerNorm(x)) with key masking, read out at the self token and as a
     weighted mean over the entity tokens: (L, N, D) tokens first -> two (N, D)."""
 
@@ -369,7 +383,7 @@ class LSTMRecurrence(torch.autograd.Function):
         return grad_z_flat, grad_w, dh if want_h0 else None, dc if want_c0 else None, None, None
 
 
-class EntityNetwork(nn.Module):
+class EntityNetwork(KeepsDerived):
     """Entity attention + LSTM trunk with one linear head.
 
     `mask` names the entity kinds' mask its attention keys use: "visible_mask" (policy:

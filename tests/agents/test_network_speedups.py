@@ -135,7 +135,8 @@ def test_act_equals_the_plain_math_with_resets():
 
 def test_weights_kept_for_acting_follow_every_write():
     """Acting keeps what it derives from the weights between calls (networks.kept): after an
-    update (fused Adam, whose kernel does not count its writes) and after a loaded state, an
+    update (fused Adam, whose kernel does not count its writes), a loaded state and a round
+    trip through half precision (`.to` keeps the parameter objects and their counters), an
     act equals a fresh model's on the same state; a copy acts as its original."""
     model, shapes, raw, _, starts, state = model_and_inputs("quadrant", 1, 8, seed=5)
     step = {k: v[0] for k, v in raw.items()}
@@ -164,6 +165,9 @@ def test_weights_kept_for_acting_follow_every_write():
     other = ActorCritic(shapes, device="cpu")
     model.load_state_dict(other.state_dict())
     assert_same(act(model), act(other), "after a loaded state")
+    model.half().float()  # every weight rounded to half precision
+    assert not torch.equal(model.policy_net.lstm.weight_ih, other.policy_net.lstm.weight_ih)
+    assert_same(act(model), act(fresh()), "after a conversion")
     assert_same(act(copy.deepcopy(model)), act(model), "a copy")
 
 
