@@ -13,6 +13,7 @@ from torch.distributions import Categorical
 
 from hns_train.agents import PPO, ActorCritic, PPOConfig
 from hns_train.agents.networks import EntityNetwork
+from hns_train.agents.policy import PAD_LOGIT, _sample_actions
 from hns_train.agents.ppo import Rollout, compute_gae
 from hns_train.envs.config import make_config
 from hns_train.envs.contract import LIDAR_KEY, SELF_KEY, observation_shapes
@@ -272,6 +273,24 @@ def test_heads_side_by_side_equal_each_head_alone():
         freq = torch.bincount(sampled[:, h], minlength=len(p)).double() / rows
         se = (p * (1 - p) / rows).sqrt()
         assert ((freq - p).abs() <= 5 * se + 1e-4).all(), (h, freq, p)
+
+
+@pytest.mark.parametrize("draw", [0.0, 1.0 - 2.0**-24])  # torch.rand's least and greatest
+def test_extreme_draws_pick_only_possible_actions(monkeypatch, draw):
+    """A head's first action of probability 0 (its logit at PAD_LOGIT, exp exactly 0) is never
+    drawn by a uniform of 0, and its padding never by the greatest uniform below 1."""
+    model = ActorCritic(observation_shapes(make_config("chase")), device="cpu")
+    logits = torch.randn(64, sum(model.action_sizes))
+    starts = np.cumsum((0,) + model.action_sizes[:-1])
+    logits[:, starts] = PAD_LOGIT  # every head's first action impossible
+    log_probs = model.head_log_probs(logits)
+    monkeypatch.setattr(torch, "rand_like", lambda x: torch.full_like(x, draw))
+    actions = _sample_actions(log_probs)
+    sizes = torch.tensor(model.action_sizes)
+    if draw == 0.0:
+        assert (actions == 1).all()  # the first possible action
+    else:
+        assert (actions == sizes - 1).all()  # the last real action, never the padding
 
 
 def test_finite_flags_a_single_bad_element():
