@@ -3,7 +3,8 @@
 import os
 import sys
 
-from hns_train.eval.cli import RenderStopped, main
+from hns_train.eval.cli import main
+from hns_train.eval.stop import RenderStopped
 
 try:
     code = main()

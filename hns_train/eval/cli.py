@@ -29,6 +29,7 @@ import sys
 import threading
 from pathlib import Path
 
+from hns_train.eval import stop
 from hns_train.eval.rundirs import (
     FRAME_PX,
     RENDER_FORMATS,
@@ -131,18 +132,9 @@ def _subcommand(name: str, argv: list[str]) -> int:
     return getattr(importlib.import_module(module_name), function)(argv) or 0
 
 
-class RenderStopped(SystemExit):
-    """A render stopped by SIGTERM; its code is 128 + the signal."""
-
-
-def _exit_on_sigterm(signum, frame) -> None:
-    # SystemExit unwinds through atomic_write, which deletes its partial output file.
-    raise RenderStopped(128 + signum)
-
-
 def _render(args) -> int:
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        stop.stop_on(signal.SIGTERM)
     if not args.show:  # show checks for a display itself
         # headless offscreen rendering must be chosen before MuJoCo is imported
         os.environ.setdefault("MUJOCO_GL", "egl")

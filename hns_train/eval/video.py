@@ -45,6 +45,7 @@ from hns_train.eval.recorder import team_label
 from hns_train.eval.replay import Replay
 from hns_train.eval.rundirs import FRAME_PX, output_format
 from hns_train.eval.rundirs import VIDEO_FORMATS as FORMATS
+from hns_train.eval.stop import raise_if_stopped
 from hns_train.optional import available
 from hns_train.typed_config import Bounds, check_ranges
 
@@ -157,6 +158,7 @@ class ReplayVideo:
     # -- public
     def frame(self, t: int) -> np.ndarray:
         """(height, width, 3) uint8 picture of frame t with overlays."""
+        raise_if_stopped()  # a stop the signal's own exception did not bring (stop.py)
         r = self.replay
         r.set_state(self.model, self.data, t, self.index)
         t = t % r.n_frames
@@ -382,13 +384,14 @@ def write_video(
         with ReplayVideo(replay, opts) as video:
             if fmt == "mp4":
                 _encode_mp4(tmp, video.frames(progress), fps, (opts.width, opts.height))
-                return
-            # gif frame durations are in milliseconds
-            with iio2.get_writer(
-                tmp, format="GIF-PIL", mode="I", duration=1000.0 / fps, loop=0
-            ) as writer:
-                for image in video.frames(progress):
-                    writer.append_data(image)
+            else:
+                # gif frame durations are in milliseconds
+                with iio2.get_writer(
+                    tmp, format="GIF-PIL", mode="I", duration=1000.0 / fps, loop=0
+                ) as writer:
+                    for image in video.frames(progress):
+                        writer.append_data(image)
+        raise_if_stopped()  # not renamed into place once asked to stop
 
     return atomic_write(path, write, suffix=f".{fmt}")
 

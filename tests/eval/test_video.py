@@ -1,5 +1,8 @@
 """Offscreen rendering of replays: frame sizes, changing content, overlays, mp4/gif/png files."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import imageio.v2 as iio2
@@ -16,6 +19,7 @@ from hns_train.eval.cli import main
 from hns_train.eval.recorder import team_label
 
 W, H = 96, 80  # small and not square: catches swapped axes
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -272,3 +276,43 @@ def test_follow_camera_stays_in_the_arena_when_its_agent_backs_onto_a_wall(yaw):
         position = np.array(cam.lookat) - cam.distance * forward
     assert 0 < position[0] < cfg.floor_size and 0 < position[1] < cfg.floor_size, position
     assert cam.elevation == V.FOLLOW_ELEVATION and cam.distance >= V.FOLLOW_NEAR
+
+
+DROPPED_STOP = """
+import signal, sys, weakref
+from hns_train.eval import replay, stop, video
+
+stop.stop_on(signal.SIGTERM)
+
+
+class Held:
+    pass
+
+
+# the signal's handler runs inside a weakref callback: Python prints its exception and drops it
+held = Held()
+ref = weakref.ref(held, lambda _: signal.raise_signal(signal.SIGTERM))
+del held
+try:
+    video.write_video(replay.load(sys.argv[1]), sys.argv[2])
+except stop.RenderStopped as stopped:
+    print("stopped", stopped.code)
+"""
+
+
+def test_a_stop_whose_exception_python_dropped_still_stops_the_render(tmp_path):
+    # On the code before, a SIGTERM that landed in an import's module-lock callback was
+    # dropped and the render went on to write its video (an eval worker's render, busy cores).
+    replay = tmp_path / "match.npz"
+    replay.write_bytes((ROOT / "replays" / "example_quadrant.npz").read_bytes())
+    result = subprocess.run(
+        [sys.executable, "-c", DROPPED_STOP, str(replay), str(tmp_path / "match.mp4")],
+        cwd=ROOT,
+        env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "Exception ignored" in result.stderr  # the handler's exception did not get through
+    assert result.stdout.split() == ["stopped", "143"], result.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["match.npz"]
