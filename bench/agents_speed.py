@@ -4,13 +4,14 @@ the machine's own matrix rate.
 Prints the parameter count; the rate of one 1024 x 1024 float32 matrix product on this process's
 threads (sgemm, GFLOP/s; the median of readings before and between `--rounds` rounds of timings,
 since a core's rate moves within minutes on a shared host); one `ActorCritic.act` call for
-several agent batch sizes and one `PPO.update` (one epoch, one minibatch) on chunks of 80 steps,
-each as time (the median over the rounds), GFLOP/s and fraction of the sgemm rate (FLOPs counted
-by `torch.utils.flop_counter.FlopCounterMode`: matrix products and convolutions, forward and
-backward); and the aten operations one act and one update dispatch (each a kernel launch on a
-GPU, a fixed overhead on a CPU). The last line, `AGENTS_SPEED {json}`, holds every figure
-(`sgemm_gflops`, `act_fraction_b256`, `update_fraction`, `aten_ops_act`, `aten_ops_update`, ...)
-for scripts.
+several agent batch sizes (B=1 too: nearly all of its time is the fixed cost of the act's
+operations, which every batch pays) and one `PPO.update` (one epoch, one minibatch) on chunks of
+80 steps, each as time (the median over the rounds), GFLOP/s and fraction of the sgemm rate
+(FLOPs counted by `torch.utils.flop_counter.FlopCounterMode`: matrix products and convolutions,
+forward and backward); and the aten operations one act and one update dispatch (each a kernel
+launch on a GPU, a fixed overhead on a CPU). The last line, `AGENTS_SPEED {json}`, holds every
+figure (`sgemm_gflops`, `act_fraction_b256`, `update_fraction`, `aten_ops_act`,
+`aten_ops_update`, ...) for scripts.
 
     python bench/agents_speed.py [--threads 1] [--rounds 3] [--preset quadrant|randomwalls]
                                  [--device cuda]
@@ -112,7 +113,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="quadrant")
-    parser.add_argument("--act-batches", type=int, nargs="+", default=[64, 256, 1024])
+    parser.add_argument("--act-batches", type=int, nargs="+", default=[1, 64, 256, 1024])
     parser.add_argument("--chunks", type=int, default=64, help="chunks (agent columns) per update")
     parser.add_argument("--chunk-len", type=int, default=80)
     parser.add_argument("--repeats", type=int, default=5, help="calls per timing (median)")
