@@ -92,7 +92,7 @@ def model_and_inputs(preset: str, steps: int, batch: int, seed: int):
 @pytest.mark.parametrize(
     ("preset", "steps"),
     # one step with a gradient runs the sequence's loop (acting's one product over [x ‖ h] is
-    # test_act_equals_the_plain_math_with_resets')
+    # `test_act_equals_the_plain_math_with_resets`)
     [(preset, 10) for preset in PRESETS] + [("quadrant", 1)],
 )
 def test_sequence_forward_and_gradients_equal_the_plain_math(preset, steps):

@@ -1,6 +1,5 @@
 """Offscreen rendering of replays: frame sizes, changing content, overlays, mp4/gif/png files."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -307,8 +306,7 @@ def test_a_stop_whose_exception_python_dropped_still_stops_the_render(tmp_path):
     replay.write_bytes((ROOT / "replays" / "example_quadrant.npz").read_bytes())
     result = subprocess.run(
         [sys.executable, "-c", DROPPED_STOP, str(replay), str(tmp_path / "match.mp4")],
-        cwd=ROOT,
-        env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")},
+        cwd=ROOT,  # MUJOCO_GL comes from conftest.py's default
         capture_output=True,
         text=True,
         timeout=300,
