@@ -42,8 +42,10 @@ small ones (and on a GPU their launches) is most of the time.
   that does not depend on the recurrence taken for all steps at once, and the hidden-to-hidden
   weights' gradient one product over all steps. Its gates are `nn.LSTMCell`'s
   equations on its own parameters, the cell gate's tanh taken as 2σ(2x) - 1 so that one
-  sigmoid gives all four (the cell gate's rows of the weights doubled: exact). Acting, one
-  step without a gradient, runs the input and hidden products as one over [features ‖ h].
+  sigmoid gives all four (the cell gate's rows of the weights doubled: exact); the cell's
+  tanh is taken so too (within 1.8e-7; `LSTMRecurrence.tanh` says why).
+  Acting, one step without a gradient, runs the input and hidden products as one over
+  [features ‖ h].
 - What the forward derives from the weights (the circulant, the self columns side by side,
   q's scaled weights, the output's bias, the LSTM's summed biases) is kept between calls that
   record no gradient (acting), until a weight changes (`kept`).
@@ -218,10 +220,12 @@ class ResidualSelfAttention(KeepsDerived):
             for w, b in ((w_q, b_q), (w_k, None), (w_v, None))
         )
         # (keys, N·heads, queries): the softmax over keys runs over the outermost axis, about
-        # 6x faster on a CPU than over a middle one and 20x than over a last axis of ~10 (the
-        # key mask's add lays the scores out so). Written out rather than
+        # 6x faster on a CPU than over a middle one and 20x than over a last axis of ~10. The
+        # key mask's add lays the scores out so: an elementwise result takes its first
+        # operand's layout, and the bias's is (keys, N·heads) (the scores first would give
+        # the product's, which the softmax would copy). Written out rather than
         # F.scaled_dot_product_attention: for ~10 tokens the fused CPU kernel is about 3x slower.
-        weights = (torch.bmm(k, q.transpose(1, 2)).transpose(0, 1) + key_bias).softmax(0)
+        weights = (key_bias + torch.bmm(k, q.transpose(1, 2)).transpose(0, 1)).softmax(0)
         # Past the softmax the block is linear in each query's row, and only the self token and
         # the entity tokens' mean are read: the mean is taken over the attention weights and
         # the inputs, and the value and out products run on two rows per agent, not L.
@@ -287,7 +291,15 @@ class LSTMRecurrence(torch.autograd.Function):
         cell before it: the sigmoid in place in z, then the new c and h."""
         i, f, g, o = z.sigmoid_().chunk(4, 1)
         c = torch.addcmul(f * c - i, i, g, value=2.0, out=c_out)
-        return c, torch.mul(o, c.tanh(), out=h_out)
+        return c, torch.mul(o, LSTMRecurrence.tanh(c), out=h_out)
+
+    @staticmethod
+    def tanh(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """tanh(x) as 2σ(2x) - 1, within 1.8e-7 of it. torch's tanh on a CPU is MKL's vector
+        tanh, whose generic code (what MKL runs on an AMD EPYC) took 2.5 ns a float32 on one
+        core against 0.43 for torch's own sigmoid: four passes of the latter cost a third of
+        one of the former. (On an Intel core MKL takes a path of its own, not timed here.)"""
+        return torch.mul(x, 2.0, out=out).sigmoid_().mul_(2.0).sub_(1.0)
 
     @staticmethod
     def steps(inputs, w_hh, h, c, keep, save):
@@ -342,7 +354,7 @@ class LSTMRecurrence(torch.autograd.Function):
         torch.mul(cells[:-1], keep[1:], out=factor[1][1:])
         torch.mul(c0, keep[0], out=factor[1][0])
         torch.mul(i, 2.0, out=factor[2])
-        tanh_c = torch.tanh(cells, out=factor[3])
+        tanh_c = LSTMRecurrence.tanh(cells, out=factor[3])
         through_h = torch.ops.aten.tanh_backward(o, tanh_c)  # dc_t/dh_t = o (1 - tanh²c)
         torch.ops.aten.sigmoid_backward.grad_input(to_z, gates.view_as(to_z), grad_input=to_z)
         carry = f * keep  # dc_{t-1}/dc_t

@@ -122,12 +122,24 @@ class ActorCritic(nn.Module):
         policy logits (T, N, 37), normalised values (T, N), state after the last step.
         `value=False`: the policy network alone, values None and the value network's half of
         the state as given."""
+        logits, values, rows = self.run_networks(obs, state, episode_start, value)
+        return logits, values, torch.stack(rows, dim=1)
+
+    def run_networks(
+        self,
+        obs: Mapping[str, torch.Tensor],
+        state: torch.Tensor,
+        episode_start: torch.Tensor,
+        value: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, ...]]:
+        """`forward_sequence` with the state after as its four rows (policy h, c, value h, c),
+        each (N, H), not yet put together."""
         obs = self.obs_norm(obs)
-        logits, (ph, pc) = self.policy_net(obs, _pair(state, 0), episode_start)
+        logits, policy_state = self.policy_net(obs, _pair(state, 0), episode_start)
         if not value:
-            return logits, None, torch.cat([torch.stack([ph, pc], dim=1), state[:, 2:]], dim=1)
-        values, (vh, vc) = self.value_net(obs, _pair(state, 2), episode_start)
-        return logits, values.squeeze(-1), torch.stack([ph, pc, vh, vc], dim=1)
+            return logits, None, (*policy_state, *_pair(state, 2))
+        values, value_state = self.value_net(obs, _pair(state, 2), episode_start)
+        return logits, values.squeeze(-1), (*policy_state, *value_state)
 
     def evaluate(
         self,
@@ -188,9 +200,14 @@ class ActorCritic(nn.Module):
         `value=False` (rows nobody learns from: opponents) runs the policy network alone: the
         values are 0 and the value network's half of the state is kept."""
         tensors = {k: v.unsqueeze(0) for k, v in self.obs_to_tensors(obs, 1).items()}
-        logits, values, new_state = self.forward_sequence(
-            tensors, state.to(torch.float32), episode_start.unsqueeze(0), value
-        )
+        # The networks run in inference mode: no version counters and no view records, about a
+        # tenth of a small act's time. What is returned is computed outside it, since a caller
+        # may write to it in place, which an inference tensor refuses.
+        with torch.inference_mode():
+            logits, values, rows = self.run_networks(
+                tensors, state.to(torch.float32), episode_start.unsqueeze(0), value
+            )
+        new_state = torch.stack(rows, dim=1)
         batch = new_state.shape[0]
         values = self.denormalize_value(values[0]) if value else new_state.new_zeros(batch)
         log_probs = self.head_log_probs(logits[0])  # (B, 5, 11)
