@@ -17,8 +17,9 @@ figure (`sgemm_gflops`, `act_fraction_b256`, `update_fraction`, `aten_ops_act`,
                                  [--device cuda]
 
 One thread by default: the fractions compare the network with the same core's matrix rate, and
-on a shared machine one torch thread per process is the fair setting. Times are this process's
-CPU time on a CPU (medians), wall time on a GPU.
+on a shared machine one torch thread per process is the fair setting. The process's allocator
+is set as a learner's (`learner.reuse_freed_memory`: freed blocks reused, not faulted in
+afresh). Times are this process's CPU time on a CPU (medians), wall time on a GPU.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runs without an install
 from hns_train.agents import PPO, ActorCritic, PPOConfig  # noqa: E402
 from hns_train.agents.ppo import Rollout  # noqa: E402
+from hns_train.distributed.learner import reuse_freed_memory  # noqa: E402
 from hns_train.envs.config import make_config  # noqa: E402
 from hns_train.envs.contract import observation_shapes  # noqa: E402
 from tests.aten_ops import AtenOpCounter  # noqa: E402
@@ -124,6 +126,7 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
+    reuse_freed_memory(True)  # the allocator's setting of a learner (a pod acts in one too)
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     shapes = PRESETS[args.preset]
