@@ -200,8 +200,8 @@ class ActorCritic(nn.Module):
         `value=False` (rows nobody learns from: opponents) runs the policy network alone: the
         values are 0 and the value network's half of the state is kept."""
         tensors = {k: v.unsqueeze(0) for k, v in self.obs_to_tensors(obs, 1).items()}
-        # The networks run in inference mode: no version counters and no view records, about a
-        # tenth of a small act's time. What is returned is computed outside it, since a caller
+        # The networks run in inference mode: no version counters and no view records, an
+        # eighth of an act of one row. What is returned is computed outside it, since a caller
         # may write to it in place, which an inference tensor refuses.
         with torch.inference_mode():
             logits, values, rows = self.run_networks(
